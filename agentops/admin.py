@@ -1,0 +1,80 @@
+"""Admin for the core records. Records (tokens, audit entries) are read-only here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from .models import Agent, ApiToken, AuditEntry, HistoryRow, Provider
+
+admin.site.site_header = "agentops operations"
+admin.site.site_title = "agentops"
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """A record: nobody adds, edits or deletes it through the admin."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Provider)
+class ProviderAdmin(admin.ModelAdmin):
+    list_display = ("name", "kind", "base_url", "api_key_env", "created_at")
+    search_fields = ("name",)
+
+
+@admin.register(Agent)
+class AgentAdmin(admin.ModelAdmin):
+    list_display = ("name", "kind", "provider", "model", "status", "failure_streak", "disposed_at")
+    list_filter = ("kind", "provider")
+    search_fields = ("name", "model")
+    readonly_fields = ("created_at", "disposed_at")
+
+    @admin.display(description="status")
+    def status(self, obj: Agent) -> str:
+        from inference.selectors import agent_current_turn
+
+        current = agent_current_turn(obj)
+        return f"{current.status} (turn {current.pk})" if current else "idle"
+
+    @admin.display(description="failure streak")
+    def failure_streak(self, obj: Agent) -> int:
+        from inference.selectors import agent_failure_streak
+
+        return agent_failure_streak(obj)
+
+
+@admin.register(HistoryRow)
+class HistoryRowAdmin(ReadOnlyAdmin):
+    list_display = ("agent", "seq", "participant", "role", "state", "short_content", "created_at")
+    list_filter = ("state", "role", "agent")
+    search_fields = ("agent__name", "participant")
+
+    @admin.display(description="content")
+    def short_content(self, obj: HistoryRow) -> str:
+        text = obj.content if isinstance(obj.content, str) else " ".join(
+            str(b.get("text") or b.get("name") or b.get("content") or "") for b in obj.content if isinstance(b, dict)
+        )
+        return text[:120]
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(ReadOnlyAdmin):
+    list_display = ("name", "prefix", "operator", "created_at", "last_used_at", "revoked_at")
+    exclude = ("token_hash",)
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(ReadOnlyAdmin):
+    list_display = ("at", "actor", "action", "target", "reason")
+    list_filter = ("action",)
+    search_fields = ("actor", "target", "reason")

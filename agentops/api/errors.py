@@ -1,0 +1,76 @@
+"""The one place API errors are rendered: ``{"code", "message", "data"}`` (API.md)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.core.exceptions import RequestDataTooBig
+from django.http import Http404, HttpRequest, HttpResponse
+from ninja import NinjaAPI
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+
+from agentops.exceptions import AgentopsError
+
+logger = logging.getLogger(__name__)
+
+
+def error_response(api: NinjaAPI, request: HttpRequest, status: int, code: str, message: str, data: dict[str, Any] | None = None) -> HttpResponse:
+    return api.create_response(request, {"code": code, "message": message, "data": data or {}}, status=status)
+
+
+def _field_path(loc: tuple[Any, ...] | list[Any]) -> str:
+    parts = [str(p) for p in loc]
+    # ninja prefixes the location with where the value came from and the parameter's name.
+    if parts and parts[0] in ("body", "query", "path", "header", "form", "cookie"):
+        parts = parts[1:]
+        if parts and parts[0] in ("payload", "filters"):
+            parts = parts[1:]
+    path = ""
+    for part in parts:
+        if part.isdigit():
+            path += f"[{part}]"
+        elif part.startswith(("function-", "union[", "list[", "literal[", "str", "int", "bool")):
+            continue  # pydantic's names for union branches, not fields
+        else:
+            path += ("." if path else "") + part
+    return path or "body"
+
+
+def install(api: NinjaAPI) -> None:
+    @api.exception_handler(AgentopsError)
+    def _agentops(request: HttpRequest, exc: AgentopsError) -> HttpResponse:
+        return error_response(api, request, exc.status, exc.code, exc.message, exc.data)
+
+    @api.exception_handler(ValidationError)
+    def _validation(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+        errors = list(exc.errors)
+        first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+        field = _field_path(first.get("loc", ()))
+        message = f"{field}: {first.get('msg', 'invalid value')}"
+        details = [{"field": _field_path(e.get("loc", ())), "message": str(e.get("msg", ""))} for e in errors[:20]]
+        return error_response(api, request, 400, "bad_request", message, {"field": field, "errors": details})
+
+    @api.exception_handler(AuthenticationError)
+    def _auth(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+        return error_response(api, request, 401, "unauthorized", "a valid API token is required: Authorization: Bearer <token>")
+
+    @api.exception_handler(RequestDataTooBig)
+    def _too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+        return error_response(api, request, 413, "payload_too_large", "body: the request body is too large")
+
+    @api.exception_handler(Http404)
+    def _not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
+        return error_response(api, request, 404, "not_found", str(exc) or "not found")
+
+    @api.exception_handler(HttpError)
+    def _http(request: HttpRequest, exc: HttpError) -> HttpResponse:
+        if exc.status_code == 400 and "parse" in str(exc):
+            # ninja's only 400 of its own: a body that is not JSON.
+            return error_response(api, request, 400, "bad_request", "body: not valid JSON", {"field": "body"})
+        return error_response(api, request, exc.status_code, "error", str(exc))
+
+    @api.exception_handler(Exception)
+    def _unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
+        logger.exception("unhandled error on %s %s", request.method, request.path)
+        return error_response(api, request, 500, "internal", "an internal error occurred; it has been logged")

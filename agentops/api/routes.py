@@ -1,0 +1,169 @@
+"""The HTTP API of API.md, v1. Thin: validate, call a service or selector, shape the answer."""
+
+from __future__ import annotations
+
+from django.db import connection
+from django.http import HttpRequest
+from ninja import NinjaAPI, Query, Schema
+
+from agentops import services
+from agentops.exceptions import bad_field
+from agentops.models import HistoryRow, Provider
+from agentops.selectors import agent_get, history_row_out
+from inference import selectors as turn_selectors
+from inference import services as turn_services
+
+from . import errors
+from .auth import TokenAuth, require_operator
+from .schemas import (
+    AgentIn,
+    AgentOut,
+    AgentPatch,
+    ErrorOut,
+    HealthOut,
+    HistoryRowOut,
+    ProviderIn,
+    ProviderOut,
+    ToolResultsIn,
+    TurnAccepted,
+    TurnIn,
+    TurnOut,
+)
+
+api = NinjaAPI(
+    title="agentops",
+    version="1",
+    description="Runs LLM agents' model calls under progress bounds, durable provider waits and a poison-history breaker.",
+    auth=TokenAuth(),
+    urls_namespace="api-v1",
+)
+errors.install(api)
+
+ERRORS: dict[int, type] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut}
+
+
+def _provider_out(p: Provider) -> dict[str, str]:
+    return {"name": p.name, "kind": p.kind, "base_url": p.base_url, "api_key_env": p.api_key_env}
+
+
+# --- providers ---------------------------------------------------------------
+
+
+@api.post("/providers", response={201: ProviderOut, **ERRORS}, tags=["providers"])
+def provider_create(request: HttpRequest, payload: ProviderIn) -> tuple[int, dict[str, str]]:
+    require_operator(request)
+    provider = services.provider_create(
+        name=payload.name, kind=payload.kind, base_url=payload.base_url, api_key_env=payload.api_key_env or ""
+    )
+    return 201, _provider_out(provider)
+
+
+@api.get("/providers", response={200: list[ProviderOut], **ERRORS}, tags=["providers"])
+def provider_list(request: HttpRequest) -> list[dict[str, str]]:
+    return [_provider_out(p) for p in Provider.objects.order_by("name")]
+
+
+# --- agents -------------------------------------------------------------------
+
+
+@api.post("/agents", response={201: AgentOut, **ERRORS}, tags=["agents"])
+def agent_create(request: HttpRequest, payload: AgentIn) -> tuple[int, dict]:
+    agent = services.agent_create(**payload.model_dump())
+    return 201, turn_selectors.agent_out(agent)
+
+
+@api.get("/agents/{name}", response={200: AgentOut, **ERRORS}, tags=["agents"])
+def agent_read(request: HttpRequest, name: str) -> dict:
+    return turn_selectors.agent_out(agent_get(name=name))
+
+
+@api.patch("/agents/{name}", response={200: AgentOut, **ERRORS}, tags=["agents"])
+def agent_patch(request: HttpRequest, name: str, payload: AgentPatch) -> dict:
+    agent = agent_get(name=name)
+    changes = payload.model_dump(exclude_unset=True)
+    for field in ("model", "system"):
+        if field in changes and changes[field] is None:
+            raise bad_field(field, "must not be null")
+    services.agent_update(agent=agent, changes=changes)
+    return turn_selectors.agent_out(agent_get(name=name))
+
+
+@api.delete("/agents/{name}", response={204: None, **ERRORS}, tags=["agents"])
+def agent_delete(request: HttpRequest, name: str) -> tuple[int, None]:
+    agent = agent_get(name=name)
+    token = request.auth  # type: ignore[attr-defined]
+    turn_services.agent_dispose(agent=agent, actor=f"api:{token.name}")
+    return 204, None
+
+
+class HistoryFilter(Schema):
+    include_set_aside: bool = False
+
+
+@api.get("/agents/{name}/history", response={200: list[HistoryRowOut], **ERRORS}, tags=["agents"])
+def agent_history(request: HttpRequest, name: str, filters: Query[HistoryFilter]) -> list[dict]:
+    agent = agent_get(name=name)
+    rows = HistoryRow.objects.filter(agent=agent).order_by("seq")
+    if not filters.include_set_aside:
+        rows = rows.filter(state=HistoryRow.State.PRESENTED)
+    return [history_row_out(r) for r in rows]
+
+
+# --- turns --------------------------------------------------------------------
+
+
+@api.post("/agents/{name}/turns", response={202: TurnAccepted, **ERRORS}, tags=["turns"])
+def turn_submit(request: HttpRequest, name: str, payload: TurnIn) -> tuple[int, dict]:
+    agent = agent_get(name=name)
+    messages = [turn_services.IncomingMessage(participant=m.participant, content=m.content) for m in payload.messages]
+    turn, joined = turn_services.turn_submit(agent_id=agent.pk, messages=messages)
+    return 202, {"id": turn.pk, "status": turn.status, "joined": joined}
+
+
+@api.get("/turns/{turn_id}", response={200: TurnOut, **ERRORS}, tags=["turns"])
+def turn_read(request: HttpRequest, turn_id: int) -> dict:
+    return turn_selectors.turn_out(turn_selectors.turn_get(turn_id=turn_id))
+
+
+@api.post("/turns/{turn_id}/tool_results", response={202: TurnOut, **ERRORS}, tags=["turns"])
+def turn_tool_results(request: HttpRequest, turn_id: int, payload: ToolResultsIn) -> tuple[int, dict]:
+    turn_selectors.turn_get(turn_id=turn_id)
+    turn_services.turn_tool_results(turn_id=turn_id, results=[r.model_dump() for r in payload.results])
+    return 202, turn_selectors.turn_out(turn_selectors.turn_get(turn_id=turn_id))
+
+
+@api.post("/turns/{turn_id}/cancel", response={200: TurnOut, **ERRORS}, tags=["turns"])
+def turn_cancel(request: HttpRequest, turn_id: int) -> dict:
+    turn_services.turn_cancel(turn_id=turn_id)
+    return turn_selectors.turn_out(turn_selectors.turn_get(turn_id=turn_id))
+
+
+# --- health -------------------------------------------------------------------
+
+
+def health_payload() -> dict:
+    import redis
+    from django.conf import settings
+
+    database = redis_ok = False
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        database = True
+    except Exception:  # the answer is the health report, not an error
+        database = False
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1)
+    try:
+        redis_ok = bool(client.ping())
+        workers = len(client.keys("agentops:worker:*"))
+    except redis.RedisError:
+        redis_ok, workers = False, 0
+    finally:
+        client.close()
+    ok = database and redis_ok
+    return {"status": "ok" if ok else "degraded", "database": database, "redis": redis_ok, "journal_readable": database, "workers": workers}
+
+
+@api.get("/health", auth=None, response=HealthOut, tags=["health"])
+def health(request: HttpRequest) -> dict:
+    return health_payload()

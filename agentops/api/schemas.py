@@ -1,0 +1,208 @@
+"""Request and response shapes of API.md. Field names are the contract."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+
+def _no_control(value: str) -> str:
+    if any(ord(ch) < 32 and ch not in "\n\t\r" or ord(ch) == 127 for ch in value):
+        raise ValueError("must not contain control characters")
+    return value
+
+
+def _single_line(value: str) -> str:
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise ValueError("must not contain control characters")
+    return value
+
+
+def _http_url(value: str) -> str:
+    if not value.startswith(("http://", "https://")) or len(value) < 10 or any(ch.isspace() for ch in value):
+        raise ValueError("must be an http:// or https:// URL")
+    return value
+
+
+Name = Annotated[str, Field(min_length=1, max_length=100, pattern=NAME_PATTERN)]
+Label = Annotated[str, Field(min_length=1, max_length=100), AfterValidator(_single_line)]
+Text = Annotated[str, Field(max_length=200_000), AfterValidator(_no_control)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class ProviderIn(Strict):
+    name: Name
+    kind: Literal["openai", "anthropic"]
+    base_url: Annotated[str, Field(max_length=500), AfterValidator(_http_url)]
+    api_key_env: Annotated[str, Field(max_length=100, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] | None = None
+
+
+class ProviderOut(BaseModel):
+    name: str
+    kind: str
+    base_url: str
+    api_key_env: str
+
+
+class ToolIn(Strict):
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
+    description: Annotated[str, Field(max_length=4000)] = ""
+    input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+class AgentIn(Strict):
+    name: Name
+    kind: Literal["resident", "conversation", "ephemeral"] = "resident"
+    provider: Name
+    model: Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_single_line)]
+    participant: Label | None = None
+    system: Text = ""
+    max_tokens: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    thinking_budget: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    stream: bool = True
+    tools: Annotated[list[ToolIn], Field(max_length=64)] = Field(default_factory=list)
+
+
+class AgentPatch(Strict):
+    model: Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_single_line)] | None = None
+    system: Text | None = None
+    max_tokens: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+
+
+class WaitOut(BaseModel):
+    agent: str
+    model: str
+    until: datetime | None
+    reason: str
+    set_at: datetime | None
+    source: str
+
+
+class AgentOut(BaseModel):
+    name: str
+    kind: str
+    provider: str
+    model: str
+    participant: str
+    system: str
+    max_tokens: int | None
+    thinking_budget: int | None
+    stream: bool
+    tools: list[dict[str, Any]]
+    status: Literal["idle", "queued", "running", "held", "requires_action"]
+    failure_streak: int
+    holds: list[WaitOut]
+    current_turn: int | None
+    created_at: datetime
+
+
+class HistoryRowOut(BaseModel):
+    id: int
+    seq: int
+    participant: str
+    role: str
+    content: Any
+    state: str
+    set_aside_at: datetime | None
+    set_aside_reason: str
+    created_at: datetime
+
+
+class MessageIn(Strict):
+    participant: Label
+    content: Annotated[str, Field(min_length=1, max_length=200_000), AfterValidator(_no_control)]
+
+
+class TurnIn(Strict):
+    messages: Annotated[list[MessageIn], Field(min_length=1, max_length=100)]
+
+
+class TurnAccepted(BaseModel):
+    id: int
+    status: str
+    joined: bool
+
+
+class ToolResultIn(Strict):
+    tool_call_id: Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_single_line)]
+    content: Annotated[str, Field(max_length=200_000), AfterValidator(_no_control)]
+
+
+class ToolResultsIn(Strict):
+    results: Annotated[list[ToolResultIn], Field(min_length=1, max_length=64)]
+
+
+class CallError(BaseModel):
+    type: str
+    http_status: int | None
+    provider_code: str | None
+    message: str
+    retryable: bool
+    retry_after_ms: float | None
+
+
+class CallOut(BaseModel):
+    id: int
+    kind: str
+    model: str
+    streamed: bool
+    sent_at: datetime | None
+    first_event_at: datetime | None
+    first_content_at: datetime | None
+    last_event_at: datetime | None
+    ended_at: datetime | None
+    model_events: int
+    keepalives: int
+    outcome: str | None
+    bound: str | None
+    bound_deadline: datetime | None
+    cut_lateness_ms: float | None
+    error: CallError | None
+
+
+class TurnOutput(BaseModel):
+    content: str
+    stop_reason: str
+    tool_calls: list[dict[str, Any]]
+
+
+class TurnOut(BaseModel):
+    id: int
+    agent: str
+    status: str
+    held_until: datetime | None
+    hold_reason: str
+    attempts: int
+    rounds: int
+    output: TurnOutput | None
+    note: str | None
+    error: CallError | None
+    pending_tool_calls: list[dict[str, Any]]
+    calls: list[CallOut]
+    created_at: datetime
+    ended_at: datetime | None
+
+
+class HealthOut(BaseModel):
+    status: Literal["ok", "degraded"]
+    database: bool
+    redis: bool
+    journal_readable: bool
+    workers: int
+
+
+class ErrorOut(BaseModel):
+    code: str
+    message: str
+    data: dict[str, Any]
+
+
+class RestoreIn(Strict):
+    requester: Annotated[str, Field(max_length=1000)] | None = None

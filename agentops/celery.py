@@ -1,0 +1,50 @@
+"""The Celery application shared by workers, beat and the web process (which only enqueues)."""
+
+import os
+import threading
+
+from celery import Celery
+from celery.signals import worker_ready, worker_shutting_down
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings")
+
+app = Celery("agentops")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()
+
+
+# Each worker announces itself in Redis with a short TTL, so /health can count live workers
+# without a broadcast round trip.
+WORKER_KEY_TTL_S = 30
+
+
+def _announce(hostname: str, stop: threading.Event) -> None:
+    import redis
+    from django.conf import settings
+
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    key = f"agentops:worker:{hostname}"
+    while not stop.is_set():
+        try:
+            client.set(key, "1", ex=WORKER_KEY_TTL_S)
+        except redis.RedisError:
+            pass  # Redis down: /health reports that on its own
+        stop.wait(WORKER_KEY_TTL_S / 3)
+    try:
+        client.delete(key)
+    except redis.RedisError:
+        pass
+
+
+_stop_announcing = threading.Event()
+
+
+@worker_ready.connect
+def _on_worker_ready(sender: object = None, **kwargs: object) -> None:
+    hostname = getattr(sender, "hostname", "worker")
+    threading.Thread(target=_announce, args=(hostname, _stop_announcing), daemon=True).start()
+
+
+@worker_shutting_down.connect
+def _on_worker_shutting_down(**kwargs: object) -> None:
+    _stop_announcing.set()

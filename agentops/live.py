@@ -1,0 +1,34 @@
+"""Live events over the Channels layer (websockets for turns, the dashboard).
+
+Sends happen after commit: a client must never see a state the database rolled back.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import transaction
+
+logger = logging.getLogger(__name__)
+
+
+def turn_group(turn_id: int) -> str:
+    return f"turn-{turn_id}"
+
+
+async def send_turn_event(turn_id: int, event: dict[str, Any]) -> None:
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        await layer.group_send(turn_group(turn_id), {"type": "turn.event", "event": event})
+    except Exception:  # a live view is best effort; the database is the record
+        logger.warning("could not broadcast %s for turn %s", event.get("type"), turn_id, exc_info=True)
+
+
+def broadcast_turn_event(turn_id: int, event: dict[str, Any]) -> None:
+    """Send ``event`` to the turn's websocket listeners once the current transaction commits."""
+    transaction.on_commit(lambda: async_to_sync(send_turn_event)(turn_id, event))

@@ -1,0 +1,109 @@
+"""The core records: providers, agents, their history, API tokens and the audit trail (DESIGN §4)."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class Provider(models.Model):
+    class Kind(models.TextChoices):
+        OPENAI = "openai", "OpenAI chat-completions compatible"
+        ANTHROPIC = "anthropic", "Anthropic messages"
+
+    name = models.CharField(max_length=100, unique=True)
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    base_url = models.URLField(max_length=500)
+    # The name of the environment variable that holds the key: never the key itself.
+    api_key_env = models.CharField(max_length=100, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Agent(models.Model):
+    class Kind(models.TextChoices):
+        RESIDENT = "resident"
+        CONVERSATION = "conversation"
+        EPHEMERAL = "ephemeral"
+
+    name = models.CharField(max_length=100, unique=True)
+    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.RESIDENT)
+    provider = models.ForeignKey(Provider, on_delete=models.PROTECT, related_name="agents")
+    model = models.CharField(max_length=200)
+    participant = models.CharField(max_length=100)
+    system = models.TextField(blank=True, default="")
+    max_tokens = models.PositiveIntegerField(null=True, blank=True)
+    thinking_budget = models.PositiveIntegerField(null=True, blank=True)
+    stream = models.BooleanField(default=True)
+    # Tool definitions offered to the model: [{"name", "description", "input_schema"}].
+    tools = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    # Disposed agents keep their rows (history is never deleted) and their name.
+    disposed_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class HistoryRow(models.Model):
+    class Role(models.TextChoices):
+        USER = "user"
+        ASSISTANT = "assistant"
+        TOOL = "tool"
+        SYSTEM_NOTE = "system-note"
+
+    class State(models.TextChoices):
+        PRESENTED = "presented"
+        SET_ASIDE = "set_aside"
+
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="history")
+    seq = models.PositiveIntegerField()
+    participant = models.CharField(max_length=100)
+    role = models.CharField(max_length=20, choices=Role.choices)
+    # A string, or a list of blocks: text, tool_call, tool_result, thinking.
+    content = models.JSONField()
+    state = models.CharField(max_length=20, choices=State.choices, default=State.PRESENTED)
+    set_aside_at = models.DateTimeField(null=True, blank=True)
+    set_aside_by = models.CharField(max_length=220, blank=True, default="")
+    set_aside_reason = models.CharField(max_length=500, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    edited_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["agent_id", "seq"]
+        constraints = [models.UniqueConstraint(fields=["agent", "seq"], name="history_row_seq_unique")]
+        verbose_name = "history row"
+
+    def __str__(self) -> str:
+        return f"{self.agent_id}#{self.seq} {self.participant} ({self.role})"
+
+
+class ApiToken(models.Model):
+    name = models.CharField(max_length=100)
+    # sha256 of the token; the token itself is printed once and never stored.
+    token_hash = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=12)
+    operator = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+
+class AuditEntry(models.Model):
+    at = models.DateTimeField(auto_now_add=True)
+    actor = models.CharField(max_length=220)
+    action = models.CharField(max_length=100)
+    target = models.CharField(max_length=300)
+    reason = models.CharField(max_length=1000, blank=True, default="")
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-at"]
+        verbose_name_plural = "audit entries"
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action} {self.target}"

@@ -1,0 +1,56 @@
+"""Writes on providers and agents. API handlers, admin actions and commands call these."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from .exceptions import Conflict, bad_field
+from .models import Agent, Provider
+
+
+def provider_create(*, name: str, kind: str, base_url: str, api_key_env: str = "") -> Provider:
+    try:
+        with transaction.atomic():
+            return Provider.objects.create(name=name, kind=kind, base_url=base_url, api_key_env=api_key_env)
+    except IntegrityError:
+        raise Conflict(f"a provider named {name!r} already exists", data={"field": "name"}) from None
+
+
+def agent_create(
+    *,
+    name: str,
+    kind: str,
+    provider: str,
+    model: str,
+    participant: str | None = None,
+    system: str = "",
+    max_tokens: int | None = None,
+    thinking_budget: int | None = None,
+    stream: bool = True,
+    tools: list[dict[str, Any]] | None = None,
+) -> Agent:
+    provider_row = Provider.objects.filter(name=provider).first()
+    if provider_row is None:
+        raise bad_field("provider", f"no provider named {provider!r}")
+    try:
+        with transaction.atomic():
+            return Agent.objects.create(
+                name=name, kind=kind, provider=provider_row, model=model,
+                participant=participant or name, system=system, max_tokens=max_tokens,
+                thinking_budget=thinking_budget, stream=stream, tools=tools or [],
+            )
+    except IntegrityError:
+        raise Conflict(f"the agent name {name!r} is taken (names are never reused)", data={"field": "name"}) from None
+
+
+def agent_update(*, agent: Agent, changes: dict[str, Any]) -> Agent:
+    allowed = {"model", "system", "max_tokens"}
+    fields = [f for f in changes if f in allowed]
+    for field in fields:
+        setattr(agent, field, changes[field])
+    if fields:
+        agent.save(update_fields=fields)
+    return agent
+

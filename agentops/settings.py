@@ -1,0 +1,129 @@
+"""Django settings for agentops. Every value comes from the environment (DESIGN §10)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import dj_database_url
+
+from .conf import env_bool, env_int, env_ms, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+SECRET_KEY = env_str("DJANGO_SECRET_KEY", "agentops-dev-only-not-secret")
+DEBUG = env_bool("DJANGO_DEBUG", False)
+ALLOWED_HOSTS = [h for h in env_str("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",") if h]
+CSRF_TRUSTED_ORIGINS = [o for o in env_str("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "ninja",
+    "agentops",
+    "inference",
+    "waits",
+    "breaker",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "agentops.urls"
+ASGI_APPLICATION = "agentops.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASE_URL = env_str("DATABASE_URL", "postgres:///agentops")
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL], "prefix": "agentops-ch"},
+    }
+}
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "var" / "static"
+
+# Request bodies: anything bigger is refused with a 413 before it is parsed.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("AGENTOPS_MAX_BODY_BYTES", 1_048_576, minimum=1024)
+
+# --- agentops (DESIGN §10) -------------------------------------------------
+AGENTOPS_DEADLINE_RETRY_DELAY_MS = env_ms("AGENTOPS_DEADLINE_RETRY_DELAY_MS", 1000)
+AGENTOPS_WAIT_ALERT_MS = env_ms("AGENTOPS_WAIT_ALERT_MS", 3_600_000)
+AGENTOPS_WAIT_RECHECK_MS = env_ms("AGENTOPS_WAIT_RECHECK_MS", 30_000)
+AGENTOPS_EPHEMERAL_MAX_SLEEP_MS = env_ms("AGENTOPS_EPHEMERAL_MAX_SLEEP_MS", 600_000)
+AGENTOPS_BREAKER_THRESHOLD = env_int("AGENTOPS_BREAKER_THRESHOLD", 3, minimum=1)
+AGENTOPS_BREAKER_SHED_CAP = env_int("AGENTOPS_BREAKER_SHED_CAP", 3, minimum=1)
+AGENTOPS_ALERT_WEBHOOK_COOLDOWN_MS = env_ms("AGENTOPS_ALERT_WEBHOOK_COOLDOWN_MS", 900_000)
+AGENTOPS_FAILURES_LOG = env_str("AGENTOPS_FAILURES_LOG", str(BASE_DIR / "var" / "failures.log"))
+# Raw value; parsed and validated by the system check in inference.checks (DESIGN §5.4).
+AGENTOPS_INFERENCE_BOUNDS = env_str("AGENTOPS_INFERENCE_BOUNDS", "")
+# How long a worker may hold one turn, at most: the absolute bound plus the retry episode.
+AGENTOPS_RETRY_EPISODE_MS = env_ms("AGENTOPS_RETRY_EPISODE_MS", 20 * 60_000)
+AGENTOPS_TURN_SWEEP_S = env_ms("AGENTOPS_TURN_SWEEP_MS", 15_000) / 1000
+
+# --- Celery -----------------------------------------------------------------
+CELERY_BROKER_URL = REDIS_URL
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = env_str("AGENTOPS_CELERY_QUEUE", "agentops")
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Redis redelivers a task that is not acknowledged within the visibility timeout. A turn is
+# acknowledged when it ends, so the timeout must outlast the longest call (the absolute bound,
+# 75 minutes) plus the retry episode; otherwise a running turn would be delivered again.
+_ABSOLUTE_CEILING_MS = 75 * 60_000
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": math.ceil((_ABSOLUTE_CEILING_MS + AGENTOPS_RETRY_EPISODE_MS) / 1000) + 600,
+}
+CELERY_BEAT_SCHEDULE = {
+    "turns-sweep": {"task": "inference.tasks.turns_sweep", "schedule": AGENTOPS_TURN_SWEEP_S},
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("AGENTOPS_LOG_LEVEL", "INFO")},
+    "loggers": {"httpx": {"level": "WARNING"}, "httpcore": {"level": "WARNING"}},
+}
+

@@ -1,0 +1,33 @@
+"""API tokens: created once, stored only as a hash (API.md, Authentication)."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.utils import timezone
+
+from .models import ApiToken
+
+TOKEN_PREFIX = "ao_"
+
+
+def _hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def api_token_create(*, name: str, operator: bool) -> tuple[ApiToken, str]:
+    """Create a token; return the row and the token itself, which is never stored."""
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    row = ApiToken.objects.create(name=name, token_hash=_hash(token), prefix=token[:10], operator=operator)
+    return row, token
+
+
+def api_token_check(token: str) -> ApiToken | None:
+    """The live token row for ``token``, or None."""
+    if not token or len(token) > 200:
+        return None
+    row = ApiToken.objects.filter(token_hash=_hash(token), revoked_at__isnull=True).first()
+    if row is not None:
+        ApiToken.objects.filter(pk=row.pk).update(last_used_at=timezone.now())
+    return row

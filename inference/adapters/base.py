@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..sse import SseEvent
+from ..types import CallOutput, CompiledRequest, Progress
+
+
+@dataclass
+class WireRequest:
+    url: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+class StreamReader(Protocol):
+    def feed(self, event: SseEvent, now_ms: float) -> list[Progress]:
+        """Parse one SSE event (or comment) into progress items; always at least one."""
+
+    def output(self) -> CallOutput: ...
+
+
+class Adapter(Protocol):
+    def build(self, *, base_url: str, api_key: str, request: CompiledRequest) -> WireRequest: ...
+
+    def parse_body(self, data: Any) -> CallOutput: ...
+
+    def reader(self) -> StreamReader: ...
+
+
+def parse_arguments(text: str) -> dict[str, Any]:
+    import json
+
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {"_raw": text}
+    return value if isinstance(value, dict) else {"_value": value}

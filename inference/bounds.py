@@ -1,0 +1,119 @@
+"""The progress bounds: a pure function from a call's state to its next deadline (DESIGN §5.3).
+
+All instants are milliseconds on one clock; ``now`` is never read here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Bound(StrEnum):
+    BEFORE_CONTENT = "before_content"
+    BETWEEN_EVENTS = "between_events"
+    FLAT = "flat"
+    ABSOLUTE = "absolute"
+    WHOLE_CALL = "whole_call"
+
+
+# The setting that raises each bound, named in a cut's message (DESIGN §5.5).
+BOUND_SETTING = {
+    Bound.BEFORE_CONTENT: "AGENTOPS_INFERENCE_BOUNDS.progress_bounds.before_content_ms",
+    Bound.BETWEEN_EVENTS: "AGENTOPS_INFERENCE_BOUNDS.progress_bounds.between_events_ms",
+    Bound.FLAT: "AGENTOPS_INFERENCE_BOUNDS.flat_minimum_ms",
+    Bound.ABSOLUTE: "AGENTOPS_INFERENCE_BOUNDS.absolute_ms",
+    Bound.WHOLE_CALL: "AGENTOPS_INFERENCE_BOUNDS.flat_minimum_ms",
+}
+
+
+@dataclass(frozen=True)
+class BoundsSettings:
+    before_content_ms: float = 60_000
+    between_events_ms: float = 150_000
+    think_tokens_per_second: float = 87
+    flat_minimum_ms: float = 1_862_000
+    absolute_ms: float = 75 * 60_000
+
+    @property
+    def setup_ms(self) -> float:
+        return max(self.before_content_ms, self.between_events_ms)
+
+    def allowance_ms(self, max_tokens: int | None) -> float:
+        if not max_tokens:
+            return 0.0
+        return max_tokens / self.think_tokens_per_second * 1000
+
+
+@dataclass(frozen=True)
+class CallState:
+    """What the reader has seen of one call, as instants in ms (None: not yet)."""
+
+    sent: float
+    streamed: bool
+    max_tokens: int | None = None
+    thinking_start: float | None = None
+    first_content: float | None = None
+    last_model_event: float | None = None
+    # True when the newest model event was a thinking block's start.
+    last_event_was_thinking_start: bool = False
+
+
+@dataclass(frozen=True)
+class Deadline:
+    at: float
+    bound: Bound
+
+
+def next_deadline(state: CallState, settings: BoundsSettings | None) -> Deadline | None:
+    """The earliest deadline that applies to ``state``, or None when bounds are off.
+
+    Ties go to the bound listed first in DESIGN §5.3.
+    """
+    if settings is None:
+        return None
+    allowance = settings.allowance_ms(state.max_tokens)
+    if not state.streamed:
+        if state.max_tokens:
+            return Deadline(state.sent + settings.setup_ms + allowance, Bound.WHOLE_CALL)
+        return Deadline(
+            state.sent + max(settings.setup_ms, settings.flat_minimum_ms), Bound.WHOLE_CALL
+        )
+
+    candidates: list[Deadline] = []
+    if state.first_content is None:
+        at = state.sent + settings.before_content_ms
+        if state.thinking_start is not None:
+            at = max(at, state.thinking_start + allowance)
+        candidates.append(Deadline(at, Bound.BEFORE_CONTENT))
+    else:
+        last = state.last_model_event if state.last_model_event is not None else state.first_content
+        at = last + settings.between_events_ms
+        if state.last_event_was_thinking_start and state.thinking_start is not None:
+            at = max(at, state.thinking_start + allowance)
+        candidates.append(Deadline(at, Bound.BETWEEN_EVENTS))
+    anchor = state.last_model_event if state.last_model_event is not None else state.sent
+    candidates.append(
+        Deadline(anchor + max(settings.setup_ms + allowance, settings.flat_minimum_ms), Bound.FLAT)
+    )
+    candidates.append(Deadline(state.sent + settings.absolute_ms, Bound.ABSOLUTE))
+    return min(candidates, key=lambda d: d.at)
+
+
+def describe_cut(bound: Bound, state: CallState, deadline: Deadline) -> str:
+    """The cut's message: which bound ran out, after how long, and the setting that raises it."""
+    if bound is Bound.BEFORE_CONTENT:
+        span = deadline.at - state.sent
+        what = f"no content for {span:.0f} ms after the request was sent"
+    elif bound is Bound.BETWEEN_EVENTS:
+        last = state.last_model_event if state.last_model_event is not None else state.sent
+        what = f"no model event for {deadline.at - last:.0f} ms after content"
+    elif bound is Bound.FLAT:
+        anchor = state.last_model_event if state.last_model_event is not None else state.sent
+        what = f"no model event for {deadline.at - anchor:.0f} ms"
+    elif bound is Bound.ABSOLUTE:
+        what = f"the call ran for {deadline.at - state.sent:.0f} ms"
+    else:
+        what = f"no complete response for {deadline.at - state.sent:.0f} ms"
+    label = bound.value.replace("_", "-")
+    return f"{what} ({label} bound; the setting for this bound: {BOUND_SETTING[bound]})"

@@ -1,0 +1,229 @@
+"""Making one provider call and reading it under the progress bounds (DESIGN §5.2, §5.3, §5.5).
+
+The reader runs in its own task and hands parsed events to the watcher through a queue; the
+watcher waits on that queue only until the next deadline. Bytes arriving do not move a deadline:
+only model events do, so keepalives or a trickle cannot keep a stalled call alive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from .adapters import Adapter, WireRequest
+from .bounds import Bound, BoundsSettings, CallState, describe_cut, next_deadline
+from .classify import classify_exception, classify_http
+from .sse import SseParser
+from .types import CallOutput, ProviderError
+
+# How often the watcher asks whether the call should be aborted (a cancel, a shutdown).
+ABORT_POLL_S = 0.25
+# An error body past this is not read further: only a bounded part of it is ever kept.
+ERROR_BODY_CAP = 4 * 1024 * 1024
+CONNECT_TIMEOUT_S = 30.0
+
+
+def now_ms() -> float:
+    return time.time() * 1000
+
+
+@dataclass
+class Timeline:
+    sent: float
+    headers: float | None = None
+    first_event: float | None = None
+    first_content: float | None = None
+    thinking_start: float | None = None
+    last_event: float | None = None
+    ended: float | None = None
+    model_events: int = 0
+    keepalives: int = 0
+    last_event_was_thinking_start: bool = False
+
+    def state(self, *, streamed: bool, max_tokens: int | None) -> CallState:
+        return CallState(
+            sent=self.sent,
+            streamed=streamed,
+            max_tokens=max_tokens,
+            thinking_start=self.thinking_start,
+            first_content=self.first_content,
+            last_model_event=self.last_event,
+            last_event_was_thinking_start=self.last_event_was_thinking_start,
+        )
+
+
+@dataclass
+class CallResult:
+    outcome: str  # completed | cut | error | aborted
+    timeline: Timeline
+    output: CallOutput | None = None
+    error: ProviderError | None = None
+    bound: Bound | None = None
+    bound_deadline: float | None = None
+    lateness_ms: float | None = None
+
+
+DeltaHook = Callable[[str], Awaitable[None]]
+AbortCheck = Callable[[], Awaitable[bool]]
+
+
+async def perform_call(
+    *,
+    adapter: Adapter,
+    wire: WireRequest,
+    streamed: bool,
+    max_tokens: int | None,
+    bounds: BoundsSettings | None,
+    on_delta: DeltaHook | None = None,
+    should_abort: AbortCheck | None = None,
+    on_sent: Callable[[float], Awaitable[None]] | None = None,
+) -> CallResult:
+    queue: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
+    timeline = Timeline(sent=now_ms())
+    if on_sent is not None:
+        await on_sent(timeline.sent)
+
+    async def pump(client: httpx.AsyncClient) -> None:
+        try:
+            async with client.stream("POST", wire.url, json=wire.body, headers=wire.headers) as resp:
+                await queue.put(("headers",))
+                if resp.status_code >= 400:
+                    chunks: list[bytes] = []
+                    size = 0
+                    async for chunk in resp.aiter_bytes():
+                        chunks.append(chunk)
+                        size += len(chunk)
+                        if size >= ERROR_BODY_CAP:
+                            break
+                    body = b"".join(chunks)[:ERROR_BODY_CAP]
+                    await queue.put(("error_body", resp.status_code, dict(resp.headers), body))
+                elif streamed:
+                    parser = SseParser()
+                    async for line in resp.aiter_lines():
+                        event = parser.feed_line(line.rstrip("\r\n"))
+                        if event is not None:
+                            await queue.put(("sse", event))
+                    await queue.put(("eof",))
+                else:
+                    await queue.put(("body", await resp.aread()))
+        except httpx.HTTPError as exc:
+            await queue.put(("exc", exc))
+
+    reader = adapter.reader()
+    result: CallResult | None = None
+    last_abort_check = 0.0
+    timeout = httpx.Timeout(None, connect=CONNECT_TIMEOUT_S)
+    async with httpx.AsyncClient(timeout=timeout) as client:
+        task = asyncio.create_task(pump(client))
+        try:
+            while result is None:
+                now = now_ms()
+                deadline = next_deadline(timeline.state(streamed=streamed, max_tokens=max_tokens), bounds)
+                if deadline is not None and now >= deadline.at:
+                    message = describe_cut(deadline.bound, timeline.state(streamed=streamed, max_tokens=max_tokens), deadline)
+                    result = CallResult(
+                        outcome="cut",
+                        timeline=timeline,
+                        error=ProviderError(type="timeout", message=message, retryable=False, bound=deadline.bound.value),
+                        bound=deadline.bound,
+                        bound_deadline=deadline.at,
+                        lateness_ms=now - deadline.at,
+                    )
+                    break
+                if should_abort is not None and now - last_abort_check >= ABORT_POLL_S * 1000:
+                    last_abort_check = now
+                    if await should_abort():
+                        result = CallResult(
+                            outcome="aborted",
+                            timeline=timeline,
+                            error=ProviderError(type="aborted", message="the call was aborted", retryable=False),
+                        )
+                        break
+                wait_s = ABORT_POLL_S
+                if deadline is not None:
+                    wait_s = min(wait_s, max((deadline.at - now) / 1000, 0))
+                try:
+                    item = await asyncio.wait_for(queue.get(), timeout=wait_s)
+                except TimeoutError:
+                    continue
+                result = await _handle(item, adapter, reader, timeline, streamed, on_delta)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    timeline.ended = now_ms()
+    return result
+
+
+async def _handle(
+    item: tuple[Any, ...],
+    adapter: Adapter,
+    reader: Any,
+    timeline: Timeline,
+    streamed: bool,
+    on_delta: DeltaHook | None,
+) -> CallResult | None:
+    """Apply one queue item to the timeline; return a result when the call is over."""
+    now = now_ms()
+    kind = item[0]
+    if kind == "headers":
+        timeline.headers = now
+        timeline.keepalives += 1
+        return None
+    if kind == "error_body":
+        status, headers = item[1], item[2]
+        text = item[3].decode("utf-8", errors="replace")
+        return CallResult(outcome="error", timeline=timeline, error=classify_http(status, headers, text, now))
+    if kind == "exc":
+        return CallResult(outcome="error", timeline=timeline, error=classify_exception(item[1]))
+    if kind == "body":
+        try:
+            data = json.loads(item[1])
+        except ValueError:
+            return CallResult(
+                outcome="error",
+                timeline=timeline,
+                error=ProviderError(type="unknown", message="the provider's response body is not JSON"),
+            )
+        timeline.first_event = timeline.last_event = now
+        timeline.model_events += 1
+        output = adapter.parse_body(data)
+        if output.blocks:
+            timeline.first_content = now
+        return CallResult(outcome="completed", timeline=timeline, output=output)
+    if kind == "eof":
+        output = reader.output()
+        if output.stop_reason:
+            return CallResult(outcome="completed", timeline=timeline, output=output)
+        return CallResult(
+            outcome="error",
+            timeline=timeline,
+            error=ProviderError(type="network", message="the stream ended before the response was complete", retryable=True),
+        )
+    # An SSE event.
+    for progress in reader.feed(item[1], now):
+        if progress.error is not None:
+            return CallResult(outcome="error", timeline=timeline, error=progress.error)
+        if progress.model_event:
+            timeline.model_events += 1
+            if timeline.first_event is None:
+                timeline.first_event = now
+            timeline.last_event = now
+            timeline.last_event_was_thinking_start = progress.thinking_start
+            if progress.thinking_start and timeline.thinking_start is None:
+                timeline.thinking_start = now
+            if progress.content and timeline.first_content is None:
+                timeline.first_content = now
+        else:
+            timeline.keepalives += 1
+        if progress.text_delta and on_delta is not None:
+            await on_delta(progress.text_delta)
+        if progress.done:
+            output = reader.output()
+            return CallResult(outcome="completed", timeline=timeline, output=output)
+    return None

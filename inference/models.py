@@ -1,0 +1,103 @@
+"""Turns and the per-call timeline rows (DESIGN §4, §5.1, §5.2)."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from agentops.models import Agent, HistoryRow
+
+
+class Turn(models.Model):
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        HELD = "held"
+        REQUIRES_ACTION = "requires_action"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        EXHAUSTED = "exhausted"
+        CANCELLED = "cancelled"
+
+    OPEN = (Status.QUEUED, Status.RUNNING, Status.HELD, Status.REQUIRES_ACTION)
+    JOINABLE = (Status.QUEUED, Status.HELD)
+    ENDED = (Status.SUCCEEDED, Status.FAILED, Status.EXHAUSTED, Status.CANCELLED)
+
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="turns")
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED)
+    trigger_rows = models.ManyToManyField(HistoryRow, related_name="triggered_turns", blank=True)
+    hold_until = models.DateTimeField(null=True, blank=True)
+    hold_reason = models.CharField(max_length=600, blank=True, default="")
+    attempts = models.PositiveIntegerField(default=0)
+    rounds = models.PositiveIntegerField(default=0)
+    # Tool calls handed out in the last round, awaiting results: [{"id", "name", "arguments"}].
+    pending_tool_calls = models.JSONField(default=list, blank=True)
+    output = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    note = models.ForeignKey(
+        HistoryRow, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    retry_episode_started_at = models.DateTimeField(null=True, blank=True)
+    claimed_by = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["agent", "status"])]
+
+    def __str__(self) -> str:
+        return f"turn {self.pk} of {self.agent_id} ({self.status})"
+
+
+class InferenceCall(models.Model):
+    class Kind(models.TextChoices):
+        PRIMARY = "primary"
+        AUXILIARY = "auxiliary"
+        PROBE = "probe"
+
+    class Outcome(models.TextChoices):
+        COMPLETED = "completed"
+        CUT = "cut"
+        ERROR = "error"
+        DEFERRED = "deferred"
+        ABORTED = "aborted"
+
+    class Bound(models.TextChoices):
+        BEFORE_CONTENT = "before_content"
+        BETWEEN_EVENTS = "between_events"
+        FLAT = "flat"
+        ABSOLUTE = "absolute"
+        WHOLE_CALL = "whole_call"
+
+    turn = models.ForeignKey(Turn, null=True, blank=True, on_delete=models.CASCADE, related_name="calls")
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="calls")
+    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.PRIMARY)
+    model = models.CharField(max_length=200)
+    streamed = models.BooleanField()
+    max_tokens = models.PositiveIntegerField(null=True, blank=True)
+    round = models.PositiveIntegerField(default=0)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    headers_at = models.DateTimeField(null=True, blank=True)
+    first_event_at = models.DateTimeField(null=True, blank=True)
+    first_content_at = models.DateTimeField(null=True, blank=True)
+    thinking_started_at = models.DateTimeField(null=True, blank=True)
+    last_event_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    model_events = models.PositiveIntegerField(default=0)
+    keepalives = models.PositiveIntegerField(default=0)
+    # Null while the call is in flight.
+    outcome = models.CharField(max_length=20, choices=Outcome.choices, null=True, blank=True)
+    stop_reason = models.CharField(max_length=50, blank=True, default="")
+    bound = models.CharField(max_length=20, choices=Bound.choices, null=True, blank=True)
+    bound_deadline = models.DateTimeField(null=True, blank=True)
+    cut_lateness_ms = models.FloatField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        verbose_name = "inference call"
+
+    def __str__(self) -> str:
+        return f"call {self.pk} ({self.kind}, {self.model}, {self.outcome or 'in flight'})"

@@ -1,0 +1,262 @@
+"""Running an agent's turns: one at a time per agent, across any number of workers (DESIGN §5.1).
+
+Exclusivity is a PostgreSQL session-level advisory lock per agent, held by the worker's database
+connection while it runs the agent's turns. A worker that dies drops its connection and so its
+lock; a redelivered task then resumes the turn it left ``running``. A duplicate delivery finds
+the lock taken (or the turn ended) and does nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+
+import redis
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from agentops.live import broadcast_turn_event, send_turn_event
+from agentops.models import Agent, HistoryRow
+
+from .adapters import adapter_for
+from .client import CallResult, perform_call
+from .compile import compile_request
+from .config import bounds_settings
+from .models import InferenceCall, Turn
+from .notes import failure_note_text
+from .policy import Action, PolicySettings, RetryState, decide
+from .services import cancel_key, history_append
+from .types import CallOutput, ProviderError
+
+logger = logging.getLogger(__name__)
+
+# Advisory lock keys are bigints; this offset keeps agentops' keys apart from anyone else's.
+_LOCK_BASE = 0x4147_0000_0000
+WORKER_NAME = f"{socket.gethostname()}:{os.getpid()}"
+
+
+@contextmanager
+def agent_turn_lock(agent_id: int) -> Iterator[bool]:
+    """Try to take the agent's turn lock on this connection; yield whether it was taken."""
+    key = _LOCK_BASE + agent_id
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
+        taken = bool(cursor.fetchone()[0])
+    try:
+        yield taken
+    finally:
+        if taken:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
+
+
+def next_turn_id(agent_id: int) -> int | None:
+    """The agent's next turn to run, or None. A turn waiting for tool results blocks the
+    turns behind it: their request would carry a tool call without its result."""
+    open_turns = Turn.objects.filter(agent_id=agent_id, status__in=[Turn.Status.QUEUED, Turn.Status.RUNNING, Turn.Status.REQUIRES_ACTION]).order_by("id")
+    first = open_turns.values("id", "status").first()
+    if first is None or first["status"] == Turn.Status.REQUIRES_ACTION:
+        return None
+    return int(first["id"])
+
+
+def agent_drain(agent_id: int) -> None:
+    """Run the agent's queued turns in order while this worker holds its lock."""
+    with agent_turn_lock(agent_id) as taken:
+        if not taken:
+            logger.debug("agent %s: another worker holds its turn lock", agent_id)
+            return
+        while (turn_id := next_turn_id(agent_id)) is not None:
+            turn_run(turn_id)
+
+
+def _policy_settings() -> PolicySettings:
+    return PolicySettings(
+        deadline_retry_delay_ms=settings.AGENTOPS_DEADLINE_RETRY_DELAY_MS,
+        pacing_floor_ms=getattr(settings, "AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS", 60_000),
+        retry_episode_ms=settings.AGENTOPS_RETRY_EPISODE_MS,
+    )
+
+
+def turn_run(turn_id: int) -> None:
+    """Run one turn's rounds until it succeeds, fails, needs tool results or is cancelled.
+    Call only while holding the agent's turn lock."""
+    now = timezone.now()
+    claimed = Turn.objects.filter(pk=turn_id, status__in=[Turn.Status.QUEUED, Turn.Status.RUNNING]).update(
+        status=Turn.Status.RUNNING,
+        claimed_by=WORKER_NAME,
+        started_at=Coalesce(F("started_at"), now),
+        attempts=F("attempts") + 1,
+    )
+    if not claimed:
+        return
+    broadcast_turn_event(turn_id, {"type": "turn.status", "turn": turn_id, "status": Turn.Status.RUNNING})
+    state = RetryState()
+    rng = random.Random()
+    while True:
+        turn = Turn.objects.select_related("agent__provider").get(pk=turn_id)
+        if turn.status != Turn.Status.RUNNING:
+            return
+        result, call = _call_once(turn)
+        if _turn_status(turn_id) != Turn.Status.RUNNING:
+            return  # cancelled while the call was out: never turned into a retry
+        if result.outcome == "completed" and result.output is not None:
+            output = result.output
+            if not output.text and not output.tool_calls and output.stop_reason == "max_tokens":
+                error = ProviderError(
+                    type="unknown",
+                    provider_code="empty_length_stop",
+                    message="the model stopped at its output limit with no text and no tool call; the same request would run away again",
+                )
+                InferenceCall.objects.filter(pk=call.pk).update(outcome=InferenceCall.Outcome.ERROR, error=error.as_dict())
+                _turn_fail(turn, error, status=Turn.Status.FAILED, timed_out_again=False)
+                return
+            _turn_complete(turn, output)
+            return
+        error = result.error or ProviderError(type="unknown", message="the call failed without an error")
+        decision, state = decide(error, state, now_ms=time.time() * 1000, settings=_policy_settings(), jitter=rng.random())
+        if decision.action is Action.RETRY:
+            logger.info(
+                "agent %s turn %s: %s (%s); calling again in %.0f ms",
+                turn.agent.name, turn_id, error.type, error.message[:200], decision.delay_ms,
+            )
+            if not _sleep_unless_cancelled(turn_id, decision.delay_ms / 1000):
+                return
+            continue
+        status = Turn.Status.EXHAUSTED if decision.action is Action.EXHAUST else Turn.Status.FAILED
+        _turn_fail(turn, error, status=status, timed_out_again=decision.timed_out_again)
+        return
+
+
+def _turn_status(turn_id: int) -> str:
+    return str(Turn.objects.values_list("status", flat=True).get(pk=turn_id))
+
+
+def _sleep_unless_cancelled(turn_id: int, seconds: float) -> bool:
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        time.sleep(min(left, 0.25))
+        if _turn_status(turn_id) != Turn.Status.RUNNING:
+            return False
+    return True
+
+
+def _ms_to_dt(ms: float | None) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def _call_once(turn: Turn) -> tuple[CallResult, InferenceCall]:
+    agent = turn.agent
+    rows = list(HistoryRow.objects.filter(agent=agent, state=HistoryRow.State.PRESENTED).order_by("seq"))
+    request = compile_request(agent, rows)
+    adapter = adapter_for(agent.provider.kind)
+    api_key = os.environ.get(agent.provider.api_key_env, "") if agent.provider.api_key_env else ""
+    wire = adapter.build(base_url=agent.provider.base_url, api_key=api_key, request=request)
+    call = InferenceCall.objects.create(
+        turn=turn, agent=agent, kind=InferenceCall.Kind.PRIMARY, model=request.model,
+        streamed=request.stream, max_tokens=request.max_tokens, round=turn.rounds,
+    )
+    result = asyncio.run(_perform(turn.pk, call, adapter, wire, request.stream, request.max_tokens))
+    _record_call(call, result)
+    broadcast_turn_event(turn.pk, {"type": "call.ended", "turn": turn.pk, "call": call.pk, "outcome": result.outcome})
+    return result, call
+
+
+async def _perform(turn_id: int, call: InferenceCall, adapter, wire, streamed: bool, max_tokens: int | None) -> CallResult:  # type: ignore[no-untyped-def]
+    cancel_client = redis.asyncio.Redis.from_url(settings.REDIS_URL)
+
+    async def on_sent(sent_ms: float) -> None:
+        await send_turn_event(turn_id, {"type": "call.started", "turn": turn_id, "call": call.pk, "model": call.model, "streamed": streamed})
+
+    async def on_delta(text: str) -> None:
+        await send_turn_event(turn_id, {"type": "call.delta", "turn": turn_id, "call": call.pk, "text": text})
+
+    async def should_abort() -> bool:
+        return bool(await cancel_client.exists(cancel_key(turn_id)))
+
+    try:
+        return await perform_call(
+            adapter=adapter, wire=wire, streamed=streamed, max_tokens=max_tokens,
+            bounds=bounds_settings(), on_delta=on_delta, should_abort=should_abort, on_sent=on_sent,
+        )
+    finally:
+        await cancel_client.aclose()
+
+
+def _record_call(call: InferenceCall, result: CallResult) -> None:
+    t = result.timeline
+    InferenceCall.objects.filter(pk=call.pk).update(
+        sent_at=_ms_to_dt(t.sent),
+        headers_at=_ms_to_dt(t.headers),
+        first_event_at=_ms_to_dt(t.first_event),
+        first_content_at=_ms_to_dt(t.first_content),
+        thinking_started_at=_ms_to_dt(t.thinking_start),
+        last_event_at=_ms_to_dt(t.last_event),
+        ended_at=_ms_to_dt(t.ended),
+        model_events=t.model_events,
+        keepalives=t.keepalives,
+        outcome=result.outcome,
+        stop_reason=result.output.stop_reason if result.output else "",
+        bound=result.bound.value if result.bound else None,
+        bound_deadline=_ms_to_dt(result.bound_deadline),
+        cut_lateness_ms=result.lateness_ms,
+        error=result.error.as_dict() if result.error else None,
+    )
+
+
+def _turn_complete(turn: Turn, output: CallOutput) -> None:
+    now = timezone.now()
+    with transaction.atomic():
+        locked = Turn.objects.select_for_update().get(pk=turn.pk)
+        if locked.status != Turn.Status.RUNNING:
+            return
+        agent = Agent.objects.select_for_update().get(pk=turn.agent_id)
+        history_append(agent=agent, participant=agent.participant, role=HistoryRow.Role.ASSISTANT, content=output.blocks)
+        calls = output.tool_calls
+        locked.output = {"content": output.text, "stop_reason": output.stop_reason, "tool_calls": calls}
+        locked.rounds += 1
+        locked.error = None
+        if calls:
+            locked.status = Turn.Status.REQUIRES_ACTION
+            locked.pending_tool_calls = calls
+        else:
+            locked.status = Turn.Status.SUCCEEDED
+            locked.ended_at = now
+        locked.save(update_fields=["output", "rounds", "error", "status", "pending_tool_calls", "ended_at"])
+        broadcast_turn_event(turn.pk, {"type": "turn.status", "turn": turn.pk, "status": locked.status})
+        if locked.status == Turn.Status.SUCCEEDED:
+            broadcast_turn_event(turn.pk, {"type": "turn.ended", "turn": turn.pk, "status": locked.status})
+
+
+def _turn_fail(turn: Turn, error: ProviderError, *, status: str, timed_out_again: bool) -> None:
+    now = timezone.now()
+    with transaction.atomic():
+        locked = Turn.objects.select_for_update().get(pk=turn.pk)
+        if locked.status != Turn.Status.RUNNING:
+            return
+        agent = Agent.objects.select_for_update().get(pk=turn.agent_id)
+        note = history_append(
+            agent=agent, participant="agentops", role=HistoryRow.Role.SYSTEM_NOTE,
+            content=failure_note_text(error, timed_out_again=timed_out_again),
+        )
+        locked.status = status
+        locked.error = error.as_dict()
+        locked.note = note
+        locked.ended_at = now
+        locked.save(update_fields=["status", "error", "note", "ended_at"])
+        logger.warning(
+            "agent %s turn %s %s: %s (%s, HTTP %s)", agent.name, turn.pk, status, error.message[:300], error.type, error.http_status,
+        )
+        broadcast_turn_event(turn.pk, {"type": "turn.status", "turn": turn.pk, "status": status})
+        broadcast_turn_event(turn.pk, {"type": "turn.ended", "turn": turn.pk, "status": status})
+

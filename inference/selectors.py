@@ -1,0 +1,105 @@
+"""Reads of turns and calls, and of an agent's live state, for the API, admin and dashboard."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentops.exceptions import NotFound
+from agentops.models import Agent
+
+from .models import InferenceCall, Turn
+
+_AGENT_STATUS = {
+    Turn.Status.QUEUED: "queued",
+    Turn.Status.RUNNING: "running",
+    Turn.Status.HELD: "held",
+    Turn.Status.REQUIRES_ACTION: "requires_action",
+}
+
+
+def agent_current_turn(agent: Agent) -> Turn | None:
+    """The agent's open turn that is furthest along (running before held before queued)."""
+    open_turns = list(Turn.objects.filter(agent=agent, status__in=Turn.OPEN).order_by("id"))
+    for status in (Turn.Status.RUNNING, Turn.Status.REQUIRES_ACTION, Turn.Status.HELD, Turn.Status.QUEUED):
+        for turn in open_turns:
+            if turn.status == status:
+                return turn
+    return None
+
+
+def agent_failure_streak(agent: Agent) -> int:
+    """Terminal failed turns in a row, newest first, up to the last completed one."""
+    streak = 0
+    for status in Turn.objects.filter(agent=agent, status__in=Turn.ENDED).exclude(status=Turn.Status.CANCELLED).order_by("-id").values_list("status", flat=True)[:1000]:
+        if status == Turn.Status.SUCCEEDED:
+            break
+        streak += 1
+    return streak
+
+
+def agent_out(agent: Agent) -> dict[str, Any]:
+    current = agent_current_turn(agent)
+    return {
+        "name": agent.name,
+        "kind": agent.kind,
+        "provider": agent.provider.name,
+        "model": agent.model,
+        "participant": agent.participant,
+        "system": agent.system,
+        "max_tokens": agent.max_tokens,
+        "thinking_budget": agent.thinking_budget,
+        "stream": agent.stream,
+        "tools": agent.tools,
+        "status": _AGENT_STATUS.get(current.status, "idle") if current else "idle",
+        "failure_streak": agent_failure_streak(agent),
+        "holds": [],
+        "current_turn": current.pk if current else None,
+        "created_at": agent.created_at,
+    }
+
+
+def call_out(call: InferenceCall) -> dict[str, Any]:
+    return {
+        "id": call.pk,
+        "kind": call.kind,
+        "model": call.model,
+        "streamed": call.streamed,
+        "sent_at": call.sent_at,
+        "first_event_at": call.first_event_at,
+        "first_content_at": call.first_content_at,
+        "last_event_at": call.last_event_at,
+        "ended_at": call.ended_at,
+        "model_events": call.model_events,
+        "keepalives": call.keepalives,
+        "outcome": call.outcome,
+        "bound": call.bound,
+        "bound_deadline": call.bound_deadline,
+        "cut_lateness_ms": call.cut_lateness_ms,
+        "error": call.error,
+    }
+
+
+def turn_get(*, turn_id: int) -> Turn:
+    turn = Turn.objects.select_related("agent", "note").filter(pk=turn_id).first()
+    if turn is None:
+        raise NotFound(f"no turn with id {turn_id}", data={"field": "id"})
+    return turn
+
+
+def turn_out(turn: Turn) -> dict[str, Any]:
+    return {
+        "id": turn.pk,
+        "agent": turn.agent.name,
+        "status": turn.status,
+        "held_until": turn.hold_until,
+        "hold_reason": turn.hold_reason,
+        "attempts": turn.attempts,
+        "rounds": turn.rounds,
+        "output": turn.output,
+        "note": turn.note.content if turn.note else None,
+        "error": turn.error,
+        "pending_tool_calls": turn.pending_tool_calls,
+        "calls": [call_out(c) for c in turn.calls.order_by("id")],
+        "created_at": turn.created_at,
+        "ended_at": turn.ended_at,
+    }

@@ -1,0 +1,38 @@
+"""A small Server-Sent Events parser that keeps comments (they are keepalives, DESIGN §5.2)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class SseEvent:
+    event: str
+    data: str
+    comment: bool = False
+
+
+class SseParser:
+    """Feed decoded lines (without their line ending); collect complete events."""
+
+    def __init__(self) -> None:
+        self._event = ""
+        self._data: list[str] = []
+
+    def feed_line(self, line: str) -> SseEvent | None:
+        if line == "":
+            if not self._data and not self._event:
+                return None
+            event = SseEvent(self._event or "message", "\n".join(self._data))
+            self._event, self._data = "", []
+            return event
+        if line.startswith(":"):
+            return SseEvent("", line[1:].strip(), comment=True)
+        name, _, value = line.partition(":")
+        if value.startswith(" "):
+            value = value[1:]
+        if name == "event":
+            self._event = value
+        elif name == "data":
+            self._data.append(value)
+        return None

@@ -1,0 +1,87 @@
+"""Plain values that travel between the compiler, the adapters, the reader and the policy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Role = Literal["user", "assistant"]
+
+
+@dataclass
+class Message:
+    """One provider-neutral message: a role and blocks.
+
+    Block shapes: {"type": "text", "text"}, {"type": "thinking", "thinking", "signature"?},
+    {"type": "tool_call", "id", "name", "arguments": dict},
+    {"type": "tool_result", "tool_call_id", "content": str}.
+    """
+
+    role: Role
+    blocks: list[dict[str, Any]]
+
+
+@dataclass
+class CompiledRequest:
+    model: str
+    system: str
+    messages: list[Message]
+    max_tokens: int | None
+    stream: bool
+    thinking_budget: int | None = None
+    tools: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class ProviderError:
+    """A classified failure (DESIGN §5.6). Travels as a value, stored as ``as_dict()``."""
+
+    type: str
+    message: str
+    http_status: int | None = None
+    provider_code: str | None = None
+    retryable: bool = False
+    # None: no stated wait. float('inf') / nan: "until released" (kept as None + flag in JSON).
+    retry_after_ms: float | None = None
+    bound: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        wait = self.retry_after_ms
+        return {
+            "type": self.type,
+            "http_status": self.http_status,
+            "provider_code": self.provider_code,
+            "message": self.message,
+            "retryable": self.retryable,
+            "retry_after_ms": wait if wait is None or wait == wait and abs(wait) != float("inf") else None,
+            "until_released": wait is not None and (wait != wait or abs(wait) == float("inf")),
+        }
+
+
+@dataclass
+class CallOutput:
+    """What a completed call produced, in provider-neutral blocks."""
+
+    blocks: list[dict[str, Any]] = field(default_factory=list)
+    stop_reason: str = ""
+    usage: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        return "".join(b["text"] for b in self.blocks if b["type"] == "text")
+
+    @property
+    def tool_calls(self) -> list[dict[str, Any]]:
+        return [b for b in self.blocks if b["type"] == "tool_call"]
+
+
+@dataclass
+class Progress:
+    """One parsed wire event, as the reader counts it (DESIGN §5.2)."""
+
+    model_event: bool
+    content: bool = False
+    thinking_start: bool = False
+    text_delta: str = ""
+    error: ProviderError | None = None
+    done: bool = False
