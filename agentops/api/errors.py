@@ -19,6 +19,9 @@ def error_response(api: NinjaAPI, request: HttpRequest, status: int, code: str, 
     return api.create_response(request, {"code": code, "message": message, "data": data or {}}, status=status)
 
 
+_PYDANTIC_BRANCHES = {"str", "int", "float", "bool", "none", "dict", "list"}
+
+
 def _field_path(loc: tuple[Any, ...] | list[Any]) -> str:
     parts = [str(p) for p in loc]
     # ninja prefixes the location with where the value came from and the parameter's name.
@@ -30,7 +33,7 @@ def _field_path(loc: tuple[Any, ...] | list[Any]) -> str:
     for part in parts:
         if part.isdigit():
             path += f"[{part}]"
-        elif part.startswith(("function-", "union[", "list[", "literal[", "str", "int", "bool")):
+        elif "[" in part or part in _PYDANTIC_BRANCHES:
             continue  # pydantic's names for union branches, not fields
         else:
             path += ("." if path else "") + part

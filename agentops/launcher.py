@@ -1,0 +1,166 @@
+"""`make run` and `make test`: start what is missing, then the service or the suite.
+
+With DATABASE_URL / REDIS_URL unset, a real PostgreSQL and Redis are started from Python wheels
+under ./var/ (agentops.embedded) and stopped again on the way out. Nothing here imports Django
+settings: they read the URLs this module puts in the environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .embedded import EmbeddedService, start_postgres, start_redis
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = BASE_DIR / "var"
+PY = sys.executable
+
+
+def _services(env: dict[str, str]) -> list[EmbeddedService]:
+    started: list[EmbeddedService] = []
+    if not env.get("DATABASE_URL"):
+        print("DATABASE_URL is not set: starting an embedded PostgreSQL under var/postgres", flush=True)
+        pg = start_postgres(VAR_DIR)
+        started.append(pg)
+        env["DATABASE_URL"] = pg.url
+    if not env.get("REDIS_URL"):
+        print("REDIS_URL is not set: starting an embedded Redis under var/redis", flush=True)
+        try:
+            rd = start_redis(VAR_DIR)
+        except BaseException:
+            for service in started:
+                service.stop()
+            raise
+        started.append(rd)
+        env["REDIS_URL"] = rd.url
+    return started
+
+
+def _start_standin(env: dict[str, str], port: int) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [PY, "-m", "inference.standin", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=BASE_DIR, env=env, stdout=subprocess.PIPE, text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    if not line.startswith("standin listening on "):
+        proc.kill()
+        raise SystemExit(f"the stand-in provider did not start (it printed {line!r})")
+    return proc, line.removeprefix("standin listening on ")
+
+
+def run(env: dict[str, str]) -> int:
+    env.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    port = int(env.get("AGENTOPS_PORT", "8000"))
+    subprocess.run([PY, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=BASE_DIR, env=env, check=True)
+    children: list[subprocess.Popen[str]] = []
+    try:
+        standin, standin_url = _start_standin(env, int(env.get("AGENTOPS_STANDIN_PORT", "0")))
+        children.append(standin)
+        seeded = subprocess.run(
+            [PY, "manage.py", "seed_demo", "--standin-url", standin_url, "--credentials", str(VAR_DIR / "demo-credentials.json")],
+            cwd=BASE_DIR, env=env, check=True, capture_output=True, text=True,
+        )
+        sys.stdout.write(seeded.stdout)
+        creds = json.loads((VAR_DIR / "demo-credentials.json").read_text())
+        commands = [
+            [PY, "-m", "uvicorn", "agentops.asgi:application", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
+            [PY, "-m", "celery", "-A", "agentops", "worker", "-l", "info", "-c", "2", "-n", "agentops-worker@%h"],
+            [PY, "-m", "celery", "-A", "agentops", "beat", "-l", "info", "-s", str(VAR_DIR / "celerybeat-schedule")],
+        ]
+        for command in commands:
+            children.append(subprocess.Popen(command, cwd=BASE_DIR, env=env, text=True))
+        base = f"http://127.0.0.1:{port}"
+        _wait_http(f"{base}/health", timeout=30)
+        token = creds["api_token"]
+        print(
+            "\n".join(
+                [
+                    "",
+                    "agentops is running. Ctrl-C stops everything this command started.",
+                    f"  API:        {base}/api/v1/   (docs: {base}/api/v1/docs)",
+                    f"  admin:      {base}/admin/    (user {creds['admin_user']}, password {creds['admin_password']})",
+                    f"  stand-in:   {standin_url}",
+                    f"  API token:  {token}   (operator; kept in var/demo-credentials.json)",
+                    "",
+                    "Submit a turn to the demo agent:",
+                    f"  curl -s -X POST {base}/api/v1/agents/demo/turns -H 'Authorization: Bearer {token}' "
+                    "-H 'Content-Type: application/json' -d '{\"messages\": [{\"participant\": \"alice\", \"content\": \"Hello there\"}]}'",
+                    "Then read the answer (use the id it printed):",
+                    f"  curl -s {base}/api/v1/turns/ID -H 'Authorization: Bearer {token}'",
+                    f"  curl -s {base}/api/v1/agents/demo/history -H 'Authorization: Bearer {token}'",
+                    "",
+                ]
+            ),
+            flush=True,
+        )
+        while all(child.poll() is None for child in children):
+            time.sleep(0.5)
+        failed = [c.args for c in children if c.poll() is not None]
+        print(f"a process stopped on its own: {failed[0]}; stopping the rest", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\nstopping…", flush=True)
+        return 0
+    finally:
+        _stop_children(children)
+
+
+def _wait_http(url: str, *, timeout: float) -> None:
+    import urllib.request
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.3)
+    raise SystemExit(f"the web app did not answer {url} within {timeout:.0f} s")
+
+
+def _stop_children(children: list[subprocess.Popen[str]]) -> None:
+    for child in children:
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+    end = time.monotonic() + 15
+    for child in children:
+        try:
+            child.wait(timeout=max(end - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in ("run", "test"):
+        print("usage: python -m agentops.launcher run | test [-- pytest args]", file=sys.stderr)
+        return 2
+    env = dict(os.environ)
+    VAR_DIR.mkdir(exist_ok=True)
+    services = _services(env)
+    # The launcher's own SIGTERM (from a supervisor) is handled like Ctrl-C.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        if argv[0] == "test":
+            rest = argv[1:]
+            if rest and rest[0] == "--":
+                rest = rest[1:]
+            return subprocess.call([PY, "-m", "pytest", *[a for a in rest if a]], cwd=BASE_DIR, env=env)
+        return run(env)
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        for service in reversed(services):
+            service.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,155 @@
+"""Shared test harness: the stand-in provider and real Celery workers, as real processes.
+
+Tests that involve a worker use ``django_db(transaction=True)`` so the worker (another process,
+another connection) sees their rows.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+import redis
+from django.conf import settings
+from django.test import Client
+
+from agentops.celery import app as celery_app
+from agentops.models import Agent, Provider
+from agentops.tokens import api_token_create
+from tests.factories import AgentFactory
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+LOG_DIR = BASE_DIR / "var" / "test-logs"
+QUEUE = f"agentops-test-{socket.gethostname()}-{os.getpid()}"
+
+
+def wait_for(predicate: Callable[[], Any], *, timeout: float = 20.0, interval: float = 0.05, what: str = "condition") -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail the test after ``timeout``."""
+    end = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > end:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+def _database_url() -> str:
+    db = settings.DATABASES["default"]
+    auth = quote(db.get("USER") or "")
+    if db.get("PASSWORD"):
+        auth += ":" + quote(db["PASSWORD"])
+    host = db.get("HOST") or ""
+    port = f":{db['PORT']}" if db.get("PORT") else ""
+    netloc = f"{auth}@{host}{port}" if auth else f"{host}{port}"
+    return f"postgres://{netloc}/{db['NAME']}"
+
+
+@pytest.fixture(scope="session")
+def standin() -> Iterator[str]:
+    """The stand-in provider as a real HTTP server in its own process. Yields its base URL."""
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "inference.standin", "--host", "127.0.0.1", "--port", "0"],
+        cwd=BASE_DIR, stdout=subprocess.PIPE, stderr=open(LOG_DIR / "standin.log", "w"), text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    assert line.startswith("standin listening on "), f"stand-in did not start: {line!r}"
+    yield line.removeprefix("standin listening on ")
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture
+def standin_requests(standin: str) -> Callable[[], list[dict[str, Any]]]:
+    """Clears the stand-in's record and counters; returns a reader of requests since then."""
+    httpx.delete(f"{standin}/_standin/requests")
+    return lambda: httpx.get(f"{standin}/_standin/requests").json()
+
+
+class WorkerPool:
+    def __init__(self, count: int, env: dict[str, str]) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.names = [f"w{i}-{os.getpid()}@agentops-test" for i in range(count)]
+        for name in self.names:
+            log = open(LOG_DIR / f"{name.split('@')[0]}.log", "w")
+            self.procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "celery", "-A", "agentops", "worker", "-l", "info", "-c", "1",
+                     "-P", "prefork", "-n", name, "-Q", QUEUE, "--without-gossip", "--without-mingle"],
+                    cwd=BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT,
+                )
+            )
+        client = redis.Redis.from_url(settings.REDIS_URL)
+        for name, proc in zip(self.names, self.procs, strict=True):
+            wait_for(
+                lambda name=name, proc=proc: client.exists(f"agentops:worker:{name}") or proc.poll() is not None,
+                timeout=60, what=f"worker {name} to start",
+            )
+            assert proc.poll() is None, f"worker {name} exited; see {LOG_DIR}"
+        client.close()
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture(scope="session")
+def workers(django_db_setup: None, django_db_blocker: Any) -> Iterator[WorkerPool]:
+    """Two real Celery workers on the test database and a queue of this session's own."""
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    celery_app.conf.task_default_queue = QUEUE
+    env = dict(os.environ, DATABASE_URL=_database_url(), AGENTOPS_CELERY_QUEUE=QUEUE)
+    pool = WorkerPool(2, env)
+    yield pool
+    pool.stop()
+
+
+@pytest.fixture
+def operator_token(db: None) -> str:
+    return api_token_create(name="test-operator", operator=True)[1]
+
+
+@pytest.fixture
+def user_token(db: None) -> str:
+    return api_token_create(name="test-user", operator=False)[1]
+
+
+@pytest.fixture
+def api(operator_token: str) -> Client:
+    """A Django test client that sends an operator token."""
+    return Client(headers={"Authorization": f"Bearer {operator_token}"})
+
+
+@pytest.fixture
+def providers(standin: str, db: None) -> dict[str, Provider]:
+    return {
+        "openai": Provider.objects.create(name="standin-openai", kind="openai", base_url=f"{standin}/v1"),
+        "anthropic": Provider.objects.create(name="standin-anthropic", kind="anthropic", base_url=standin),
+    }
+
+
+@pytest.fixture
+def make_agent(providers: dict[str, Provider]) -> Callable[..., Agent]:
+    def make(*, provider: str = "openai", model: str = "answer", **fields: Any) -> Agent:
+        return AgentFactory(provider=providers[provider], model=model, **fields)
+
+    return make
