@@ -71,6 +71,9 @@ class CallResult:
 
 DeltaHook = Callable[[str], Awaitable[None]]
 AbortCheck = Callable[[], Awaitable[bool]]
+# Called when the call is sent and when its first content arrives, so in-flight calls can be
+# shown live; the final timeline is recorded by the caller from the result.
+MilestoneHook = Callable[[str, "Timeline"], Awaitable[None]]
 
 
 async def perform_call(
@@ -82,12 +85,12 @@ async def perform_call(
     bounds: BoundsSettings | None,
     on_delta: DeltaHook | None = None,
     should_abort: AbortCheck | None = None,
-    on_sent: Callable[[float], Awaitable[None]] | None = None,
+    on_milestone: MilestoneHook | None = None,
 ) -> CallResult:
     queue: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
     timeline = Timeline(sent=now_ms())
-    if on_sent is not None:
-        await on_sent(timeline.sent)
+    if on_milestone is not None:
+        await on_milestone("sent", timeline)
 
     async def pump(client: httpx.AsyncClient) -> None:
         try:
@@ -152,7 +155,10 @@ async def perform_call(
                     item = await asyncio.wait_for(queue.get(), timeout=wait_s)
                 except TimeoutError:
                     continue
+                had_content = timeline.first_content is not None
                 result = await _handle(item, adapter, reader, timeline, streamed, on_delta)
+                if on_milestone is not None and not had_content and timeline.first_content is not None:
+                    await on_milestone("first_content", timeline)
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)

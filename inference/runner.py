@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 
 import redis
+from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F
@@ -29,7 +30,7 @@ from agentops.live import broadcast_turn_event, send_turn_event
 from agentops.models import Agent, HistoryRow
 
 from .adapters import adapter_for
-from .client import CallResult, perform_call
+from .client import CallResult, Timeline, perform_call
 from .compile import compile_request
 from .config import bounds_settings
 from .models import InferenceCall, Turn
@@ -175,8 +176,14 @@ def _call_once(turn: Turn) -> tuple[CallResult, InferenceCall]:
 async def _perform(turn_id: int, call: InferenceCall, adapter, wire, streamed: bool, max_tokens: int | None) -> CallResult:  # type: ignore[no-untyped-def]
     cancel_client = redis.asyncio.Redis.from_url(settings.REDIS_URL)
 
-    async def on_sent(sent_ms: float) -> None:
-        await send_turn_event(turn_id, {"type": "call.started", "turn": turn_id, "call": call.pk, "model": call.model, "streamed": streamed})
+    async def on_milestone(name: str, timeline: Timeline) -> None:
+        if name == "sent":
+            await database_sync_to_async(InferenceCall.objects.filter(pk=call.pk).update)(sent_at=_ms_to_dt(timeline.sent))
+            await send_turn_event(turn_id, {"type": "call.started", "turn": turn_id, "call": call.pk, "model": call.model, "streamed": streamed})
+        elif name == "first_content":
+            await database_sync_to_async(InferenceCall.objects.filter(pk=call.pk).update)(
+                first_event_at=_ms_to_dt(timeline.first_event), first_content_at=_ms_to_dt(timeline.first_content)
+            )
 
     async def on_delta(text: str) -> None:
         await send_turn_event(turn_id, {"type": "call.delta", "turn": turn_id, "call": call.pk, "text": text})
@@ -187,7 +194,7 @@ async def _perform(turn_id: int, call: InferenceCall, adapter, wire, streamed: b
     try:
         return await perform_call(
             adapter=adapter, wire=wire, streamed=streamed, max_tokens=max_tokens,
-            bounds=bounds_settings(), on_delta=on_delta, should_abort=should_abort, on_sent=on_sent,
+            bounds=bounds_settings(), on_delta=on_delta, should_abort=should_abort, on_milestone=on_milestone,
         )
     finally:
         await cancel_client.aclose()

@@ -582,7 +582,9 @@ class AnthropicWire:
         self._index += 1
         self._open = kind
         frames.append(
-            self._event({"type": "content_block_start", "index": self._index, "content_block": block})
+            self._event(
+                {"type": "content_block_start", "index": self._index, "content_block": block}
+            )
         )
         return frames
 
@@ -607,7 +609,9 @@ class AnthropicWire:
         return frames + self._close()
 
     def text_delta(self, text: str) -> Frames:
-        frames = [] if self._open == "text" else self._open_block("text", {"type": "text", "text": ""})
+        frames = (
+            [] if self._open == "text" else self._open_block("text", {"type": "text", "text": ""})
+        )
         self._out_chars += len(text)
         frames.append(self._delta({"type": "text_delta", "text": text}))
         return frames
