@@ -8,13 +8,14 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings")
 django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from agentops.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(URLRouter(websocket_urlpatterns)),
+        # Turn sockets authenticate with a token, not a cookie, so they take no origin check:
+        # API clients (not browsers) often send no Origin header at all.
+        "websocket": URLRouter(websocket_urlpatterns),
     }
 )

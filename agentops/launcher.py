@@ -103,7 +103,7 @@ def run(env: dict[str, str]) -> int:
         )
         while all(child.poll() is None for child in children):
             time.sleep(0.5)
-        failed = [c.args for c in children if c.poll() is not None]
+        failed = [" ".join(map(str, c.args)) for c in children if c.poll() is not None]  # type: ignore[arg-type]
         print(f"a process stopped on its own: {failed[0]}; stopping the rest", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -86,10 +86,11 @@ class InferenceCall(models.Model):
     ended_at = models.DateTimeField(null=True, blank=True)
     model_events = models.PositiveIntegerField(default=0)
     keepalives = models.PositiveIntegerField(default=0)
-    # Null while the call is in flight.
-    outcome = models.CharField(max_length=20, choices=Outcome.choices, null=True, blank=True)
+    # Null while the call is in flight (the API shows null), distinct from any outcome.
+    outcome = models.CharField(max_length=20, choices=Outcome.choices, null=True, blank=True)  # noqa: DJ001
     stop_reason = models.CharField(max_length=50, blank=True, default="")
-    bound = models.CharField(max_length=20, choices=Bound.choices, null=True, blank=True)
+    # Null when no bound cut the call (the API shows null).
+    bound = models.CharField(max_length=20, choices=Bound.choices, null=True, blank=True)  # noqa: DJ001
     bound_deadline = models.DateTimeField(null=True, blank=True)
     cut_lateness_ms = models.FloatField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)

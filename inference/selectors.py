@@ -9,7 +9,7 @@ from agentops.models import Agent
 
 from .models import InferenceCall, Turn
 
-_AGENT_STATUS = {
+_AGENT_STATUS: dict[str, str] = {
     Turn.Status.QUEUED: "queued",
     Turn.Status.RUNNING: "running",
     Turn.Status.HELD: "held",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -47,14 +48,16 @@ class ProviderError:
 
     def as_dict(self) -> dict[str, Any]:
         wait = self.retry_after_ms
+        finite = wait is not None and math.isfinite(wait)
         return {
             "type": self.type,
             "http_status": self.http_status,
             "provider_code": self.provider_code,
             "message": self.message,
             "retryable": self.retryable,
-            "retry_after_ms": wait if wait is None or wait == wait and abs(wait) != float("inf") else None,
-            "until_released": wait is not None and (wait != wait or abs(wait) == float("inf")),
+            "retry_after_ms": wait if finite else None,
+            # A stated wait that is not a finite number holds until released (DESIGN §6.2).
+            "until_released": wait is not None and not finite,
         }
 
 

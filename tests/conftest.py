@@ -93,10 +93,11 @@ class WorkerPool:
             )
         client = redis.Redis.from_url(settings.REDIS_URL)
         for name, proc in zip(self.names, self.procs, strict=True):
-            wait_for(
-                lambda name=name, proc=proc: client.exists(f"agentops:worker:{name}") or proc.poll() is not None,
-                timeout=60, what=f"worker {name} to start",
-            )
+
+            def started(name: str = name, proc: subprocess.Popen[bytes] = proc) -> bool:
+                return bool(client.exists(f"agentops:worker:{name}")) or proc.poll() is not None
+
+            wait_for(started, timeout=60, what=f"worker {name} to start")
             assert proc.poll() is None, f"worker {name} exited; see {LOG_DIR}"
         client.close()
 
@@ -150,6 +151,20 @@ def providers(standin: str, db: None) -> dict[str, Provider]:
 @pytest.fixture
 def make_agent(providers: dict[str, Provider]) -> Callable[..., Agent]:
     def make(*, provider: str = "openai", model: str = "answer", **fields: Any) -> Agent:
-        return AgentFactory(provider=providers[provider], model=model, **fields)
+        agent: Agent = AgentFactory.create(provider=providers[provider], model=model, **fields)
+        return agent
 
     return make
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _drop_stray_connections(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    """Threads from async tests keep connections to the test database; end them so it can be
+    dropped at the end of the session."""
+    yield
+    from django.db import connection
+
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )

@@ -7,7 +7,7 @@ import factory
 from agentops.models import Agent, HistoryRow, Provider
 
 
-class ProviderFactory(factory.django.DjangoModelFactory):
+class ProviderFactory(factory.django.DjangoModelFactory[Provider]):
     class Meta:
         model = Provider
         django_get_or_create = ("name",)
@@ -17,7 +17,7 @@ class ProviderFactory(factory.django.DjangoModelFactory):
     base_url = "http://127.0.0.1:9/v1"
 
 
-class AgentFactory(factory.django.DjangoModelFactory):
+class AgentFactory(factory.django.DjangoModelFactory[Agent]):
     class Meta:
         model = Agent
 
@@ -29,7 +29,7 @@ class AgentFactory(factory.django.DjangoModelFactory):
     max_tokens = 256
 
 
-class HistoryRowFactory(factory.django.DjangoModelFactory):
+class HistoryRowFactory(factory.django.DjangoModelFactory[HistoryRow]):
     class Meta:
         model = HistoryRow
 

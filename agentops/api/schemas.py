@@ -11,7 +11,7 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
 
 def _no_control(value: str) -> str:
-    if any(ord(ch) < 32 and ch not in "\n\t\r" or ord(ch) == 127 for ch in value):
+    if any((ord(ch) < 32 and ch not in "\n\t\r") or ord(ch) == 127 for ch in value):
         raise ValueError("must not contain control characters")
     return value
 

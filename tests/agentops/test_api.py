@@ -31,7 +31,8 @@ def call(client: Client, method: str, url: str, body: Any = None) -> Any:
 
 @pytest.fixture
 def agent() -> Agent:
-    return AgentFactory(name="ada", provider=ProviderFactory(name="p1"))
+    agent: Agent = AgentFactory.create(name="ada", provider=ProviderFactory(name="p1"))
+    return agent
 
 
 # --- authentication and authorization ---------------------------------------------

@@ -1,0 +1,60 @@
+"""The per-turn websocket: token auth, and live events from a real worker through Redis."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+
+from agentops.asgi import application
+from inference.services import IncomingMessage, turn_submit
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+async def _events_until_ended(communicator: WebsocketCommunicator, limit: int = 200) -> list[dict[str, Any]]:
+    events = []
+    for _ in range(limit):
+        event = await communicator.receive_json_from(timeout=20)
+        events.append(event)
+        if event["type"] == "turn.ended":
+            break
+    return events
+
+
+@pytest.mark.usefixtures("workers")
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_the_websocket_streams_status_and_deltas_of_a_turn(make_agent: Any, operator_token: str, provider: str) -> None:
+    agent = await database_sync_to_async(make_agent)(provider=provider, model="answer:delay_ms=800,chunks=4,interval_ms=30")
+    turn, _ = await database_sync_to_async(turn_submit)(agent_id=agent.pk, messages=[IncomingMessage("alice", "stream me")])
+    communicator = WebsocketCommunicator(application, f"/ws/turns/{turn.pk}?token={operator_token}", headers=[(b"host", b"localhost")])
+    connected, _ = await communicator.connect(timeout=10)
+    assert connected
+    events = await _events_until_ended(communicator)
+    await communicator.disconnect()
+
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "turn.status"
+    assert "call.started" in kinds and "call.ended" in kinds and kinds[-1] == "turn.ended"
+    assert {"type": "turn.status", "turn": turn.pk, "status": "running"} in events
+    deltas = [e["text"] for e in events if e["type"] == "call.delta"]
+    assert len(deltas) == 4
+    assert "".join(deltas) == "Stand-in answer to: alice: stream me"
+    assert events[-1]["status"] == "succeeded"
+
+
+@pytest.mark.parametrize("token", ["", "wrong"])
+async def test_the_websocket_refuses_a_bad_token(make_agent: Any, token: str) -> None:
+    agent = await database_sync_to_async(make_agent)()
+    turn, _ = await database_sync_to_async(turn_submit)(agent_id=agent.pk, messages=[IncomingMessage("alice", "x")])
+    communicator = WebsocketCommunicator(application, f"/ws/turns/{turn.pk}?token={token}", headers=[(b"host", b"localhost")])
+    connected, code = await communicator.connect(timeout=10)
+    assert not connected and code == 4401
+
+
+async def test_the_websocket_refuses_an_unknown_turn(operator_token: str) -> None:
+    communicator = WebsocketCommunicator(application, f"/ws/turns/999999?token={operator_token}", headers=[(b"host", b"localhost")])
+    connected, code = await communicator.connect(timeout=10)
+    assert not connected and code == 4404
