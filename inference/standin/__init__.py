@@ -62,6 +62,10 @@ Endpoints
     has arrived, failed and hanging ones included.
 ``DELETE /_standin/requests``
     Clears the record AND every ``times`` counter.  Answers ``{"ok": true}``.
+``GET /_standin/open``
+    ``{"open": N}``: provider requests still in progress (streaming, hanging,
+    silent ...).  A request stops counting as soon as its response ends or
+    its client disconnects, so tests can check that a client really let go.
 
 Other paths answer 404, other methods 405, in the OpenAI error format.
 

@@ -258,11 +258,13 @@ class StandinApp:
             obj = {"ok": True}
         elif path == "/_standin/requests" and method == "GET":
             obj = list(self.requests)
+        elif path == "/_standin/open" and method == "GET":
+            obj = {"open": len(self._exchanges)}
         elif path == "/_standin/requests" and method == "DELETE":
             self.requests.clear()
             self.counters.clear()
             obj = {"ok": True}
-        elif path in ("/_standin/health", "/_standin/requests"):
+        elif path in ("/_standin/health", "/_standin/requests", "/_standin/open"):
             status, obj = 405, {"error": {"message": f"method {method} not allowed on {path}"}}
         else:
             status, obj = 404, {"error": {"message": f"no stand-in endpoint {path}"}}
