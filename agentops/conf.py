@@ -54,3 +54,20 @@ def env_bool(name: str, default: bool) -> bool:
     if lowered in {"0", "false", "no", "off"}:
         return False
     raise ConfigError(f"{name} must be true or false, not {raw!r}")
+
+
+def env_ms_list(name: str, default: tuple[float, ...]) -> tuple[float, ...]:
+    """A comma-separated list of positive finite milliseconds."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    values = []
+    for part in raw.split(","):
+        try:
+            value = float(part)
+        except ValueError:
+            raise ConfigError(f"{name} must be comma-separated milliseconds, not {raw!r}") from None
+        if not math.isfinite(value) or value <= 0:
+            raise ConfigError(f"{name} must be comma-separated positive milliseconds, not {raw!r}")
+        values.append(value)
+    return tuple(values)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from .conf import env_bool, env_int, env_ms, env_str
+from .conf import env_bool, env_int, env_ms, env_ms_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -97,6 +97,10 @@ AGENTOPS_INFERENCE_BOUNDS = env_str("AGENTOPS_INFERENCE_BOUNDS", "")
 # How long a worker may hold one turn, at most: the absolute bound plus the retry episode.
 AGENTOPS_RETRY_EPISODE_MS = env_ms("AGENTOPS_RETRY_EPISODE_MS", 20 * 60_000)
 AGENTOPS_TURN_SWEEP_S = env_ms("AGENTOPS_TURN_SWEEP_MS", 15_000) / 1000
+# The service's own pacing after a 429 that states no wait: at least this, plus up to half again.
+AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS = env_ms("AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS", 60_000)
+# A turn exhausted by a transient failure is sent again after each of these (DESIGN §5.7).
+AGENTOPS_REARM_DELAYS_MS = env_ms_list("AGENTOPS_REARM_DELAYS_MS", (120_000, 480_000, 1_920_000))
 
 # --- Celery -----------------------------------------------------------------
 CELERY_BROKER_URL = REDIS_URL

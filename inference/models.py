@@ -37,6 +37,10 @@ class Turn(models.Model):
         HistoryRow, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     retry_episode_started_at = models.DateTimeField(null=True, blank=True)
+    # Re-arm (DESIGN §5.7): how many times the turn was sent again after it was exhausted, and
+    # when a queued turn may run next. A queued turn is not run before ``not_before``.
+    rearms = models.PositiveIntegerField(default=0)
+    not_before = models.DateTimeField(null=True, blank=True)
     claimed_by = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)

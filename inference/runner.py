@@ -16,7 +16,7 @@ import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import redis
 from channels.db import database_sync_to_async
@@ -26,6 +26,7 @@ from django.db.models import F
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from agentops.failures import failures_log_write
 from agentops.live import broadcast_turn_event, send_turn_event
 from agentops.models import Agent, HistoryRow
 
@@ -61,12 +62,19 @@ def agent_turn_lock(agent_id: int) -> Iterator[bool]:
                 cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
 
 
-def next_turn_id(agent_id: int) -> int | None:
-    """The agent's next turn to run, or None. A turn waiting for tool results blocks the
-    turns behind it: their request would carry a tool call without its result."""
-    open_turns = Turn.objects.filter(agent_id=agent_id, status__in=[Turn.Status.QUEUED, Turn.Status.RUNNING, Turn.Status.REQUIRES_ACTION]).order_by("id")
-    first = open_turns.values("id", "status").first()
+def next_turn_id(agent_id: int, *, now: datetime) -> int | None:
+    """The agent's next turn to run, or None. Turns run in order: a turn waiting for tool
+    results blocks the turns behind it (their request would carry a tool call without its
+    result), and so does a queued turn that may not run before a later instant (a re-arm)."""
+    first = (
+        Turn.objects.filter(agent_id=agent_id, status__in=[Turn.Status.QUEUED, Turn.Status.RUNNING, Turn.Status.REQUIRES_ACTION])
+        .order_by("id")
+        .values("id", "status", "not_before")
+        .first()
+    )
     if first is None or first["status"] == Turn.Status.REQUIRES_ACTION:
+        return None
+    if first["status"] == Turn.Status.QUEUED and first["not_before"] is not None and first["not_before"] > now:
         return None
     return int(first["id"])
 
@@ -77,14 +85,14 @@ def agent_drain(agent_id: int) -> None:
         if not taken:
             logger.debug("agent %s: another worker holds its turn lock", agent_id)
             return
-        while (turn_id := next_turn_id(agent_id)) is not None:
+        while (turn_id := next_turn_id(agent_id, now=timezone.now())) is not None:
             turn_run(turn_id)
 
 
 def _policy_settings() -> PolicySettings:
     return PolicySettings(
         deadline_retry_delay_ms=settings.AGENTOPS_DEADLINE_RETRY_DELAY_MS,
-        pacing_floor_ms=getattr(settings, "AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS", 60_000),
+        pacing_floor_ms=settings.AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS,
         retry_episode_ms=settings.AGENTOPS_RETRY_EPISODE_MS,
     )
 
@@ -102,7 +110,10 @@ def turn_run(turn_id: int) -> None:
     if not claimed:
         return
     broadcast_turn_event(turn_id, {"type": "turn.status", "turn": turn_id, "status": Turn.Status.RUNNING})
-    state = RetryState()
+    turn = Turn.objects.get(pk=turn_id)
+    # The count of consecutive cuts starts at zero with each turn, except that a re-armed turn
+    # gets no fresh call for a cut before one of its rounds has run (DESIGN §5.7).
+    state = RetryState(consecutive_cuts=1 if turn.rearms else 0)
     rng = random.Random()
     while True:
         turn = Turn.objects.select_related("agent__provider").get(pk=turn_id)
@@ -134,6 +145,8 @@ def turn_run(turn_id: int) -> None:
             if not _sleep_unless_cancelled(turn_id, decision.delay_ms / 1000):
                 return
             continue
+        if decision.action is Action.EXHAUST and error.type != "timeout" and _turn_rearm(turn, error):
+            return
         status = Turn.Status.EXHAUSTED if decision.action is Action.EXHAUST else Turn.Status.FAILED
         _turn_fail(turn, error, status=status, timed_out_again=decision.timed_out_again)
         return
@@ -167,14 +180,15 @@ def _call_once(turn: Turn) -> tuple[CallResult, InferenceCall]:
         turn=turn, agent=agent, kind=InferenceCall.Kind.PRIMARY, model=request.model,
         streamed=request.stream, max_tokens=request.max_tokens, round=turn.rounds,
     )
-    result = asyncio.run(_perform(turn.pk, call, adapter, wire, request.stream, request.max_tokens))
+    result = asyncio.run(_perform(turn, call, adapter, wire, request.stream, request.max_tokens))
     _record_call(call, result)
     broadcast_turn_event(turn.pk, {"type": "call.ended", "turn": turn.pk, "call": call.pk, "outcome": result.outcome})
     return result, call
 
 
-async def _perform(turn_id: int, call: InferenceCall, adapter, wire, streamed: bool, max_tokens: int | None) -> CallResult:  # type: ignore[no-untyped-def]
+async def _perform(turn: Turn, call: InferenceCall, adapter, wire, streamed: bool, max_tokens: int | None) -> CallResult:  # type: ignore[no-untyped-def]
     cancel_client = redis.asyncio.Redis.from_url(settings.REDIS_URL)
+    turn_id, key = turn.pk, cancel_key(turn)
 
     async def on_milestone(name: str, timeline: Timeline) -> None:
         if name == "sent":
@@ -189,7 +203,7 @@ async def _perform(turn_id: int, call: InferenceCall, adapter, wire, streamed: b
         await send_turn_event(turn_id, {"type": "call.delta", "turn": turn_id, "call": call.pk, "text": text})
 
     async def should_abort() -> bool:
-        return bool(await cancel_client.exists(cancel_key(turn_id)))
+        return bool(await cancel_client.exists(key))
 
     try:
         return await perform_call(
@@ -245,6 +259,37 @@ def _turn_complete(turn: Turn, output: CallOutput) -> None:
             broadcast_turn_event(turn.pk, {"type": "turn.ended", "turn": turn.pk, "status": locked.status})
 
 
+def _turn_rearm(turn: Turn, error: ProviderError) -> bool:
+    """Queue an exhausted turn to be sent again after the next delay of the ladder.
+    Returns False when the ladder is spent."""
+    ladder = settings.AGENTOPS_REARM_DELAYS_MS
+    if turn.rearms >= len(ladder):
+        return False
+    delay_ms = ladder[turn.rearms]
+    not_before = timezone.now() + timedelta(milliseconds=delay_ms)
+    updated = Turn.objects.filter(pk=turn.pk, status=Turn.Status.RUNNING).update(
+        status=Turn.Status.QUEUED, rearms=F("rearms") + 1, not_before=not_before, error=error.as_dict(),
+        hold_reason=f"re-armed after {error.type}: sent again at {not_before:%H:%M:%S} UTC ({turn.rearms + 1} of {len(ladder)})",
+    )
+    if updated:
+        logger.warning(
+            "agent %s turn %s exhausted by %s; sending it again in %.0f s (%s of %s)",
+            turn.agent.name, turn.pk, error.type, delay_ms / 1000, turn.rearms + 1, len(ladder),
+        )
+        broadcast_turn_event(turn.pk, {"type": "turn.status", "turn": turn.pk, "status": Turn.Status.QUEUED})
+        schedule_drain(turn.agent_id, delay_ms / 1000)
+    return bool(updated)
+
+
+def schedule_drain(agent_id: int, delay_s: float) -> None:
+    """Drain the agent again after ``delay_s``. The countdown never exceeds half the broker's
+    visibility timeout; the beat sweep picks up anything later."""
+    from .tasks import agent_drain
+
+    limit = settings.CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] / 2
+    transaction.on_commit(lambda: agent_drain.apply_async((agent_id,), countdown=min(delay_s, limit)))
+
+
 def _turn_fail(turn: Turn, error: ProviderError, *, status: str, timed_out_again: bool) -> None:
     now = timezone.now()
     with transaction.atomic():
@@ -264,6 +309,13 @@ def _turn_fail(turn: Turn, error: ProviderError, *, status: str, timed_out_again
         logger.warning(
             "agent %s turn %s %s: %s (%s, HTTP %s)", agent.name, turn.pk, status, error.message[:300], error.type, error.http_status,
         )
+        # The incident record; written after commit so a rolled-back ending leaves none.
+        record = {
+            "kind": "turn-exhausted" if status == Turn.Status.EXHAUSTED else "turn-failed",
+            "agent": agent.name, "model": agent.model, "turn": turn.pk, "rearms": locked.rearms,
+            "message": f"turn {turn.pk} {status}: {error.message}", "error": error.as_dict(),
+        }
+        transaction.on_commit(lambda: failures_log_write(**record))
         broadcast_turn_event(turn.pk, {"type": "turn.status", "turn": turn.pk, "status": status})
         broadcast_turn_event(turn.pk, {"type": "turn.ended", "turn": turn.pk, "status": status})
 

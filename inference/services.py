@@ -34,18 +34,19 @@ def history_append(*, agent: Agent, participant: str, role: str, content: Any) -
     return HistoryRow.objects.create(agent=agent, seq=last + 1, participant=participant, role=role, content=content)
 
 
-def cancel_key(turn_id: int) -> str:
-    """A Redis key a running call polls: set when its turn is cancelled."""
-    return f"agentops:turn-cancel:{turn_id}"
+def cancel_key(turn: Turn) -> str:
+    """A Redis key a running call polls: set when its turn is cancelled. It names the turn's
+    creation instant too, so a key left from a database that was since reset matches nothing."""
+    return f"agentops:turn-cancel:{turn.pk}:{turn.created_at.timestamp():.6f}"
 
 
-def _signal_cancel(turn_id: int) -> None:
+def _signal_cancel(turn: Turn) -> None:
     client = redis.Redis.from_url(settings.REDIS_URL)
     try:
-        client.set(cancel_key(turn_id), "1", ex=3600)
+        client.set(cancel_key(turn), "1", ex=3600)
     except redis.RedisError:
         # The runner also re-reads the turn's status after the call; this only speeds it up.
-        logger.warning("turn %s: could not signal the cancel to its running call", turn_id, exc_info=True)
+        logger.warning("turn %s: could not signal the cancel to its running call", turn.pk, exc_info=True)
     finally:
         client.close()
 
@@ -125,7 +126,7 @@ def turn_cancel(*, turn_id: int) -> Turn:
         turn.save(update_fields=["status", "ended_at"])
         broadcast_turn_event(turn.pk, {"type": "turn.status", "turn": turn.pk, "status": turn.status})
         broadcast_turn_event(turn.pk, {"type": "turn.ended", "turn": turn.pk, "status": turn.status})
-        transaction.on_commit(lambda: _signal_cancel(turn_id))
+        transaction.on_commit(lambda: _signal_cancel(turn))
         # The agent's next queued turn may now run.
         enqueue_drain(turn.agent_id)
     return turn
@@ -140,8 +141,8 @@ def agent_dispose(*, agent: Agent, actor: str) -> None:
     with transaction.atomic():
         if not Agent.objects.filter(pk=agent.pk, disposed_at__isnull=True).update(disposed_at=now):
             raise NotFound(f"no agent named {agent.name!r}")
-        open_ids = list(Turn.objects.filter(agent=agent, status__in=Turn.OPEN).values_list("id", flat=True))
-        Turn.objects.filter(pk__in=open_ids).update(status=Turn.Status.CANCELLED, ended_at=now)
+        open_turns = list(Turn.objects.filter(agent=agent, status__in=Turn.OPEN))
+        Turn.objects.filter(pk__in=[t.pk for t in open_turns]).update(status=Turn.Status.CANCELLED, ended_at=now)
         AuditEntry.objects.create(actor=actor, action="agent.dispose", target=f"agent:{agent.name}")
-    for turn_id in open_ids:
-        transaction.on_commit(lambda turn_id=turn_id: _signal_cancel(turn_id))  # type: ignore[misc]
+    for turn in open_turns:
+        _signal_cancel(turn)

@@ -79,15 +79,24 @@ def standin_requests(standin: str) -> Callable[[], list[dict[str, Any]]]:
 
 
 class WorkerPool:
-    def __init__(self, count: int, env: dict[str, str]) -> None:
+    """Real Celery worker processes on the test database, consuming their own queue.
+
+    While a pool is active, the test process enqueues to its queue, so the settings given in
+    ``extra_env`` (bounds, delays) are the ones the turns run under."""
+
+    def __init__(self, count: int, *, label: str, extra_env: dict[str, str] | None = None) -> None:
+        self.queue = f"{QUEUE}-{label}"
+        env = dict(os.environ, DATABASE_URL=_database_url(), AGENTOPS_CELERY_QUEUE=self.queue, **(extra_env or {}))
         self.procs: list[subprocess.Popen[bytes]] = []
-        self.names = [f"w{i}-{os.getpid()}@agentops-test" for i in range(count)]
+        self.names = [f"{label}{i}-{os.getpid()}@agentops-test" for i in range(count)]
+        self.previous_queue = celery_app.conf.task_default_queue
+        celery_app.conf.task_default_queue = self.queue
         for name in self.names:
             log = open(LOG_DIR / f"{name.split('@')[0]}.log", "w")
             self.procs.append(
                 subprocess.Popen(
                     [sys.executable, "-m", "celery", "-A", "agentops", "worker", "-l", "info", "-c", "1",
-                     "-P", "prefork", "-n", name, "-Q", QUEUE, "--without-gossip", "--without-mingle"],
+                     "-P", "prefork", "-n", name, "-Q", self.queue, "--without-gossip", "--without-mingle"],
                     cwd=BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT,
                 )
             )
@@ -102,6 +111,7 @@ class WorkerPool:
         client.close()
 
     def stop(self) -> None:
+        celery_app.conf.task_default_queue = self.previous_queue
         for proc in self.procs:
             if proc.poll() is None:
                 proc.terminate()
@@ -114,14 +124,18 @@ class WorkerPool:
 
 
 @pytest.fixture(scope="session")
-def workers(django_db_setup: None, django_db_blocker: Any) -> Iterator[WorkerPool]:
-    """Two real Celery workers on the test database and a queue of this session's own."""
+def session_workers(django_db_setup: None, django_db_blocker: Any) -> Iterator[WorkerPool]:
     LOG_DIR.mkdir(parents=True, exist_ok=True)
-    celery_app.conf.task_default_queue = QUEUE
-    env = dict(os.environ, DATABASE_URL=_database_url(), AGENTOPS_CELERY_QUEUE=QUEUE)
-    pool = WorkerPool(2, env)
+    pool = WorkerPool(2, label="w")
     yield pool
     pool.stop()
+
+
+@pytest.fixture
+def workers(session_workers: WorkerPool) -> WorkerPool:
+    """Two real Celery workers with the default settings; turns submitted now go to them."""
+    celery_app.conf.task_default_queue = session_workers.queue
+    return session_workers
 
 
 @pytest.fixture

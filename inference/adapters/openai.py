@@ -96,6 +96,7 @@ class OpenAIStreamReader:
         self._finish = ""
         self._usage: dict[str, Any] = {}
         self._in_thinking = False
+        self._thinking_started = False
 
     def feed(self, event: SseEvent, now_ms: float) -> list[Progress]:
         if event.comment or not event.data.strip():
@@ -115,10 +116,12 @@ class OpenAIStreamReader:
         items: list[Progress] = []
         for choice in chunk.get("choices") or []:
             delta = choice.get("delta") or {}
-            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-            if reasoning:
-                start = not self._in_thinking and not self._thinking
-                self._in_thinking = True
+            reasoning = delta.get("reasoning_content", delta.get("reasoning"))
+            if isinstance(reasoning, str) and (reasoning or not self._thinking_started):
+                # OpenAI-compatible servers have no block-start event: the first reasoning
+                # delta, even an empty one, is the thinking block's start.
+                start = not self._thinking_started
+                self._thinking_started = self._in_thinking = True
                 self._thinking += reasoning
                 items.append(Progress(model_event=True, thinking_start=start))
             text = delta.get("content")

@@ -201,6 +201,11 @@ Scenarios
     text and no tool call: OpenAI ``finish_reason: length`` and content ``""``;
     Anthropic ``stop_reason: max_tokens`` and no content blocks.
 ``hang`` — never sends response headers; waits until the client disconnects.
+``sequence`` — ``steps``: scenario strings separated by ``|`` (their own
+    ``,`` ``:`` ``=`` written ``%2C`` ``%3A`` ``%3D``).  The n-th request carrying
+    this exact scenario string plays step n; the last step repeats.  Counted
+    like ``times`` (reset by ``DELETE /_standin/requests``).  Example:
+    ``sequence:steps=silent|error%3Astatus%3D500|silent|answer``.
 
 Counters for ``times`` are kept per exact scenario string and reset by
 ``DELETE /_standin/requests``.  Timing uses asyncio sleeps and each SSE event is

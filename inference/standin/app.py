@@ -381,7 +381,13 @@ class StandinApp:
         self, ex: Exchange, wire: Wire, sc: Scenario, body: dict[str, Any], stream: bool
     ) -> None:
         kind = sc.kind
-        if kind == "answer":
+        if kind == "sequence":
+            # The n-th request carrying this exact scenario plays step n; the last step repeats.
+            count = self.counters.get(sc.raw, 0) + 1
+            self.counters[sc.raw] = count
+            steps = sc.get_opt_str("steps").split("|")  # type: ignore[union-attr]
+            await self._run(ex, wire, parse_scenario(steps[min(count, len(steps)) - 1]), body, stream)
+        elif kind == "answer":
             reply = Reply(
                 text=sc.get_opt_str("text") or default_answer_text(body),
                 text_chunks=sc.get_int("chunks"),

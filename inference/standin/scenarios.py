@@ -73,6 +73,15 @@ def _nonempty_text(raw: str) -> ParamValue:
     return raw
 
 
+def _steps(raw: str) -> ParamValue:
+    steps = raw.split("|")
+    for step in steps:
+        if not step or step.split(":", 1)[0] == "sequence":
+            raise ValueError(raw)
+        parse_scenario(step)  # a bad step is refused up front, naming the parameter
+    return raw
+
+
 def _form(raw: str) -> ParamValue:
     if raw not in ERROR_FORMS:
         raise ValueError(raw)
@@ -155,6 +164,7 @@ SCENARIOS: dict[str, dict[str, Param]] = {
     "auth": {},
     "length-empty": {},
     "hang": {},
+    "sequence": {"steps": Param(None, _steps, "scenarios separated by |")},
 }
 
 

@@ -1,0 +1,13 @@
+FROM python:3.11-slim
+WORKDIR /app
+ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
+COPY pyproject.toml README.md ./
+COPY agentops agentops
+COPY inference inference
+COPY waits waits
+COPY breaker breaker
+COPY templates templates
+COPY manage.py ./
+RUN pip install .
+EXPOSE 8000
+CMD ["uvicorn", "agentops.asgi:application", "--host", "0.0.0.0", "--port", "8000"]
