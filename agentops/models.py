@@ -107,3 +107,25 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action} {self.target}"
+
+
+class Alert(models.Model):
+    """An ops alert (DESIGN §8). Raised only through ``agentops.alerts.alert_raise``."""
+
+    kind = models.CharField(max_length=50)
+    agent = models.CharField(max_length=100)  # an agent's name, or "framework"
+    model = models.CharField(max_length=200, blank=True, default="")
+    verdict = models.CharField(max_length=50, blank=True, default="")
+    message = models.TextField()
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_by = models.CharField(max_length=220, blank=True, default="")
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["kind", "agent"])]
+        permissions = [("acknowledge_alert", "Can acknowledge alerts")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.agent} {self.model}".strip()
