@@ -61,6 +61,13 @@ TEMPLATES = [
 
 DATABASE_URL = env_str("DATABASE_URL", "postgres:///agentops")
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+# Workers run turns on threads; a pool caps the connections a process opens however many
+# turns it holds (each turn gives its connection back while its call runs).
+DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+    "min_size": 1,
+    "max_size": env_int("AGENTOPS_DB_POOL_SIZE", 10, minimum=1),
+    "timeout": 60,
+}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -102,6 +109,9 @@ AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS = env_ms("AGENTOPS_RATE_LIMIT_PACING_FLOOR_M
 # A turn exhausted by a transient failure is sent again after each of these (DESIGN §5.7).
 AGENTOPS_REARM_DELAYS_MS = env_ms_list("AGENTOPS_REARM_DELAYS_MS", (120_000, 480_000, 1_920_000))
 
+# One worker at a time runs an agent's turns; it renews its lease every quarter of this.
+AGENTOPS_TURN_LEASE_MS = env_ms("AGENTOPS_TURN_LEASE_MS", 60_000)
+
 # --- Celery -----------------------------------------------------------------
 CELERY_BROKER_URL = REDIS_URL
 CELERY_TASK_IGNORE_RESULT = True
@@ -109,6 +119,10 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Turns wait on the network, not the CPU: a thread per turn, with every call's I/O on one
+# asyncio loop per process (inference.engine), holds hundreds of calls in one process.
+CELERY_WORKER_POOL = "threads"
+CELERY_WORKER_CONCURRENCY = env_int("AGENTOPS_WORKER_CONCURRENCY", 200, minimum=1)
 CELERY_TASK_DEFAULT_QUEUE = env_str("AGENTOPS_CELERY_QUEUE", "agentops")
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Redis redelivers a task that is not acknowledged within the visibility timeout. A turn is

@@ -106,3 +106,16 @@ class InferenceCall(models.Model):
 
     def __str__(self) -> str:
         return f"call {self.pk} ({self.kind}, {self.model}, {self.outcome or 'in flight'})"
+
+
+class AgentLease(models.Model):
+    """Which worker runs the agent's turns, until when (DESIGN §5.1: one turn at a time per
+    agent across all workers). Claimed and renewed with single conditional statements; a
+    worker that dies stops renewing, and the lease lapses for the next one to take."""
+
+    agent = models.OneToOneField(Agent, on_delete=models.CASCADE, primary_key=True, related_name="turn_lease")
+    owner = models.CharField(max_length=200)
+    until = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"lease of {self.agent_id} by {self.owner} until {self.until:%H:%M:%S}"

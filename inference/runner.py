@@ -1,24 +1,21 @@
 """Running an agent's turns: one at a time per agent, across any number of workers (DESIGN §5.1).
 
-Exclusivity is a PostgreSQL session-level advisory lock per agent, held by the worker's database
-connection while it runs the agent's turns. A worker that dies drops its connection and so its
-lock; a redelivered task then resumes the turn it left ``running``. A duplicate delivery finds
-the lock taken (or the turn ended) and does nothing.
+Exclusivity is the agent's turn lease (inference.lease): a drain runs the agent's turns only
+while it holds the lease, renewing it as it goes. A worker that dies stops renewing; the lease
+lapses and the next delivery (the beat sweep, or the broker redelivering the task) resumes the
+turn it left ``running``. A duplicate delivery finds the lease held, or the turn ended, and
+does nothing.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import random
-import socket
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import UTC, datetime, timedelta
 
-import redis
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import connection, transaction
@@ -30,10 +27,12 @@ from agentops.failures import failures_log_write
 from agentops.live import broadcast_turn_event, send_turn_event
 from agentops.models import Agent, HistoryRow
 
-from .adapters import adapter_for
+from .adapters import Adapter, WireRequest, adapter_for
 from .client import CallResult, Timeline, perform_call
 from .compile import compile_request
 from .config import bounds_settings
+from .engine import call_engine
+from .lease import TurnLease, lease_claim
 from .models import InferenceCall, Turn
 from .notes import failure_note_text
 from .policy import Action, PolicySettings, RetryState, decide
@@ -41,25 +40,6 @@ from .services import cancel_key, history_append
 from .types import CallOutput, ProviderError
 
 logger = logging.getLogger(__name__)
-
-# Advisory lock keys are bigints; this offset keeps agentops' keys apart from anyone else's.
-_LOCK_BASE = 0x4147_0000_0000
-WORKER_NAME = f"{socket.gethostname()}:{os.getpid()}"
-
-
-@contextmanager
-def agent_turn_lock(agent_id: int) -> Iterator[bool]:
-    """Try to take the agent's turn lock on this connection; yield whether it was taken."""
-    key = _LOCK_BASE + agent_id
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
-        taken = bool(cursor.fetchone()[0])
-    try:
-        yield taken
-    finally:
-        if taken:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
 
 
 def next_turn_id(agent_id: int, *, now: datetime) -> int | None:
@@ -80,13 +60,16 @@ def next_turn_id(agent_id: int, *, now: datetime) -> int | None:
 
 
 def agent_drain(agent_id: int) -> None:
-    """Run the agent's queued turns in order while this worker holds its lock."""
-    with agent_turn_lock(agent_id) as taken:
-        if not taken:
-            logger.debug("agent %s: another worker holds its turn lock", agent_id)
-            return
-        while (turn_id := next_turn_id(agent_id, now=timezone.now())) is not None:
-            turn_run(turn_id)
+    """Run the agent's queued turns in order while this invocation holds its lease."""
+    lease = lease_claim(agent_id)
+    if lease is None:
+        logger.debug("agent %s: another worker holds its turn lease", agent_id)
+        return
+    try:
+        while not lease.lost and (turn_id := next_turn_id(agent_id, now=timezone.now())) is not None:
+            turn_run(turn_id, lease)
+    finally:
+        lease.release()
 
 
 def _policy_settings() -> PolicySettings:
@@ -97,18 +80,25 @@ def _policy_settings() -> PolicySettings:
     )
 
 
-def turn_run(turn_id: int) -> None:
+def turn_run(turn_id: int, lease: TurnLease) -> None:
     """Run one turn's rounds until it succeeds, fails, needs tool results or is cancelled.
-    Call only while holding the agent's turn lock."""
+    Call only while holding the agent's turn lease."""
     now = timezone.now()
     claimed = Turn.objects.filter(pk=turn_id, status__in=[Turn.Status.QUEUED, Turn.Status.RUNNING]).update(
         status=Turn.Status.RUNNING,
-        claimed_by=WORKER_NAME,
+        claimed_by=lease.owner,
         started_at=Coalesce(F("started_at"), now),
         attempts=F("attempts") + 1,
     )
     if not claimed:
         return
+    # A call still "in flight" now belonged to a worker that stopped mid-call (this drain holds
+    # the lease, so no one else is calling): record it as aborted, not leave it open forever.
+    InferenceCall.objects.filter(turn_id=turn_id, outcome__isnull=True).update(
+        outcome=InferenceCall.Outcome.ABORTED,
+        ended_at=now,
+        error=ProviderError(type="aborted", message="the worker making this call stopped before it ended").as_dict(),
+    )
     broadcast_turn_event(turn_id, {"type": "turn.status", "turn": turn_id, "status": Turn.Status.RUNNING})
     turn = Turn.objects.get(pk=turn_id)
     # The count of consecutive cuts starts at zero with each turn, except that a re-armed turn
@@ -119,9 +109,9 @@ def turn_run(turn_id: int) -> None:
         turn = Turn.objects.select_related("agent__provider").get(pk=turn_id)
         if turn.status != Turn.Status.RUNNING:
             return
-        result, call = _call_once(turn)
-        if _turn_status(turn_id) != Turn.Status.RUNNING:
-            return  # cancelled while the call was out: never turned into a retry
+        result, call = _call_once(turn, lease)
+        if lease.lost or _turn_status(turn_id) != Turn.Status.RUNNING:
+            return  # cancelled while the call was out (never turned into a retry), or lease lost
         if result.outcome == "completed" and result.output is not None:
             output = result.output
             if not output.text and not output.tool_calls and output.stop_reason == "max_tokens":
@@ -142,7 +132,7 @@ def turn_run(turn_id: int) -> None:
                 "agent %s turn %s: %s (%s); calling again in %.0f ms",
                 turn.agent.name, turn_id, error.type, error.message[:200], decision.delay_ms,
             )
-            if not _sleep_unless_cancelled(turn_id, decision.delay_ms / 1000):
+            if not _sleep_unless_cancelled(turn_id, decision.delay_ms / 1000, lease):
                 return
             continue
         if decision.action is Action.EXHAUST and error.type != "timeout" and _turn_rearm(turn, error):
@@ -156,12 +146,15 @@ def _turn_status(turn_id: int) -> str:
     return str(Turn.objects.values_list("status", flat=True).get(pk=turn_id))
 
 
-def _sleep_unless_cancelled(turn_id: int, seconds: float) -> bool:
+def _sleep_unless_cancelled(turn_id: int, seconds: float, lease: TurnLease) -> bool:
+    """Wait before a retry, renewing the lease; False if the turn stopped running meanwhile."""
     end = time.monotonic() + seconds
     while (left := end - time.monotonic()) > 0:
         time.sleep(min(left, 0.25))
-        if _turn_status(turn_id) != Turn.Status.RUNNING:
+        if not lease.renew_if_due() or _turn_status(turn_id) != Turn.Status.RUNNING:
+            connection.close()
             return False
+    connection.close()
     return True
 
 
@@ -169,7 +162,7 @@ def _ms_to_dt(ms: float | None) -> datetime | None:
     return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
-def _call_once(turn: Turn) -> tuple[CallResult, InferenceCall]:
+def _call_once(turn: Turn, lease: TurnLease) -> tuple[CallResult, InferenceCall]:
     agent = turn.agent
     rows = list(HistoryRow.objects.filter(agent=agent, state=HistoryRow.State.PRESENTED).order_by("seq"))
     request = compile_request(agent, rows)
@@ -178,21 +171,31 @@ def _call_once(turn: Turn) -> tuple[CallResult, InferenceCall]:
     wire = adapter.build(base_url=agent.provider.base_url, api_key=api_key, request=request)
     call = InferenceCall.objects.create(
         turn=turn, agent=agent, kind=InferenceCall.Kind.PRIMARY, model=request.model,
-        streamed=request.stream, max_tokens=request.max_tokens, round=turn.rounds,
+        streamed=request.stream, max_tokens=request.max_tokens, round=turn.rounds, sent_at=timezone.now(),
     )
-    result = asyncio.run(_perform(turn, call, adapter, wire, request.stream, request.max_tokens))
+    # The call runs on the process's engine loop; this thread keeps the lease and waits. Its
+    # database connection goes back to the pool for the duration.
+    connection.close()
+    future = call_engine().submit(_perform(turn, call, adapter, wire, request.stream, request.max_tokens, lease))
+    while True:
+        try:
+            result = future.result(timeout=settings.AGENTOPS_TURN_LEASE_MS / 4000)
+            break
+        except FutureTimeout:
+            lease.renew_if_due()
     _record_call(call, result)
     broadcast_turn_event(turn.pk, {"type": "call.ended", "turn": turn.pk, "call": call.pk, "outcome": result.outcome})
     return result, call
 
 
-async def _perform(turn: Turn, call: InferenceCall, adapter, wire, streamed: bool, max_tokens: int | None) -> CallResult:  # type: ignore[no-untyped-def]
-    cancel_client = redis.asyncio.Redis.from_url(settings.REDIS_URL)
+async def _perform(
+    turn: Turn, call: InferenceCall, adapter: Adapter, wire: WireRequest, streamed: bool, max_tokens: int | None, lease: TurnLease
+) -> CallResult:
+    cancel_client = call_engine().redis(settings.REDIS_URL)
     turn_id, key = turn.pk, cancel_key(turn)
 
     async def on_milestone(name: str, timeline: Timeline) -> None:
         if name == "sent":
-            await database_sync_to_async(InferenceCall.objects.filter(pk=call.pk).update)(sent_at=_ms_to_dt(timeline.sent))
             await send_turn_event(turn_id, {"type": "call.started", "turn": turn_id, "call": call.pk, "model": call.model, "streamed": streamed})
         elif name == "first_content":
             await database_sync_to_async(InferenceCall.objects.filter(pk=call.pk).update)(
@@ -203,15 +206,12 @@ async def _perform(turn: Turn, call: InferenceCall, adapter, wire, streamed: boo
         await send_turn_event(turn_id, {"type": "call.delta", "turn": turn_id, "call": call.pk, "text": text})
 
     async def should_abort() -> bool:
-        return bool(await cancel_client.exists(key))
+        return lease.lost or bool(await cancel_client.exists(key))
 
-    try:
-        return await perform_call(
-            adapter=adapter, wire=wire, streamed=streamed, max_tokens=max_tokens,
-            bounds=bounds_settings(), on_delta=on_delta, should_abort=should_abort, on_milestone=on_milestone,
-        )
-    finally:
-        await cancel_client.aclose()
+    return await perform_call(
+        adapter=adapter, wire=wire, streamed=streamed, max_tokens=max_tokens,
+        bounds=bounds_settings(), on_delta=on_delta, should_abort=should_abort, on_milestone=on_milestone,
+    )
 
 
 def _record_call(call: InferenceCall, result: CallResult) -> None:

@@ -95,8 +95,8 @@ class WorkerPool:
             log = open(LOG_DIR / f"{name.split('@')[0]}.log", "w")
             self.procs.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "celery", "-A", "agentops", "worker", "-l", "info", "-c", "1",
-                     "-P", "prefork", "-n", name, "-Q", self.queue, "--without-gossip", "--without-mingle"],
+                    [sys.executable, "-m", "celery", "-A", "agentops", "worker", "-l", "info", "-c", "4",
+                     "-P", "threads", "-n", name, "-Q", self.queue, "--without-gossip", "--without-mingle"],
                     cwd=BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT,
                 )
             )

@@ -9,9 +9,19 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from agentops.asgi import application
-from inference.services import IncomingMessage, turn_submit
+from agentops.models import Agent, HistoryRow
+from inference.models import Turn
+from inference.services import IncomingMessage, history_append, turn_submit
+from inference.tasks import agent_drain
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+def _queued_turn_without_enqueue(agent: Agent, text: str) -> Turn:
+    row = history_append(agent=agent, participant="alice", role=HistoryRow.Role.USER, content=text)
+    turn = Turn.objects.create(agent=agent, status=Turn.Status.QUEUED)
+    turn.trigger_rows.add(row)
+    return turn
 
 
 async def _events_until_ended(communicator: WebsocketCommunicator, limit: int = 200) -> list[dict[str, Any]]:
@@ -27,11 +37,13 @@ async def _events_until_ended(communicator: WebsocketCommunicator, limit: int = 
 @pytest.mark.usefixtures("workers")
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
 async def test_the_websocket_streams_status_and_deltas_of_a_turn(make_agent: Any, operator_token: str, provider: str) -> None:
-    agent = await database_sync_to_async(make_agent)(provider=provider, model="answer:delay_ms=800,chunks=4,interval_ms=30")
-    turn, _ = await database_sync_to_async(turn_submit)(agent_id=agent.pk, messages=[IncomingMessage("alice", "stream me")])
+    agent = await database_sync_to_async(make_agent)(provider=provider, model="answer:chunks=4,interval_ms=30")
+    # The turn is stored but not yet handed to a worker, so the socket is open before it runs.
+    turn = await database_sync_to_async(_queued_turn_without_enqueue)(agent, "stream me")
     communicator = WebsocketCommunicator(application, f"/ws/turns/{turn.pk}?token={operator_token}", headers=[(b"host", b"localhost")])
     connected, _ = await communicator.connect(timeout=10)
     assert connected
+    agent_drain.delay(agent.pk)
     events = await _events_until_ended(communicator)
     await communicator.disconnect()
 

@@ -1,0 +1,56 @@
+"""Nothing is lost when a worker dies mid-turn: its lease lapses and the turn runs again."""
+
+from __future__ import annotations
+
+import signal
+import time
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from agentops.models import HistoryRow
+from inference.models import AgentLease, InferenceCall, Turn
+from inference.tasks import turns_sweep
+from tests.conftest import WorkerPool, celery_app, wait_for
+from tests.inference.test_turns import submit, wait_turn
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+def test_a_turn_left_running_by_a_killed_worker_is_resumed_by_another(api: Client, make_agent: Any, django_db_blocker: Any) -> None:
+    env = {"AGENTOPS_TURN_LEASE_MS": "1000"}
+    doomed = WorkerPool(1, label="doomed", extra_env=env)
+    try:
+        agent = make_agent(model="answer:delay_ms=4000")
+        turn_id = submit(api, agent.name, ("alice", "survive this"))["id"]
+        wait_for(lambda: InferenceCall.objects.filter(agent=agent).exists(), what="the first call to start")
+        doomed.procs[0].send_signal(signal.SIGKILL)
+        doomed.procs[0].wait(timeout=10)
+    finally:
+        doomed.stop()
+    assert Turn.objects.get(pk=turn_id).status == "running"
+    assert AgentLease.objects.filter(agent=agent).exists()  # nobody released it
+
+    rescuer = WorkerPool(1, label="rescuer", extra_env=env)
+    try:
+        time.sleep(0.1)
+        # The dead worker's lease is still live: a sweep now must not run the turn twice.
+        turns_sweep.delay()
+        wait_for(lambda: AgentLease.objects.filter(agent=agent, until__lt=_now()).exists(), timeout=5, what="the lease to lapse")
+        turns_sweep.delay()
+        turn = wait_turn(api, turn_id, {"succeeded", "failed"}, timeout=30)
+    finally:
+        rescuer.stop()
+        celery_app.conf.task_default_queue = rescuer.previous_queue
+    assert turn["status"] == "succeeded"
+    assert HistoryRow.objects.filter(agent=agent, role="assistant").count() == 1
+    lost, retried = InferenceCall.objects.filter(agent=agent).order_by("id")
+    assert lost.outcome == "aborted" and lost.error["message"].startswith("the worker making this call stopped")
+    assert retried.outcome == "completed"
+
+
+def _now() -> Any:
+    from django.utils import timezone
+
+    return timezone.now()
