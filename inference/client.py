@@ -22,8 +22,6 @@ from .classify import classify_exception, classify_http
 from .sse import SseParser
 from .types import CallOutput, ProviderError
 
-# How often the watcher asks whether the call should be aborted (a cancel, a shutdown).
-ABORT_POLL_S = 0.25
 # An error body past this is not read further: only a bounded part of it is ever kept.
 ERROR_BODY_CAP = 4 * 1024 * 1024
 CONNECT_TIMEOUT_S = 30.0
@@ -70,7 +68,9 @@ class CallResult:
 
 
 DeltaHook = Callable[[str], Awaitable[None]]
-AbortCheck = Callable[[], Awaitable[bool]]
+# perform_call hands its caller an ``abort()`` to call, on the engine's loop, to end the call
+# (a cancel, a lost lease, a shutdown). The watcher sleeps until the next deadline or item.
+AbortHook = Callable[[Callable[[], None]], None]
 # Called when the call is sent and when its first content arrives, so in-flight calls can be
 # shown live; the final timeline is recorded by the caller from the result.
 MilestoneHook = Callable[[str, "Timeline"], Awaitable[None]]
@@ -84,11 +84,13 @@ async def perform_call(
     max_tokens: int | None,
     bounds: BoundsSettings | None,
     on_delta: DeltaHook | None = None,
-    should_abort: AbortCheck | None = None,
+    on_abortable: AbortHook | None = None,
     on_milestone: MilestoneHook | None = None,
 ) -> CallResult:
     queue: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
     timeline = Timeline(sent=now_ms())
+    if on_abortable is not None:
+        on_abortable(lambda: queue.put_nowait(("abort",)))
     if on_milestone is not None:
         await on_milestone("sent", timeline)
 
@@ -120,7 +122,6 @@ async def perform_call(
 
     reader = adapter.reader()
     result: CallResult | None = None
-    last_abort_check = 0.0
     timeout = httpx.Timeout(None, connect=CONNECT_TIMEOUT_S)
     async with httpx.AsyncClient(timeout=timeout) as client:
         task = asyncio.create_task(pump(client))
@@ -139,18 +140,7 @@ async def perform_call(
                         lateness_ms=now - deadline.at,
                     )
                     break
-                if should_abort is not None and now - last_abort_check >= ABORT_POLL_S * 1000:
-                    last_abort_check = now
-                    if await should_abort():
-                        result = CallResult(
-                            outcome="aborted",
-                            timeline=timeline,
-                            error=ProviderError(type="aborted", message="the call was aborted", retryable=False),
-                        )
-                        break
-                wait_s = ABORT_POLL_S
-                if deadline is not None:
-                    wait_s = min(wait_s, max((deadline.at - now) / 1000, 0))
+                wait_s = None if deadline is None else max((deadline.at - now) / 1000, 0)
                 try:
                     item = await asyncio.wait_for(queue.get(), timeout=wait_s)
                 except TimeoutError:
@@ -177,6 +167,11 @@ async def _handle(
     """Apply one queue item to the timeline; return a result when the call is over."""
     now = now_ms()
     kind = item[0]
+    if kind == "abort":
+        return CallResult(
+            outcome="aborted", timeline=timeline,
+            error=ProviderError(type="aborted", message="the call was aborted", retryable=False),
+        )
     if kind == "headers":
         timeline.headers = now
         timeline.keepalives += 1

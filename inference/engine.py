@@ -12,20 +12,23 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
 import redis.asyncio
 
 T = TypeVar("T")
+# How often the process checks whether any of its calls' turns was cancelled.
+CANCEL_POLL_S = 0.25
 
 
 class CallEngine:
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self._ready = threading.Event()
-        self._redis: redis.asyncio.Redis | None = None
+        self._watched: dict[str, Callable[[], None]] = {}
+        self._poller: asyncio.Task[None] | None = None
         self.thread = threading.Thread(target=self._run, name="agentops-call-engine", daemon=True)
         self.thread.start()
         self._ready.wait()
@@ -39,11 +42,33 @@ class CallEngine:
         """Schedule ``coro`` on the engine's loop; the caller waits on the returned future."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
-    def redis(self, url: str) -> redis.asyncio.Redis:
-        """A Redis client bound to the engine's loop (call from a coroutine on it)."""
-        if self._redis is None:
-            self._redis = redis.asyncio.Redis.from_url(url, max_connections=50)
-        return self._redis
+    def watch_cancel(self, key: str, abort: Callable[[], None]) -> Callable[[], None]:
+        """Call ``abort`` (on the loop) once the Redis key ``key`` exists; returns an unwatch.
+
+        One poller per process checks every watched key in a single MGET per interval, so a
+        thousand calls in flight cost one round trip, not a thousand. Call from the loop."""
+        self._watched[key] = abort
+        if self._poller is None or self._poller.done():
+            self._poller = self.loop.create_task(self._poll_cancels())
+        return lambda: self._watched.pop(key, None)  # type: ignore[func-returns-value]
+
+    async def _poll_cancels(self) -> None:
+        from django.conf import settings
+
+        client = redis.asyncio.Redis.from_url(settings.REDIS_URL)
+        try:
+            while self._watched:
+                await asyncio.sleep(CANCEL_POLL_S)
+                keys = list(self._watched)
+                try:
+                    values = await client.mget(keys)
+                except redis.RedisError:
+                    continue  # the runner re-reads the turn's status after every call
+                for key, value in zip(keys, values, strict=True):
+                    if value is not None and (abort := self._watched.pop(key, None)) is not None:
+                        abort()
+        finally:
+            await client.aclose()
 
 
 _engine: CallEngine | None = None

@@ -13,6 +13,7 @@ import logging
 import os
 import random
 import time
+from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import UTC, datetime, timedelta
 
@@ -176,23 +177,34 @@ def _call_once(turn: Turn, lease: TurnLease) -> tuple[CallResult, InferenceCall]
     # The call runs on the process's engine loop; this thread keeps the lease and waits. Its
     # database connection goes back to the pool for the duration.
     connection.close()
-    future = call_engine().submit(_perform(turn, call, adapter, wire, request.stream, request.max_tokens, lease))
+    engine = call_engine()
+    aborts: list[Callable[[], None]] = []
+    future = engine.submit(_perform(turn, call, adapter, wire, request.stream, request.max_tokens, aborts))
     while True:
         try:
             result = future.result(timeout=settings.AGENTOPS_TURN_LEASE_MS / 4000)
             break
         except FutureTimeout:
-            lease.renew_if_due()
+            if not lease.renew_if_due():
+                for abort in aborts:
+                    engine.loop.call_soon_threadsafe(abort)
     _record_call(call, result)
     broadcast_turn_event(turn.pk, {"type": "call.ended", "turn": turn.pk, "call": call.pk, "outcome": result.outcome})
     return result, call
 
 
 async def _perform(
-    turn: Turn, call: InferenceCall, adapter: Adapter, wire: WireRequest, streamed: bool, max_tokens: int | None, lease: TurnLease
+    turn: Turn, call: InferenceCall, adapter: Adapter, wire: WireRequest, streamed: bool, max_tokens: int | None,
+    aborts: list[Callable[[], None]],
 ) -> CallResult:
-    cancel_client = call_engine().redis(settings.REDIS_URL)
-    turn_id, key = turn.pk, cancel_key(turn)
+    engine = call_engine()
+    turn_id = turn.pk
+    unwatch: Callable[[], None] = lambda: None  # noqa: E731
+
+    def on_abortable(abort: Callable[[], None]) -> None:
+        nonlocal unwatch
+        aborts.append(abort)
+        unwatch = engine.watch_cancel(cancel_key(turn), abort)
 
     async def on_milestone(name: str, timeline: Timeline) -> None:
         if name == "sent":
@@ -205,13 +217,13 @@ async def _perform(
     async def on_delta(text: str) -> None:
         await send_turn_event(turn_id, {"type": "call.delta", "turn": turn_id, "call": call.pk, "text": text})
 
-    async def should_abort() -> bool:
-        return lease.lost or bool(await cancel_client.exists(key))
-
-    return await perform_call(
-        adapter=adapter, wire=wire, streamed=streamed, max_tokens=max_tokens,
-        bounds=bounds_settings(), on_delta=on_delta, should_abort=should_abort, on_milestone=on_milestone,
-    )
+    try:
+        return await perform_call(
+            adapter=adapter, wire=wire, streamed=streamed, max_tokens=max_tokens,
+            bounds=bounds_settings(), on_delta=on_delta, on_abortable=on_abortable, on_milestone=on_milestone,
+        )
+    finally:
+        unwatch()
 
 
 def _record_call(call: InferenceCall, result: CallResult) -> None:
