@@ -9,10 +9,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
+from .background import background_loop
 from .failures import failures_log_write
 from .models import Alert
 from .text import PROVIDER_CODE_LIMIT, bound_text
@@ -63,7 +63,12 @@ def _broadcast(alert: Alert) -> None:
     if layer is None:
         return
     payload = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in alert_out(alert).items()}
-    try:
-        async_to_sync(layer.group_send)(DASHBOARD_GROUP, {"type": "dashboard.event", "event": {"type": "alert.raised", "alert": payload}})
-    except Exception:  # the dashboard is best effort; the row is the record
-        logger.warning("could not broadcast alert %s", alert.pk, exc_info=True)
+    message = {"type": "dashboard.event", "event": {"type": "alert.raised", "alert": payload}}
+
+    async def send() -> None:
+        try:
+            await layer.group_send(DASHBOARD_GROUP, message)
+        except Exception:  # the dashboard is best effort; the row is the record
+            logger.warning("could not broadcast alert %s", alert.pk, exc_info=True)
+
+    background_loop().send_in_order(send())

@@ -8,9 +8,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
+
+from .background import background_loop
 
 logger = logging.getLogger(__name__)
 
@@ -19,7 +20,7 @@ def turn_group(turn_id: int) -> str:
     return f"turn-{turn_id}"
 
 
-async def send_turn_event(turn_id: int, event: dict[str, Any]) -> None:
+async def _send_turn_event(turn_id: int, event: dict[str, Any]) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
@@ -29,6 +30,12 @@ async def send_turn_event(turn_id: int, event: dict[str, Any]) -> None:
         logger.warning("could not broadcast %s for turn %s", event.get("type"), turn_id, exc_info=True)
 
 
+def publish_turn_event(turn_id: int, event: dict[str, Any]) -> None:
+    """Send ``event`` to the turn's websocket listeners now, in order with this process's other
+    live events, on its background loop. Callable from any thread; the caller never waits."""
+    background_loop().send_in_order(_send_turn_event(turn_id, event))
+
+
 def broadcast_turn_event(turn_id: int, event: dict[str, Any]) -> None:
-    """Send ``event`` to the turn's websocket listeners once the current transaction commits."""
-    transaction.on_commit(lambda: async_to_sync(send_turn_event)(turn_id, event))
+    """Publish ``event`` once the current transaction commits."""
+    transaction.on_commit(lambda: publish_turn_event(turn_id, event))

@@ -86,7 +86,16 @@ async def perform_call(
     on_delta: DeltaHook | None = None,
     on_abortable: AbortHook | None = None,
     on_milestone: MilestoneHook | None = None,
+    client: httpx.AsyncClient | None = None,
 ) -> CallResult:
+    """Make one call and read it under the bounds. Pass a shared ``client``: building one
+    loads the TLS trust store, which costs more CPU than reading a whole stream."""
+    if client is None:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S)) as own:
+            return await perform_call(
+                adapter=adapter, wire=wire, streamed=streamed, max_tokens=max_tokens, bounds=bounds,
+                on_delta=on_delta, on_abortable=on_abortable, on_milestone=on_milestone, client=own,
+            )
     queue: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
     timeline = Timeline(sent=now_ms())
     if on_abortable is not None:
@@ -122,36 +131,37 @@ async def perform_call(
 
     reader = adapter.reader()
     result: CallResult | None = None
-    timeout = httpx.Timeout(None, connect=CONNECT_TIMEOUT_S)
-    async with httpx.AsyncClient(timeout=timeout) as client:
-        task = asyncio.create_task(pump(client))
-        try:
-            while result is None:
-                now = now_ms()
-                deadline = next_deadline(timeline.state(streamed=streamed, max_tokens=max_tokens), bounds)
-                if deadline is not None and now >= deadline.at:
-                    message = describe_cut(deadline.bound, timeline.state(streamed=streamed, max_tokens=max_tokens), deadline)
-                    result = CallResult(
-                        outcome="cut",
-                        timeline=timeline,
-                        error=ProviderError(type="timeout", message=message, retryable=False, bound=deadline.bound.value),
-                        bound=deadline.bound,
-                        bound_deadline=deadline.at,
-                        lateness_ms=now - deadline.at,
-                    )
-                    break
-                wait_s = None if deadline is None else max((deadline.at - now) / 1000, 0)
-                try:
-                    item = await asyncio.wait_for(queue.get(), timeout=wait_s)
-                except TimeoutError:
-                    continue
-                had_content = timeline.first_content is not None
-                result = await _handle(item, adapter, reader, timeline, streamed, on_delta)
-                if on_milestone is not None and not had_content and timeline.first_content is not None:
-                    await on_milestone("first_content", timeline)
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+    loop = asyncio.get_running_loop()
+    task = asyncio.create_task(pump(client))
+    try:
+        while result is None:
+            now = now_ms()
+            deadline = next_deadline(timeline.state(streamed=streamed, max_tokens=max_tokens), bounds)
+            if deadline is not None and now >= deadline.at:
+                message = describe_cut(deadline.bound, timeline.state(streamed=streamed, max_tokens=max_tokens), deadline)
+                result = CallResult(
+                    outcome="cut",
+                    timeline=timeline,
+                    error=ProviderError(type="timeout", message=message, retryable=False, bound=deadline.bound.value),
+                    bound=deadline.bound,
+                    bound_deadline=deadline.at,
+                    lateness_ms=now - deadline.at,
+                )
+                break
+            try:
+                # asyncio.timeout_at, unlike wait_for, makes no task per item.
+                loop_deadline = None if deadline is None else loop.time() + max((deadline.at - now) / 1000, 0)
+                async with asyncio.timeout_at(loop_deadline):
+                    item = await queue.get()
+            except TimeoutError:
+                continue
+            had_content = timeline.first_content is not None
+            result = await _handle(item, adapter, reader, timeline, streamed, on_delta)
+            if on_milestone is not None and not had_content and timeline.first_content is not None:
+                await on_milestone("first_content", timeline)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
     timeline.ended = now_ms()
     return result
 

@@ -12,27 +12,28 @@ from __future__ import annotations
 import logging
 import os
 import random
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
-from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from agentops.background import BackgroundLoop, background_loop
 from agentops.failures import failures_log_write
-from agentops.live import broadcast_turn_event, send_turn_event
+from agentops.live import broadcast_turn_event, publish_turn_event
 from agentops.models import Agent, HistoryRow
 
 from .adapters import Adapter, WireRequest, adapter_for
 from .client import CallResult, Timeline, perform_call
 from .compile import compile_request
 from .config import bounds_settings
-from .engine import call_engine
 from .lease import TurnLease, lease_claim
 from .models import InferenceCall, Turn
 from .notes import failure_note_text
@@ -60,17 +61,35 @@ def next_turn_id(agent_id: int, *, now: datetime) -> int | None:
     return int(first["id"])
 
 
+# Turn bookkeeping (ORM work) runs in at most this many threads of a process at once; the
+# other turns' threads wait on their calls without the GIL. So when a thousand calls are cut
+# together, their bookkeeping queues here instead of starving the loop that times the cuts.
+_BOOKKEEPING = threading.BoundedSemaphore(int(os.environ.get("AGENTOPS_BOOKKEEPING_THREADS", "2")))
+
+
+@contextmanager
+def _released_bookkeeping() -> Iterator[None]:
+    """Let other turns do their bookkeeping while this thread waits."""
+    _BOOKKEEPING.release()
+    try:
+        yield
+    finally:
+        _BOOKKEEPING.acquire()
+
+
 def agent_drain(agent_id: int) -> None:
     """Run the agent's queued turns in order while this invocation holds its lease."""
-    lease = lease_claim(agent_id)
-    if lease is None:
-        logger.debug("agent %s: another worker holds its turn lease", agent_id)
-        return
-    try:
-        while not lease.lost and (turn_id := next_turn_id(agent_id, now=timezone.now())) is not None:
-            turn_run(turn_id, lease)
-    finally:
-        lease.release()
+    with _BOOKKEEPING:
+        lease = lease_claim(agent_id)
+        if lease is None:
+            logger.debug("agent %s: another worker holds its turn lease", agent_id)
+            return
+        try:
+            while not lease.lost and (turn_id := next_turn_id(agent_id, now=timezone.now())) is not None:
+                turn_run(turn_id, lease)
+        finally:
+            lease.release()
+            connection.close()
 
 
 def _policy_settings() -> PolicySettings:
@@ -133,7 +152,7 @@ def turn_run(turn_id: int, lease: TurnLease) -> None:
                 "agent %s turn %s: %s (%s); calling again in %.0f ms",
                 turn.agent.name, turn_id, error.type, error.message[:200], decision.delay_ms,
             )
-            if not _sleep_unless_cancelled(turn_id, decision.delay_ms / 1000, lease):
+            if not _sleep_unless_cancelled(turn, decision.delay_ms / 1000, lease):
                 return
             continue
         if decision.action is Action.EXHAUST and error.type != "timeout" and _turn_rearm(turn, error):
@@ -147,16 +166,29 @@ def _turn_status(turn_id: int) -> str:
     return str(Turn.objects.values_list("status", flat=True).get(pk=turn_id))
 
 
-def _sleep_unless_cancelled(turn_id: int, seconds: float, lease: TurnLease) -> bool:
-    """Wait before a retry, renewing the lease; False if the turn stopped running meanwhile."""
-    end = time.monotonic() + seconds
-    while (left := end - time.monotonic()) > 0:
-        time.sleep(min(left, 0.25))
-        if not lease.renew_if_due() or _turn_status(turn_id) != Turn.Status.RUNNING:
-            connection.close()
-            return False
+def _sleep_unless_cancelled(turn: Turn, seconds: float, lease: TurnLease) -> bool:
+    """Wait before a retry, renewing the lease; False if the turn was cancelled meanwhile.
+
+    A cancel is noticed through the process's one cancel poller, not by polling the database
+    from every waiting thread."""
+    connection.close()  # back to the pool while this thread waits
+    cancelled = threading.Event()
+    loop = background_loop()
+    unwatch = loop.submit(_watch(loop, cancel_key(turn), cancelled.set)).result()
+    try:
+        with _released_bookkeeping():
+            end = time.monotonic() + seconds
+            while (left := end - time.monotonic()) > 0:
+                if cancelled.wait(min(left, settings.AGENTOPS_TURN_LEASE_MS / 4000)) or not lease.renew_if_due():
+                    return False
+    finally:
+        loop.loop.call_soon_threadsafe(unwatch)
     connection.close()
-    return True
+    return _turn_status(turn.pk) == Turn.Status.RUNNING
+
+
+async def _watch(loop: BackgroundLoop, key: str, callback: Callable[[], None]) -> Callable[[], None]:
+    return loop.watch_cancel(key, callback)
 
 
 def _ms_to_dt(ms: float | None) -> datetime | None:
@@ -177,17 +209,18 @@ def _call_once(turn: Turn, lease: TurnLease) -> tuple[CallResult, InferenceCall]
     # The call runs on the process's engine loop; this thread keeps the lease and waits. Its
     # database connection goes back to the pool for the duration.
     connection.close()
-    engine = call_engine()
+    engine = background_loop()
     aborts: list[Callable[[], None]] = []
     future = engine.submit(_perform(turn, call, adapter, wire, request.stream, request.max_tokens, aborts))
-    while True:
-        try:
-            result = future.result(timeout=settings.AGENTOPS_TURN_LEASE_MS / 4000)
-            break
-        except FutureTimeout:
-            if not lease.renew_if_due():
-                for abort in aborts:
-                    engine.loop.call_soon_threadsafe(abort)
+    with _released_bookkeeping():
+        while True:
+            try:
+                result = future.result(timeout=settings.AGENTOPS_TURN_LEASE_MS / 4000)
+                break
+            except FutureTimeout:
+                if not lease.renew_if_due():
+                    for abort in aborts:
+                        engine.loop.call_soon_threadsafe(abort)
     _record_call(call, result)
     broadcast_turn_event(turn.pk, {"type": "call.ended", "turn": turn.pk, "call": call.pk, "outcome": result.outcome})
     return result, call
@@ -197,7 +230,7 @@ async def _perform(
     turn: Turn, call: InferenceCall, adapter: Adapter, wire: WireRequest, streamed: bool, max_tokens: int | None,
     aborts: list[Callable[[], None]],
 ) -> CallResult:
-    engine = call_engine()
+    engine = background_loop()
     turn_id = turn.pk
     unwatch: Callable[[], None] = lambda: None  # noqa: E731
 
@@ -208,19 +241,16 @@ async def _perform(
 
     async def on_milestone(name: str, timeline: Timeline) -> None:
         if name == "sent":
-            await send_turn_event(turn_id, {"type": "call.started", "turn": turn_id, "call": call.pk, "model": call.model, "streamed": streamed})
-        elif name == "first_content":
-            await database_sync_to_async(InferenceCall.objects.filter(pk=call.pk).update)(
-                first_event_at=_ms_to_dt(timeline.first_event), first_content_at=_ms_to_dt(timeline.first_content)
-            )
+            publish_turn_event(turn_id, {"type": "call.started", "turn": turn_id, "call": call.pk, "model": call.model, "streamed": streamed})
 
     async def on_delta(text: str) -> None:
-        await send_turn_event(turn_id, {"type": "call.delta", "turn": turn_id, "call": call.pk, "text": text})
+        publish_turn_event(turn_id, {"type": "call.delta", "turn": turn_id, "call": call.pk, "text": text})
 
     try:
         return await perform_call(
             adapter=adapter, wire=wire, streamed=streamed, max_tokens=max_tokens,
             bounds=bounds_settings(), on_delta=on_delta, on_abortable=on_abortable, on_milestone=on_milestone,
+            client=engine.http,
         )
     finally:
         unwatch()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -71,8 +72,6 @@ def test_a_task_delivered_twice_stores_one_assistant_row(api: Client, make_agent
     agent_drain.delay(agent.pk)
     agent_drain.delay(agent.pk)
     wait_for(lambda: not Turn.objects.filter(agent=agent, status__in=Turn.OPEN).exists(), what="agent idle")
-    import time
-
     time.sleep(0.5)
     assert HistoryRow.objects.filter(agent=agent, role="assistant").count() == 1
     assert InferenceCall.objects.filter(agent=agent).count() == 1
@@ -131,10 +130,11 @@ def test_a_tool_round_trip_goes_through_requires_action(api: Client, make_agent:
     assert roles == ["user", "assistant", "tool", "assistant"]
 
 
-def test_a_running_turn_is_cancelled_and_not_retried(api: Client, make_agent: Any) -> None:
+def test_a_running_turn_is_cancelled_and_not_retried(api: Client, make_agent: Any, standin_requests: Any) -> None:
     agent = make_agent(model="endless:interval_ms=20")
     accepted = submit(api, agent.name, ("alice", "go on forever"))
-    wait_for(lambda: InferenceCall.objects.filter(agent=agent, first_content_at__isnull=False).exists(), what="content flowing")
+    wait_for(standin_requests, what="the call to reach the provider")
+    time.sleep(0.3)  # content flowing
     response = api.post(f"/api/v1/turns/{accepted['id']}/cancel")
     assert response.status_code == 200 and response.json()["status"] == "cancelled"
     wait_for(lambda: InferenceCall.objects.filter(agent=agent, outcome__isnull=False).exists(), what="the call to end")

@@ -1,46 +1,81 @@
-"""The call engine: one asyncio event loop per worker process, in its own thread.
+"""The background loop: one asyncio event loop per process, in its own thread.
 
 Celery runs turns on a thread pool (``--pool threads``). Each task thread compiles its request
 and records results with the ORM, but the call itself (the socket, the stream reader, the
-deadline watcher) runs as a coroutine on this shared loop. So one process holds many calls
-at once at the cost of one coroutine each, not one process or one event loop each, and a cut
-is timed by a loop that does nothing but read streams.
+deadline watcher) runs as a coroutine on this shared loop (inference.runner). So one process
+holds many calls at once at the cost of one coroutine each, not one process or one event loop
+each. Live events are sent from the same loop, over one channel-layer connection pool, instead
+of a new event loop and Redis connection per event.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import threading
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
+import httpx
 import redis.asyncio
 
 T = TypeVar("T")
 # How often the process checks whether any of its calls' turns was cancelled.
 CANCEL_POLL_S = 0.25
+CONNECT_TIMEOUT_S = 30.0
 
 
-class CallEngine:
+class BackgroundLoop:
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self._ready = threading.Event()
+        self._http: httpx.AsyncClient | None = None
+        self._outbox: asyncio.Queue[Coroutine[Any, Any, None]] = asyncio.Queue()
+        self._sender: asyncio.Task[None] | None = None
         self._watched: dict[str, Callable[[], None]] = {}
         self._poller: asyncio.Task[None] | None = None
-        self.thread = threading.Thread(target=self._run, name="agentops-call-engine", daemon=True)
+        self.thread = threading.Thread(target=self._run, name="agentops-background-loop", daemon=True)
         self.thread.start()
         self._ready.wait()
 
     def _run(self) -> None:
+        # Hand the GIL over more often than the default 5 ms, so the loop that times cuts
+        # gets it back quickly from threads doing bookkeeping.
+        sys.setswitchinterval(0.001)
         asyncio.set_event_loop(self.loop)
         self.loop.call_soon(self._ready.set)
         self.loop.run_forever()
 
+    def send_in_order(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` after every coroutine handed here before it (from any thread): live
+        events go out in the order they happened. Fire and forget."""
+        self.loop.call_soon_threadsafe(self._enqueue, coro)
+
+    def _enqueue(self, coro: Coroutine[Any, Any, None]) -> None:
+        self._outbox.put_nowait(coro)
+        if self._sender is None or self._sender.done():
+            self._sender = self.loop.create_task(self._drain_outbox())
+
+    async def _drain_outbox(self) -> None:
+        while not self._outbox.empty():
+            await self._outbox.get_nowait()
+
     def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
         """Schedule ``coro`` on the engine's loop; the caller waits on the returned future."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        """The process's one HTTP client (TLS context and connection pool), used on the loop:
+        no read timeout (the progress bounds decide), a bounded connect."""
+        if self._http is None:
+            self._http = httpx.AsyncClient(
+                timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S),
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=200),
+            )
+        return self._http
 
     def watch_cancel(self, key: str, abort: Callable[[], None]) -> Callable[[], None]:
         """Call ``abort`` (on the loop) once the Redis key ``key`` exists; returns an unwatch.
@@ -71,15 +106,15 @@ class CallEngine:
             await client.aclose()
 
 
-_engine: CallEngine | None = None
-_engine_pid: int | None = None
+_loop: BackgroundLoop | None = None
+_loop_pid: int | None = None
 _lock = threading.Lock()
 
 
-def call_engine() -> CallEngine:
-    """This process's engine, started on first use (after any fork, so each child has its own)."""
-    global _engine, _engine_pid
+def background_loop() -> BackgroundLoop:
+    """This process's loop, started on first use (after any fork, so each child has its own)."""
+    global _loop, _loop_pid
     with _lock:
-        if _engine is None or _engine_pid != os.getpid():
-            _engine, _engine_pid = CallEngine(), os.getpid()
-        return _engine
+        if _loop is None or _loop_pid != os.getpid():
+            _loop, _loop_pid = BackgroundLoop(), os.getpid()
+        return _loop

@@ -1,0 +1,224 @@
+"""Benchmark: one worker process holds N concurrent streamed calls that never send content.
+
+The stand-in sends only a keepalive every second on each stream. Every call must be cut at its
+before-content deadline. Measured, in one run on this machine:
+- cut lateness (cut time - deadline) p50 / p99 / max, over every cut (each turn's call and its
+  one fresh call);
+- worker CPU per 1,000 stream events in a steady window, against a bare asyncio + httpx reader
+  of the same N streams measured in the same run (the baseline), as a ratio;
+- the worker's peak RSS and the peak number of database connections to the bench database.
+
+Run: ``make bench`` (or ``python -m agentops.launcher exec -- python bench/bounds_bench.py``).
+Options: ``--calls 1000 --repeat 3 --before-content-ms 5000``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psutil
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(BASE_DIR))
+KEEPALIVE_MS = 1000
+WINDOW = (1.0, 6.0)  # seconds after every stream is open: no call starts or ends in it
+
+
+def bench_database_url() -> str:
+    parts = urlsplit(os.environ["DATABASE_URL"])
+    return urlunsplit(parts._replace(path="/agentops_bench"))
+
+
+def start_standin() -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "inference.standin", "--port", "0"], cwd=BASE_DIR, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    return proc, line.removeprefix("standin listening on ")
+
+
+# --- the baseline: a bare asyncio + httpx reader of the same streams -------------------------
+
+
+BASELINE = r'''
+import asyncio, json, sys, time, httpx, resource
+url, n, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+body = {"model": "pings:interval_ms=%d", "stream": True, "max_tokens": 256, "messages": [{"role": "user", "content": "x"}]}
+opened = 0
+async def one(client):
+    global opened
+    async with client.stream("POST", url + "/v1/chat/completions", json=body) as r:
+        opened += 1
+        deadline = time.monotonic() + seconds
+        it = r.aiter_lines()
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            try:
+                await asyncio.wait_for(it.__anext__(), left)
+            except (asyncio.TimeoutError, StopAsyncIteration):
+                return
+async def main():
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=0)
+    async with httpx.AsyncClient(timeout=None, limits=limits) as client:
+        tasks = [asyncio.create_task(one(client)) for _ in range(n)]
+        while opened < n:
+            await asyncio.sleep(0.01)
+        print(json.dumps({"all_open": time.time()}), flush=True)
+        await asyncio.gather(*tasks)
+asyncio.run(main())
+'''.replace("%d", str(KEEPALIVE_MS))
+
+
+def run_baseline(standin: str, n: int, seconds: float) -> dict[str, float]:
+    proc = subprocess.Popen([sys.executable, "-c", BASELINE, standin, str(n), str(seconds)], stdout=subprocess.PIPE, text=True)
+    ps = psutil.Process(proc.pid)
+    assert proc.stdout is not None
+    all_open = json.loads(proc.stdout.readline())["all_open"]
+    cpu = _window_cpu(ps, all_open)
+    rss = ps.memory_info().rss
+    proc.wait()
+    return {"cpu_per_1000_events_ms": cpu * 1000 / (n * (WINDOW[1] - WINDOW[0]) * 1000 / KEEPALIVE_MS) * 1000, "rss_mb": rss / 2**20}
+
+
+def _window_cpu(ps: psutil.Process, start: float) -> float:
+    time.sleep(max(start + WINDOW[0] - time.time(), 0))
+    before = ps.cpu_times()
+    time.sleep(WINDOW[1] - WINDOW[0])
+    after = ps.cpu_times()
+    return (after.user + after.system) - (before.user + before.system)
+
+
+# --- the service: one worker process, threads pool, the engine loop --------------------------
+
+
+def run_service(standin: str, n: int, before_content_ms: int) -> dict[str, float]:
+    import django
+
+    os.environ["DATABASE_URL"] = bench_database_url()
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings")
+    queue = f"agentops-bench-{os.getpid()}"
+    os.environ["AGENTOPS_CELERY_QUEUE"] = queue
+    django.setup()
+    from django.db import connection
+
+    from agentops.models import Agent, HistoryRow, Provider
+    from inference.models import InferenceCall, Turn
+    from inference.tasks import agent_drain
+
+    InferenceCall.objects.all().delete()
+    Turn.objects.all().delete()
+    HistoryRow.objects.all().delete()
+    Agent.objects.all().delete()
+    Provider.objects.all().delete()
+    provider = Provider.objects.create(name="standin", kind="openai", base_url=f"{standin}/v1")
+    agents = Agent.objects.bulk_create(
+        Agent(name=f"bench-{i}", provider=provider, model=f"pings:interval_ms={KEEPALIVE_MS}", participant=f"bench-{i}", max_tokens=256)
+        for i in range(n)
+    )
+    HistoryRow.objects.bulk_create(HistoryRow(agent=a, seq=1, participant="alice", role="user", content="hold on") for a in agents)
+    Turn.objects.bulk_create(Turn(agent=a, status=Turn.Status.QUEUED) for a in agents)
+
+    bounds = {"progress_bounds": {"before_content_ms": before_content_ms}}
+    env = dict(os.environ, AGENTOPS_INFERENCE_BOUNDS=json.dumps(bounds), AGENTOPS_LOG_LEVEL="WARNING")
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "agentops", "worker", "-P", "threads", "-c", str(n + 8), "-Q", queue,
+         "-l", "warning", "--without-gossip", "--without-mingle", "-n", f"bench-{os.getpid()}@bench"],
+        cwd=BASE_DIR, env=env,
+    )
+    ps = psutil.Process(worker.pid)
+    peak = {"rss": 0, "conns": 0}
+    try:
+        time.sleep(3)
+        for agent in agents:
+            agent_drain.delay(agent.pk)
+        # Every first call open: the window starts there.
+        while InferenceCall.objects.count() < n:
+            _sample(ps, peak, connection)
+            time.sleep(0.05)
+        all_open = time.time()
+        cpu = _window_cpu(ps, all_open)
+        _sample(ps, peak, connection)
+        while Turn.objects.filter(status__in=Turn.OPEN).exists():
+            _sample(ps, peak, connection)
+            time.sleep(0.1)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
+    lateness = list(InferenceCall.objects.filter(outcome="cut").values_list("cut_lateness_ms", flat=True))
+    bounds_seen = set(InferenceCall.objects.values_list("bound", flat=True))
+    lateness.sort()
+    return {
+        "cuts": len(lateness),
+        "all_cut_before_content": bounds_seen == {"before_content"} and len(lateness) == 2 * n,
+        "lateness_p50_ms": statistics.median(lateness),
+        "lateness_p99_ms": lateness[int(len(lateness) * 0.99) - 1],
+        "lateness_max_ms": lateness[-1],
+        "cpu_per_1000_events_ms": cpu * 1000 / (n * (WINDOW[1] - WINDOW[0]) * 1000 / KEEPALIVE_MS) * 1000,
+        "peak_rss_mb": peak["rss"] / 2**20,
+        "peak_db_connections": peak["conns"],
+    }
+
+
+def _sample(ps: psutil.Process, peak: dict[str, int], connection: object) -> None:
+    peak["rss"] = max(peak["rss"], ps.memory_info().rss)
+    with connection.cursor() as cursor:  # type: ignore[attr-defined]
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        peak["conns"] = max(peak["conns"], cursor.fetchone()[0])
+
+
+def prepare_database() -> None:
+    import psycopg
+
+    admin = urlsplit(os.environ["DATABASE_URL"])._replace(path="/postgres")
+    with psycopg.connect(urlunsplit(admin), autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = 'agentops_bench'").fetchone()
+        if not exists:
+            conn.execute("CREATE DATABASE agentops_bench")
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=BASE_DIR, check=True, env=dict(os.environ, DATABASE_URL=bench_database_url()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--calls", type=int, default=1000)
+    parser.add_argument("--repeat", type=int, default=3)
+    # Long enough that every call is open before the first one is cut (the CPU window).
+    parser.add_argument("--before-content-ms", type=int, default=20000)
+    args = parser.parse_args()
+    prepare_database()
+    standin, url = start_standin()
+    results: list[dict[str, float]] = []
+    try:
+        for run in range(args.repeat):
+            base = run_baseline(url, args.calls, args.before_content_ms / 1000)
+            service = _in_child(url, args.calls, args.before_content_ms)
+            service["baseline_cpu_per_1000_events_ms"] = base["cpu_per_1000_events_ms"]
+            service["cpu_ratio"] = service["cpu_per_1000_events_ms"] / base["cpu_per_1000_events_ms"]
+            print(f"run {run + 1}: {json.dumps(service)}", flush=True)
+            results.append(service)
+    finally:
+        standin.terminate()
+    keys = [k for k in results[0] if isinstance(results[0][k], int | float) and not isinstance(results[0][k], bool)]
+    print(json.dumps({"calls": args.calls, "runs": args.repeat, "median": {k: statistics.median(r[k] for r in results) for k in keys},
+                      "all_cut_before_content": all(r["all_cut_before_content"] for r in results)}, indent=2))
+
+
+def _in_child(url: str, n: int, before_content_ms: int) -> dict[str, float]:
+    """Each service run in a fresh interpreter, so Django state never carries over."""
+    code = f"import json, bench.bounds_bench as b; print('RESULT ' + json.dumps(b.run_service({url!r}, {n}, {before_content_ms})))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=BASE_DIR, capture_output=True, text=True, check=True).stdout
+    return json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
+
+
+if __name__ == "__main__":
+    main()
