@@ -1,0 +1,126 @@
+"""API.md's Waits endpoints (operator only), mounted at ``/waits``: thin over ``waits``.
+
+``POST /waits/release`` reads its body as raw JSON so that a number, list, object or null
+``model`` reaches the release service's validation and is refused with a 400 naming ``model``,
+instead of being coerced or reported as a schema error.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any, Literal
+
+from django.http import HttpRequest
+from ninja import Field, Query, Router, Schema
+
+from agentops.exceptions import bad_field
+from waits.clock import clock_ms
+from waits.selectors import binding_waits, journal_entries
+from waits.services import wait_release
+
+from .auth import require_operator
+from .schemas import ErrorOut
+
+router = Router(tags=["waits"])
+
+ERRORS: dict[int, type] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut}
+
+
+class WaitOut(Schema):
+    agent: str
+    model: str
+    until: datetime | None
+    reason: str
+    set_at: datetime | None
+    source: Literal["recorded", "pending", "unreadable"]
+
+
+class WaitsOut(Schema):
+    journal_readable: bool
+    waits: list[WaitOut]
+
+
+class WaitsFilter(Schema):
+    agent: str | None = None
+    model: str | None = None
+
+
+class ReleaseIn(Schema):
+    """For the OpenAPI document only: the handler validates the raw body itself."""
+
+    agent: str
+    model: str | None = Field(None, description='A model name, or "*" (or omitted) for every model.')
+    requester: str | None = None
+    reason: str | None = None
+
+
+class ReceiptOut(Schema):
+    agent: str
+    model: str
+    until: datetime | None
+    release: Literal["recorded", "pending", "in-process override"]
+
+
+class ReleaseOut(Schema):
+    receipts: list[ReceiptOut]
+
+
+class JournalFilter(Schema):
+    agent: str | None = None
+    limit: int = Field(100, ge=1, le=1000)
+
+
+class JournalEntryOut(Schema):
+    id: int
+    kind: str
+    agent: str
+    model: str
+    until: datetime | None
+    reason: str
+    by: str
+    at: datetime
+    until_ms: int | None
+    act_id: str
+    problem: str | None
+
+
+@router.get("", response={200: WaitsOut, **ERRORS})
+def waits_list(request: HttpRequest, filters: Query[WaitsFilter]) -> dict[str, Any]:
+    require_operator(request)
+    readable, waits = binding_waits(agent=filters.agent or None, model=filters.model or None, now_ms=clock_ms())
+    return {"journal_readable": readable, "waits": waits}
+
+
+@router.post(
+    "/release",
+    response={200: ReleaseOut, **ERRORS},
+    openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": ReleaseIn.model_json_schema()}}}},
+)
+def waits_release(request: HttpRequest) -> dict[str, Any]:
+    token = require_operator(request)
+    try:
+        body = json.loads(request.body or b"")
+    except (ValueError, UnicodeDecodeError):
+        raise bad_field("body", "not valid JSON") from None
+    if not isinstance(body, dict):
+        raise bad_field("body", "must be a JSON object {agent, model?, requester?, reason?}")
+    if "agent" not in body:
+        raise bad_field("agent", "is required")
+    if "model" in body and body["model"] is None:
+        raise bad_field("model", 'must be a non-empty string, not null (omit model, or send "*", to release every model)')
+    requester = body.get("requester")
+    receipts = wait_release(
+        agent=body["agent"],
+        model=body.get("model"),
+        requester=token.name if requester is None else requester,
+        reason=body.get("reason"),
+        via="api",
+    )
+    return {"receipts": [r.out() for r in receipts]}
+
+
+@router.get("/journal", response={200: list[JournalEntryOut], **ERRORS})
+def waits_journal(request: HttpRequest, filters: Query[JournalFilter]) -> list[dict[str, Any]]:
+    require_operator(request)
+    return journal_entries(agent=filters.agent or None, limit=filters.limit)

@@ -1,0 +1,130 @@
+"""Admin for provider waits (DESIGN §9): the journal, read-only for everyone, and the
+"Binding waits" page with a Release action behind the ``waits.release_wait`` permission.
+
+The Release action goes to a confirmation page that asks for a reason and then calls the one
+release service, ``waits.services.wait_release(via="admin")``. Its URLs come with the admin
+site (``admin:waits_bindingwait_changelist`` and ``admin:waits_bindingwait_release``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+
+from agentops.admin import ReadOnlyAdmin
+from agentops.exceptions import AgentopsError
+
+from .clock import clock_ms
+from .core import EVERY_MODEL
+from .journal import entry_problem
+from .models import BindingWait, WaitJournalEntry
+from .selectors import binding_waits
+from .services import wait_release
+
+RELEASE_PERMISSION = "waits.release_wait"
+
+
+@admin.register(WaitJournalEntry)
+class WaitJournalEntryAdmin(ReadOnlyAdmin):
+    list_display = ("id", "kind", "agent", "model", "until_ms", "short_reason", "by", "at", "problem")
+    list_filter = ("kind",)
+    search_fields = ("agent", "model", "by")
+    ordering = ("-id",)
+
+    @admin.display(description="reason")
+    def short_reason(self, obj: WaitJournalEntry) -> str:
+        return obj.reason[:120]
+
+    @admin.display(description="does not read because")
+    def problem(self, obj: WaitJournalEntry) -> str:
+        row = {f: getattr(obj, f) for f in ("id", "kind", "agent", "model", "until_ms", "reason", "by", "at", "data")}
+        return entry_problem(row) or ""
+
+
+def _one(request: HttpRequest, key: str) -> Any:
+    """A form value as the service should judge it: missing (None), one value, or a list."""
+    values = request.POST.getlist(key) if request.method == "POST" else request.GET.getlist(key)
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else values
+
+
+@admin.register(BindingWait)
+class BindingWaitAdmin(admin.ModelAdmin):
+    """Not a table: the list is computed from the journal by ``waits.selectors``."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        user = request.user
+        return any(user.has_perm(p) for p in ("waits.view_bindingwait", "waits.view_waitjournalentry", RELEASE_PERMISSION))
+
+    def get_urls(self) -> list[URLPattern]:
+        release = path("release/", self.admin_site.admin_view(self.release_view), name="waits_bindingwait_release")
+        return [release, *super().get_urls()]
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        readable, waits = binding_waits(agent=request.GET.get("agent") or None, now_ms=clock_ms())
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": "Binding waits",
+            "waits": waits,
+            "journal_readable": readable,
+            "can_release": request.user.has_perm(RELEASE_PERMISSION),
+            "every_model": EVERY_MODEL,
+            **(extra_context or {}),
+        }
+        return TemplateResponse(request, "admin/waits/binding_waits.html", context)
+
+    def release_view(self, request: HttpRequest) -> HttpResponse:
+        """GET: the confirmation page. POST: release, with a reason (required)."""
+        if not request.user.has_perm(RELEASE_PERMISSION):
+            raise PermissionDenied
+        agent, model = _one(request, "agent"), _one(request, "model")
+        error = ""
+        status = 200
+        if request.method == "POST":
+            reason = _one(request, "reason")
+            if not isinstance(reason, str) or not reason.strip():
+                error, status = "reason: a reason is required", 400
+            else:
+                try:
+                    receipts = wait_release(
+                        agent=agent, model=model, reason=reason, via="admin", username=request.user.get_username()
+                    )
+                except AgentopsError as exc:
+                    error, status = exc.message, exc.status
+                else:
+                    lifted = ", ".join(f"{r.model} ({r.release})" for r in receipts) or "no wait was binding"
+                    messages.success(request, f"Released {agent}: {lifted}.")
+                    return HttpResponseRedirect(reverse("admin:waits_bindingwait_changelist"))
+        waits: list[dict[str, Any]] = []
+        if isinstance(agent, str):
+            _, waits = binding_waits(agent=agent, now_ms=clock_ms())
+            if isinstance(model, str) and model != EVERY_MODEL:
+                waits = [w for w in waits if w["model"] in (model, EVERY_MODEL)]
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": "Release a provider wait",
+            "agent": agent if isinstance(agent, str) else "",
+            "model": model if isinstance(model, str) else EVERY_MODEL,
+            "waits": waits,
+            "error": error,
+        }
+        return TemplateResponse(request, "admin/waits/release_confirm.html", context, status=status)

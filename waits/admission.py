@@ -1,0 +1,58 @@
+"""Admission (DESIGN §6.6): may a call to this model be made for this agent now?
+
+The check is cheap: the binding view is cached per process (``waits.journal``), so in the
+steady state it runs no query; at most every ``JOURNAL_POLL_MS`` it runs one to find new rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from agentops.models import Agent
+
+from .core import EVERY_MODEL, wait_binds
+from .journal import journal_binding
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """Why a call is not admitted. ``until_ms`` None: until released (or, for ``unreadable``,
+    until the records read again). ``model`` is ``*`` when the records are unreadable: every
+    model of every agent is held."""
+
+    until_ms: int | None
+    reason: str
+    model: str
+    source: Literal["recorded", "pending", "unreadable"]
+
+
+def admission_check(*, agent: Agent, model: str, now_ms: float) -> Hold | None:
+    """None when a call to ``model`` for ``agent`` may go out at ``now_ms``, else the hold.
+
+    An ephemeral agent is never held: nothing is recorded for it (§6.9), and it is not held by
+    unreadable records either. Pass the real time: the cached view is refreshed on the
+    cadence ``now_ms`` shows."""
+    if agent.kind == Agent.Kind.EPHEMERAL:
+        return None
+    book = journal_binding(now_ms=now_ms)
+    if book.unknown(agent.name, model):
+        assert book.unreadable is not None
+        cause = book.unreadable
+        return Hold(
+            until_ms=None,
+            reason=f"the provider-waits journal cannot be read ({cause.describe()}); every model is held until it reads again or an operator releases",
+            model=EVERY_MODEL,
+            source="unreadable",
+        )
+    wait = book.lookup(agent.name, model)
+    if wait is None or not wait_binds(wait.until, now_ms):
+        return None
+    return Hold(until_ms=wait.until, reason=wait.reason, model=model, source=wait.source)
+
+
+def remaining_ms(hold: Hold, now_ms: float) -> float | None:
+    """How long the hold still runs at ``now_ms``; None when it runs until released."""
+    if hold.until_ms is None:
+        return None
+    return max(0.0, hold.until_ms - now_ms)

@@ -1,0 +1,392 @@
+"""The pure core of provider waits (DESIGN §6.2, §6.3, §6.5): plain values and an explicit ``now``.
+
+No ORM, no I/O, no clock reads. Times are milliseconds since the Unix epoch (UTC).
+
+- ``wait_deadline`` is the deadline rule: ``until = ceil(now + max(0, retry_after_ms))``; a
+  value that is not a finite number, or an instant past ``MAX_INSTANT_MS``, holds until
+  released (``until is None``); a wait already over records nothing.
+- ``entry_parse`` validates one journal row; anything that is not a well-formed wait raises
+  ``Malformed`` and makes the records unreadable.
+- ``WaitBook`` is the reduction: the longest wait per (agent, model) wins, ``None`` outlasts any
+  instant, ties change nothing, a release removes one model's wait or every model's (``*``).
+  While the records are unreadable it also knows what a later release made certain again.
+"""
+
+from __future__ import annotations
+
+import math
+import unicodedata
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+# The last instant a Python ``datetime`` can hold (9999-12-31T23:59:59.999Z). A deadline past it
+# cannot be shown or stored as an instant, so it holds until released.
+MAX_INSTANT_MS: Final = 253_402_300_799_999
+EVERY_MODEL: Final = "*"
+AGENT_NAME_LIMIT: Final = 100  # agentops.models.Agent.name
+MODEL_NAME_LIMIT: Final = 200  # agentops.models.Agent.model
+
+Kind = Literal["set", "release", "checkpoint"]
+KINDS: Final = ("set", "release", "checkpoint")
+Source = Literal["recorded", "pending"]
+
+
+# --- the deadline rule (§6.2) ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Deadline:
+    """What a stated wait means at ``now``: ``over`` (record nothing), or hold until ``until``
+    (``None``: until released)."""
+
+    until: int | None
+    over: bool
+
+
+def wait_deadline(*, now_ms: float, retry_after_ms: object) -> Deadline:
+    """Apply the deadline rule to a provider's stated wait.
+
+    A finite wait of zero or less (a provider's "retry now", a date already past, even -1e20)
+    is over: it records nothing. The clamp is on the duration, so a huge negative lands on
+    ``now`` rather than overflowing into the indefinite case. Anything that is not a finite
+    number (NaN, ±∞, a string, a bool, None) or a deadline past ``MAX_INSTANT_MS`` holds until
+    released.
+    """
+    if isinstance(retry_after_ms, bool) or not isinstance(retry_after_ms, int | float):
+        return Deadline(until=None, over=False)
+    try:
+        stated = float(retry_after_ms)
+    except OverflowError:  # an int too large for a float: a huge negative is over, too
+        if retry_after_ms < 0:
+            return Deadline(until=math.ceil(now_ms), over=True)
+        return Deadline(until=None, over=False)
+    if math.isnan(stated) or math.isinf(stated):
+        return Deadline(until=None, over=False)
+    if stated <= 0:
+        return Deadline(until=math.ceil(now_ms), over=True)
+    total = now_ms + stated
+    if not math.isfinite(total) or total > MAX_INSTANT_MS:
+        return Deadline(until=None, over=False)
+    return Deadline(until=math.ceil(total), over=False)
+
+
+def wait_binds(until: int | None, now_ms: float) -> bool:
+    """A wait binds while it is held until released or its deadline is still ahead. At
+    exactly ``until`` it has passed."""
+    return until is None or until > now_ms
+
+
+def outlasts(a: int | None, b: int | None) -> bool:
+    """Whether a hold until ``a`` ends strictly later than one until ``b``."""
+    if a is None:
+        return b is not None
+    return b is not None and a > b
+
+
+# --- journal entries and their validation (§6.5) -------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """One (agent, model)'s recorded wait. ``set_at`` is when the winning wait was stated."""
+
+    agent: str
+    model: str
+    until: int | None
+    reason: str
+    set_at: float
+    source: Source = "recorded"
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """A well-formed journal entry, or a pending act of this process (``id is None``)."""
+
+    kind: Kind
+    agent: str
+    model: str
+    until: int | None = None
+    reason: str = ""
+    at: float = 0.0
+    id: int | None = None
+    waits: tuple[Wait, ...] = ()  # a checkpoint's snapshot
+
+
+class Malformed(ValueError):
+    """A journal row that is not a well-formed wait. ``problem`` says what, for the operator."""
+
+    def __init__(self, row_id: Any, problem: str) -> None:
+        super().__init__(f"journal row {row_id}: {problem}")
+        self.row_id = row_id
+        self.problem = problem
+
+
+def name_problem(value: object, *, limit: int, every_model: bool = False) -> str | None:
+    """Why ``value`` is not a usable agent or model name, or None if it is. ``*`` is allowed
+    only where it means every model."""
+    if not isinstance(value, str):
+        return f"must be a string, not {_type_name(value)}"
+    if not value.strip():
+        return "must not be empty"
+    if any(unicodedata.category(ch) in ("Cc", "Zl", "Zp") for ch in value):
+        return "must not contain control characters"
+    if len(value) > limit:
+        return f"must be at most {limit} characters"
+    if value == EVERY_MODEL and not every_model:
+        return '"*" is not a name here'
+    return None
+
+
+def _type_name(value: object) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "a number", float: "a number", list: "a list", dict: "an object"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _instant(value: object) -> float | None:
+    """A finite millisecond instant within range, else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if not math.isfinite(value) or value < 0 or value > MAX_INSTANT_MS:
+        return None
+    return float(value)
+
+
+def _until(value: object, row_id: Any, where: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INSTANT_MS:
+        raise Malformed(row_id, f"{where}until is not null or an instant in range: {value!r}"[:300])
+    return value
+
+
+def _name(row: Mapping[str, Any], key: str, row_id: Any, *, limit: int, every_model: bool = False, where: str = "") -> str:
+    if key not in row:
+        raise Malformed(row_id, f"{where}{key} is missing")
+    value = row[key]
+    problem = name_problem(value, limit=limit, every_model=every_model)
+    if problem:
+        raise Malformed(row_id, f"{where}{key} {problem}")
+    return str(value)
+
+
+def entry_parse(row: Mapping[str, Any]) -> Entry:
+    """Validate one journal row (its columns as a mapping, ``at_ms`` in milliseconds and
+    ``data`` the JSON payload) and return it as an ``Entry``.
+
+    Raises ``Malformed`` for an unknown kind, a missing or invalid field the reduction or its
+    readers use, a deadline out of range, a checkpoint without a snapshot, or a snapshot that
+    lists one (agent, model) twice. A release's ``by`` and ``at`` are never read back, so they
+    are not required.
+    """
+    row_id = row.get("id")
+    kind = row.get("kind")
+    if kind not in KINDS:
+        raise Malformed(row_id, f"unknown kind {kind!r}"[:300])
+    if kind == "checkpoint":
+        return Entry(kind="checkpoint", agent="", model="", id=row_id, waits=_snapshot(row.get("data"), row_id))
+    agent = _name(row, "agent", row_id, limit=AGENT_NAME_LIMIT)
+    if kind == "release":
+        model = _name(row, "model", row_id, limit=MODEL_NAME_LIMIT, every_model=True)
+        return Entry(kind="release", agent=agent, model=model, id=row_id)
+    model = _name(row, "model", row_id, limit=MODEL_NAME_LIMIT)
+    if "until_ms" not in row:
+        raise Malformed(row_id, "until is missing")
+    until = _until(row["until_ms"], row_id, "")
+    reason = row.get("reason")
+    if not isinstance(reason, str):
+        raise Malformed(row_id, "reason is missing")
+    at = _instant(row.get("at_ms"))
+    if at is None:
+        raise Malformed(row_id, "at is missing or out of range")
+    return Entry(kind="set", agent=agent, model=model, until=until, reason=reason, at=at, id=row_id)
+
+
+def _snapshot(data: object, row_id: Any) -> tuple[Wait, ...]:
+    if not isinstance(data, Mapping) or not isinstance(data.get("waits"), list):
+        raise Malformed(row_id, "a checkpoint without a snapshot (data.waits is not a list)")
+    seen: set[tuple[str, str]] = set()
+    waits = []
+    for index, item in enumerate(data["waits"]):
+        where = f"snapshot wait {index}: "
+        if not isinstance(item, Mapping):
+            raise Malformed(row_id, f"{where}not an object")
+        agent = _name(item, "agent", row_id, limit=AGENT_NAME_LIMIT, where=where)
+        model = _name(item, "model", row_id, limit=MODEL_NAME_LIMIT, where=where)
+        if (agent, model) in seen:
+            raise Malformed(row_id, f"{where}({agent!r}, {model!r}) is listed twice"[:300])
+        seen.add((agent, model))
+        if "until" not in item:
+            raise Malformed(row_id, f"{where}until is missing")
+        until = _until(item["until"], row_id, where)
+        if not isinstance(item.get("reason"), str):
+            raise Malformed(row_id, f"{where}reason is missing")
+        set_at = _instant(item.get("set_at"))
+        if set_at is None:
+            raise Malformed(row_id, f"{where}set_at is missing or out of range")
+        waits.append(Wait(agent=agent, model=model, until=until, reason=item["reason"], set_at=set_at))
+    return tuple(waits)
+
+
+def wait_snapshot(wait: Wait) -> dict[str, Any]:
+    """A wait as a checkpoint lists it (the inverse of the snapshot's parse)."""
+    return {"agent": wait.agent, "model": wait.model, "until": wait.until, "reason": wait.reason, "set_at": wait.set_at}
+
+
+# --- the reduction (§6.3) ------------------------------------------------------------------
+
+
+def set_changes(current: Wait | None, until: int | None) -> bool:
+    """Whether a wait until ``until`` replaces ``current``: the longest wait wins, ``None``
+    outlasts any instant, ties change nothing."""
+    return current is None or outlasts(until, current.until)
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """What one entry did: ``changed`` for a set (False when an equal or longer wait already
+    stood), ``lifted`` for a release (the waits it removed)."""
+
+    changed: bool = False
+    lifted: tuple[Wait, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """Why the records are unreadable: the first malformed row (or a read failure)."""
+
+    row_id: Any
+    problem: str
+
+    def describe(self) -> str:
+        return self.problem if self.row_id is None else f"row {self.row_id}: {self.problem}"
+
+
+@dataclass
+class WaitBook:
+    """The reduction of journal entries: {agent: {model: Wait}}.
+
+    When a row could not be read (``unreadable`` is set), nothing is known about any
+    (agent, model) except what a later release made certain: ``known_agents`` (released for
+    every model) and ``known_pairs`` (released for one model) since the last unreadable row.
+    Waits set after such a release are tracked as usual.
+    """
+
+    waits: dict[str, dict[str, Wait]] = field(default_factory=dict)
+    unreadable: Unreadable | None = None
+    known_agents: set[str] = field(default_factory=set)
+    known_pairs: set[tuple[str, str]] = field(default_factory=set)
+
+    @property
+    def readable(self) -> bool:
+        return self.unreadable is None
+
+    def copy(self) -> WaitBook:
+        return WaitBook(
+            waits={agent: dict(models) for agent, models in self.waits.items()},
+            unreadable=self.unreadable,
+            known_agents=set(self.known_agents),
+            known_pairs=set(self.known_pairs),
+        )
+
+    def apply(self, entry: Entry, *, source: Source = "recorded") -> Applied:
+        if entry.kind == "set":
+            return self._set(entry, source)
+        if entry.kind == "release":
+            return self._release(entry)
+        # A checkpoint is the reduction of everything before it: it replaces the book.
+        self.waits = {}
+        for wait in entry.waits:
+            self.waits.setdefault(wait.agent, {})[wait.model] = wait
+        self.unreadable = None
+        self.known_agents.clear()
+        self.known_pairs.clear()
+        return Applied(changed=True)
+
+    def _set(self, entry: Entry, source: Source) -> Applied:
+        models = self.waits.setdefault(entry.agent, {})
+        if not set_changes(models.get(entry.model), entry.until):
+            return Applied(changed=False)
+        models[entry.model] = Wait(
+            agent=entry.agent, model=entry.model, until=entry.until, reason=entry.reason, set_at=entry.at, source=source
+        )
+        return Applied(changed=True)
+
+    def _release(self, entry: Entry) -> Applied:
+        models = self.waits.get(entry.agent, {})
+        if entry.model == EVERY_MODEL:
+            lifted = tuple(models.values())
+            self.waits.pop(entry.agent, None)
+            if self.unreadable:
+                self.known_agents.add(entry.agent)
+            return Applied(lifted=lifted)
+        wait = models.pop(entry.model, None)
+        if not models:
+            self.waits.pop(entry.agent, None)
+        if self.unreadable:
+            self.known_pairs.add((entry.agent, entry.model))
+        return Applied(lifted=(wait,) if wait else ())
+
+    def mark_unreadable(self, row_id: Any, problem: str) -> None:
+        """A row could not be read: from here on nothing is known until a release says so.
+        The first cause is kept; it is the one to repair first."""
+        if self.unreadable is None:
+            self.unreadable = Unreadable(row_id=row_id, problem=problem)
+        self.known_agents.clear()
+        self.known_pairs.clear()
+
+    def unknown(self, agent: str, model: str) -> bool:
+        """Whether (agent, model) is held because the records are unreadable."""
+        return self.unreadable is not None and agent not in self.known_agents and (agent, model) not in self.known_pairs
+
+    def lookup(self, agent: str, model: str) -> Wait | None:
+        models = self.waits.get(agent)
+        return models.get(model) if models else None
+
+    def binding(self, now_ms: float) -> Iterator[Wait]:
+        """Every recorded wait that binds at ``now`` (the unreadable hold is not a wait)."""
+        for models in self.waits.values():
+            for wait in models.values():
+                if wait_binds(wait.until, now_ms):
+                    yield wait
+
+    def agent_binding(self, agent: str, now_ms: float) -> list[Wait]:
+        return [w for w in self.waits.get(agent, {}).values() if wait_binds(w.until, now_ms)]
+
+
+def journal_reduce(rows: Iterable[Mapping[str, Any]], book: WaitBook | None = None) -> WaitBook:
+    """Reduce journal rows, in journal order, onto ``book`` (a fresh one by default). A row
+    that is not well-formed makes the records unreadable; later rows still apply."""
+    book = book if book is not None else WaitBook()
+    for row in rows:
+        try:
+            entry = entry_parse(row)
+        except Malformed as exc:
+            book.mark_unreadable(exc.row_id, exc.problem)
+            continue
+        book.apply(entry)
+    return book
+
+
+def pending_overlay(book: WaitBook, acts: Iterable[Entry]) -> WaitBook:
+    """What binds: the durable book with this process's pending acts applied in order."""
+    acts = list(acts)
+    if not acts:
+        return book
+    binding = book.copy()
+    for act in acts:
+        binding.apply(act, source="pending")
+    return binding
+
+
+def hold_level(until: int | None, *, now_ms: float, alert_ms: float) -> int:
+    """How loud a hold is: 0 none or pacing, 1 longer than ``alert_ms``, 2 until released.
+    A wait alerts when an act raises the level (§6.7), so each long hold alerts once."""
+    if until is None:
+        return 2
+    return 1 if until - math.ceil(now_ms) > alert_ms else 0

@@ -1,0 +1,77 @@
+"""Reads of provider waits for the API, the admin and the dashboard (API.md, Waits)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentops.models import Agent
+
+from .core import EVERY_MODEL, MAX_INSTANT_MS
+from .journal import entry_problem, journal_binding, ms_to_datetime
+from .models import WaitJournalEntry
+
+
+def binding_waits(*, agent: str | None = None, model: str | None = None, now_ms: float) -> tuple[bool, list[dict[str, Any]]]:
+    """(journal_readable, the waits that bind at ``now_ms``), optionally for one agent and
+    model, as ``{agent, model, until, reason, set_at, source}`` sorted by agent and model.
+
+    While the records are unreadable every agent that is not disposed or ephemeral is listed
+    as held on model ``*`` (``source: "unreadable"``), except what a release made certain."""
+    book = journal_binding(now_ms=now_ms)
+    waits: list[dict[str, Any]] = [
+        {
+            "agent": w.agent,
+            "model": w.model,
+            "until": ms_to_datetime(w.until) if w.until is not None else None,
+            "reason": w.reason,
+            "set_at": ms_to_datetime(w.set_at),
+            "source": w.source,
+        }
+        for w in book.binding(now_ms)
+        if (agent is None or w.agent == agent) and (model is None or w.model == model)
+    ]
+    if book.unreadable is not None:
+        cause = book.unreadable
+        agents = Agent.objects.filter(disposed_at__isnull=True).exclude(kind=Agent.Kind.EPHEMERAL)
+        if agent is not None:
+            agents = agents.filter(name=agent)
+        for name in agents.values_list("name", flat=True):
+            if name in book.known_agents or (model is not None and (name, model) in book.known_pairs):
+                continue
+            waits.append({
+                "agent": name,
+                "model": EVERY_MODEL,
+                "until": None,
+                "reason": f"the provider-waits journal cannot be read ({cause.describe()})",
+                "set_at": None,
+                "source": "unreadable",
+            })
+    waits.sort(key=lambda w: (w["agent"], w["model"]))
+    return book.readable, waits
+
+
+def journal_entries(*, agent: str | None, limit: int) -> list[dict[str, Any]]:
+    """The newest ``limit`` journal rows (of one agent, if given), newest first, as
+    ``{id, kind, agent, model, until, reason, by, at}`` plus ``until_ms``, ``act_id`` and
+    ``problem`` (why the row does not read as a wait, or null). Rows that do not read are
+    shown as they are: inspection works while the records are unreadable."""
+    rows = WaitJournalEntry.objects.order_by("-id")
+    if agent is not None:
+        rows = rows.filter(agent=agent)
+    out = []
+    for row in rows.values("id", "act_id", "kind", "agent", "model", "until_ms", "reason", "by", "at", "data")[:limit]:
+        until_ms = row["until_ms"]
+        out.append({
+            "id": row["id"],
+            "kind": row["kind"],
+            "agent": row["agent"],
+            "model": row["model"],
+            "until": ms_to_datetime(until_ms) if until_ms is not None and 0 <= until_ms <= MAX_INSTANT_MS else None,
+            "until_ms": until_ms,
+            "reason": row["reason"],
+            "by": row["by"],
+            "at": row["at"],
+            "act_id": str(row["act_id"]),
+            "problem": entry_problem(row),
+        })
+    return out
