@@ -8,26 +8,30 @@ PROVIDER_CODE_LIMIT = 128
 
 
 def bound_text(text: str, limit: int = FAILURE_TEXT_LIMIT) -> str:
-    """Return ``text`` unchanged if it fits in ``limit`` characters, else head + marker + tail.
+    """Return ``text`` unchanged if it fits in ``limit`` characters, else head + marker + tail,
+    at most ``limit`` characters, the marker saying how many characters were left out.
 
-    The marker says how many characters were left out. Python strings hold code points, so a
-    cut never splits a surrogate pair of a well-formed string; lone surrogates (from a bad
-    decode) at a cut edge are dropped rather than kept half.
+    Python strings hold code points, so a cut never splits a surrogate pair of a well-formed
+    string; a lone surrogate (from a bad decode) at a cut edge is dropped, not kept half.
     """
-    if len(text) <= limit:
+    total = len(text)
+    if total <= limit:
         return text
-    omitted = len(text) - limit
-    # The marker's own length depends on the count; size it for the worst case first.
-    marker = f" …[{omitted} of {len(text)} characters omitted]… "
-    keep = max(limit - len(marker), 0)
-    head_len = (keep + 1) // 2
-    tail_len = keep - head_len
-    head = text[:head_len]
-    tail = text[len(text) - tail_len :] if tail_len else ""
-    omitted = len(text) - len(head) - len(tail)
-    marker = f" …[{omitted} of {len(text)} characters omitted]… "
-    result = _strip_lone_surrogates(head) + marker + _strip_lone_surrogates(tail)
-    return result[:limit]
+    # The marker's length depends on the count it states, and the count on the marker's
+    # length: settle the two (a digit more or less changes the count by one).
+    omitted = total - limit
+    while True:
+        keep = max(limit - len(_marker(omitted, total)), 0)
+        if total - keep == omitted:
+            break
+        omitted = total - keep
+    head = _strip_lone_surrogates(text[: (keep + 1) // 2])
+    tail = _strip_lone_surrogates(text[total - keep // 2 :] if keep // 2 else "")
+    return head + _marker(total - len(head) - len(tail), total) + tail
+
+
+def _marker(omitted: int, total: int) -> str:
+    return f" …[{omitted} of {total} characters omitted]… "
 
 
 def _strip_lone_surrogates(part: str) -> str:
@@ -41,4 +45,4 @@ def _strip_lone_surrogates(part: str) -> str:
 def clean_requester(value: str, limit: int = 200) -> str:
     """Control characters become spaces; the result is stripped and bounded."""
     cleaned = "".join(" " if (ord(ch) < 32 or 127 <= ord(ch) < 160) else ch for ch in value)
-    return cleaned.strip()[:limit]
+    return cleaned.strip()[:limit].rstrip()

@@ -100,7 +100,21 @@ def next_deadline(state: CallState, settings: BoundsSettings | None) -> Deadline
     return min(candidates, key=lambda d: d.at)
 
 
-def describe_cut(bound: Bound, state: CallState, deadline: Deadline) -> str:
+def bound_setting(bound: Bound, state: CallState, settings: BoundsSettings) -> str:
+    """The setting that, raised, moves this bound's deadline later (named in a cut)."""
+    if bound is not Bound.WHOLE_CALL:
+        return BOUND_SETTING[bound]
+    setup_field = (
+        "progress_bounds.between_events_ms"
+        if settings.between_events_ms >= settings.before_content_ms
+        else "progress_bounds.before_content_ms"
+    )
+    if not state.max_tokens and settings.flat_minimum_ms > settings.setup_ms:
+        return BOUND_SETTING[Bound.WHOLE_CALL]
+    return f"AGENTOPS_INFERENCE_BOUNDS.{setup_field}"
+
+
+def describe_cut(bound: Bound, state: CallState, deadline: Deadline, settings: BoundsSettings) -> str:
     """The cut's message: which bound ran out, after how long, and the setting that raises it."""
     if bound is Bound.BEFORE_CONTENT:
         span = deadline.at - state.sent
@@ -116,4 +130,4 @@ def describe_cut(bound: Bound, state: CallState, deadline: Deadline) -> str:
     else:
         what = f"no complete response for {deadline.at - state.sent:.0f} ms"
     label = bound.value.replace("_", "-")
-    return f"{what} ({label} bound; the setting for this bound: {BOUND_SETTING[bound]})"
+    return f"{what} ({label} bound; the setting for this bound: {bound_setting(bound, state, settings)})"

@@ -37,6 +37,19 @@ _ANTHROPIC_TYPE_STATUS = {
     "rate_limit_error": 429,
     "api_error": 500,
     "overloaded_error": 529,
+    "timeout_error": 504,
+}
+# OpenAI-compatible codes and types, as the status the same failure has over HTTP (frames
+# carry no status). Codes are looked up before types.
+_OPENAI_CODE_STATUS = {
+    "rate_limit_exceeded": 429,
+    "insufficient_quota": 429,
+    "invalid_api_key": 401,
+    "context_length_exceeded": 400,
+    "requests": 429,
+    "tokens": 429,
+    "invalid_request_error": 400,
+    "server_error": 500,
 }
 
 
@@ -144,21 +157,23 @@ def classify_http(
 
 
 def classify_frame(payload: Any, now_ms: float) -> ProviderError:
-    """A stream error frame (anthropic ``event: error`` or an openai ``{"error": ...}`` chunk)."""
+    """A stream error frame (anthropic ``event: error`` or an openai ``{"error": ...}`` chunk).
+
+    A frame arrives inside an HTTP 200 stream and carries no status of its own; it is
+    classified, and reported with the status, that the same failure has over HTTP."""
     err = _error_object(payload)
     etype = err.get("type")
-    status = err.get("status") if isinstance(err.get("status"), int) else None
-    if status is None and isinstance(etype, str):
-        status = _ANTHROPIC_TYPE_STATUS.get(etype)
-    if status is None and isinstance(err.get("code"), int):
-        status = err["code"]
-    code = err.get("code") if isinstance(err.get("code"), str) else etype
+    code = err.get("code")
+    stated = err.get("status") if isinstance(err.get("status"), int) else None
+    if stated is None and isinstance(code, int):
+        stated = code
+    like = stated
+    for key, table in ((code, _OPENAI_CODE_STATUS), (etype, _ANTHROPIC_TYPE_STATUS), (etype, _OPENAI_CODE_STATUS)):
+        if like is None and isinstance(key, str):
+            like = table.get(key)
+    code_text = code if isinstance(code, str) else etype
     message = str(err.get("message") or json.dumps(payload)[:2000])
-    wait = stated_wait_ms({}, payload, now_ms)
-    error = _classify(status, code, message, wait)
-    if status is None and error.type == "unknown" and etype == "server_error":
-        error.type, error.retryable = "server", True
-    return error
+    return _classify(like, code_text, message, stated_wait_ms({}, payload, now_ms))
 
 
 def _classify(

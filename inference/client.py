@@ -138,7 +138,8 @@ async def perform_call(
             now = now_ms()
             deadline = next_deadline(timeline.state(streamed=streamed, max_tokens=max_tokens), bounds)
             if deadline is not None and now >= deadline.at:
-                message = describe_cut(deadline.bound, timeline.state(streamed=streamed, max_tokens=max_tokens), deadline)
+                assert bounds is not None  # a deadline exists only when bounds are on
+                message = describe_cut(deadline.bound, timeline.state(streamed=streamed, max_tokens=max_tokens), deadline, bounds)
                 result = CallResult(
                     outcome="cut",
                     timeline=timeline,
@@ -226,7 +227,8 @@ async def _handle(
                 timeline.first_event = now
             timeline.last_event = now
             timeline.last_event_was_thinking_start = progress.thinking_start
-            if progress.thinking_start and timeline.thinking_start is None:
+            if progress.thinking_start:
+                # The newest thinking block's start: its allowance runs from there.
                 timeline.thinking_start = now
             if progress.content and timeline.first_content is None:
                 timeline.first_content = now

@@ -58,16 +58,19 @@ def parse_bounds(raw: Any) -> BoundsSettings | None:
                 continue
             path = ".".join(p for p in (PREFIX, section, name) if p)
             unit = "tokens per second" if name == "think_tokens_per_second" else "milliseconds"
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not math.isfinite(value)
-                or value <= 0
-            ):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not _positive_finite(value):
                 shown = json.dumps(value) if not isinstance(value, float) else repr(value)
                 raise BoundsConfigError(f"{path} must be a positive number of {unit}, not {shown}")
             values[name] = float(value)
     return BoundsSettings(**values)
+
+
+def _positive_finite(value: float) -> bool:
+    try:
+        number = float(value)  # an integer too large for a float overflows here
+    except OverflowError:
+        return False
+    return math.isfinite(number) and number > 0
 
 
 @cache

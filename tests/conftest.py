@@ -86,7 +86,10 @@ class WorkerPool:
 
     def __init__(self, count: int, *, label: str, extra_env: dict[str, str] | None = None) -> None:
         self.queue = f"{QUEUE}-{label}"
-        env = dict(os.environ, DATABASE_URL=_database_url(), AGENTOPS_CELERY_QUEUE=self.queue, **(extra_env or {}))
+        env = dict(
+            os.environ, DATABASE_URL=_database_url(), AGENTOPS_CELERY_QUEUE=self.queue,
+            DJANGO_SETTINGS_MODULE="agentops.settings", **(extra_env or {}),
+        )
         self.procs: list[subprocess.Popen[bytes]] = []
         self.names = [f"{label}{i}-{os.getpid()}@agentops-test" for i in range(count)]
         self.previous_queue = celery_app.conf.task_default_queue

@@ -17,6 +17,7 @@ from inference.bounds import (
     BoundsSettings,
     CallState,
     Deadline,
+    bound_setting,
     describe_cut,
     next_deadline,
 )
@@ -411,7 +412,7 @@ def test_a_cut_message_names_the_bound_how_long_and_its_setting(
 ) -> None:
     deadline = next_deadline(state, settings)
     assert deadline is not None
-    assert describe_cut(deadline.bound, state, deadline) == message
+    assert describe_cut(deadline.bound, state, deadline, settings) == message
 
 
 def test_every_bound_names_a_setting_under_agentops_inference_bounds() -> None:
@@ -430,18 +431,7 @@ RAISE_CASES = [
         streamed(first_content=S + 1_000, last_model_event=S + ABSOLUTE - 10_000), id="absolute"
     ),
     pytest.param(CallState(sent=S, streamed=False), id="whole_call-no-max_tokens"),
-    pytest.param(
-        CallState(sent=S, streamed=False, max_tokens=TOKENS_100_S),
-        id="whole_call-with-max_tokens",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason=(
-                "BUG: a whole-call cut with max_tokens names "
-                "AGENTOPS_INFERENCE_BOUNDS.flat_minimum_ms, but that deadline is "
-                "sent + setup + allowance and the flat minimum does not move it"
-            ),
-        ),
-    ),
+    pytest.param(CallState(sent=S, streamed=False, max_tokens=TOKENS_100_S), id="whole_call-with-max_tokens"),
 ]
 
 
@@ -449,7 +439,7 @@ RAISE_CASES = [
 def test_raising_the_setting_a_cut_names_moves_that_deadline_later(state: CallState) -> None:
     deadline = next_deadline(state, DEFAULTS)
     assert deadline is not None
-    field = BOUND_SETTING[deadline.bound].rsplit(".", 1)[1]
+    field = bound_setting(deadline.bound, state, DEFAULTS).rsplit(".", 1)[1]
     raised = dataclasses.replace(DEFAULTS, **{field: getattr(DEFAULTS, field) * 10})
     later = next_deadline(state, raised)
     assert later is not None
