@@ -6,7 +6,6 @@ The caller reads the clock once and passes ``now_ms``; randomness comes in as ``
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
@@ -14,6 +13,7 @@ from .types import ProviderError
 
 TERMINAL_TYPES = {"auth", "quota", "policy", "context_length", "invalid_request", "unknown", "aborted"}
 BASE_RETRYABLE = {"server", "overloaded", "network", "timeout"}
+RETRYABLE_STATED = BASE_RETRYABLE | {"rate_limit"}
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,9 @@ class Action(StrEnum):
     RETRY = "retry"
     FAIL = "fail"
     EXHAUST = "exhaust"
+    # A retryable failure that stated a wait: provider waits decide (DESIGN §6.6). The turn is
+    # held (residents, conversations) or sleeps it (ephemeral runs); no failure is counted.
+    HOLD = "hold"
 
 
 @dataclass(frozen=True)
@@ -72,14 +75,13 @@ def decide(
         return Decision(Action.RETRY, delay_ms=settings.deadline_retry_delay_ms), following
 
     state = replace(state, consecutive_cuts=0, episode_started_ms=episode)
-    if error.type in ("rate_limit",):
-        delay = settings.pacing_floor_ms * (1 + 0.5 * jitter)
-        stated = error.retry_after_ms
-        if stated is not None:
-            if not math.isfinite(stated):
-                return Decision(Action.EXHAUST, reason="the provider asked to wait until released"), state
-            delay = max(delay, stated)
-        return Decision(Action.RETRY, delay_ms=min(delay, settings.pacing_cap_ms)), state
+    if error.retry_after_ms is not None and error.type in RETRYABLE_STATED:
+        # The stated wait is a lower bound on the next call, never capped here.
+        return Decision(Action.HOLD, delay_ms=error.retry_after_ms, reason="the provider stated a wait"), state
+    if error.type == "rate_limit":
+        # The service's own pacing: the provider said to slow down but not for how long.
+        delay = min(settings.pacing_floor_ms * (1 + 0.5 * jitter), settings.pacing_cap_ms)
+        return Decision(Action.RETRY, delay_ms=delay), state
 
     if error.type in BASE_RETRYABLE:
         if state.base_retries >= len(settings.base_delays_ms):

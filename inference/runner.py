@@ -10,6 +10,7 @@ does nothing.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import random
 import threading
@@ -29,6 +30,9 @@ from agentops.background import BackgroundLoop, background_loop
 from agentops.failures import failures_log_write
 from agentops.live import broadcast_turn_event, publish_turn_event
 from agentops.models import Agent, HistoryRow
+from agentops.text import NOTE_TEXT_LIMIT, bound_text
+from waits.admission import admission_check, remaining_ms
+from waits.services import wait_record
 
 from .adapters import Adapter, WireRequest, adapter_for
 from .client import CallResult, Timeline, perform_call
@@ -37,7 +41,7 @@ from .config import bounds_settings
 from .lease import TurnLease, lease_claim
 from .models import InferenceCall, Turn
 from .notes import failure_note_text
-from .policy import Action, PolicySettings, RetryState, decide
+from .policy import Action, Decision, PolicySettings, RetryState, decide
 from .services import cancel_key, history_append
 from .types import CallOutput, ProviderError
 
@@ -47,9 +51,10 @@ logger = logging.getLogger(__name__)
 def next_turn_id(agent_id: int, *, now: datetime) -> int | None:
     """The agent's next turn to run, or None. Turns run in order: a turn waiting for tool
     results blocks the turns behind it (their request would carry a tool call without its
-    result), and so does a queued turn that may not run before a later instant (a re-arm)."""
+    result), and so does a queued turn that may not run before a later instant (a re-arm).
+    A held turn is returned: running it starts with the admission check."""
     first = (
-        Turn.objects.filter(agent_id=agent_id, status__in=[Turn.Status.QUEUED, Turn.Status.RUNNING, Turn.Status.REQUIRES_ACTION])
+        Turn.objects.filter(agent_id=agent_id, status__in=[Turn.Status.QUEUED, Turn.Status.RUNNING, Turn.Status.HELD, Turn.Status.REQUIRES_ACTION])
         .order_by("id")
         .values("id", "status", "not_before")
         .first()
@@ -87,6 +92,8 @@ def agent_drain(agent_id: int) -> None:
         try:
             while not lease.lost and (turn_id := next_turn_id(agent_id, now=timezone.now())) is not None:
                 turn_run(turn_id, lease)
+                if _turn_status(turn_id) == Turn.Status.HELD:
+                    break  # its re-check is scheduled; the turns behind it wait with it
         finally:
             lease.release()
             connection.close()
@@ -101,14 +108,19 @@ def _policy_settings() -> PolicySettings:
 
 
 def turn_run(turn_id: int, lease: TurnLease) -> None:
-    """Run one turn's rounds until it succeeds, fails, needs tool results or is cancelled.
-    Call only while holding the agent's turn lease."""
+    """Run one turn's rounds until it succeeds, fails, needs tool results, is held by a
+    provider wait or is cancelled. Call only while holding the agent's turn lease."""
     now = timezone.now()
-    claimed = Turn.objects.filter(pk=turn_id, status__in=[Turn.Status.QUEUED, Turn.Status.RUNNING]).update(
+    held = Turn.objects.select_related("agent").filter(pk=turn_id, status=Turn.Status.HELD).first()
+    if held is not None and _hold_if_waiting(held):
+        return
+    claimed = Turn.objects.filter(pk=turn_id, status__in=[Turn.Status.QUEUED, Turn.Status.RUNNING, Turn.Status.HELD]).update(
         status=Turn.Status.RUNNING,
         claimed_by=lease.owner,
         started_at=Coalesce(F("started_at"), now),
         attempts=F("attempts") + 1,
+        hold_until=None,
+        hold_reason="",
     )
     if not claimed:
         return
@@ -127,7 +139,7 @@ def turn_run(turn_id: int, lease: TurnLease) -> None:
     rng = random.Random()
     while True:
         turn = Turn.objects.select_related("agent__provider").get(pk=turn_id)
-        if turn.status != Turn.Status.RUNNING:
+        if turn.status != Turn.Status.RUNNING or _hold_if_waiting(turn):
             return
         result, call = _call_once(turn, lease)
         if lease.lost or _turn_status(turn_id) != Turn.Status.RUNNING:
@@ -146,7 +158,16 @@ def turn_run(turn_id: int, lease: TurnLease) -> None:
             _turn_complete(turn, output)
             return
         error = result.error or ProviderError(type="unknown", message="the call failed without an error")
-        decision, state = decide(error, state, now_ms=time.time() * 1000, settings=_policy_settings(), jitter=rng.random())
+        now_ms = time.time() * 1000
+        decision, state = decide(error, state, now_ms=now_ms, settings=_policy_settings(), jitter=rng.random())
+        if decision.action is Action.HOLD:
+            delay_ms = _stated_wait(turn, error, now_ms)
+            if delay_ms is None:
+                continue  # recorded: the admission check at the top of the loop holds the turn
+            if delay_ms < 0:  # an ephemeral run's wait too long to sleep: it ends now
+                _turn_fail(turn, _ephemeral_wait_error(error), status=Turn.Status.EXHAUSTED, timed_out_again=False)
+                return
+            decision = Decision(Action.RETRY, delay_ms=delay_ms)
         if decision.action is Action.RETRY:
             logger.info(
                 "agent %s turn %s: %s (%s); calling again in %.0f ms",
@@ -155,11 +176,75 @@ def turn_run(turn_id: int, lease: TurnLease) -> None:
             if not _sleep_unless_cancelled(turn, decision.delay_ms / 1000, lease):
                 return
             continue
+        if error.retry_after_ms is not None:
+            # A terminal failure keeps its disposition; the wait it stated binds what follows.
+            _record_wait(turn, error, now_ms)
         if decision.action is Action.EXHAUST and error.type != "timeout" and _turn_rearm(turn, error):
             return
         status = Turn.Status.EXHAUSTED if decision.action is Action.EXHAUST else Turn.Status.FAILED
         _turn_fail(turn, error, status=status, timed_out_again=decision.timed_out_again)
         return
+
+
+def _hold_if_waiting(turn: Turn) -> bool:
+    """The admission check (DESIGN §6.6), at the last moment before a primary call. If a
+    provider wait binds the agent's model, hold the turn (no failure, no note) until it ends
+    or is released, and schedule the re-check. Returns True when the turn is held."""
+    now_ms = time.time() * 1000
+    hold = admission_check(agent=turn.agent, model=turn.agent.model, now_ms=now_ms)
+    if hold is None:
+        return False
+    until = _ms_to_dt(hold.until_ms)
+    reason = bound_text(f"provider wait on {hold.model}: {hold.reason}", NOTE_TEXT_LIMIT)
+    updated = Turn.objects.filter(pk=turn.pk, status__in=[Turn.Status.RUNNING, Turn.Status.HELD]).update(
+        status=Turn.Status.HELD, hold_until=until, hold_reason=reason
+    )
+    if updated and turn.status != Turn.Status.HELD:
+        logger.info("agent %s turn %s held until %s: %s", turn.agent.name, turn.pk, until or "released", reason)
+        broadcast_turn_event(turn.pk, {"type": "turn.status", "turn": turn.pk, "status": Turn.Status.HELD, "held_until": until.isoformat() if until else None})
+    left = remaining_ms(hold, now_ms)
+    # Re-check when the wait ends, and at least every AGENTOPS_WAIT_RECHECK_MS (a wait "until
+    # released", unreadable records that may read again); a release also wakes the turn.
+    recheck_ms = settings.AGENTOPS_WAIT_RECHECK_MS if left is None else min(left + 10, settings.AGENTOPS_WAIT_RECHECK_MS)
+    schedule_drain(turn.agent_id, recheck_ms / 1000)
+    return True
+
+
+def _record_wait(turn: Turn, error: ProviderError, now_ms: float) -> bool:
+    """Record the provider's stated wait for (agent, model). Returns whether it binds."""
+    recorded = wait_record(
+        agent=turn.agent, model=turn.agent.model, retry_after_ms=error.retry_after_ms if error.retry_after_ms is not None else 0,
+        reason=f"{error.type} (HTTP {error.http_status}): {error.message[:300]}", now_ms=now_ms,
+    )
+    return recorded.binding
+
+
+def _stated_wait(turn: Turn, error: ProviderError, now_ms: float) -> float | None:
+    """What to do with a retryable failure's stated wait: None when it was recorded and binds
+    (the turn will be held), else the ms to sleep before the next call (an ephemeral run's
+    short wait, or own pacing when the wait was already over), or -1 when an ephemeral run
+    must end because the wait is longer than it sleeps."""
+    wait = error.retry_after_ms if error.retry_after_ms is not None else 0.0
+    if turn.agent.kind == Agent.Kind.EPHEMERAL:
+        if math.isfinite(wait) and wait <= settings.AGENTOPS_EPHEMERAL_MAX_SLEEP_MS:
+            return max(wait, 0.0)
+        return -1
+    if _record_wait(turn, error, now_ms):
+        return None
+    # The stated wait was already over: pace ourselves rather than call again at once.
+    return settings.AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS if error.type == "rate_limit" else 1000.0
+
+
+def _ephemeral_wait_error(error: ProviderError) -> ProviderError:
+    limit_s = settings.AGENTOPS_EPHEMERAL_MAX_SLEEP_MS / 1000
+    wait = error.retry_after_ms if error.retry_after_ms is not None else math.nan
+    asked = f"{wait / 1000:.0f} s" if math.isfinite(wait) else "longer than can be represented"
+    message = (
+        f"{error.message[:300]} (the provider asked to wait {asked}; an ephemeral run doesn't sleep a "
+        f"stated wait longer than {limit_s:.0f} s, so it ends now)"
+    )
+    return ProviderError(type=error.type, message=message, http_status=error.http_status,
+                         provider_code=error.provider_code, retryable=False, retry_after_ms=error.retry_after_ms)
 
 
 def _turn_status(turn_id: int) -> str:

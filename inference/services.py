@@ -146,3 +146,21 @@ def agent_dispose(*, agent: Agent, actor: str) -> None:
         AuditEntry.objects.create(actor=actor, action="agent.dispose", target=f"agent:{agent.name}")
     for turn in open_turns:
         _signal_cancel(turn)
+
+
+def held_turns_wake(*, agent: str) -> int:
+    """After a release: re-check the named agent's held turns now rather than at the next
+    sweep (the release itself lives in waits, below turns, and knows nothing of them).
+    Returns how many agents were woken."""
+    agent_ids = set(
+        Turn.objects.filter(agent__name=agent, status=Turn.Status.HELD).values_list("agent_id", flat=True)
+    )
+    from waits.journal import JOURNAL_POLL_MS
+
+    from .tasks import agent_drain
+
+    for agent_id in agent_ids:
+        enqueue_drain(agent_id)
+        # A worker sees another process's release at its next journal poll: look again then.
+        transaction.on_commit(lambda agent_id=agent_id: agent_drain.apply_async((agent_id,), countdown=JOURNAL_POLL_MS / 1000 + 0.2))  # type: ignore[misc]
+    return len(agent_ids)

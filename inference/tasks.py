@@ -15,9 +15,12 @@ def agent_drain(agent_id: int) -> None:
 
 @shared_task(name="inference.tasks.turns_sweep")
 def turns_sweep() -> int:
-    """Safety net: enqueue a drain for every agent with a queued turn (a lost message, a worker
-    that died). A drain that finds the agent's lock taken returns at once."""
-    agent_ids = set(Turn.objects.filter(status__in=[Turn.Status.QUEUED, Turn.Status.RUNNING]).values_list("agent_id", flat=True))
+    """Enqueue a drain for every agent with a queued, running or held turn: the safety net for
+    a lost message or a dead worker (its lease lapses), and the re-check of held turns whose
+    wait is "until released" or whose records were unreadable. A drain that finds the agent's
+    lease held returns at once."""
+    open_statuses = [Turn.Status.QUEUED, Turn.Status.RUNNING, Turn.Status.HELD]
+    agent_ids = set(Turn.objects.filter(status__in=open_statuses).values_list("agent_id", flat=True))
     for agent_id in agent_ids:
         agent_drain.delay(agent_id)
     return len(agent_ids)

@@ -73,7 +73,8 @@ def standin() -> Iterator[str]:
 
 @pytest.fixture
 def standin_requests(standin: str) -> Callable[[], list[dict[str, Any]]]:
-    """Clears the stand-in's record and counters; returns a reader of requests since then."""
+    """Clears the stand-in's record and counters; returns a reader of requests since then.
+    Request it before ``make_agent``/``providers`` so they do not clear it again."""
     httpx.delete(f"{standin}/_standin/requests")
     return lambda: httpx.get(f"{standin}/_standin/requests").json()
 
@@ -159,6 +160,8 @@ def api(operator_token: str) -> Client:
 
 @pytest.fixture
 def providers(standin: str, db: None) -> dict[str, Provider]:
+    """Providers pointing at the stand-in, whose record and ``times`` counters start empty."""
+    httpx.delete(f"{standin}/_standin/requests")
     return {
         "openai": Provider.objects.create(name="standin-openai", kind="openai", base_url=f"{standin}/v1"),
         "anthropic": Provider.objects.create(name="standin-anthropic", kind="anthropic", base_url=standin),

@@ -18,6 +18,7 @@ from django.urls import URLPattern, path, reverse
 
 from agentops.admin import ReadOnlyAdmin
 from agentops.exceptions import AgentopsError
+from inference.services import held_turns_wake  # an interface may wake turns
 
 from .clock import clock_ms
 from .core import EVERY_MODEL
@@ -110,6 +111,7 @@ class BindingWaitAdmin(admin.ModelAdmin):
                 except AgentopsError as exc:
                     error, status = exc.message, exc.status
                 else:
+                    held_turns_wake(agent=agent)
                     lifted = ", ".join(f"{r.model} ({r.release})" for r in receipts) or "no wait was binding"
                     messages.success(request, f"Released {agent}: {lifted}.")
                     return HttpResponseRedirect(reverse("admin:waits_bindingwait_changelist"))

@@ -29,6 +29,7 @@ from .schemas import (
     TurnIn,
     TurnOut,
 )
+from .waits_routes import router as waits_router
 
 api = NinjaAPI(
     title="agentops",
@@ -38,6 +39,7 @@ api = NinjaAPI(
     urls_namespace="api-v1",
 )
 errors.install(api)
+api.add_router("/waits", waits_router, tags=["waits"])
 
 ERRORS: dict[int, type] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut}
 
@@ -160,8 +162,14 @@ def health_payload() -> dict:
         redis_ok, workers = False, 0
     finally:
         client.close()
-    ok = database and redis_ok
-    return {"status": "ok" if ok else "degraded", "database": database, "redis": redis_ok, "journal_readable": database, "workers": workers}
+    readable = False
+    if database:
+        from waits.clock import clock_ms
+        from waits.journal import journal_binding
+
+        readable = journal_binding(now_ms=clock_ms()).readable
+    ok = database and redis_ok and readable
+    return {"status": "ok" if ok else "degraded", "database": database, "redis": redis_ok, "journal_readable": readable, "workers": workers}
 
 
 @api.get("/health", auth=None, response=HealthOut, tags=["health"])

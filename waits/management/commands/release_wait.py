@@ -13,6 +13,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agentops.exceptions import AgentopsError
+from inference.services import held_turns_wake  # an interface may wake turns
 from waits.journal import journal_pending
 from waits.services import wait_release
 
@@ -36,6 +37,7 @@ class Command(BaseCommand):
             )
         except AgentopsError as exc:
             raise CommandError(exc.message) from None
+        held_turns_wake(agent=options["agent"])
         if journal_pending():
             raise CommandError(
                 "the release could not be recorded in the provider-waits journal (the database refused the write; "
