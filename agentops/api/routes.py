@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from asgiref.sync import sync_to_async
 from django.db import connection
 from django.http import HttpRequest
 from ninja import NinjaAPI, Query, Schema, Status
@@ -12,13 +13,16 @@ from agentops.models import HistoryRow, Provider
 from agentops.selectors import agent_get, history_row_out
 from inference import selectors as turn_selectors
 from inference import services as turn_services
+from inference.auxiliary import AuxMessage, auxiliary_complete_in_thread
 
 from . import errors
-from .auth import TokenAuth, require_operator
+from .auth import AsyncTokenAuth, TokenAuth, require_operator
 from .schemas import (
     AgentIn,
     AgentOut,
     AgentPatch,
+    CompleteIn,
+    CompleteOut,
     ErrorOut,
     HealthOut,
     HistoryRowOut,
@@ -138,6 +142,23 @@ def turn_tool_results(request: HttpRequest, turn_id: int, payload: ToolResultsIn
 def turn_cancel(request: HttpRequest, turn_id: int) -> dict:
     turn_services.turn_cancel(turn_id=turn_id)
     return turn_selectors.turn_out(turn_selectors.turn_get(turn_id=turn_id))
+
+
+# --- auxiliary completion ---------------------------------------------------------
+
+
+@api.post(
+    "/agents/{name}/complete", auth=AsyncTokenAuth(), tags=["agents"],
+    response={200: CompleteOut, 429: ErrorOut, 502: ErrorOut, 504: ErrorOut, **ERRORS},
+)
+async def agent_complete(request: HttpRequest, name: str, payload: CompleteIn) -> dict:
+    # Async, and the call itself runs off the request's thread: a long provider call must not
+    # hold the one thread Django runs sync views on.
+    agent = await sync_to_async(agent_get)(name=name)
+    messages = [AuxMessage(participant=m.participant, content=m.content) for m in payload.messages]
+    return await sync_to_async(auxiliary_complete_in_thread, thread_sensitive=False)(
+        agent=agent, messages=messages, model=payload.model, max_tokens=payload.max_tokens
+    )
 
 
 # --- health -------------------------------------------------------------------

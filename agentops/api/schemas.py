@@ -206,3 +206,15 @@ class ErrorOut(BaseModel):
 
 class RestoreIn(Strict):
     requester: Annotated[str, Field(max_length=1000)] | None = None
+
+
+class CompleteIn(Strict):
+    messages: Annotated[list[MessageIn], Field(min_length=1, max_length=100)]
+    model: Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_single_line)] | None = None
+    max_tokens: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+
+
+class CompleteOut(BaseModel):
+    content: str
+    stop_reason: str
+    call: CallOut
