@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint clean-var
+.PHONY: install run test lint bench clean-var
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "agentops needs Python 3.11 or newer")'
@@ -23,6 +23,11 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m agentops.launcher test -- $(ARGS)
+
+# Benchmarks (results in README.md, Performance). Slow: minutes, not seconds.
+bench: $(STAMP)
+	$(BIN)/python -m agentops.launcher exec -- $(BIN)/python bench/bounds_bench.py
+	$(BIN)/python -m agentops.launcher exec -- $(BIN)/python -m pytest bench/admission_bench.py -q -s
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

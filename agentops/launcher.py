@@ -140,8 +140,8 @@ def _stop_children(children: list[subprocess.Popen[str]]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("run", "test"):
-        print("usage: python -m agentops.launcher run | test [-- pytest args]", file=sys.stderr)
+    if not argv or argv[0] not in ("run", "test", "exec"):
+        print("usage: python -m agentops.launcher run | test [-- pytest args] | exec -- COMMAND...", file=sys.stderr)
         return 2
     env = dict(os.environ)
     VAR_DIR.mkdir(exist_ok=True)
@@ -149,11 +149,13 @@ def main(argv: list[str]) -> int:
     # The launcher's own SIGTERM (from a supervisor) is handled like Ctrl-C.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
+        rest = [a for a in argv[1:] if a]
+        if rest and rest[0] == "--":
+            rest = rest[1:]
         if argv[0] == "test":
-            rest = argv[1:]
-            if rest and rest[0] == "--":
-                rest = rest[1:]
-            return subprocess.call([PY, "-m", "pytest", *[a for a in rest if a]], cwd=BASE_DIR, env=env)
+            return subprocess.call([PY, "-m", "pytest", *rest], cwd=BASE_DIR, env=env)
+        if argv[0] == "exec":
+            return subprocess.call(rest, cwd=BASE_DIR, env=env)
         return run(env)
     except KeyboardInterrupt:
         return 130

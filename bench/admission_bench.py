@@ -1,7 +1,7 @@
 """Admission cost with 10,000 agents and 1,000 binding waits. Not part of the suite (the file
 name does not match ``test_*.py``); run it on purpose:
 
-    .venv/bin/python -m pytest tests/waits/bench_admission.py -q -s -p no:randomly
+    python -m agentops.launcher exec -- python -m pytest bench/admission_bench.py -q -s
 """
 
 from __future__ import annotations
