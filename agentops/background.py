@@ -85,7 +85,11 @@ class BackgroundLoop:
         self._watched[key] = abort
         if self._poller is None or self._poller.done():
             self._poller = self.loop.create_task(self._poll_cancels())
-        return lambda: self._watched.pop(key, None)  # type: ignore[func-returns-value]
+
+        def unwatch() -> None:
+            self._watched.pop(key, None)
+
+        return unwatch
 
     async def _poll_cancels(self) -> None:
         from django.conf import settings

@@ -155,7 +155,7 @@ def run_service(standin: str, n: int, before_content_ms: int) -> dict[str, float
     finally:
         worker.terminate()
         worker.wait(timeout=60)
-    lateness = list(InferenceCall.objects.filter(outcome="cut").values_list("cut_lateness_ms", flat=True))
+    lateness = [ms for ms in InferenceCall.objects.filter(outcome="cut").values_list("cut_lateness_ms", flat=True) if ms is not None]
     bounds_seen = set(InferenceCall.objects.values_list("bound", flat=True))
     lateness.sort()
     return {

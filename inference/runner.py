@@ -437,12 +437,12 @@ def _turn_fail(turn: Turn, error: ProviderError, *, status: str, timed_out_again
             "agent %s turn %s %s: %s (%s, HTTP %s)", agent.name, turn.pk, status, error.message[:300], error.type, error.http_status,
         )
         # The incident record; written after commit so a rolled-back ending leaves none.
-        record = {
-            "kind": "turn-exhausted" if status == Turn.Status.EXHAUSTED else "turn-failed",
-            "agent": agent.name, "model": agent.model, "turn": turn.pk, "rearms": locked.rearms,
-            "message": f"turn {turn.pk} {status}: {error.message}", "error": error.as_dict(),
-        }
-        transaction.on_commit(lambda: failures_log_write(**record))
+        kind = "turn-exhausted" if status == Turn.Status.EXHAUSTED else "turn-failed"
+        agent_name, model, rearms = agent.name, agent.model, locked.rearms
+        transaction.on_commit(lambda: failures_log_write(
+            kind=kind, agent=agent_name, model=model, message=f"turn {turn.pk} {status}: {error.message}",
+            turn=turn.pk, rearms=rearms, error=error.as_dict(),
+        ))
         broadcast_turn_event(turn.pk, {"type": "turn.status", "turn": turn.pk, "status": status})
         broadcast_turn_event(turn.pk, {"type": "turn.ended", "turn": turn.pk, "status": status})
 

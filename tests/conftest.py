@@ -44,6 +44,12 @@ def wait_for(predicate: Callable[[], Any], *, timeout: float = 20.0, interval: f
         time.sleep(interval)
 
 
+def gap_s(call_after: Any, call_before: Any) -> float:
+    """Seconds from one call's end to the next call's send."""
+    assert call_after.sent_at is not None and call_before.ended_at is not None
+    return float((call_after.sent_at - call_before.ended_at).total_seconds())
+
+
 def _database_url() -> str:
     db = settings.DATABASES["default"]
     auth = quote(db.get("USER") or "")

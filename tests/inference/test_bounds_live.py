@@ -13,7 +13,7 @@ from django.test import Client
 
 from agentops.models import HistoryRow
 from inference.models import InferenceCall, Turn
-from tests.conftest import WorkerPool, celery_app, wait_for
+from tests.conftest import WorkerPool, celery_app, gap_s, wait_for
 from tests.inference.test_turns import submit, wait_turn
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -143,7 +143,7 @@ def test_a_cut_call_gets_exactly_one_fresh_call_about_a_second_later(bounded: Wo
     assert turn["status"] == "failed"
     calls = list(InferenceCall.objects.filter(agent=agent).order_by("id"))
     assert len(calls) == 2
-    gap = (calls[1].sent_at - calls[0].ended_at).total_seconds()
+    gap = gap_s(calls[1], calls[0])
     assert 0.95 <= gap < 1.8
     assert turn["note"].count("The call was made again, and it timed out again.") == 1
 
@@ -162,8 +162,7 @@ def test_server_errors_are_retried_with_growing_jittered_delays(bounded: WorkerP
     assert turn["status"] == "succeeded", turn
     calls = list(InferenceCall.objects.filter(agent=agent).order_by("id"))
     assert [c.outcome for c in calls] == ["error", "error", "completed"]
-    first_gap = (calls[1].sent_at - calls[0].ended_at).total_seconds()
-    second_gap = (calls[2].sent_at - calls[1].ended_at).total_seconds()
+    first_gap, second_gap = gap_s(calls[1], calls[0]), gap_s(calls[2], calls[1])
     assert 1.0 <= first_gap < 1.7 and 2.0 <= second_gap < 3.3
 
 

@@ -46,7 +46,7 @@ def test_a_turn_left_running_by_a_killed_worker_is_resumed_by_another(api: Clien
     assert turn["status"] == "succeeded"
     assert HistoryRow.objects.filter(agent=agent, role="assistant").count() == 1
     lost, retried = InferenceCall.objects.filter(agent=agent).order_by("id")
-    assert lost.outcome == "aborted" and lost.error["message"].startswith("the worker making this call stopped")
+    assert lost.outcome == "aborted" and lost.error is not None and lost.error["message"].startswith("the worker making this call stopped")
     assert retried.outcome == "completed"
 
 
