@@ -47,4 +47,7 @@ def _on_worker_ready(sender: object = None, **kwargs: object) -> None:
 
 @worker_shutting_down.connect
 def _on_worker_shutting_down(**kwargs: object) -> None:
+    from .lifecycle import shutdown_begin
+
     _stop_announcing.set()
+    shutdown_begin()

@@ -1,6 +1,7 @@
 from django.contrib import admin
+from django.contrib.staticfiles.views import serve as serve_static
 from django.http import HttpRequest, JsonResponse
-from django.urls import path
+from django.urls import path, re_path
 
 from agentops.api.routes import api, health_payload
 
@@ -14,4 +15,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
     path("health", health),
+    # The admin's CSS and JS, straight from the installed apps: the service ships no separate
+    # static file server. Behind a real proxy, point it at `collectstatic` output instead.
+    re_path(r"^static/(?P<path>.*)$", serve_static, {"insecure": True}),
 ]

@@ -26,6 +26,7 @@ from django.db.models import F
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from agentops import lifecycle
 from agentops.background import BackgroundLoop, background_loop
 from agentops.failures import failures_log_write
 from agentops.live import broadcast_turn_event, publish_turn_event
@@ -84,13 +85,15 @@ def _released_bookkeeping() -> Iterator[None]:
 
 def agent_drain(agent_id: int) -> None:
     """Run the agent's queued turns in order while this invocation holds its lease."""
+    if lifecycle.stopping.is_set():
+        return  # a worker shutting down takes no new turns; the sweep re-enqueues them
     with _BOOKKEEPING:
         lease = lease_claim(agent_id)
         if lease is None:
             logger.debug("agent %s: another worker holds its turn lease", agent_id)
             return
         try:
-            while not lease.lost and (turn_id := next_turn_id(agent_id, now=timezone.now())) is not None:
+            while not lease.lost and not lifecycle.stopping.is_set() and (turn_id := next_turn_id(agent_id, now=timezone.now())) is not None:
                 turn_run(turn_id, lease)
                 if _turn_status(turn_id) == Turn.Status.HELD:
                     break  # its re-check is scheduled; the turns behind it wait with it
@@ -257,19 +260,28 @@ def _sleep_unless_cancelled(turn: Turn, seconds: float, lease: TurnLease) -> boo
     A cancel is noticed through the process's one cancel poller, not by polling the database
     from every waiting thread."""
     connection.close()  # back to the pool while this thread waits
-    cancelled = threading.Event()
+    woken = threading.Event()  # by a cancel, or by the worker's warm shutdown
     loop = background_loop()
-    unwatch = loop.submit(_watch(loop, cancel_key(turn), cancelled.set)).result()
+    unwatch = loop.submit(_watch(loop, cancel_key(turn), woken.set)).result()
+    lifecycle.wake_on_shutdown(woken)
     try:
         with _released_bookkeeping():
             end = time.monotonic() + seconds
             while (left := end - time.monotonic()) > 0:
-                if cancelled.wait(min(left, settings.AGENTOPS_TURN_LEASE_MS / 4000)) or not lease.renew_if_due():
-                    return False
+                if woken.wait(min(left, settings.AGENTOPS_TURN_LEASE_MS / 4000)) or not lease.renew_if_due():
+                    break
     finally:
+        lifecycle.forget(woken)
         loop.loop.call_soon_threadsafe(unwatch)
+    if lifecycle.stopping.is_set():
+        # Warm shutdown: hand the turn back without a call; the next worker takes it.
+        if Turn.objects.filter(pk=turn.pk, status=Turn.Status.RUNNING).update(status=Turn.Status.QUEUED):
+            logger.warning("agent %s turn %s handed back: the worker is shutting down", turn.agent.name, turn.pk)
+            broadcast_turn_event(turn.pk, {"type": "turn.status", "turn": turn.pk, "status": Turn.Status.QUEUED})
+        connection.close()
+        return False
     connection.close()
-    return _turn_status(turn.pk) == Turn.Status.RUNNING
+    return not lease.lost and _turn_status(turn.pk) == Turn.Status.RUNNING
 
 
 async def _watch(loop: BackgroundLoop, key: str, callback: Callable[[], None]) -> Callable[[], None]:

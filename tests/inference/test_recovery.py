@@ -54,3 +54,20 @@ def _now() -> Any:
     from django.utils import timezone
 
     return timezone.now()
+
+
+def test_a_warm_shutdown_hands_a_turn_waiting_to_retry_back_without_a_call(api: Client, make_agent: Any, standin_requests: Any) -> None:
+    pool = WorkerPool(1, label="stopping")
+    try:
+        # A 429 stating no wait: the service's own pacing waits 60 s or more before calling again.
+        agent = make_agent(model="error:status=429,times=1")
+        turn_id = submit(api, agent.name, ("alice", "hi"))["id"]
+        wait_for(lambda: InferenceCall.objects.filter(agent=agent, outcome="error").exists(), what="the first call to fail")
+        pool.procs[0].send_signal(signal.SIGTERM)
+        pool.procs[0].wait(timeout=10)  # the retry wait ends at once: no 60 s sleep, no call
+    finally:
+        pool.stop()
+        celery_app.conf.task_default_queue = pool.previous_queue
+    assert Turn.objects.get(pk=turn_id).status == "queued"
+    assert len(standin_requests()) == 1
+    assert not AgentLease.objects.filter(agent=agent).exists()
