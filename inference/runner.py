@@ -135,7 +135,9 @@ def turn_run(turn_id: int, lease: TurnLease) -> None:
         error=ProviderError(type="aborted", message="the worker making this call stopped before it ended").as_dict(),
     )
     broadcast_turn_event(turn_id, {"type": "turn.status", "turn": turn_id, "status": Turn.Status.RUNNING})
-    turn = Turn.objects.get(pk=turn_id)
+    turn = Turn.objects.select_related("agent").get(pk=turn_id)
+    if held is not None and not _sleep_unless_cancelled(turn, _pacing_left_ms(turn) / 1000, lease):
+        return
     # The count of consecutive cuts starts at zero with each turn, except that a re-armed turn
     # gets no fresh call for a cut before one of its rounds has run (DESIGN §5.7).
     state = RetryState(consecutive_cuts=1 if turn.rearms else 0)
@@ -211,6 +213,20 @@ def _hold_if_waiting(turn: Turn) -> bool:
     recheck_ms = settings.AGENTOPS_WAIT_RECHECK_MS if left is None else min(left + 10, settings.AGENTOPS_WAIT_RECHECK_MS)
     schedule_drain(turn.agent_id, recheck_ms / 1000)
     return True
+
+
+def _pacing_left_ms(turn: Turn) -> float:
+    """After a hold ends early (a release): if the lifted wait was a 429's and lengthened the
+    service's own pacing, the next call still keeps that pacing (a release never lengthens a
+    hold, and never shortens it below the pacing a 429 with no stated wait would get)."""
+    last = InferenceCall.objects.filter(turn=turn).exclude(error=None).order_by("-id").values("error", "ended_at").first()
+    if last is None or last["ended_at"] is None or (last["error"] or {}).get("type") != "rate_limit":
+        return 0.0
+    stated = last["error"].get("retry_after_ms")
+    ended_ms = last["ended_at"].timestamp() * 1000
+    pacing_end = ended_ms + settings.AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS
+    lengthened = last["error"].get("until_released") or (stated is not None and ended_ms + stated > pacing_end)
+    return max(pacing_end - time.time() * 1000, 0.0) if lengthened else 0.0
 
 
 def _record_wait(turn: Turn, error: ProviderError, now_ms: float) -> bool:

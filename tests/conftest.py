@@ -136,7 +136,8 @@ class WorkerPool:
 @pytest.fixture(scope="session")
 def session_workers(django_db_setup: None, django_db_blocker: Any) -> Iterator[WorkerPool]:
     LOG_DIR.mkdir(parents=True, exist_ok=True)
-    pool = WorkerPool(2, label="w")
+    # The service's own 429 pacing in seconds, not minutes, so holds and releases run fast.
+    pool = WorkerPool(2, label="w", extra_env={"AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS": "2000"})
     yield pool
     pool.stop()
 
