@@ -136,8 +136,9 @@ class WorkerPool:
 @pytest.fixture(scope="session")
 def session_workers(django_db_setup: None, django_db_blocker: Any) -> Iterator[WorkerPool]:
     LOG_DIR.mkdir(parents=True, exist_ok=True)
-    # The service's own 429 pacing in seconds, not minutes, so holds and releases run fast.
-    pool = WorkerPool(2, label="w", extra_env={"AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS": "2000"})
+    # The service's own 429 pacing, and the waits journal's re-read cadence, in seconds rather
+    # than minutes, so holds, releases and fail-closed recovery run fast.
+    pool = WorkerPool(2, label="w", extra_env={"AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS": "2000", "AGENTOPS_WAIT_RECHECK_MS": "1000"})
     yield pool
     pool.stop()
 

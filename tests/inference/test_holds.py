@@ -90,3 +90,25 @@ def test_another_model_of_the_same_agent_proceeds(api: Client, make_agent: Any) 
     assert turn["calls"][-1]["model"] == "answer"
     waits = api.get(f"/api/v1/waits?agent={agent.name}").json()["waits"]
     assert [w["model"] for w in waits] == ["error:status=429,form=retry-after,wait_ms=1200000,times=1"]
+
+
+def test_an_unreadable_journal_holds_every_turn_and_a_repair_resumes_it_without_an_operator(
+    api: Client, make_agent: Any, standin_requests: Any
+) -> None:
+    import uuid
+
+    from django.utils import timezone
+
+    from waits.models import WaitJournalEntry
+
+    bad = WaitJournalEntry.objects.create(act_id=uuid.uuid4(), kind="pause", at=timezone.now())
+    agent = make_agent(model="answer")
+    turn_id = submit(api, agent.name, ("alice", "hello"))["id"]
+    held = wait_turn(api, turn_id, {"held"}, timeout=10)
+    assert held["held_until"] is None and "provider wait on *" in held["hold_reason"]
+    assert api.get("/api/v1/waits").json()["journal_readable"] is False
+    assert standin_requests() == []
+
+    WaitJournalEntry.objects.filter(pk=bad.pk).delete()  # the repair: the operator removes the row
+    turn = wait_turn(api, turn_id, {"succeeded"}, timeout=15)
+    assert len(turn["calls"]) == 1
