@@ -1,8 +1,9 @@
 """Making one provider call and reading it under the progress bounds (DESIGN §5.2, §5.3, §5.5).
 
-The reader runs in its own task and hands parsed events to the watcher through a queue; the
-watcher waits on that queue only until the next deadline. Bytes arriving do not move a deadline:
-only model events do, so keepalives or a trickle cannot keep a stalled call alive.
+One task reads the response and applies each parsed event to the call's timeline; a timer on
+the event loop is armed for the next deadline and re-armed only when a model event moves it.
+Bytes arriving do not move a deadline: only model events do, so keepalives or a trickle cannot
+keep a stalled call alive. When the timer fires, the call is cut and its connection closed.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import httpx
 
 from .adapters import Adapter, WireRequest
-from .bounds import Bound, BoundsSettings, CallState, describe_cut, next_deadline
+from .bounds import Bound, BoundsSettings, CallState, Deadline, describe_cut, next_deadline
 from .classify import classify_exception, classify_http
 from .sse import SseParser
 from .types import CallOutput, ProviderError
@@ -96,17 +97,69 @@ async def perform_call(
                 adapter=adapter, wire=wire, streamed=streamed, max_tokens=max_tokens, bounds=bounds,
                 on_delta=on_delta, on_abortable=on_abortable, on_milestone=on_milestone, client=own,
             )
-    queue: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
     timeline = Timeline(sent=now_ms())
-    if on_abortable is not None:
-        on_abortable(lambda: queue.put_nowait(("abort",)))
-    if on_milestone is not None:
-        await on_milestone("sent", timeline)
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[CallResult] = loop.create_future()
+    reader = adapter.reader()
+    # The armed deadline timer and the deadline it is for. It is re-armed only when a model
+    # event moves the deadline: a keepalive costs its parse and a counter, nothing more.
+    armed: list[Any] = [None, None]
 
-    async def pump(client: httpx.AsyncClient) -> None:
+    def state() -> CallState:
+        return timeline.state(streamed=streamed, max_tokens=max_tokens)
+
+    def finish(result: CallResult) -> None:
+        if not done.done():
+            done.set_result(result)
+
+    def on_deadline(deadline: Deadline) -> None:
+        assert bounds is not None  # a deadline exists only when bounds are on
+        now = now_ms()
+        finish(
+            CallResult(
+                outcome="cut",
+                timeline=timeline,
+                error=ProviderError(
+                    type="timeout", message=describe_cut(deadline.bound, state(), deadline, bounds),
+                    retryable=False, bound=deadline.bound.value,
+                ),
+                bound=deadline.bound,
+                bound_deadline=deadline.at,
+                lateness_ms=now - deadline.at,
+            )
+        )
+
+    def arm() -> None:
+        deadline = next_deadline(state(), bounds)
+        if deadline == armed[1]:
+            return
+        if armed[0] is not None:
+            armed[0].cancel()
+        armed[1] = deadline
+        armed[0] = None
+        if deadline is not None:
+            armed[0] = loop.call_at(loop.time() + max((deadline.at - now_ms()) / 1000, 0), on_deadline, deadline)
+
+    async def handle(item: tuple[Any, ...]) -> bool:
+        """Apply one item; True once the call is over."""
+        if done.done():
+            return True
+        events, had_content = timeline.model_events, timeline.first_content is not None
+        result = await _handle(item, adapter, reader, timeline, streamed, on_delta)
+        if result is not None:
+            finish(result)
+            return True
+        if timeline.model_events != events:
+            arm()
+        if on_milestone is not None and not had_content and timeline.first_content is not None:
+            await on_milestone("first_content", timeline)
+        return False
+
+    async def pump() -> None:
         try:
             async with client.stream("POST", wire.url, json=wire.body, headers=wire.headers) as resp:
-                await queue.put(("headers",))
+                if await handle(("headers",)):
+                    return
                 if resp.status_code >= 400:
                     chunks: list[bytes] = []
                     size = 0
@@ -116,51 +169,33 @@ async def perform_call(
                         if size >= ERROR_BODY_CAP:
                             break
                     body = b"".join(chunks)[:ERROR_BODY_CAP]
-                    await queue.put(("error_body", resp.status_code, dict(resp.headers), body))
+                    await handle(("error_body", resp.status_code, dict(resp.headers), body))
                 elif streamed:
                     parser = SseParser()
                     async for line in resp.aiter_lines():
                         event = parser.feed_line(line.rstrip("\r\n"))
-                        if event is not None:
-                            await queue.put(("sse", event))
-                    await queue.put(("eof",))
+                        if event is not None and await handle(("sse", event)):
+                            return
+                    await handle(("eof",))
                 else:
-                    await queue.put(("body", await resp.aread()))
+                    await handle(("body", await resp.aread()))
         except httpx.HTTPError as exc:
-            await queue.put(("exc", exc))
+            await handle(("exc", exc))
 
-    reader = adapter.reader()
-    result: CallResult | None = None
-    loop = asyncio.get_running_loop()
-    task = asyncio.create_task(pump(client))
+    if on_abortable is not None:
+        on_abortable(lambda: finish(CallResult(
+            outcome="aborted", timeline=timeline,
+            error=ProviderError(type="aborted", message="the call was aborted", retryable=False),
+        )))
+    if on_milestone is not None:
+        await on_milestone("sent", timeline)
+    arm()
+    task = loop.create_task(pump())
     try:
-        while result is None:
-            now = now_ms()
-            deadline = next_deadline(timeline.state(streamed=streamed, max_tokens=max_tokens), bounds)
-            if deadline is not None and now >= deadline.at:
-                assert bounds is not None  # a deadline exists only when bounds are on
-                message = describe_cut(deadline.bound, timeline.state(streamed=streamed, max_tokens=max_tokens), deadline, bounds)
-                result = CallResult(
-                    outcome="cut",
-                    timeline=timeline,
-                    error=ProviderError(type="timeout", message=message, retryable=False, bound=deadline.bound.value),
-                    bound=deadline.bound,
-                    bound_deadline=deadline.at,
-                    lateness_ms=now - deadline.at,
-                )
-                break
-            try:
-                # asyncio.timeout_at, unlike wait_for, makes no task per item.
-                loop_deadline = None if deadline is None else loop.time() + max((deadline.at - now) / 1000, 0)
-                async with asyncio.timeout_at(loop_deadline):
-                    item = await queue.get()
-            except TimeoutError:
-                continue
-            had_content = timeline.first_content is not None
-            result = await _handle(item, adapter, reader, timeline, streamed, on_delta)
-            if on_milestone is not None and not had_content and timeline.first_content is not None:
-                await on_milestone("first_content", timeline)
+        result = await done
     finally:
+        if armed[0] is not None:
+            armed[0].cancel()
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
     timeline.ended = now_ms()
@@ -178,11 +213,6 @@ async def _handle(
     """Apply one queue item to the timeline; return a result when the call is over."""
     now = now_ms()
     kind = item[0]
-    if kind == "abort":
-        return CallResult(
-            outcome="aborted", timeline=timeline,
-            error=ProviderError(type="aborted", message="the call was aborted", retryable=False),
-        )
     if kind == "headers":
         timeline.headers = now
         timeline.keepalives += 1
