@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -220,12 +221,15 @@ def _pacing_left_ms(turn: Turn) -> float:
     service's own pacing, the next call still keeps that pacing (a release never lengthens a
     hold, and never shortens it below the pacing a 429 with no stated wait would get)."""
     last = InferenceCall.objects.filter(turn=turn).exclude(error=None).order_by("-id").values("error", "ended_at").first()
-    if last is None or last["ended_at"] is None or (last["error"] or {}).get("type") != "rate_limit":
+    if last is None or last["ended_at"] is None:
         return 0.0
-    stated = last["error"].get("retry_after_ms")
+    error: dict[str, Any] = last["error"] or {}
+    if error.get("type") != "rate_limit":
+        return 0.0
+    stated = error.get("retry_after_ms")
     ended_ms = last["ended_at"].timestamp() * 1000
     pacing_end = ended_ms + settings.AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS
-    lengthened = last["error"].get("until_released") or (stated is not None and ended_ms + stated > pacing_end)
+    lengthened = error.get("until_released") or (stated is not None and ended_ms + stated > pacing_end)
     return max(pacing_end - time.time() * 1000, 0.0) if lengthened else 0.0
 
 

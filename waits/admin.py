@@ -56,17 +56,8 @@ def _one(request: HttpRequest, key: str) -> Any:
 
 
 @admin.register(BindingWait)
-class BindingWaitAdmin(admin.ModelAdmin):
+class BindingWaitAdmin(ReadOnlyAdmin):
     """Not a table: the list is computed from the journal by ``waits.selectors``."""
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         user = request.user
