@@ -7,7 +7,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from .models import Agent, ApiToken, AuditEntry, HistoryRow, Provider
+from .models import Agent, Alert, ApiToken, AuditEntry, HistoryRow, Provider
 
 admin.site.site_header = "agentops operations"
 admin.site.site_title = "agentops"
@@ -78,3 +78,37 @@ class AuditEntryAdmin(ReadOnlyAdmin):
     list_display = ("at", "actor", "action", "target", "reason")
     list_filter = ("action",)
     search_fields = ("actor", "target", "reason")
+
+
+@admin.register(Alert)
+class AlertAdmin(ReadOnlyAdmin):
+    """Alerts are records; the one change an operator makes is to acknowledge them, which needs
+    the ``agentops.acknowledge_alert`` permission."""
+
+    list_display = ("created_at", "kind", "agent", "model", "verdict", "short_message", "acknowledged_at", "acknowledged_by")
+    list_filter = ("kind", "verdict", ("acknowledged_at", admin.EmptyFieldListFilter))
+    search_fields = ("agent", "model", "message")
+    actions = ["acknowledge"]
+
+    @admin.display(description="message")
+    def short_message(self, obj: Alert) -> str:
+        return obj.message[:160]
+
+    def has_acknowledge_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("agentops.acknowledge_alert")
+
+    @admin.action(description="Acknowledge the selected alerts", permissions=["acknowledge"])
+    def acknowledge(self, request: HttpRequest, queryset: Any) -> None:
+        from django.utils import timezone
+
+        from .alerts import alert_acknowledge
+        from .exceptions import Conflict
+
+        done = 0
+        for alert_id in queryset.filter(acknowledged_at__isnull=True).values_list("id", flat=True):
+            try:
+                alert_acknowledge(alert_id=alert_id, actor=f"admin:{request.user.get_username()}", now=timezone.now())
+                done += 1
+            except Conflict:
+                continue  # acknowledged meanwhile by someone else
+        self.message_user(request, f"Acknowledged {done} alert(s).")

@@ -7,14 +7,16 @@ dashboard once committed. (Webhook deliveries hang off the same call: see issue 
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import Any
 
 from channels.layers import get_channel_layer
 from django.db import transaction
 
 from .background import background_loop
+from .exceptions import Conflict, NotFound
 from .failures import failures_log_write
-from .models import Alert
+from .models import Alert, AuditEntry
 from .text import PROVIDER_CODE_LIMIT, bound_text
 
 logger = logging.getLogger(__name__)
@@ -72,3 +74,26 @@ def _broadcast(alert: Alert) -> None:
             logger.warning("could not broadcast alert %s", alert.pk, exc_info=True)
 
     background_loop().send_in_order(send())
+
+
+def alert_acknowledge(*, alert_id: int, actor: str, now: datetime) -> Alert:
+    """Acknowledge an alert once, with its audit entry. Raises NotFound for an unknown id and
+    Conflict if it was already acknowledged (by anyone, through any interface).
+
+    The conditional update makes concurrent acknowledgements safe: exactly one changes the row."""
+    with transaction.atomic():
+        changed = Alert.objects.filter(pk=alert_id, acknowledged_at__isnull=True).update(acknowledged_at=now, acknowledged_by=actor)
+        alert = Alert.objects.filter(pk=alert_id).first()
+        if alert is None:
+            raise NotFound(f"alert_id: no alert with id {alert_id}", data={"field": "alert_id"})
+        if not changed:
+            assert alert.acknowledged_at is not None
+            raise Conflict(
+                f"alert {alert_id} was already acknowledged by {alert.acknowledged_by or 'someone'} at {alert.acknowledged_at.isoformat()}",
+                data={"acknowledged_at": alert.acknowledged_at.isoformat(), "acknowledged_by": alert.acknowledged_by},
+            )
+        AuditEntry.objects.create(
+            actor=actor, action="alert.acknowledge", target=f"alert:{alert_id}",
+            data={"kind": alert.kind, "agent": alert.agent, "model": alert.model, "verdict": alert.verdict},
+        )
+    return alert

@@ -4,6 +4,7 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import path, re_path
 
 from agentops.api.routes import api, health_payload
+from agentops.metrics import metrics_view
 
 
 def health(request: HttpRequest) -> JsonResponse:
@@ -15,6 +16,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
     path("health", health),
+    path("metrics", metrics_view),
     # The admin's CSS and JS, straight from the installed apps: the service ships no separate
     # static file server. Behind a real proxy, point it at `collectstatic` output instead.
     re_path(r"^static/(?P<path>.*)$", serve_static, {"insecure": True}),

@@ -16,6 +16,7 @@ from inference import services as turn_services
 from inference.auxiliary import AuxMessage, auxiliary_complete_in_thread
 
 from . import errors
+from .alerts_routes import router as alerts_router
 from .auth import AsyncTokenAuth, TokenAuth, require_operator
 from .schemas import (
     AgentIn,
@@ -44,6 +45,7 @@ api = NinjaAPI(
 )
 errors.install(api)
 api.add_router("/waits", waits_router, tags=["waits"])
+api.add_router("/alerts", alerts_router, tags=["alerts"])
 
 ERRORS: dict[int, type] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut}
 

@@ -1,0 +1,108 @@
+"""``GET /metrics``: Prometheus text, computed from the database at scrape time (API.md).
+
+Nothing is counted in process memory: the service runs as several web and worker processes,
+and a scrape reaches only one of them, so every number is read from the shared rows. The
+counters are counts of rows that are never deleted (history and calls are kept), so they only
+go up. Each scrape costs a fixed handful of GROUP BY queries whatever the number of rows, plus
+the provider-waits journal's own read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from django.db.models import Count, Q, Sum
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.http import require_safe
+from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+from agentops.models import Alert
+from inference.models import InferenceCall, Turn
+from waits.clock import clock_ms
+from waits.selectors import binding_waits
+
+CUT_LATENESS_BUCKETS_MS: tuple[float, ...] = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000)
+
+IN_FLIGHT = "in_flight"  # the outcome label of a call that has none yet
+NO_BOUND = "none"  # the bound label of a call no bound cut
+
+
+class DatabaseCollector(Collector):
+    """Yields agentops' metric families from the rows as they are when ``collect`` runs."""
+
+    def __init__(self, *, now_ms: float) -> None:
+        self.now_ms = now_ms
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
+        yield from self._calls()
+        yield self._cut_lateness()
+        yield from self._waits()
+        yield self._turns()
+        yield self._alerts()
+
+    def _calls(self) -> Iterator[CounterMetricFamily]:
+        calls = CounterMetricFamily(
+            "agentops_calls", "Inference calls by kind, outcome (in_flight while running) and the bound that cut them (none if no bound did).",
+            labels=["kind", "outcome", "bound"],
+        )
+        deferred = 0
+        rows = InferenceCall.objects.values_list("kind", "outcome", "bound").annotate(n=Count("id"))
+        for kind, outcome, bound, n in rows:
+            calls.add_metric([kind, outcome or IN_FLIGHT, bound or NO_BOUND], n)
+            if kind == InferenceCall.Kind.AUXILIARY and outcome == InferenceCall.Outcome.DEFERRED:
+                deferred += n
+        yield calls
+        yield CounterMetricFamily(
+            "agentops_auxiliary_deferred", "Auxiliary calls deferred because the agent's model was held by a provider wait.",
+            value=deferred,
+        )
+
+    def _cut_lateness(self) -> HistogramMetricFamily:
+        at_most = {f"le{i}": Count("id", filter=Q(cut_lateness_ms__lte=b)) for i, b in enumerate(CUT_LATENESS_BUCKETS_MS)}
+        totals = InferenceCall.objects.filter(outcome=InferenceCall.Outcome.CUT, cut_lateness_ms__isnull=False).aggregate(
+            count=Count("id"), sum=Sum("cut_lateness_ms"), **at_most
+        )
+        buckets = [(floatToGoString(b), float(totals[f"le{i}"])) for i, b in enumerate(CUT_LATENESS_BUCKETS_MS)]
+        buckets.append(("+Inf", float(totals["count"])))
+        return HistogramMetricFamily(
+            "agentops_cut_lateness_ms", "How long after its bound's deadline a cut call was cut, in milliseconds.",
+            buckets=buckets, sum_value=float(totals["sum"] or 0.0),
+        )
+
+    def _waits(self) -> Iterator[GaugeMetricFamily]:
+        readable, waits = binding_waits(now_ms=self.now_ms)
+        yield GaugeMetricFamily(
+            "agentops_holds_binding", "Provider waits binding now (while the journal is unreadable, one per agent held on model *).",
+            value=len(waits),
+        )
+        yield GaugeMetricFamily(
+            "agentops_journal_readable", "1 if the provider-waits journal reads, 0 if it does not (no provider call is admitted then).",
+            value=1 if readable else 0,
+        )
+
+    def _turns(self) -> GaugeMetricFamily:
+        counts = {status: 0 for status in Turn.Status.values}
+        for status, n in Turn.objects.values_list("status").annotate(n=Count("id")):
+            counts[status] = n
+        turns = GaugeMetricFamily("agentops_turns", "Turns by status.", labels=["status"])
+        for status, n in counts.items():
+            turns.add_metric([status], n)
+        return turns
+
+    def _alerts(self) -> CounterMetricFamily:
+        alerts = CounterMetricFamily("agentops_alerts", "Ops alerts raised, by kind.", labels=["kind"])
+        for kind, n in Alert.objects.values_list("kind").annotate(n=Count("id")):
+            alerts.add_metric([kind], n)
+        return alerts
+
+
+@require_safe
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """The Prometheus scrape target. No auth: it carries counts, never names or text."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(DatabaseCollector(now_ms=clock_ms()))
+    # The classic text format, which every Prometheus reads (our names need none of 1.0.0's escaping).
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_PLAIN_0_0_4)

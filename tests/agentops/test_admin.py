@@ -1,0 +1,45 @@
+"""The admin: records are read-only, and acknowledging alerts needs its own permission."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+
+from agentops.alerts import alert_raise
+from agentops.models import Alert, AuditEntry
+
+pytestmark = pytest.mark.django_db
+
+
+def staff(*perms: str) -> Client:
+    user = User.objects.create_user("op-" + "-".join(perms or ("none",)), password="x", is_staff=True)
+    user.user_permissions.add(*Permission.objects.filter(codename__in=["view_alert", "view_auditentry", *perms]))
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_acknowledging_an_alert_needs_the_permission_and_is_audited() -> None:
+    alert = alert_raise(kind="hard-down", agent="ada", message="down")
+    without = staff()
+    page = without.get("/admin/agentops/alert/")
+    assert page.status_code == 200 and b"Acknowledge the selected alerts" not in page.content
+    without.post("/admin/agentops/alert/", {"action": "acknowledge", "_selected_action": [alert.pk]})
+    assert Alert.objects.get(pk=alert.pk).acknowledged_at is None
+
+    allowed = staff("acknowledge_alert")
+    assert b"Acknowledge the selected alerts" in allowed.get("/admin/agentops/alert/").content
+    allowed.post("/admin/agentops/alert/", {"action": "acknowledge", "_selected_action": [alert.pk]})
+    assert Alert.objects.get(pk=alert.pk).acknowledged_by == "admin:op-acknowledge_alert"
+    assert AuditEntry.objects.filter(action="alert.acknowledge", target=f"alert:{alert.pk}").count() == 1
+
+
+def test_nobody_edits_or_deletes_an_audit_entry_through_the_admin() -> None:
+    entry = AuditEntry.objects.create(actor="api:x", action="wait.release", target="agent:ada")
+    superuser = User.objects.create_superuser("root", password="x")
+    client = Client()
+    client.force_login(superuser)
+    assert client.get(f"/admin/agentops/auditentry/{entry.pk}/delete/").status_code == 403
+    client.post(f"/admin/agentops/auditentry/{entry.pk}/change/", {"actor": "forged"})
+    assert AuditEntry.objects.get(pk=entry.pk).actor == "api:x"

@@ -1,0 +1,208 @@
+"""``GET /metrics``: Prometheus text that parses, read from the rows at scrape time.
+
+The view is mounted at ``/metrics`` by this module's own urlconf, so these tests do not depend
+on how the project's urls are wired."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.urls import path
+from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
+
+from agentops.alerts import alert_raise
+from agentops.metrics import metrics_view
+from agentops.models import Agent
+from inference.models import InferenceCall, Turn
+from tests.factories import AgentFactory
+from waits.clock import clock_ms
+from waits.journal import journal_forget_process_state
+from waits.models import WaitJournalEntry
+from waits.services import wait_record
+
+urlpatterns = [path("metrics", metrics_view)]
+
+pytestmark = [pytest.mark.django_db, pytest.mark.urls(__name__)]
+
+Labels = dict[str, str]
+Scrape = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+@pytest.fixture(autouse=True)
+def fresh_process_view(settings: Any, tmp_path: Path) -> Iterator[None]:
+    """No journal state cached from another test; alert log lines go to a scratch file."""
+    settings.AGENTOPS_FAILURES_LOG = str(tmp_path / "failures.log")
+    journal_forget_process_state()
+    yield
+    journal_forget_process_state()
+
+
+@pytest.fixture
+def agent() -> Agent:
+    made: Agent = AgentFactory.create(name="ada", model="m1")
+    return made
+
+
+def scrape() -> tuple[Scrape, dict[str, str]]:
+    """GET /metrics without a token; (every sample by (name, labels), each family's type)."""
+    response = Client().get("/metrics")
+    assert response.status_code == 200
+    assert response["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+    samples: Scrape = {}
+    types: dict[str, str] = {}
+    for family in text_string_to_metric_families(response.content.decode()):
+        types[family.name] = family.type
+        for s in family.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return samples, types
+
+
+def value(samples: Scrape, name: str, **labels: str) -> float:
+    """A sample's value; 0 when the series is absent (a counter nobody has moved yet)."""
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def call(agent: Agent, **fields: Any) -> InferenceCall:
+    made: InferenceCall = InferenceCall.objects.create(agent=agent, model=agent.model, streamed=True, **fields)
+    return made
+
+
+CUT_42 = {"kind": "primary", "outcome": "cut", "bound": "before_content"}
+
+
+def test_metrics_parse_need_no_token_and_name_every_family(db: None) -> None:
+    samples, types = scrape()
+    assert types == {
+        "agentops_calls": "counter",
+        "agentops_auxiliary_deferred": "counter",
+        "agentops_cut_lateness_ms": "histogram",
+        "agentops_holds_binding": "gauge",
+        "agentops_journal_readable": "gauge",
+        "agentops_turns": "gauge",
+        "agentops_alerts": "counter",
+    }
+    assert value(samples, "agentops_journal_readable") == 1
+    assert value(samples, "agentops_holds_binding") == 0
+    assert value(samples, "agentops_cut_lateness_ms_count") == 0
+    assert value(samples, "agentops_cut_lateness_ms_bucket", le="+Inf") == 0
+    assert ("agentops_auxiliary_deferred_total", ()) in samples
+    assert {labels for name, labels in samples if name == "agentops_turns"} == {(("status", s),) for s in Turn.Status.values}
+
+
+def test_a_cut_call_moves_calls_total_and_the_cut_lateness_histogram(agent: Agent) -> None:
+    before, _ = scrape()
+    call(agent, kind="primary", outcome="cut", bound="before_content", cut_lateness_ms=42)
+    after, _ = scrape()
+
+    assert value(after, "agentops_calls_total", **CUT_42) == value(before, "agentops_calls_total", **CUT_42) + 1
+    assert value(after, "agentops_cut_lateness_ms_count") == value(before, "agentops_cut_lateness_ms_count") + 1
+    assert value(after, "agentops_cut_lateness_ms_sum") == value(before, "agentops_cut_lateness_ms_sum") + 42
+    moved = {
+        le: value(after, "agentops_cut_lateness_ms_bucket", le=le) - value(before, "agentops_cut_lateness_ms_bucket", le=le)
+        for le in ["1.0", "5.0", "10.0", "25.0", "50.0", "100.0", "250.0", "500.0", "1000.0", "2500.0", "5000.0", "+Inf"]
+    }
+    assert moved == {"1.0": 0, "5.0": 0, "10.0": 0, "25.0": 0, "50.0": 1, "100.0": 1, "250.0": 1, "500.0": 1, "1000.0": 1, "2500.0": 1, "5000.0": 1, "+Inf": 1}
+
+
+def test_the_histogram_counts_only_cut_calls_and_a_value_on_a_bucket_edge_falls_in_that_bucket(agent: Agent) -> None:
+    call(agent, outcome="cut", bound="between_events", cut_lateness_ms=25)
+    call(agent, outcome="cut", bound="flat", cut_lateness_ms=9000)
+    call(agent, outcome="completed", cut_lateness_ms=3)  # not cut: not in the histogram
+    call(agent, outcome="cut", bound="absolute")  # cut, lateness unknown: not in the histogram
+    samples, _ = scrape()
+    assert value(samples, "agentops_cut_lateness_ms_count") == 2
+    assert value(samples, "agentops_cut_lateness_ms_sum") == 9025
+    assert value(samples, "agentops_cut_lateness_ms_bucket", le="10.0") == 0
+    assert value(samples, "agentops_cut_lateness_ms_bucket", le="25.0") == 1
+    assert value(samples, "agentops_cut_lateness_ms_bucket", le="5000.0") == 1
+    assert value(samples, "agentops_cut_lateness_ms_bucket", le="+Inf") == 2
+
+
+def test_calls_are_counted_per_kind_outcome_and_bound_with_in_flight_and_none_for_nulls(agent: Agent) -> None:
+    call(agent)  # in flight
+    call(agent)
+    call(agent, outcome="completed")
+    call(agent, kind="probe", outcome="error")
+    samples, _ = scrape()
+    assert value(samples, "agentops_calls_total", kind="primary", outcome="in_flight", bound="none") == 2
+    assert value(samples, "agentops_calls_total", kind="primary", outcome="completed", bound="none") == 1
+    assert value(samples, "agentops_calls_total", kind="probe", outcome="error", bound="none") == 1
+    assert sum(v for (name, _), v in samples.items() if name == "agentops_calls_total") == 4
+
+
+def test_a_deferred_auxiliary_call_moves_the_auxiliary_deferred_counter(agent: Agent) -> None:
+    call(agent, kind="primary", outcome="deferred")  # a deferred primary call is not auxiliary
+    call(agent, kind="auxiliary", outcome="completed")
+    before, _ = scrape()
+    call(agent, kind="auxiliary", outcome="deferred")
+    after, _ = scrape()
+    assert value(before, "agentops_auxiliary_deferred_total") == 0
+    assert value(after, "agentops_auxiliary_deferred_total") == 1
+
+
+def test_the_turns_gauge_counts_turns_by_status(agent: Agent) -> None:
+    Turn.objects.create(agent=agent, status=Turn.Status.RUNNING)
+    Turn.objects.create(agent=agent, status=Turn.Status.HELD)
+    Turn.objects.create(agent=agent, status=Turn.Status.HELD)
+    samples, _ = scrape()
+    assert value(samples, "agentops_turns", status="running") == 1
+    assert value(samples, "agentops_turns", status="held") == 2
+    assert value(samples, "agentops_turns", status="queued") == 0
+
+
+def test_raising_an_alert_moves_alerts_total_of_its_kind(db: None) -> None:
+    alert_raise(kind="hard-down", agent="ada", model="m1", message="the model is down")
+    before, _ = scrape()
+    alert_raise(kind="turn-exhausted", agent="ada", model="m1", message="a turn ran out of attempts")
+    alert_raise(kind="turn-exhausted", agent="bob", model="m1", message="a turn ran out of attempts")
+    after, _ = scrape()
+    assert value(before, "agentops_alerts_total", kind="hard-down") == 1
+    assert value(before, "agentops_alerts_total", kind="turn-exhausted") == 0
+    assert value(after, "agentops_alerts_total", kind="turn-exhausted") == 2
+    assert value(after, "agentops_alerts_total", kind="hard-down") == 1
+
+
+def test_a_recorded_provider_wait_shows_as_a_binding_hold(agent: Agent) -> None:
+    wait_record(agent=agent, model="m1", retry_after_ms=600_000, reason="429 slow down", now_ms=clock_ms())
+    samples, _ = scrape()
+    assert value(samples, "agentops_holds_binding") == 1
+    assert value(samples, "agentops_journal_readable") == 1
+
+
+def test_an_unreadable_journal_reads_0_and_holds_every_agent(agent: Agent) -> None:
+    AgentFactory.create(name="bob")
+    AgentFactory.create(name="eph", kind=Agent.Kind.EPHEMERAL)  # never held by unreadable records
+    WaitJournalEntry.objects.create(act_id=uuid.uuid4(), kind="pause", agent="ada", model="m1", at=timezone.now())
+    samples, _ = scrape()
+    assert value(samples, "agentops_journal_readable") == 0
+    assert value(samples, "agentops_holds_binding") == 2
+
+
+def test_a_scrape_costs_the_same_few_queries_however_many_rows_there_are(agent: Agent) -> None:
+    scrape()  # the journal's first load is its own; later scrapes only poll it
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            scrape()
+        return len(captured.captured_queries)
+
+    empty = queries()
+    for i in range(30):
+        turn = Turn.objects.create(agent=agent, status=Turn.Status.SUCCEEDED)
+        call(agent, turn=turn, outcome="cut", bound="flat", cut_lateness_ms=i)
+        call(agent, turn=turn, kind="auxiliary", outcome="deferred")
+        alert_raise(kind=f"kind-{i % 3}", agent="ada", message="x")
+    assert queries() == empty <= 8
+
+
+def test_metrics_answer_only_get_and_head(db: None) -> None:
+    assert Client().head("/metrics").status_code == 200
+    assert Client().post("/metrics").status_code == 405
