@@ -24,7 +24,7 @@ from .adapters import adapter_for
 from .client import CallResult, perform_call
 from .config import bounds_settings
 from .models import InferenceCall
-from .runner import _ms_to_dt, _record_call
+from .records import call_record, ms_to_dt
 from .selectors import call_out
 from .types import CompiledRequest, Message
 
@@ -60,7 +60,7 @@ def auxiliary_complete(*, agent: Agent, messages: list[AuxMessage], model: str |
             sent_at=timezone.now(), ended_at=timezone.now(), outcome=InferenceCall.Outcome.DEFERRED,
         )
         left = remaining_ms(hold, now_ms)
-        until = _ms_to_dt(hold.until_ms)
+        until = ms_to_dt(hold.until_ms)
         raise RateLimited(
             f"{agent.name} / {hold.model} is held by a provider wait ({hold.reason}); no call was made",
             data={"retryable": True, "provider_admission": "deferred", "retry_after_ms": left,
@@ -82,7 +82,7 @@ def auxiliary_complete(*, agent: Agent, messages: list[AuxMessage], model: str |
         perform_call(adapter=adapter, wire=wire, streamed=False, max_tokens=request.max_tokens,
                      bounds=bounds_settings(), client=loop.http)
     ).result()
-    _record_call(call, result)
+    call_record(call, result)
     call.refresh_from_db()
     if result.outcome == "completed" and result.output is not None:
         return {"content": result.output.text, "stop_reason": result.output.stop_reason, "call": call_out(call)}

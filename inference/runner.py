@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -44,6 +44,7 @@ from .lease import TurnLease, lease_claim
 from .models import InferenceCall, Turn
 from .notes import failure_note_text
 from .policy import Action, Decision, PolicySettings, RetryState, decide
+from .records import call_record, ms_to_dt
 from .services import cancel_key, history_append
 from .types import CallOutput, ProviderError
 
@@ -200,7 +201,7 @@ def _hold_if_waiting(turn: Turn) -> bool:
     hold = admission_check(agent=turn.agent, model=turn.agent.model, now_ms=now_ms)
     if hold is None:
         return False
-    until = _ms_to_dt(hold.until_ms)
+    until = ms_to_dt(hold.until_ms)
     reason = bound_text(f"provider wait on {hold.model}: {hold.reason}", NOTE_TEXT_LIMIT)
     updated = Turn.objects.filter(pk=turn.pk, status__in=[Turn.Status.RUNNING, Turn.Status.HELD]).update(
         status=Turn.Status.HELD, hold_until=until, hold_reason=reason
@@ -308,10 +309,6 @@ async def _watch(loop: BackgroundLoop, key: str, callback: Callable[[], None]) -
     return loop.watch_cancel(key, callback)
 
 
-def _ms_to_dt(ms: float | None) -> datetime | None:
-    return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
-
-
 def _call_once(turn: Turn, lease: TurnLease) -> tuple[CallResult, InferenceCall]:
     agent = turn.agent
     rows = list(HistoryRow.objects.filter(agent=agent, state=HistoryRow.State.PRESENTED).order_by("seq"))
@@ -338,7 +335,7 @@ def _call_once(turn: Turn, lease: TurnLease) -> tuple[CallResult, InferenceCall]
                 if not lease.renew_if_due():
                     for abort in aborts:
                         engine.loop.call_soon_threadsafe(abort)
-    _record_call(call, result)
+    call_record(call, result)
     broadcast_turn_event(turn.pk, {"type": "call.ended", "turn": turn.pk, "call": call.pk, "outcome": result.outcome})
     return result, call
 
@@ -371,27 +368,6 @@ async def _perform(
         )
     finally:
         unwatch()
-
-
-def _record_call(call: InferenceCall, result: CallResult) -> None:
-    t = result.timeline
-    InferenceCall.objects.filter(pk=call.pk).update(
-        sent_at=_ms_to_dt(t.sent),
-        headers_at=_ms_to_dt(t.headers),
-        first_event_at=_ms_to_dt(t.first_event),
-        first_content_at=_ms_to_dt(t.first_content),
-        thinking_started_at=_ms_to_dt(t.thinking_start),
-        last_event_at=_ms_to_dt(t.last_event),
-        ended_at=_ms_to_dt(t.ended),
-        model_events=t.model_events,
-        keepalives=t.keepalives,
-        outcome=result.outcome,
-        stop_reason=result.output.stop_reason if result.output else "",
-        bound=result.bound.value if result.bound else None,
-        bound_deadline=_ms_to_dt(result.bound_deadline),
-        cut_lateness_ms=result.lateness_ms,
-        error=result.error.as_dict() if result.error else None,
-    )
 
 
 def _turn_complete(turn: Turn, output: CallOutput) -> None:
