@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -33,6 +33,14 @@ from agentops.failures import failures_log_write
 from agentops.live import broadcast_turn_event, publish_turn_event
 from agentops.models import Agent, HistoryRow
 from agentops.text import NOTE_TEXT_LIMIT, bound_text
+from breaker.decision import BreakerAction, probe_verdict
+from breaker.services import (
+    breaker_note_failure,
+    breaker_note_success,
+    breaker_probe_begin,
+    breaker_probe_end,
+    history_shed,
+)
 from waits.admission import admission_check, remaining_ms
 from waits.services import wait_record
 
@@ -44,9 +52,10 @@ from .lease import TurnLease, lease_claim
 from .models import InferenceCall, Turn
 from .notes import failure_note_text
 from .policy import Action, Decision, PolicySettings, RetryState, decide
+from .probe import probe_send
 from .records import call_record, ms_to_dt
-from .services import cancel_key, history_append
-from .types import CallOutput, ProviderError
+from .services import cancel_key, enqueue_drain, history_append
+from .types import CallOutput, CompiledRequest, ProviderError
 
 logger = logging.getLogger(__name__)
 
@@ -148,7 +157,7 @@ def turn_run(turn_id: int, lease: TurnLease) -> None:
         turn = Turn.objects.select_related("agent__provider").get(pk=turn_id)
         if turn.status != Turn.Status.RUNNING or _hold_if_waiting(turn):
             return
-        result, call = _call_once(turn, lease)
+        result, call, request = _call_once(turn, lease)
         if lease.lost or _turn_status(turn_id) != Turn.Status.RUNNING:
             return  # cancelled while the call was out (never turned into a retry), or lease lost
         if result.outcome == "completed" and result.output is not None:
@@ -160,7 +169,8 @@ def turn_run(turn_id: int, lease: TurnLease) -> None:
                     message="the model stopped at its output limit with no text and no tool call; the same request would run away again",
                 )
                 InferenceCall.objects.filter(pk=call.pk).update(outcome=InferenceCall.Outcome.ERROR, error=error.as_dict())
-                _turn_fail(turn, error, status=Turn.Status.FAILED, timed_out_again=False)
+                if _turn_fail(turn, error, status=Turn.Status.FAILED, timed_out_again=False):
+                    _breaker_after_failure(turn, error, request)
                 return
             _turn_complete(turn, output)
             return
@@ -189,7 +199,8 @@ def turn_run(turn_id: int, lease: TurnLease) -> None:
         if decision.action is Action.EXHAUST and error.type != "timeout" and _turn_rearm(turn, error):
             return
         status = Turn.Status.EXHAUSTED if decision.action is Action.EXHAUST else Turn.Status.FAILED
-        _turn_fail(turn, error, status=status, timed_out_again=decision.timed_out_again)
+        if _turn_fail(turn, error, status=status, timed_out_again=decision.timed_out_again):
+            _breaker_after_failure(turn, error, request)
         return
 
 
@@ -309,7 +320,7 @@ async def _watch(loop: BackgroundLoop, key: str, callback: Callable[[], None]) -
     return loop.watch_cancel(key, callback)
 
 
-def _call_once(turn: Turn, lease: TurnLease) -> tuple[CallResult, InferenceCall]:
+def _call_once(turn: Turn, lease: TurnLease) -> tuple[CallResult, InferenceCall, CompiledRequest]:
     agent = turn.agent
     rows = list(HistoryRow.objects.filter(agent=agent, state=HistoryRow.State.PRESENTED).order_by("seq"))
     request = compile_request(agent, rows)
@@ -337,7 +348,7 @@ def _call_once(turn: Turn, lease: TurnLease) -> tuple[CallResult, InferenceCall]
                         engine.loop.call_soon_threadsafe(abort)
     call_record(call, result)
     broadcast_turn_event(turn.pk, {"type": "call.ended", "turn": turn.pk, "call": call.pk, "outcome": result.outcome})
-    return result, call
+    return result, call, request
 
 
 async def _perform(
@@ -370,6 +381,46 @@ async def _perform(
         unwatch()
 
 
+def _breaker_after_failure(turn: Turn, error: ProviderError, failed: CompiledRequest) -> None:
+    """Tell the breaker about a turn that ended in failure (DESIGN §7): the streak and
+    hard-down, then the probe (failures that may be the history's fault), a shed and one retry.
+    Runs after the failure is recorded, outside any transaction: the probe is a network call."""
+    agent = turn.agent
+    step = breaker_note_failure(agent=agent, failure_type=error.type, http_status=error.http_status)
+    if step.action == BreakerAction.PROBE:
+        ticket = breaker_probe_begin(agent=agent)
+        if lifecycle.stopping.is_set():
+            breaker_probe_end(ticket=ticket, verdict="aborted", detail="the service is stopping")
+            return
+        probe = probe_send(turn=turn, failed=failed)
+        verdict: Literal["answered", "refused", "unclear", "aborted"] = probe_verdict(
+            failure_type=error.type, failure_status=error.http_status, probe_outcome=probe.outcome,
+            probe_type=probe.error.type if probe.error else None, probe_status=probe.error.http_status if probe.error else None,
+        )
+        if lifecycle.stopping.is_set():
+            verdict = "aborted"  # shutdown aborts probes: their answer decides nothing
+        detail = f"probe call {probe.call_id}: {probe.outcome}" + (f" ({probe.error.type}, HTTP {probe.error.http_status})" if probe.error else "")
+        if breaker_probe_end(ticket=ticket, verdict=verdict, detail=detail) != "answered":
+            return
+    elif step.action != BreakerAction.SHED:
+        if step.action in (BreakerAction.STOP_CAP, BreakerAction.STOP_EMPTY):
+            logger.warning("agent %s: the breaker stops (%s); nothing more is set aside in this run", agent.name, step.action)
+        return
+    shed = history_shed(agent=agent, reason=f"{error.type} at HTTP {error.http_status}: the request kept being refused")
+    if shed.stopped is None:
+        _retry_after_shed(agent)
+
+
+def _retry_after_shed(agent: Agent) -> None:
+    """Queue one retry: a new turn over the history with the newest turn set aside."""
+    with transaction.atomic():
+        Agent.objects.select_for_update().get(pk=agent.pk)
+        if not Turn.objects.filter(agent=agent, status__in=Turn.JOINABLE).exists():
+            turn = Turn.objects.create(agent=agent, status=Turn.Status.QUEUED)
+            broadcast_turn_event(turn.pk, {"type": "turn.status", "turn": turn.pk, "status": turn.status})
+        enqueue_drain(agent.pk)
+
+
 def _turn_complete(turn: Turn, output: CallOutput) -> None:
     now = timezone.now()
     with transaction.atomic():
@@ -378,6 +429,7 @@ def _turn_complete(turn: Turn, output: CallOutput) -> None:
             return
         agent = Agent.objects.select_for_update().get(pk=turn.agent_id)
         history_append(agent=agent, participant=agent.participant, role=HistoryRow.Role.ASSISTANT, content=output.blocks)
+        breaker_note_success(agent=agent)
         calls = output.tool_calls
         locked.output = {"content": output.text, "stop_reason": output.stop_reason, "tool_calls": calls}
         locked.rounds += 1
@@ -425,12 +477,14 @@ def schedule_drain(agent_id: int, delay_s: float) -> None:
     transaction.on_commit(lambda: agent_drain.apply_async((agent_id,), countdown=min(delay_s, limit)))
 
 
-def _turn_fail(turn: Turn, error: ProviderError, *, status: str, timed_out_again: bool) -> None:
+def _turn_fail(turn: Turn, error: ProviderError, *, status: str, timed_out_again: bool) -> bool:
+    """End a running turn in failure with its note and incident. False if it was no longer
+    running (cancelled meanwhile)."""
     now = timezone.now()
     with transaction.atomic():
         locked = Turn.objects.select_for_update().get(pk=turn.pk)
         if locked.status != Turn.Status.RUNNING:
-            return
+            return False
         agent = Agent.objects.select_for_update().get(pk=turn.agent_id)
         note = history_append(
             agent=agent, participant="agentops", role=HistoryRow.Role.SYSTEM_NOTE,
@@ -453,4 +507,4 @@ def _turn_fail(turn: Turn, error: ProviderError, *, status: str, timed_out_again
         ))
         broadcast_turn_event(turn.pk, {"type": "turn.status", "turn": turn.pk, "status": status})
         broadcast_turn_event(turn.pk, {"type": "turn.ended", "turn": turn.pk, "status": status})
-
+    return True

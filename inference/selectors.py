@@ -28,13 +28,10 @@ def agent_current_turn(agent: Agent) -> Turn | None:
 
 
 def agent_failure_streak(agent: Agent) -> int:
-    """Terminal failed turns in a row, newest first, up to the last completed one."""
-    streak = 0
-    for status in Turn.objects.filter(agent=agent, status__in=Turn.ENDED).exclude(status=Turn.Status.CANCELLED).order_by("-id").values_list("status", flat=True)[:1000]:
-        if status == Turn.Status.SUCCEEDED:
-            break
-        streak += 1
-    return streak
+    """Terminal failed turns in a row, reset by a completed call (kept by the breaker)."""
+    from breaker.models import BreakerState
+
+    return int(BreakerState.objects.filter(agent=agent).values_list("streak", flat=True).first() or 0)
 
 
 def agent_out(agent: Agent) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from inference.auxiliary import AuxMessage, auxiliary_complete_in_thread
 from . import errors
 from .alerts_routes import router as alerts_router
 from .auth import AsyncTokenAuth, TokenAuth, require_operator
+from .breaker_routes import router as breaker_router
 from .schemas import (
     AgentIn,
     AgentOut,
@@ -46,6 +47,7 @@ api = NinjaAPI(
 errors.install(api)
 api.add_router("/waits", waits_router, tags=["waits"])
 api.add_router("/alerts", alerts_router, tags=["alerts"])
+api.add_router("", breaker_router, tags=["breaker"])
 
 ERRORS: dict[int, type] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut}
 

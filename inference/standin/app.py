@@ -447,10 +447,9 @@ class StandinApp:
         elif kind == "poison":
             marker = sc.get_str("marker")
             if contains_marker(body, marker):
-                message = (
-                    f"Invalid request: the conversation contains content this model refuses "
-                    f"(stand-in poison marker {marker!r})."
-                )
+                # Never echo the marker: the failure note quotes this message, and a note that
+                # carried the marker would poison the history the breaker is trying to clear.
+                message = "Invalid request: the conversation contains content this model refuses."
                 await ex.respond_json(400, wire.error_body(400, message), _ids(wire))
             else:
                 reply = Reply(text=default_answer_text(body), text_chunks=3)

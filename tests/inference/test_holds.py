@@ -12,7 +12,7 @@ from django.test import Client
 
 from agentops.models import Agent, HistoryRow
 from inference.models import InferenceCall, Turn
-from tests.conftest import gap_s
+from tests.conftest import gap_s, wait_for
 from tests.inference.test_turns import submit, wait_turn
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("workers")]
@@ -106,7 +106,8 @@ def test_an_unreadable_journal_holds_every_turn_and_a_repair_resumes_it_without_
     turn_id = submit(api, agent.name, ("alice", "hello"))["id"]
     held = wait_turn(api, turn_id, {"held"}, timeout=10)
     assert held["held_until"] is None and "provider wait on *" in held["hold_reason"]
-    assert api.get("/api/v1/waits").json()["journal_readable"] is False
+    # This process reads the journal too; it sees the new row at its next poll (500 ms).
+    wait_for(lambda: api.get("/api/v1/waits").json()["journal_readable"] is False, timeout=3, what="the API to see the bad row")
     assert standin_requests() == []
 
     WaitJournalEntry.objects.filter(pk=bad.pk).delete()  # the repair: the operator removes the row

@@ -1,0 +1,82 @@
+"""The breaker's probe (DESIGN §7.3): the failed request again with only its messages replaced.
+
+The probe is an auxiliary call: admission applies (a held model defers it), no retries, the
+bounds of a non-streamed call, and nothing of it is stored in the history. Its row is kind
+``probe``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from django.utils import timezone
+
+from agentops.background import background_loop
+from agentops.models import Agent, HistoryRow
+
+from .adapters import adapter_for
+from .client import perform_call
+from .config import bounds_settings
+from .models import InferenceCall, Turn
+from .records import call_record
+from .types import CompiledRequest, Message, ProviderError
+
+PROBE_TEXT = "Reply with one word."
+
+
+@dataclass(frozen=True)
+class ProbeOutcome:
+    outcome: Literal["answered", "error", "cut", "aborted", "deferred"]
+    error: ProviderError | None
+    call_id: int | None
+
+
+def probe_participant(agent: Agent) -> str:
+    """The failed request's newest participant other than the agent, or a participant that is
+    not the agent's when there is none (also when the agent itself is presented as ``User``)."""
+    newest = (
+        HistoryRow.objects.filter(agent=agent, state=HistoryRow.State.PRESENTED, role=HistoryRow.Role.USER)
+        .exclude(participant=agent.participant)
+        .order_by("-seq")
+        .values_list("participant", flat=True)
+        .first()
+    )
+    if newest:
+        return str(newest)
+    return "User" if agent.participant.casefold() != "user" else "Operator"
+
+
+def probe_request(failed: CompiledRequest, participant: str) -> CompiledRequest:
+    """Every field of the failed request kept, its messages replaced by one, non-streamed."""
+    message = Message(role="user", blocks=[{"type": "text", "text": f"{participant}: {PROBE_TEXT}"}])
+    return replace(failed, messages=[message], stream=False)
+
+
+def probe_send(*, turn: Turn, failed: CompiledRequest) -> ProbeOutcome:
+    """Send the probe and wait for it (off any event loop). Never retried."""
+    from waits.admission import admission_check
+
+    agent = turn.agent
+    if admission_check(agent=agent, model=failed.model, now_ms=time.time() * 1000) is not None:
+        return ProbeOutcome("deferred", None, None)
+    request = probe_request(failed, probe_participant(agent))
+    adapter = adapter_for(agent.provider.kind)
+    api_key = os.environ.get(agent.provider.api_key_env, "") if agent.provider.api_key_env else ""
+    wire = adapter.build(base_url=agent.provider.base_url, api_key=api_key, request=request)
+    call = InferenceCall.objects.create(
+        turn=turn, agent=agent, kind=InferenceCall.Kind.PROBE, model=request.model, streamed=False,
+        max_tokens=request.max_tokens, round=turn.rounds, sent_at=timezone.now(),
+    )
+    loop = background_loop()
+    result = loop.submit(
+        perform_call(adapter=adapter, wire=wire, streamed=False, max_tokens=request.max_tokens,
+                     bounds=bounds_settings(), client=loop.http)
+    ).result()
+    call_record(call, result)
+    outcomes: dict[str, Literal["answered", "error", "cut", "aborted"]] = {
+        "completed": "answered", "error": "error", "cut": "cut", "aborted": "aborted",
+    }
+    return ProbeOutcome(outcomes[result.outcome], result.error, call.pk)
