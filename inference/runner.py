@@ -10,7 +10,6 @@ does nothing.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import random
 import threading
@@ -19,7 +18,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Literal
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -32,7 +31,6 @@ from agentops.background import BackgroundLoop, background_loop
 from agentops.failures import failures_log_write
 from agentops.live import broadcast_turn_event, publish_turn_event
 from agentops.models import Agent, HistoryRow
-from agentops.text import NOTE_TEXT_LIMIT, bound_text
 from breaker.decision import BreakerAction, probe_verdict
 from breaker.services import (
     breaker_note_failure,
@@ -41,20 +39,25 @@ from breaker.services import (
     breaker_probe_end,
     history_shed,
 )
-from waits.admission import admission_check, remaining_ms
-from waits.services import wait_record
 
 from .adapters import Adapter, WireRequest, adapter_for
 from .client import CallResult, Timeline, perform_call
 from .compile import compile_request
 from .config import bounds_settings
+from .holds import (
+    ephemeral_wait_error,
+    hold_if_waiting,
+    pacing_left_ms,
+    record_wait,
+    stated_wait,
+)
 from .lease import TurnLease, lease_claim
 from .models import InferenceCall, Turn
 from .notes import failure_note_text
 from .policy import Action, Decision, PolicySettings, RetryState, decide
 from .probe import probe_send
-from .records import call_record, ms_to_dt
-from .services import cancel_key, enqueue_drain, history_append
+from .records import call_record
+from .services import cancel_key, enqueue_drain, history_append, schedule_drain
 from .types import CallOutput, CompiledRequest, ProviderError
 
 logger = logging.getLogger(__name__)
@@ -126,7 +129,7 @@ def turn_run(turn_id: int, lease: TurnLease) -> None:
     provider wait or is cancelled. Call only while holding the agent's turn lease."""
     now = timezone.now()
     held = Turn.objects.select_related("agent").filter(pk=turn_id, status=Turn.Status.HELD).first()
-    if held is not None and _hold_if_waiting(held):
+    if held is not None and hold_if_waiting(held):
         return
     claimed = Turn.objects.filter(pk=turn_id, status__in=[Turn.Status.QUEUED, Turn.Status.RUNNING, Turn.Status.HELD]).update(
         status=Turn.Status.RUNNING,
@@ -147,7 +150,7 @@ def turn_run(turn_id: int, lease: TurnLease) -> None:
     )
     broadcast_turn_event(turn_id, {"type": "turn.status", "turn": turn_id, "status": Turn.Status.RUNNING})
     turn = Turn.objects.select_related("agent").get(pk=turn_id)
-    if held is not None and not _sleep_unless_cancelled(turn, _pacing_left_ms(turn) / 1000, lease):
+    if held is not None and not _sleep_unless_cancelled(turn, pacing_left_ms(turn) / 1000, lease):
         return
     # The count of consecutive cuts starts at zero with each turn, except that a re-armed turn
     # gets no fresh call for a cut before one of its rounds has run (DESIGN §5.7).
@@ -155,7 +158,7 @@ def turn_run(turn_id: int, lease: TurnLease) -> None:
     rng = random.Random()
     while True:
         turn = Turn.objects.select_related("agent__provider").get(pk=turn_id)
-        if turn.status != Turn.Status.RUNNING or _hold_if_waiting(turn):
+        if turn.status != Turn.Status.RUNNING or hold_if_waiting(turn):
             return
         result, call, request = _call_once(turn, lease)
         if lease.lost or _turn_status(turn_id) != Turn.Status.RUNNING:
@@ -178,11 +181,11 @@ def turn_run(turn_id: int, lease: TurnLease) -> None:
         now_ms = time.time() * 1000
         decision, state = decide(error, state, now_ms=now_ms, settings=_policy_settings(), jitter=rng.random())
         if decision.action is Action.HOLD:
-            delay_ms = _stated_wait(turn, error, now_ms)
+            delay_ms = stated_wait(turn, error, now_ms)
             if delay_ms is None:
                 continue  # recorded: the admission check at the top of the loop holds the turn
             if delay_ms < 0:  # an ephemeral run's wait too long to sleep: it ends now
-                _turn_fail(turn, _ephemeral_wait_error(error), status=Turn.Status.EXHAUSTED, timed_out_again=False)
+                _turn_fail(turn, ephemeral_wait_error(error), status=Turn.Status.EXHAUSTED, timed_out_again=False)
                 return
             decision = Decision(Action.RETRY, delay_ms=delay_ms)
         if decision.action is Action.RETRY:
@@ -195,91 +198,13 @@ def turn_run(turn_id: int, lease: TurnLease) -> None:
             continue
         if error.retry_after_ms is not None:
             # A terminal failure keeps its disposition; the wait it stated binds what follows.
-            _record_wait(turn, error, now_ms)
+            record_wait(turn, error, now_ms)
         if decision.action is Action.EXHAUST and error.type != "timeout" and _turn_rearm(turn, error):
             return
         status = Turn.Status.EXHAUSTED if decision.action is Action.EXHAUST else Turn.Status.FAILED
         if _turn_fail(turn, error, status=status, timed_out_again=decision.timed_out_again):
             _breaker_after_failure(turn, error, request)
         return
-
-
-def _hold_if_waiting(turn: Turn) -> bool:
-    """The admission check (DESIGN §6.6), at the last moment before a primary call. If a
-    provider wait binds the agent's model, hold the turn (no failure, no note) until it ends
-    or is released, and schedule the re-check. Returns True when the turn is held."""
-    now_ms = time.time() * 1000
-    hold = admission_check(agent=turn.agent, model=turn.agent.model, now_ms=now_ms)
-    if hold is None:
-        return False
-    until = ms_to_dt(hold.until_ms)
-    reason = bound_text(f"provider wait on {hold.model}: {hold.reason}", NOTE_TEXT_LIMIT)
-    updated = Turn.objects.filter(pk=turn.pk, status__in=[Turn.Status.RUNNING, Turn.Status.HELD]).update(
-        status=Turn.Status.HELD, hold_until=until, hold_reason=reason
-    )
-    if updated and turn.status != Turn.Status.HELD:
-        logger.info("agent %s turn %s held until %s: %s", turn.agent.name, turn.pk, until or "released", reason)
-        broadcast_turn_event(turn.pk, {"type": "turn.status", "turn": turn.pk, "status": Turn.Status.HELD, "held_until": until.isoformat() if until else None})
-    left = remaining_ms(hold, now_ms)
-    # Re-check when the wait ends, and at least every AGENTOPS_WAIT_RECHECK_MS (a wait "until
-    # released", unreadable records that may read again); a release also wakes the turn.
-    recheck_ms = settings.AGENTOPS_WAIT_RECHECK_MS if left is None else min(left + 10, settings.AGENTOPS_WAIT_RECHECK_MS)
-    schedule_drain(turn.agent_id, recheck_ms / 1000)
-    return True
-
-
-def _pacing_left_ms(turn: Turn) -> float:
-    """After a hold ends early (a release): if the lifted wait was a 429's and lengthened the
-    service's own pacing, the next call still keeps that pacing (a release never lengthens a
-    hold, and never shortens it below the pacing a 429 with no stated wait would get)."""
-    last = InferenceCall.objects.filter(turn=turn).exclude(error=None).order_by("-id").values("error", "ended_at").first()
-    if last is None or last["ended_at"] is None:
-        return 0.0
-    error: dict[str, Any] = last["error"] or {}
-    if error.get("type") != "rate_limit":
-        return 0.0
-    stated = error.get("retry_after_ms")
-    ended_ms = last["ended_at"].timestamp() * 1000
-    pacing_end = ended_ms + settings.AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS
-    lengthened = error.get("until_released") or (stated is not None and ended_ms + stated > pacing_end)
-    return max(pacing_end - time.time() * 1000, 0.0) if lengthened else 0.0
-
-
-def _record_wait(turn: Turn, error: ProviderError, now_ms: float) -> bool:
-    """Record the provider's stated wait for (agent, model). Returns whether it binds."""
-    recorded = wait_record(
-        agent=turn.agent, model=turn.agent.model, retry_after_ms=error.retry_after_ms if error.retry_after_ms is not None else 0,
-        reason=f"{error.type} (HTTP {error.http_status}): {error.message[:300]}", now_ms=now_ms,
-    )
-    return recorded.binding
-
-
-def _stated_wait(turn: Turn, error: ProviderError, now_ms: float) -> float | None:
-    """What to do with a retryable failure's stated wait: None when it was recorded and binds
-    (the turn will be held), else the ms to sleep before the next call (an ephemeral run's
-    short wait, or own pacing when the wait was already over), or -1 when an ephemeral run
-    must end because the wait is longer than it sleeps."""
-    wait = error.retry_after_ms if error.retry_after_ms is not None else 0.0
-    if turn.agent.kind == Agent.Kind.EPHEMERAL:
-        if math.isfinite(wait) and wait <= settings.AGENTOPS_EPHEMERAL_MAX_SLEEP_MS:
-            return max(wait, 0.0)
-        return -1
-    if _record_wait(turn, error, now_ms):
-        return None
-    # The stated wait was already over: pace ourselves rather than call again at once.
-    return settings.AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS if error.type == "rate_limit" else 1000.0
-
-
-def _ephemeral_wait_error(error: ProviderError) -> ProviderError:
-    limit_s = settings.AGENTOPS_EPHEMERAL_MAX_SLEEP_MS / 1000
-    wait = error.retry_after_ms if error.retry_after_ms is not None else math.nan
-    asked = f"{wait / 1000:.0f} s" if math.isfinite(wait) else "longer than can be represented"
-    message = (
-        f"{error.message[:300]} (the provider asked to wait {asked}; an ephemeral run doesn't sleep a "
-        f"stated wait longer than {limit_s:.0f} s, so it ends now)"
-    )
-    return ProviderError(type=error.type, message=message, http_status=error.http_status,
-                         provider_code=error.provider_code, retryable=False, retry_after_ms=error.retry_after_ms)
 
 
 def _turn_status(turn_id: int) -> str:
@@ -466,15 +391,6 @@ def _turn_rearm(turn: Turn, error: ProviderError) -> bool:
         broadcast_turn_event(turn.pk, {"type": "turn.status", "turn": turn.pk, "status": Turn.Status.QUEUED})
         schedule_drain(turn.agent_id, delay_ms / 1000)
     return bool(updated)
-
-
-def schedule_drain(agent_id: int, delay_s: float) -> None:
-    """Drain the agent again after ``delay_s``. The countdown never exceeds half the broker's
-    visibility timeout; the beat sweep picks up anything later."""
-    from .tasks import agent_drain
-
-    limit = settings.CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] / 2
-    transaction.on_commit(lambda: agent_drain.apply_async((agent_id,), countdown=min(delay_s, limit)))
 
 
 def _turn_fail(turn: Turn, error: ProviderError, *, status: str, timed_out_again: bool) -> bool:

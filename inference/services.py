@@ -57,6 +57,15 @@ def enqueue_drain(agent_id: int) -> None:
     transaction.on_commit(lambda: agent_drain.delay(agent_id))
 
 
+def schedule_drain(agent_id: int, delay_s: float) -> None:
+    """Drain the agent again after ``delay_s``. The countdown never exceeds half the broker's
+    visibility timeout; the beat sweep picks up anything later."""
+    from .tasks import agent_drain
+
+    limit = settings.CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] / 2
+    transaction.on_commit(lambda: agent_drain.apply_async((agent_id,), countdown=min(delay_s, limit)))
+
+
 def turn_submit(*, agent_id: int, messages: list[IncomingMessage]) -> tuple[Turn, bool]:
     """Store the messages as presented rows and queue a turn, or join the agent's queued or
     held turn. Returns (turn, joined)."""
