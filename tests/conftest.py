@@ -95,7 +95,12 @@ class WorkerPool:
         self.queue = f"{QUEUE}-{label}"
         env = dict(
             os.environ, DATABASE_URL=_database_url(), AGENTOPS_CELERY_QUEUE=self.queue,
-            DJANGO_SETTINGS_MODULE="agentops.settings", **(extra_env or {}),
+            DJANGO_SETTINGS_MODULE="agentops.settings",
+            # Between tests the database is truncated. Should a worker still be finishing a turn
+            # then, the worker (not the test's flush) must be the deadlock victim: it notices
+            # a deadlock first with a shorter timeout (libpq reads PGOPTIONS).
+            PGOPTIONS="-c deadlock_timeout=100ms",
+            **(extra_env or {}),
         )
         self.procs: list[subprocess.Popen[bytes]] = []
         self.names = [f"{label}{i}-{os.getpid()}@agentops-test" for i in range(count)]
@@ -148,6 +153,22 @@ def workers(session_workers: WorkerPool) -> WorkerPool:
     """Two real Celery workers with the default settings; turns submitted now go to them."""
     celery_app.conf.task_default_queue = session_workers.queue
     return session_workers
+
+
+@pytest.fixture(autouse=True)
+def _workers_settle(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a test that used workers, wait until no worker holds a turn lease (it may still be
+    running the breaker or bookkeeping after the turn the test waited for ended), so the
+    flush between tests does not race it."""
+    yield
+    marker = request.node.get_closest_marker("django_db")
+    if not marker or not marker.kwargs.get("transaction"):
+        return
+    from inference.models import AgentLease
+
+    end = time.monotonic() + 15
+    while AgentLease.objects.exists() and time.monotonic() < end:
+        time.sleep(0.05)
 
 
 @pytest.fixture
