@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
 from django.test import Client
 
 from inference.models import InferenceCall
+from tests.conftest import wait_for
 from tests.inference.test_turns import submit, wait_turn
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -36,6 +38,9 @@ def test_a_held_model_defers_auxiliary_calls_without_a_call_and_another_model_pr
     turn_id = submit(api, agent.name, ("alice", "hi"))["id"]
     wait_turn(api, turn_id, {"held"}, timeout=10)
     assert len(standin_requests()) == 1
+    # Another process's wait reaches this one's journal reader within its poll (500 ms; every
+    # worker honours a wait within 1 s).
+    wait_for(lambda: api.get(f"/api/v1/waits?agent={agent.name}").json()["waits"], timeout=2, what="the wait to be seen here")
 
     response = complete(api, agent.name)
     assert response.status_code == 429
@@ -57,6 +62,7 @@ def test_a_wait_recorded_by_an_auxiliary_call_holds_the_primary_turn(api: Client
     refused = complete(api, agent.name, model="error:status=429,form=retry-after-ms,wait_ms=60000")
     assert refused.status_code == 429 and refused.json()["data"]["recorded"] is True
     api.patch(f"/api/v1/agents/{agent.name}", data=json.dumps({"model": "error:status=429,form=retry-after-ms,wait_ms=60000"}), content_type="application/json")
+    time.sleep(1.0)  # every worker honours a wait recorded elsewhere within 1 s (its journal poll)
     turn_id = submit(api, agent.name, ("alice", "hi"))["id"]
     held = wait_turn(api, turn_id, {"held"}, timeout=10)
     assert held["calls"] == []  # held before any call
