@@ -55,9 +55,35 @@ class AgentAdmin(admin.ModelAdmin):
 
 @admin.register(HistoryRow)
 class HistoryRowAdmin(ReadOnlyAdmin):
-    list_display = ("agent", "seq", "participant", "role", "state", "short_content", "created_at")
+    """History is never edited here. Set-aside rows are marked, and an operator with the
+    ``breaker.restore_historyrow`` permission can put them back (audited)."""
+
+    list_display = ("agent", "seq", "participant", "role", "state_marked", "short_content", "set_aside_reason", "created_at")
     list_filter = ("state", "role", "agent")
     search_fields = ("agent__name", "participant")
+    actions = ["restore"]
+
+    @admin.display(description="state", ordering="state")
+    def state_marked(self, obj: HistoryRow) -> str:
+        return "SET ASIDE" if obj.state == HistoryRow.State.SET_ASIDE else obj.state
+
+    def has_restore_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("breaker.restore_historyrow")
+
+    @admin.action(description="Restore the selected set-aside rows", permissions=["restore"])
+    def restore(self, request: HttpRequest, queryset: Any) -> None:
+        from breaker.services import history_row_restore
+
+        from .exceptions import AgentopsError
+
+        restored = 0
+        for row in queryset.filter(state=HistoryRow.State.SET_ASIDE).select_related("agent"):
+            try:
+                history_row_restore(agent_name=row.agent.name, row_id=row.pk, actor=f"admin:{request.user.get_username()}", requester=None)
+                restored += 1
+            except AgentopsError as exc:
+                self.message_user(request, f"Row {row.pk}: {exc.message}", level="warning")
+        self.message_user(request, f"Restored {restored} row(s).")
 
     @admin.display(description="content")
     def short_content(self, obj: HistoryRow) -> str:

@@ -43,3 +43,20 @@ def test_nobody_edits_or_deletes_an_audit_entry_through_the_admin() -> None:
     assert client.get(f"/admin/agentops/auditentry/{entry.pk}/delete/").status_code == 403
     client.post(f"/admin/agentops/auditentry/{entry.pk}/change/", {"actor": "forged"})
     assert AuditEntry.objects.get(pk=entry.pk).actor == "api:x"
+
+
+def test_restoring_a_set_aside_row_needs_the_permission_and_is_audited() -> None:
+    from agentops.models import HistoryRow
+    from tests.factories import HistoryRowFactory
+
+    row = HistoryRowFactory.create(state=HistoryRow.State.SET_ASIDE, set_aside_by="breaker")
+    without = staff("view_historyrow")
+    page = without.get("/admin/agentops/historyrow/")
+    assert page.status_code == 200 and b"SET ASIDE" in page.content and b"Restore the selected" not in page.content
+    without.post("/admin/agentops/historyrow/", {"action": "restore", "_selected_action": [row.pk]})
+    assert HistoryRow.objects.get(pk=row.pk).state == HistoryRow.State.SET_ASIDE
+
+    allowed = staff("view_historyrow", "restore_historyrow")
+    allowed.post("/admin/agentops/historyrow/", {"action": "restore", "_selected_action": [row.pk]})
+    assert HistoryRow.objects.get(pk=row.pk).state == HistoryRow.State.PRESENTED
+    assert AuditEntry.objects.filter(action="history.restore", actor="admin:op-view_historyrow-restore_historyrow").count() == 1
