@@ -9,7 +9,6 @@ primary turns too.
 from __future__ import annotations
 
 import math
-import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -20,10 +19,10 @@ from agentops.background import background_loop
 from agentops.exceptions import CallTimedOut, ProviderFailed, RateLimited
 from agentops.models import Agent
 
-from .adapters import adapter_for
+from .adapters import build_wire
 from .client import CallResult, perform_call
 from .config import bounds_settings
-from .models import InferenceCall
+from .models import InferenceCall, Turn
 from .records import call_record, ms_to_dt
 from .selectors import call_out
 from .types import CompiledRequest, Message
@@ -33,6 +32,25 @@ from .types import CompiledRequest, Message
 class AuxMessage:
     participant: str
     content: str
+
+
+def auxiliary_call(*, agent: Agent, request: CompiledRequest, kind: str, turn: Turn | None = None) -> tuple[InferenceCall, CallResult]:
+    """Make one non-streamed call (an auxiliary completion or the breaker's probe) under the
+    non-streamed bounds, with no retries, and record it. Blocks the calling thread; call it off
+    any event loop, after the admission check."""
+    adapter, wire = build_wire(agent.provider, request)
+    call = InferenceCall.objects.create(
+        turn=turn, agent=agent, kind=kind, model=request.model, streamed=False,
+        max_tokens=request.max_tokens, round=turn.rounds if turn else 0, sent_at=timezone.now(),
+    )
+    loop = background_loop()
+    result = loop.submit(
+        perform_call(adapter=adapter, wire=wire, streamed=False, max_tokens=request.max_tokens,
+                     bounds=bounds_settings(), client=loop.http)
+    ).result()
+    call_record(call, result)
+    call.refresh_from_db()
+    return call, result
 
 
 def auxiliary_complete_in_thread(**kwargs: Any) -> dict[str, Any]:
@@ -70,20 +88,7 @@ def auxiliary_complete(*, agent: Agent, messages: list[AuxMessage], model: str |
         model=model, system=agent.system, max_tokens=max_tokens or agent.max_tokens, stream=False,
         messages=[Message(role="user", blocks=[{"type": "text", "text": f"{m.participant}: {m.content}"}]) for m in messages],
     )
-    adapter = adapter_for(agent.provider.kind)
-    api_key = os.environ.get(agent.provider.api_key_env, "") if agent.provider.api_key_env else ""
-    wire = adapter.build(base_url=agent.provider.base_url, api_key=api_key, request=request)
-    call = InferenceCall.objects.create(
-        agent=agent, kind=InferenceCall.Kind.AUXILIARY, model=model, streamed=False,
-        max_tokens=request.max_tokens, sent_at=timezone.now(),
-    )
-    loop = background_loop()
-    result: CallResult = loop.submit(
-        perform_call(adapter=adapter, wire=wire, streamed=False, max_tokens=request.max_tokens,
-                     bounds=bounds_settings(), client=loop.http)
-    ).result()
-    call_record(call, result)
-    call.refresh_from_db()
+    call, result = auxiliary_call(agent=agent, request=request, kind=InferenceCall.Kind.AUXILIARY)
     if result.outcome == "completed" and result.output is not None:
         return {"content": result.output.text, "stop_reason": result.output.stop_reason, "call": call_out(call)}
     error = result.error

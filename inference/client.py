@@ -17,6 +17,8 @@ from typing import Any
 
 import httpx
 
+from agentops.background import CONNECT_TIMEOUT_S
+
 from .adapters import Adapter, WireRequest
 from .bounds import Bound, BoundsSettings, CallState, Deadline, describe_cut, next_deadline
 from .classify import classify_exception, classify_http
@@ -25,7 +27,6 @@ from .types import CallOutput, ProviderError
 
 # An error body past this is not read further: only a bounded part of it is ever kept.
 ERROR_BODY_CAP = 4 * 1024 * 1024
-CONNECT_TIMEOUT_S = 30.0
 
 
 def now_ms() -> float:

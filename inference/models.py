@@ -36,7 +36,6 @@ class Turn(models.Model):
     note = models.ForeignKey(
         HistoryRow, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    retry_episode_started_at = models.DateTimeField(null=True, blank=True)
     # Re-arm (DESIGN §5.7): how many times the turn was sent again after it was exhausted, and
     # when a queued turn may run next. A queued turn is not run before ``not_before``.
     rearms = models.PositiveIntegerField(default=0)

@@ -7,21 +7,14 @@ bounds of a non-streamed call, and nothing of it is stored in the history. Its r
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from django.utils import timezone
-
-from agentops.background import background_loop
 from agentops.models import Agent, HistoryRow
 
-from .adapters import adapter_for
-from .client import perform_call
-from .config import bounds_settings
+from .auxiliary import auxiliary_call
 from .models import InferenceCall, Turn
-from .records import call_record
 from .types import CompiledRequest, Message, ProviderError
 
 PROBE_TEXT = "Reply with one word."
@@ -62,20 +55,9 @@ def probe_send(*, turn: Turn, failed: CompiledRequest) -> ProbeOutcome:
     agent = turn.agent
     if admission_check(agent=agent, model=failed.model, now_ms=time.time() * 1000) is not None:
         return ProbeOutcome("deferred", None, None)
-    request = probe_request(failed, probe_participant(agent))
-    adapter = adapter_for(agent.provider.kind)
-    api_key = os.environ.get(agent.provider.api_key_env, "") if agent.provider.api_key_env else ""
-    wire = adapter.build(base_url=agent.provider.base_url, api_key=api_key, request=request)
-    call = InferenceCall.objects.create(
-        turn=turn, agent=agent, kind=InferenceCall.Kind.PROBE, model=request.model, streamed=False,
-        max_tokens=request.max_tokens, round=turn.rounds, sent_at=timezone.now(),
+    call, result = auxiliary_call(
+        agent=agent, request=probe_request(failed, probe_participant(agent)), kind=InferenceCall.Kind.PROBE, turn=turn
     )
-    loop = background_loop()
-    result = loop.submit(
-        perform_call(adapter=adapter, wire=wire, streamed=False, max_tokens=request.max_tokens,
-                     bounds=bounds_settings(), client=loop.http)
-    ).result()
-    call_record(call, result)
     outcomes: dict[str, Literal["answered", "error", "cut", "aborted"]] = {
         "completed": "answered", "error": "error", "cut": "cut", "aborted": "aborted",
     }

@@ -40,7 +40,7 @@ from breaker.services import (
     history_shed,
 )
 
-from .adapters import Adapter, WireRequest, adapter_for
+from .adapters import Adapter, WireRequest, build_wire
 from .client import CallResult, Timeline, perform_call
 from .compile import compile_request
 from .config import bounds_settings
@@ -249,9 +249,7 @@ def _call_once(turn: Turn, lease: TurnLease) -> tuple[CallResult, InferenceCall,
     agent = turn.agent
     rows = list(HistoryRow.objects.filter(agent=agent, state=HistoryRow.State.PRESENTED).order_by("seq"))
     request = compile_request(agent, rows)
-    adapter = adapter_for(agent.provider.kind)
-    api_key = os.environ.get(agent.provider.api_key_env, "") if agent.provider.api_key_env else ""
-    wire = adapter.build(base_url=agent.provider.base_url, api_key=api_key, request=request)
+    adapter, wire = build_wire(agent.provider, request)
     call = InferenceCall.objects.create(
         turn=turn, agent=agent, kind=InferenceCall.Kind.PRIMARY, model=request.model,
         streamed=request.stream, max_tokens=request.max_tokens, round=turn.rounds, sent_at=timezone.now(),

@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+import os
+
+from agentops.models import Provider
+
+from ..types import CompiledRequest
 from .anthropic import AnthropicAdapter
 from .base import Adapter, StreamReader, WireRequest
 from .openai import OpenAIAdapter
+
+
+def build_wire(provider: Provider, request: CompiledRequest) -> tuple[Adapter, WireRequest]:
+    """The provider's adapter and the wire request for ``request``, its key read from the
+    environment variable the provider names (never stored)."""
+    adapter = adapter_for(provider.kind)
+    api_key = os.environ.get(provider.api_key_env, "") if provider.api_key_env else ""
+    return adapter, adapter.build(base_url=provider.base_url, api_key=api_key, request=request)
 
 
 def adapter_for(kind: str) -> Adapter:
@@ -13,4 +26,4 @@ def adapter_for(kind: str) -> Adapter:
     return OpenAIAdapter()
 
 
-__all__ = ["Adapter", "AnthropicAdapter", "OpenAIAdapter", "StreamReader", "WireRequest", "adapter_for"]
+__all__ = ["Adapter", "AnthropicAdapter", "OpenAIAdapter", "StreamReader", "WireRequest", "adapter_for", "build_wire"]

@@ -13,7 +13,7 @@ from django.test import Client
 
 from agentops.models import HistoryRow
 from inference.models import InferenceCall, Turn
-from tests.conftest import WorkerPool, celery_app, gap_s, wait_for
+from tests.conftest import WorkerPool, celery_app, gap_s
 from tests.inference.test_turns import submit, wait_turn
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -190,7 +190,7 @@ def test_the_retry_episode_ends_the_turn_as_exhausted_and_re_arms_it(bounded: Wo
     assert HistoryRow.objects.filter(agent=agent, role="system-note").count() == 1
 
 
-def test_a_1mb_provider_error_is_stored_and_noted_within_its_bounds(bounded: WorkerPool, api: Client, make_agent: Any, settings: Any) -> None:
+def test_a_1mb_provider_error_is_stored_and_noted_within_its_bounds(bounded: WorkerPool, api: Client, make_agent: Any) -> None:
     agent = make_agent(model="error:status=400,size=1000000")
     turn = wait_turn(api, submit(api, agent.name, ("alice", "hello"))["id"])
     assert turn["status"] == "failed"
@@ -198,7 +198,6 @@ def test_a_1mb_provider_error_is_stored_and_noted_within_its_bounds(bounded: Wor
     assert len(turn["calls"][0]["error"]["message"]) <= 2000
     note = HistoryRow.objects.get(agent=agent, role="system-note").content
     assert len(note) < 600 + 200
-    wait_for(lambda: Turn.objects.filter(agent=agent, status="failed").exists())
 
 
 def test_another_failure_between_two_cuts_resets_the_cut_count(bounded: WorkerPool, api: Client, make_agent: Any) -> None:
