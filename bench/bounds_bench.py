@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -111,6 +112,7 @@ def run_service(standin: str, n: int, before_content_ms: int) -> dict[str, float
     os.environ["AGENTOPS_CELERY_QUEUE"] = queue
     django.setup()
     from django.db import connection
+    from django.db.models import Q
 
     from agentops.models import Agent, HistoryRow, Provider
     from inference.models import InferenceCall, Turn
@@ -142,12 +144,20 @@ def run_service(standin: str, n: int, before_content_ms: int) -> dict[str, float
         time.sleep(3)
         for agent in agents:
             agent_drain.delay(agent.pk)
-        # Every first call open: the window starts there.
-        while InferenceCall.objects.count() < n:
+        # The window starts once the worker holds every first call's stream open (a row is
+        # written before its request is sent, so rows alone do not say the streams are open).
+        enqueued = time.time()
+        while _open_streams(standin) < n:
             _sample(ps, peak, connection)
             time.sleep(0.05)
         all_open = time.time()
+        profile = _profile_window(worker.pid, all_open)
         cpu = _window_cpu(ps, all_open)
+        if profile is not None:
+            profile.wait()
+        window = (_dt(all_open + WINDOW[0]), _dt(all_open + WINDOW[1]))
+        # Steady means no call started or ended inside the window: only keepalives arrived.
+        steady = not InferenceCall.objects.filter(Q(sent_at__range=window) | Q(ended_at__range=window)).exists()
         _sample(ps, peak, connection)
         while Turn.objects.filter(status__in=Turn.OPEN).exists():
             _sample(ps, peak, connection)
@@ -159,6 +169,8 @@ def run_service(standin: str, n: int, before_content_ms: int) -> dict[str, float
     bounds_seen = set(InferenceCall.objects.values_list("bound", flat=True))
     lateness.sort()
     return {
+        "ramp_up_s": all_open - enqueued,
+        "window_steady": steady,
         "cuts": len(lateness),
         "all_cut_before_content": bounds_seen == {"before_content"} and len(lateness) == 2 * n,
         "lateness_p50_ms": statistics.median(lateness),
@@ -168,6 +180,31 @@ def run_service(standin: str, n: int, before_content_ms: int) -> dict[str, float
         "peak_rss_mb": peak["rss"] / 2**20,
         "peak_db_connections": peak["conns"],
     }
+
+
+def _profile_window(pid: int, start: float) -> subprocess.Popen[bytes] | None:
+    """With BENCH_PYSPY=<file>, record where the worker spends its CPU (GIL holders only) over
+    the measured window, with py-spy (not a project dependency: pip install py-spy)."""
+    out = os.environ.get("BENCH_PYSPY")
+    if not out:
+        return None
+    time.sleep(max(start + WINDOW[0] - time.time(), 0))
+    return subprocess.Popen(
+        ["py-spy", "record", "--pid", str(pid), "--duration", str(int(WINDOW[1] - WINDOW[0])), "--gil", "--nonblocking",
+         "--format", "raw", "-o", out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+
+
+def _open_streams(standin: str) -> int:
+    """Established connections to the stand-in's port (from the client side), read with ss:
+    psutil cannot map this sandbox's sockets to processes. Only one client runs at a time."""
+    port = urlsplit(standin).port
+    out = subprocess.run(["ss", "-tnH", "state", "established", "dst", f"127.0.0.1:{port}"], capture_output=True, text=True, check=True)
+    return len(out.stdout.splitlines())
+
+
+def _dt(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, tz=UTC)
 
 
 def _sample(ps: psutil.Process, peak: dict[str, int], connection: object) -> None:
@@ -209,8 +246,9 @@ def main() -> None:
     finally:
         standin.terminate()
     keys = [k for k in results[0] if isinstance(results[0][k], int | float) and not isinstance(results[0][k], bool)]
+    flags = {k for k in results[0] if isinstance(results[0][k], bool)}
     print(json.dumps({"calls": args.calls, "runs": args.repeat, "median": {k: statistics.median(r[k] for r in results) for k in keys},
-                      "all_cut_before_content": all(r["all_cut_before_content"] for r in results)}, indent=2))
+                      **{k: all(r[k] for r in results) for k in flags}}, indent=2))
 
 
 def _in_child(url: str, n: int, before_content_ms: int) -> dict[str, float]:
