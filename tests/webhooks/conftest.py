@@ -39,6 +39,7 @@ class Reply:
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b"ok"
+    delay_s: float = 0.0  # before answering
 
 
 class Receiver:
@@ -59,6 +60,7 @@ class Receiver:
                         Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.monotonic())
                     )
                     reply = receiver.script.pop(0) if receiver.script else Reply()
+                time.sleep(reply.delay_s)
                 self.send_response(reply.status)
                 for name, value in reply.headers.items():
                     self.send_header(name, value)
