@@ -56,6 +56,10 @@ class WebhookAttemptInline(admin.TabularInline):
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Attempts are part of the delivery's record: whoever may see the delivery sees them.
+        return request.user.has_perm("webhooks.view_webhookdelivery")
+
 
 @admin.register(WebhookDelivery)
 class WebhookDeliveryAdmin(ReadOnlyAdmin):
