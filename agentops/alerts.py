@@ -1,7 +1,8 @@
 """The alert service (DESIGN §8): every caller raises alerts through ``alert_raise``.
 
-Raising one writes the failures.log line, stores the alert row and broadcasts it to the live
-dashboard once committed. (Webhook deliveries hang off the same call: see issue 6.)
+Raising one stores the alert row and queues its webhook deliveries (the outbox) in one
+transaction, then, once committed, writes the failures.log line, broadcasts it to the live
+dashboard and sends the delivery tasks.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 from django.db import transaction
+from django.utils import timezone
+
+from webhooks.services import webhook_deliveries_queue
 
 from .background import background_loop
 from .exceptions import Conflict, NotFound
@@ -27,15 +31,18 @@ DASHBOARD_GROUP = "dashboard"
 def alert_raise(
     *, kind: str, agent: str, message: str, model: str = "", verdict: str = "", data: dict[str, Any] | None = None
 ) -> Alert:
-    """Record an alert. Safe inside a transaction: the log line and broadcast happen on commit."""
-    alert = Alert.objects.create(
-        kind=kind[:50],
-        agent=agent[:100],
-        model=bound_text(model, PROVIDER_CODE_LIMIT)[:200],
-        verdict=verdict[:50],
-        message=bound_text(message),
-        data=data or {},
-    )
+    """Record an alert. Safe inside a transaction: the log line, broadcast and webhook tasks
+    happen on commit; the alert row and its deliveries are written together or not at all."""
+    with transaction.atomic():
+        alert = Alert.objects.create(
+            kind=kind[:50],
+            agent=agent[:100],
+            model=bound_text(model, PROVIDER_CODE_LIMIT)[:200],
+            verdict=verdict[:50],
+            message=bound_text(message),
+            data=data or {},
+        )
+        webhook_deliveries_queue(alert=alert, now=timezone.now())
     logger.warning("alert %s for agent %s model %s: %s", kind, agent, model or "-", alert.message[:500])
 
     def after_commit() -> None:

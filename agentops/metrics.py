@@ -23,6 +23,7 @@ from agentops.models import Alert
 from inference.models import InferenceCall, Turn
 from waits.clock import clock_ms
 from waits.selectors import binding_waits
+from webhooks.models import WebhookDelivery
 
 CUT_LATENESS_BUCKETS_MS: tuple[float, ...] = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000)
 
@@ -42,6 +43,7 @@ class DatabaseCollector(Collector):
         yield from self._waits()
         yield self._turns()
         yield self._alerts()
+        yield from self._webhook_deliveries()
 
     def _calls(self) -> Iterator[CounterMetricFamily]:
         calls = CounterMetricFamily(
@@ -97,6 +99,21 @@ class DatabaseCollector(Collector):
         for kind, n in Alert.objects.values_list("kind").annotate(n=Count("id")):
             alerts.add_metric([kind], n)
         return alerts
+
+    def _webhook_deliveries(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        counts = {status: 0 for status in WebhookDelivery.Status.values}
+        for status, n in WebhookDelivery.objects.values_list("status").annotate(n=Count("id")):
+            counts[status] = n
+        pending = counts.pop(WebhookDelivery.Status.PENDING)
+        # A resend takes a finished delivery back to pending until its new cycle ends: the one
+        # way these counts step back.
+        finished = CounterMetricFamily(
+            "agentops_webhook_deliveries", "Webhook deliveries that ended, by result (delivered, failed, gave_up).", labels=["result"]
+        )
+        for status, n in counts.items():
+            finished.add_metric([status], n)
+        yield finished
+        yield GaugeMetricFamily("agentops_webhook_deliveries_pending", "Webhook deliveries waiting for an attempt now.", value=pending)
 
 
 @require_safe

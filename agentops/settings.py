@@ -29,6 +29,7 @@ INSTALLED_APPS = [
     "inference",
     "waits",
     "breaker",
+    "webhooks",
 ]
 
 MIDDLEWARE = [
@@ -109,6 +110,17 @@ AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS = env_ms("AGENTOPS_RATE_LIMIT_PACING_FLOOR_M
 # A turn exhausted by a transient failure is sent again after each of these (DESIGN §5.7).
 AGENTOPS_REARM_DELAYS_MS = env_ms_list("AGENTOPS_REARM_DELAYS_MS", (120_000, 480_000, 1_920_000))
 
+# --- webhooks (DESIGN §8) ---------------------------------------------------
+# Tests point endpoints at a loopback receiver; production refuses private addresses.
+AGENTOPS_WEBHOOKS_ALLOW_PRIVATE = env_bool("AGENTOPS_WEBHOOKS_ALLOW_PRIVATE", False)
+AGENTOPS_WEBHOOK_TIMEOUT_MS = env_ms("AGENTOPS_WEBHOOK_TIMEOUT_MS", 10_000)
+# Retries wait base * 2^(attempt-1), capped at the max, plus up to half again of jitter; a
+# receiver's retry-after is honoured up to the same cap.
+AGENTOPS_WEBHOOK_RETRY_BASE_MS = env_ms("AGENTOPS_WEBHOOK_RETRY_BASE_MS", 5_000)
+AGENTOPS_WEBHOOK_RETRY_MAX_MS = env_ms("AGENTOPS_WEBHOOK_RETRY_MAX_MS", 30 * 60_000)
+AGENTOPS_WEBHOOK_MAX_ATTEMPTS = env_int("AGENTOPS_WEBHOOK_MAX_ATTEMPTS", 12, minimum=1)
+AGENTOPS_WEBHOOK_SWEEP_S = env_ms("AGENTOPS_WEBHOOK_SWEEP_MS", 30_000) / 1000
+
 # One worker at a time runs an agent's turns; it renews its lease every quarter of this.
 AGENTOPS_TURN_LEASE_MS = env_ms("AGENTOPS_TURN_LEASE_MS", 60_000)
 
@@ -134,6 +146,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 }
 CELERY_BEAT_SCHEDULE = {
     "turns-sweep": {"task": "inference.tasks.turns_sweep", "schedule": AGENTOPS_TURN_SWEEP_S},
+    "webhooks-sweep": {"task": "webhooks.tasks.webhooks_sweep", "schedule": AGENTOPS_WEBHOOK_SWEEP_S},
 }
 
 LOGGING = {

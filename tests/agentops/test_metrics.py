@@ -88,6 +88,8 @@ def test_metrics_parse_need_no_token_and_name_every_family(db: None) -> None:
         "agentops_journal_readable": "gauge",
         "agentops_turns": "gauge",
         "agentops_alerts": "counter",
+        "agentops_webhook_deliveries": "counter",
+        "agentops_webhook_deliveries_pending": "gauge",
     }
     assert value(samples, "agentops_journal_readable") == 1
     assert value(samples, "agentops_holds_binding") == 0

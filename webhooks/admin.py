@@ -1,0 +1,89 @@
+"""Admin for webhooks (DESIGN §9): endpoints are edited here; deliveries and their attempts are
+records, read-only, with a Resend action behind the ``webhooks.resend_webhookdelivery``
+permission (audited)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.db import models
+from django.db.models import QuerySet
+from django.forms import ModelForm
+from django.http import HttpRequest
+from django.utils import timezone
+
+from agentops.admin import ReadOnlyAdmin
+from agentops.exceptions import AgentopsError
+
+from .models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
+from .services import webhook_delivery_resend
+
+RESEND_PERMISSION = "webhooks.resend_webhookdelivery"
+
+
+@admin.register(WebhookEndpoint)
+class WebhookEndpointAdmin(admin.ModelAdmin):
+    list_display = ("url", "kinds_text", "enabled", "disabled_at", "disabled_reason", "created_at")
+    list_filter = ("enabled",)
+    search_fields = ("url", "description")
+    fields = ("url", "description", "kinds", "enabled", "secret", "disabled_at", "disabled_reason", "created_at")
+    readonly_fields = ("disabled_at", "disabled_reason", "created_at")
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
+
+    @admin.display(description="kinds")
+    def kinds_text(self, obj: WebhookEndpoint) -> str:
+        return ", ".join(obj.kinds) or "every kind"
+
+    def save_model(self, request: HttpRequest, obj: WebhookEndpoint, form: ModelForm, change: bool) -> None:
+        if obj.enabled and obj.disabled_at is not None:  # an operator turned it back on
+            obj.disabled_at, obj.disabled_reason = None, ""
+        elif not obj.enabled and obj.disabled_at is None:
+            obj.disabled_at, obj.disabled_reason = timezone.now(), f"disabled by admin:{request.user.get_username()}"
+        super().save_model(request, obj, form, change)
+
+
+class WebhookAttemptInline(admin.TabularInline):
+    model = WebhookAttempt
+    extra = 0
+    can_delete = False
+    fields = ("number", "started_at", "ended_at", "outcome", "status_code", "duration_ms", "error", "response_excerpt")
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Attempts are part of the delivery's record: whoever may see the delivery sees them.
+        return request.user.has_perm("webhooks.view_webhookdelivery")
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(ReadOnlyAdmin):
+    list_display = ("webhook_id", "endpoint", "alert", "status", "attempts", "next_attempt_at", "short_error", "created_at")
+    list_filter = ("status", "endpoint")
+    search_fields = ("webhook_id", "endpoint__url")
+    list_select_related = ("endpoint", "alert")
+    inlines = [WebhookAttemptInline]
+    actions = ["resend"]
+
+    @admin.display(description="last error")
+    def short_error(self, obj: WebhookDelivery) -> str:
+        return obj.last_error[:160]
+
+    def has_resend_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(RESEND_PERMISSION)
+
+    @admin.action(description="Resend the selected deliveries (same webhook-id)", permissions=["resend"])
+    def resend(self, request: HttpRequest, queryset: QuerySet[WebhookDelivery]) -> None:
+        resent = 0
+        for delivery_id in queryset.values_list("id", flat=True):
+            try:
+                webhook_delivery_resend(delivery_id=delivery_id, actor=f"admin:{request.user.get_username()}", now=timezone.now())
+                resent += 1
+            except AgentopsError as exc:
+                self.message_user(request, exc.message, level="warning")
+        self.message_user(request, f"Resent {resent} delivery(ies).")

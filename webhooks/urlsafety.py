@@ -1,0 +1,79 @@
+"""Which webhook URLs the service will send to (DESIGN §8).
+
+Only http and https. Unless ``AGENTOPS_WEBHOOKS_ALLOW_PRIVATE`` is set, a host must resolve to
+public addresses only: an endpoint that points at loopback, a private range, link-local (cloud
+metadata at 169.254.169.254), multicast, reserved or unspecified addresses would let whoever
+edits endpoints make the service probe its own network. The check runs when an endpoint is saved
+and again before every attempt, because what a name resolves to can change after it was saved.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from urllib.parse import urlsplit
+
+SCHEMES = ("http", "https")
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+class HostUnresolved(OSError):
+    """The URL's host did not resolve (which may pass: DNS can be down for a while)."""
+
+
+def url_refusal(url: str, *, allow_private: bool) -> str | None:
+    """Why the service must not send to ``url``, or None if it may. Resolves the host (blocking
+    DNS: never call it inside a transaction) unless private addresses are allowed.
+    Raises HostUnresolved when the host does not resolve."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        return f"the URL does not parse: {exc}"
+    if parts.scheme.lower() not in SCHEMES:
+        return f"only http and https URLs are allowed, not {parts.scheme or 'a URL without a scheme'}"
+    host = parts.hostname
+    if not host:
+        return "the URL has no host"
+    if allow_private:
+        return None
+    for address in _resolve(host, port or (443 if parts.scheme.lower() == "https" else 80)):
+        kind = _non_public(address)
+        if kind:
+            return (
+                f"{host} resolves to {address}, a {kind} address; webhooks go to public addresses only "
+                "(set AGENTOPS_WEBHOOKS_ALLOW_PRIVATE=true to allow private ones)"
+            )
+    return None
+
+
+def _resolve(host: str, port: int) -> list[IPAddress]:
+    try:
+        infos = socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise HostUnresolved(f"{host} does not resolve: {exc}") from exc
+    addresses = []
+    for info in infos:
+        raw = str(info[4][0]).split("%", 1)[0]  # drop an IPv6 zone id
+        addresses.append(ipaddress.ip_address(raw))
+    if not addresses:
+        raise HostUnresolved(f"{host} resolves to no address")
+    return addresses
+
+
+def _non_public(address: IPAddress) -> str | None:
+    """The kind of a non-public address, or None for a public one. An IPv6 address that embeds
+    an IPv4 one (mapped, 6to4, NAT64) is judged by the address it carries."""
+    if isinstance(address, ipaddress.IPv6Address):
+        embedded = address.ipv4_mapped or address.sixtofour
+        if embedded is None and address in _NAT64:
+            embedded = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+        if embedded is not None:
+            return _non_public(embedded)
+    for kind in ("loopback", "unspecified", "link_local", "multicast", "reserved", "private"):
+        if getattr(address, f"is_{kind}"):
+            return kind.replace("_", "-")
+    if not address.is_global:  # shared address space (100.64/10) and the like
+        return "non-global"
+    return None
