@@ -26,18 +26,26 @@ def _settings(marks: dict[str, Any]) -> tuple[BoundsSettings | None, str | None]
     return bounds_settings(), "deadlines from the bounds in force now (this call recorded no bounds)"
 
 
+def call_state(call: InferenceCall) -> CallState:
+    """The reader's view of the call at its end, in ms after send (the bounds' input)."""
+    assert call.sent_at is not None
+    sent = call.sent_at
+    thinking, last = _ms(call.thinking_started_at, sent), _ms(call.last_event_at, sent)
+    return CallState(
+        sent=0.0, streamed=call.streamed, max_tokens=call.max_tokens, thinking_start=thinking,
+        first_content=_ms(call.first_content_at, sent), last_model_event=last,
+        # The reader sets both instants from one model event when it starts a thinking block.
+        last_event_was_thinking_start=thinking is not None and thinking == last,
+    )
+
+
 def call_deadlines(call: InferenceCall, settings: BoundsSettings) -> list[DeadlineMark]:
     """Each bound's deadline for the call as it stood at its end, in ms after send; for a
     streamed call that got content, also the before-content deadline it met."""
     assert call.sent_at is not None
     sent = call.sent_at
-    thinking, first_content, last = (_ms(call.thinking_started_at, sent), _ms(call.first_content_at, sent), _ms(call.last_event_at, sent))
-    state = CallState(
-        sent=0.0, streamed=call.streamed, max_tokens=call.max_tokens, thinking_start=thinking,
-        first_content=first_content, last_model_event=last,
-        # The reader sets both instants from one model event when it starts a thinking block.
-        last_event_was_thinking_start=thinking is not None and thinking == last,
-    )
+    state = call_state(call)
+    thinking, first_content = state.thinking_start, state.first_content
     cut_by = call.bound if call.outcome == InferenceCall.Outcome.CUT else None
     marks: list[DeadlineMark] = []
     if call.streamed and first_content is not None:
@@ -48,9 +56,8 @@ def call_deadlines(call: InferenceCall, settings: BoundsSettings) -> list[Deadli
         met = bound_deadlines(before, settings)[0]
         marks.append(DeadlineMark(bound=met.bound.value, at=met.at, met=met.at >= first_content))
     for deadline in bound_deadlines(state, settings):
-        at = deadline.at
-        if deadline.bound.value == cut_by and call.bound_deadline is not None:
-            at = _ms(call.bound_deadline, sent) or at  # the recorded deadline is the one that cut
+        recorded = _ms(call.bound_deadline, sent) if deadline.bound.value == cut_by else None
+        at = recorded if recorded is not None else deadline.at  # the recorded one is what cut
         marks.append(DeadlineMark(bound=deadline.bound.value, at=at, cut=deadline.bound.value == cut_by))
     if cut_by is not None and not any(m.cut for m in marks) and call.bound_deadline is not None:
         cut_ms = _ms(call.bound_deadline, sent)

@@ -107,9 +107,12 @@ def test_the_picture_uses_the_bounds_the_call_ran_under_not_those_in_force_now()
 @pytest.mark.django_db
 def test_a_thinking_start_as_the_last_event_extends_the_deadline_by_the_thinking_allowance() -> None:
     # max_tokens 100 at 100 tokens/s: a thinking block's allowance is 1000 ms from its start.
-    call = recorded(max_tokens=100, thinking_started_at=at(140), bound_deadline=at(1140), outcome="cut")
+    # Derived from the recorded instants alone (a call that was not cut records no deadline).
+    call = recorded(max_tokens=100, thinking_started_at=at(140), outcome="aborted", bound=None, bound_deadline=None)
     deadlines = {d.bound: d.at for d in call_deadlines(call, SETTINGS)}
     assert deadlines["between_events"] == 1140
+    call = recorded(max_tokens=100, thinking_started_at=at(90), outcome="aborted", bound=None, bound_deadline=None)
+    assert {d.bound: d.at for d in call_deadlines(call, SETTINGS)}["between_events"] == 540
 
 
 @pytest.mark.django_db
