@@ -20,7 +20,7 @@ from tests.inference.test_turns import submit, wait_turn
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
-BOUNDS = {
+BOUNDS: dict[str, Any] = {
     "progress_bounds": {"before_content_ms": 500, "between_events_ms": 500, "think_tokens_per_second": 87},
     "flat_minimum_ms": 2000,
     "absolute_ms": 2500,
