@@ -92,8 +92,8 @@ def render_svg(p: CallPicture, *, small: bool = False) -> str:
     width, left, right = (320, 6, 6) if small else (760, 92, 24)
     lane_event, lane_keep = (12, 24) if small else (34, 60)
     top, bottom = (4, 34) if small else (18, 84)
-    label_rows = () if small else (100, 114, 128)
-    height = 40 if small else 150 + 14 * (len(p.deadlines) + len(p.notes))
+    label_rows = () if small else (112, 126, 140)
+    height = 40 if small else 164 + 14 * (len(p.deadlines) + len(p.notes))
     span = _span(p)
     plot = width - left - right
 
@@ -176,7 +176,11 @@ def render_svg(p: CallPicture, *, small: bool = False) -> str:
             f'stroke-width="{2 if small else 3}">{_title(text)}</line>'
         )
         if not small:
-            parts.append(f'<text x="{min(x(p.cut_at) + 4, width - 150)}" y="{top + 2}" fill="{CUT}" font-weight="bold">{escape(text)}</text>')
+            # Beside the cut line, on the side with room for it.
+            anchor, at_x = ("end", x(p.cut_at) - 5) if x(p.cut_at) > width / 2 else ("start", x(p.cut_at) + 5)
+            parts.append(
+                f'<text x="{at_x}" y="{top + 2}" text-anchor="{anchor}" fill="{CUT}" font-weight="bold">{escape(text)}</text>'
+            )
     elif p.end is not None:
         parts.append(
             f'<line class="end" x1="{x(p.end)}" y1="{top}" x2="{x(p.end)}" y2="{bottom}" stroke="{MILESTONE}" '
