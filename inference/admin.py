@@ -13,6 +13,7 @@ from agentops.admin import ReadOnlyAdmin
 
 from .models import InferenceCall, Turn
 from .timeline import call_timeline_svg
+from .timeline_svg import fmt_ms
 
 
 def _picture(call: InferenceCall | None, *, small: bool) -> SafeString:
@@ -27,10 +28,8 @@ class InferenceCallInline(admin.TabularInline):
     extra = 0
     can_delete = False
     show_change_link = True
-    fields = (
-        "kind", "model", "sent_at", "ended_at", "model_events", "keepalives", "outcome", "bound",
-        "cut_lateness_ms", "timeline",
-    )
+    # The picture first: the instants are on the call's own page (the "View" link).
+    fields = ("timeline", "kind", "outcome", "bound", "lateness", "model_events", "keepalives", "model")
     readonly_fields = fields
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -45,6 +44,10 @@ class InferenceCallInline(admin.TabularInline):
     @admin.display(description="timeline")
     def timeline(self, obj: InferenceCall) -> SafeString:
         return _picture(obj, small=True)
+
+    @admin.display(description="cut lateness")
+    def lateness(self, obj: InferenceCall) -> str:
+        return "-" if obj.cut_lateness_ms is None else fmt_ms(obj.cut_lateness_ms)
 
 
 @admin.register(Turn)
