@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint bench clean-var
+.PHONY: install run test lint bench screenshots clean-var
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "agentops needs Python 3.11 or newer")'
@@ -28,6 +28,10 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m agentops.launcher exec -- $(BIN)/python bench/bounds_bench.py
 	$(BIN)/python -m agentops.launcher exec -- $(BIN)/python -m pytest bench/admission_bench.py -q -s
+
+# The README's pictures under docs/, from a live server in headless Chromium (docs/screenshots.py).
+screenshots: $(STAMP)
+	$(BIN)/python -m agentops.launcher exec -- $(BIN)/python -m pytest docs/screenshots.py -q -rs
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

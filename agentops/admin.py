@@ -6,6 +6,8 @@ from typing import Any
 
 from django.contrib import admin
 from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
 
 from .models import Agent, Alert, ApiToken, AuditEntry, HistoryRow, Provider
 
@@ -34,23 +36,47 @@ class ProviderAdmin(admin.ModelAdmin):
 
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
-    list_display = ("name", "kind", "provider", "model", "status", "failure_streak", "disposed_at")
+    list_display = ("name", "kind", "provider", "model", "status", "failure_streak", "holds", "current_turn", "disposed_at")
     list_filter = ("kind", "provider")
     search_fields = ("name", "model")
-    readonly_fields = ("created_at", "disposed_at")
+    readonly_fields = ("status", "failure_streak", "holds", "current_turn", "created_at", "disposed_at")
 
     @admin.display(description="status")
     def status(self, obj: Agent) -> str:
         from inference.selectors import agent_current_turn
 
         current = agent_current_turn(obj)
-        return f"{current.status} (turn {current.pk})" if current else "idle"
+        return str(current.status) if current else "idle"
 
     @admin.display(description="failure streak")
     def failure_streak(self, obj: Agent) -> int:
         from inference.selectors import agent_failure_streak
 
         return agent_failure_streak(obj)
+
+    @admin.display(description="holds")
+    def holds(self, obj: Agent) -> str:
+        """The provider waits that bind the agent now (the Binding waits page releases them)."""
+        from waits.clock import clock_ms
+        from waits.selectors import binding_waits
+
+        _, waits = binding_waits(agent=obj.name, now_ms=clock_ms())
+        if not waits:
+            return "-"
+        return format_html_join(
+            "; ", "{} until {}",
+            ((w["model"], f"{w['until']:%Y-%m-%d %H:%M:%S} UTC" if w["until"] else "released") for w in waits),
+        )
+
+    @admin.display(description="current turn")
+    def current_turn(self, obj: Agent) -> str:
+        from inference.selectors import agent_current_turn
+
+        current = agent_current_turn(obj)
+        if current is None:
+            return "-"
+        url = reverse("admin:inference_turn_change", args=[current.pk])
+        return format_html('<a href="{}">turn {} ({})</a>', url, current.pk, current.status)
 
 
 @admin.register(HistoryRow)

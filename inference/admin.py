@@ -1,10 +1,26 @@
+"""Turns and their calls in the admin (DESIGN §9): read-only records, each call with the
+picture of its timeline (inference.timeline_svg) large on its page and small in its turn."""
+
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
+from django.http import HttpRequest
+from django.utils.safestring import SafeString, mark_safe
 
 from agentops.admin import ReadOnlyAdmin
 
 from .models import InferenceCall, Turn
+from .timeline import call_timeline_svg
+from .timeline_svg import fmt_ms
+
+
+def _picture(call: InferenceCall | None, *, small: bool) -> SafeString:
+    if call is None or call.pk is None:
+        return mark_safe("")
+    # Safe: render_svg escapes every text it puts in the markup.
+    return mark_safe(call_timeline_svg(call, small=small))
 
 
 class InferenceCallInline(admin.TabularInline):
@@ -12,14 +28,26 @@ class InferenceCallInline(admin.TabularInline):
     extra = 0
     can_delete = False
     show_change_link = True
-    fields = (
-        "kind", "model", "streamed", "sent_at", "first_content_at", "last_event_at", "ended_at",
-        "model_events", "keepalives", "outcome", "bound", "bound_deadline", "cut_lateness_ms",
-    )
+    # The picture first: the instants are on the call's own page (the "View" link).
+    fields = ("timeline", "kind", "outcome", "bound", "lateness", "model_events", "keepalives", "model")
     readonly_fields = fields
 
-    def has_add_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="timeline")
+    def timeline(self, obj: InferenceCall) -> SafeString:
+        return _picture(obj, small=True)
+
+    @admin.display(description="cut lateness")
+    def lateness(self, obj: InferenceCall) -> str:
+        return "-" if obj.cut_lateness_ms is None else fmt_ms(obj.cut_lateness_ms)
 
 
 @admin.register(Turn)
@@ -34,3 +62,16 @@ class TurnAdmin(ReadOnlyAdmin):
 class InferenceCallAdmin(ReadOnlyAdmin):
     list_display = ("id", "agent", "turn", "kind", "model", "streamed", "outcome", "bound", "model_events", "keepalives", "sent_at")
     list_filter = ("kind", "outcome", "bound", "streamed")
+    fieldsets = (
+        (None, {"fields": ("timeline",)}),
+        ("Call", {"fields": ("turn", "agent", "kind", "model", "streamed", "max_tokens", "round", "outcome", "stop_reason", "error")}),
+        ("Timeline", {"fields": (
+            "sent_at", "headers_at", "first_event_at", "thinking_started_at", "first_content_at", "last_event_at",
+            "ended_at", "model_events", "keepalives", "bound", "bound_deadline", "cut_lateness_ms",
+        )}),
+    )
+    readonly_fields = ("timeline",)
+
+    @admin.display(description="timeline")
+    def timeline(self, obj: InferenceCall) -> SafeString:
+        return _picture(obj, small=False)

@@ -131,3 +131,29 @@ def describe_cut(bound: Bound, state: CallState, deadline: Deadline, settings: B
         what = f"no complete response for {deadline.at - state.sent:.0f} ms"
     label = bound.value.replace("_", "-")
     return f"{what} ({label} bound; the setting for this bound: {bound_setting(bound, state, settings)})"
+
+
+def bound_deadlines(state: CallState, settings: BoundsSettings) -> list[Deadline]:
+    """Every bound's deadline for ``state``, as the picture of a call shows them; the earliest
+    is ``next_deadline``'s (a test holds the two together). Outside the hot path on purpose:
+    the reader calls ``next_deadline`` on every model event."""
+    allowance = settings.allowance_ms(state.max_tokens)
+    if not state.streamed:
+        at = state.sent + (settings.setup_ms + allowance if state.max_tokens else max(settings.setup_ms, settings.flat_minimum_ms))
+        return [Deadline(at, Bound.WHOLE_CALL)]
+    out: list[Deadline] = []
+    if state.first_content is None:
+        at = state.sent + settings.before_content_ms
+        if state.thinking_start is not None:
+            at = max(at, state.thinking_start + allowance)
+        out.append(Deadline(at, Bound.BEFORE_CONTENT))
+    else:
+        last = state.last_model_event if state.last_model_event is not None else state.first_content
+        at = last + settings.between_events_ms
+        if state.last_event_was_thinking_start and state.thinking_start is not None:
+            at = max(at, state.thinking_start + allowance)
+        out.append(Deadline(at, Bound.BETWEEN_EVENTS))
+    anchor = state.last_model_event if state.last_model_event is not None else state.sent
+    out.append(Deadline(anchor + max(settings.setup_ms + allowance, settings.flat_minimum_ms), Bound.FLAT))
+    out.append(Deadline(state.sent + settings.absolute_ms, Bound.ABSOLUTE))
+    return out

@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -25,6 +26,9 @@ from .classify import classify_exception, classify_http
 from .sse import SseParser
 from .types import CallOutput, ProviderError
 
+# The admin's picture of a call keeps when the first MARKS_HEAD and the last MARKS_TAIL model
+# events (and keepalives) arrived: a bounded record however long the stream runs.
+MARKS_HEAD, MARKS_TAIL = 200, 50
 # An error body past this is not read further: only a bounded part of it is ever kept.
 ERROR_BODY_CAP = 4 * 1024 * 1024
 
@@ -45,6 +49,10 @@ class Timeline:
     model_events: int = 0
     keepalives: int = 0
     last_event_was_thinking_start: bool = False
+    event_marks: list[float] = field(default_factory=list)
+    event_tail: deque[float] = field(default_factory=lambda: deque(maxlen=MARKS_TAIL))
+    keepalive_marks: list[float] = field(default_factory=list)
+    keepalive_tail: deque[float] = field(default_factory=lambda: deque(maxlen=MARKS_TAIL))
 
     def state(self, *, streamed: bool, max_tokens: int | None) -> CallState:
         return CallState(
@@ -235,6 +243,7 @@ async def _handle(
             )
         timeline.first_event = timeline.last_event = now
         timeline.model_events += 1
+        timeline.event_marks.append(now)
         output = adapter.parse_body(data)
         if output.blocks:
             timeline.first_content = now
@@ -254,6 +263,7 @@ async def _handle(
             return CallResult(outcome="error", timeline=timeline, error=progress.error)
         if progress.model_event:
             timeline.model_events += 1
+            (timeline.event_marks if timeline.model_events <= MARKS_HEAD else timeline.event_tail).append(now)
             if timeline.first_event is None:
                 timeline.first_event = now
             timeline.last_event = now
@@ -265,6 +275,7 @@ async def _handle(
                 timeline.first_content = now
         else:
             timeline.keepalives += 1
+            (timeline.keepalive_marks if timeline.keepalives <= MARKS_HEAD else timeline.keepalive_tail).append(now)
         if progress.text_delta and on_delta is not None:
             await on_delta(progress.text_delta)
         if progress.done:

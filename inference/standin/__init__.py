@@ -125,9 +125,10 @@ Scenarios
     with the default answer text (one delta).
 ``silent`` — streamed: headers and the stream start, then nothing until the
     client disconnects.  Non-streamed: headers (chunked JSON), then nothing.
-``silent-after-content`` — ``after_chunks`` (default 1), ``interval_ms`` (10).
-    Streamed: stream start, after_chunks text deltas, then silence until the
-    client disconnects.  Non-streamed: headers and the first half of the JSON
+``silent-after-content`` — ``after_chunks`` (default 1), ``interval_ms`` (10),
+    ``pings_ms`` (default 0: none).  Streamed: stream start, after_chunks text
+    deltas, then silence until the client disconnects (with ``pings_ms``, only
+    keepalive pings, as ``pings`` sends them, one every pings_ms).  Non-streamed: headers and the first half of the JSON
     body, then silence.
 ``trickle`` — ``interval_ms`` (>= 1, default 200), ``bytes`` (per send, >= 1,
     default 1), ``duration_ms`` (default 600000).  Non-streamed: headers (with

@@ -433,7 +433,7 @@ class StandinApp:
             await self._silent(ex, wire, body, stream, after_chunks=None)
         elif kind == "silent-after-content":
             ex.interval = sc.seconds("interval_ms")
-            await self._silent(ex, wire, body, stream, after_chunks=sc.get_int("after_chunks"))
+            await self._silent(ex, wire, body, stream, after_chunks=sc.get_int("after_chunks"), pings=sc.seconds("pings_ms"))
         elif kind == "trickle":
             await self._trickle(ex, wire, sc, body, stream)
         elif kind == "endless":
@@ -557,6 +557,7 @@ class StandinApp:
         body: dict[str, Any],
         stream: bool,
         after_chunks: int | None,
+        pings: float = 0.0,
     ) -> None:
         if stream:
             if not await ex.start(200, _sse_headers(wire)):
@@ -573,6 +574,10 @@ class StandinApp:
                 data = dumps(wire.completion(Reply(text=default_answer_text(body))))
                 if not await ex.body(data[: len(data) // 2]):
                     return
+        # Keepalives (pings) during the silence, if asked: they must not keep the call alive.
+        while stream and pings > 0 and await ex.sleep(pings):
+            if not await ex.emit(wire.ping()):
+                return
         await ex.wait_gone()
 
     async def _trickle(
