@@ -97,6 +97,9 @@ class InferenceCall(models.Model):
     bound_deadline = models.DateTimeField(null=True, blank=True)
     cut_lateness_ms = models.FloatField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
+    # A probe's verdict once the breaker has read it (breaker.services.breaker_probe_end):
+    # answered, refused, unclear, set_aside, withdrawn or aborted. Empty for other calls.
+    probe_verdict = models.CharField(max_length=20, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -83,6 +83,7 @@ def test_metrics_parse_need_no_token_and_name_every_family(db: None) -> None:
     assert types == {
         "agentops_calls": "counter",
         "agentops_auxiliary_deferred": "counter",
+        "agentops_probes": "counter",
         "agentops_cut_lateness_ms": "histogram",
         "agentops_holds_binding": "gauge",
         "agentops_journal_readable": "gauge",
@@ -146,6 +147,19 @@ def test_a_deferred_auxiliary_call_moves_the_auxiliary_deferred_counter(agent: A
     after, _ = scrape()
     assert value(before, "agentops_auxiliary_deferred_total") == 0
     assert value(after, "agentops_auxiliary_deferred_total") == 1
+
+
+def test_probes_are_counted_by_verdict_with_pending_for_a_probe_not_yet_read(agent: Agent) -> None:
+    call(agent, kind="probe", outcome="completed", probe_verdict="answered")
+    call(agent, kind="probe", outcome="error", probe_verdict="refused")
+    call(agent, kind="probe", outcome="error", probe_verdict="refused")
+    call(agent, kind="probe")  # out: no verdict yet
+    call(agent, kind="primary", outcome="completed")  # not a probe
+    samples, _ = scrape()
+    assert value(samples, "agentops_probes_total", verdict="answered") == 1
+    assert value(samples, "agentops_probes_total", verdict="refused") == 2
+    assert value(samples, "agentops_probes_total", verdict="pending") == 1
+    assert sum(v for (name, _), v in samples.items() if name == "agentops_probes_total") == 4
 
 
 def test_the_turns_gauge_counts_turns_by_status(agent: Agent) -> None:
