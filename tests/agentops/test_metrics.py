@@ -20,9 +20,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agentops.alerts import alert_raise
 from agentops.metrics import metrics_view
-from agentops.models import Agent
+from agentops.models import Agent, HistoryRow
+from inference.compile import compile_request
 from inference.models import InferenceCall, Turn
-from tests.factories import AgentFactory
+from inference.probe import probe_send
+from tests.factories import AgentFactory, HistoryRowFactory
 from waits.clock import clock_ms
 from waits.journal import journal_forget_process_state
 from waits.models import WaitJournalEntry
@@ -160,6 +162,19 @@ def test_probes_are_counted_by_verdict_with_pending_for_a_probe_not_yet_read(age
     assert value(samples, "agentops_probes_total", verdict="refused") == 2
     assert value(samples, "agentops_probes_total", verdict="pending") == 1
     assert sum(v for (name, _), v in samples.items() if name == "agentops_probes_total") == 4
+
+
+def test_a_probe_deferred_by_a_provider_wait_gets_its_row_and_is_counted(agent: Agent) -> None:
+    HistoryRowFactory.create(agent=agent, seq=1, participant="alice", content="hello")
+    failed = compile_request(agent, HistoryRow.objects.filter(agent=agent).order_by("seq"))
+    wait_record(agent=agent, model="m1", retry_after_ms=600_000, reason="429 slow down", now_ms=clock_ms())
+    turn = Turn.objects.create(agent=agent, status=Turn.Status.RUNNING)
+    outcome = probe_send(turn=turn, failed=failed)
+    assert outcome.outcome == "deferred" and outcome.call_id is not None
+    row = InferenceCall.objects.get(pk=outcome.call_id)
+    assert (row.kind, row.outcome, row.turn_id, row.model) == ("probe", "deferred", turn.pk, "m1")
+    samples, _ = scrape()
+    assert value(samples, "agentops_probes_total", verdict="pending") == 1  # until the breaker reads it
 
 
 def test_the_turns_gauge_counts_turns_by_status(agent: Agent) -> None:
