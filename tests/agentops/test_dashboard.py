@@ -21,6 +21,7 @@ from agentops.models import Agent
 from inference.models import InferenceCall
 from tests.factories import AgentFactory
 from tests.inference.test_websocket import _queued_turn_without_enqueue
+from tests.waits.conftest import manage
 from waits.clock import clock_ms
 from waits.journal import journal_forget_process_state
 from waits.services import wait_record, wait_release
@@ -100,6 +101,20 @@ async def test_the_dashboard_socket_sends_a_snapshot_then_a_new_alert_and_a_hold
     again = await ws.receive_json_from(timeout=10)
     assert again["type"] == "snapshot" and again["holds"] == [] and [a["id"] for a in again["alerts"]] == [alert.pk]
     assert await ws.receive_nothing(timeout=0.3)
+    await ws.disconnect()
+
+
+async def test_a_release_from_the_management_command_reaches_the_dashboard_before_the_command_exits(staff: User) -> None:
+    agent: Agent = await database_sync_to_async(AgentFactory.create)(name="ada", model="m1")
+    await database_sync_to_async(wait_record)(agent=agent, model="m1", retry_after_ms=600_000, reason="HTTP 429", now_ms=clock_ms())
+    ws, connected, _ = await dashboard_socket(staff)
+    assert connected
+    assert len((await ws.receive_json_from(timeout=10))["holds"]) == 1
+    # Another process, short-lived: its events must go out before it exits.
+    done = await database_sync_to_async(manage)("release_wait", "ada", "--model", "m1", "--reason", "from the shell", "--requester", "olga")
+    assert done.returncode == 0, done.stderr
+    ended = await ws.receive_json_from(timeout=10)
+    assert ended == {"type": "hold.ended", "hold": {"agent": "ada", "model": "m1", "why": "released by command:olga: from the shell"}}
     await ws.disconnect()
 
 
