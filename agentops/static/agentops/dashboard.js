@@ -180,15 +180,17 @@
   function callDeadlineCell(c) {
     if (c.deadline_ms == null) return el("td", { class: "sub" }, "bounds are off");
     const cell = el("td", { "data-call": c.id });
-    cell.append(el("div", { class: "countdown" }), el("div", { class: "bar" }, el("span")));
+    cell.append(el("div", { class: "countdown" }), el("div", { class: "bar" }, el("span")), el("div", { class: "sub" }));
     return cell;
   }
 
   function tickCall(cell, c, t) {
-    let text, cls, left, span;
+    let text, cls, left, span, note = "";
     if (t < c.deadline_ms) {
       left = c.deadline_ms - t; span = c.deadline_ms - c.since_ms;
       text = words(c.bound) + " in " + duration(left);
+      // Only the start and the end of a call are sent, not its stream: say what moves it.
+      if (c.bound === "before_content") note = "cut then unless content arrives first";
     } else if (c.final_ms != null && c.final_ms > c.deadline_ms && t < c.final_ms) {
       // Past its first deadline and not cut: it is receiving model events.
       left = c.final_ms - t; span = c.final_ms - c.since_ms;
@@ -202,8 +204,9 @@
     }
     if (!cls) cls = left < Math.min(5000, span * 0.25) ? "soon" : "";
     cell.className = cls;
-    cell.firstChild.textContent = text;
-    cell.lastChild.firstChild.style.width = (100 * Math.max(0, Math.min(1, left / span))).toFixed(1) + "%";
+    cell.children[0].textContent = text;
+    cell.children[1].firstChild.style.width = (100 * Math.max(0, Math.min(1, left / span))).toFixed(1) + "%";
+    cell.children[2].textContent = note;
   }
 
   function renderHolds() {
@@ -298,7 +301,7 @@
     const parts = [
       [state.calls.size, state.calls.size === 1 ? "call in flight" : "calls in flight"],
       [state.holds.size, state.holds.size === 1 ? "hold" : "holds"],
-      [failing, "failing agents" + (down ? " (" + down + " hard down)" : "")],
+      [failing, (failing === 1 ? "failing agent" : "failing agents") + (down ? " (" + down + " hard down)" : "")],
       [probes, probes === 1 ? "probe out" : "probes out"],
       [open, "alerts not acknowledged"],
     ];
