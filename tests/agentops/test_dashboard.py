@@ -4,6 +4,7 @@ the real Redis channel layer and (for calls) a real worker and the stand-in."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,7 +91,7 @@ async def test_the_dashboard_socket_sends_a_snapshot_then_a_new_alert_and_a_hold
     started = await ws.receive_json_from(timeout=10)
     assert started == {
         "type": "hold.started",
-        "hold": {"agent": "ada", "model": "m1", "until_ms": round(now + 600_000), "reason": "HTTP 429: slow down", "set_at_ms": now, "source": "recorded"},
+        "hold": {"agent": "ada", "model": "m1", "until_ms": math.ceil(now + 600_000), "reason": "HTTP 429: slow down", "set_at_ms": now, "source": "recorded"},
     }
 
     await database_sync_to_async(wait_release)(agent="ada", model="m1", requester="olga", reason="the provider says fine", via="api")
