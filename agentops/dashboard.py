@@ -60,7 +60,15 @@ async def _send(event: dict[str, Any]) -> None:
 def dashboard_publish(event: dict[str, Any]) -> None:
     """Send ``event`` to every open dashboard once the current transaction commits (at once
     outside one), in order with this process's other live events. Never blocks the caller."""
-    transaction.on_commit(lambda: background_loop().send_in_order(_send(event)))
+    def send() -> None:
+        background_loop().send_in_order(_send(event))
+
+    if transaction.get_connection().in_atomic_block:
+        transaction.on_commit(send)
+    else:
+        # Autocommit: what the caller wrote is committed. (``on_commit`` would open a
+        # connection to ask, and a wait recorded while the database is down must still bind.)
+        send()
 
 
 # --- calls ----------------------------------------------------------------------------------
