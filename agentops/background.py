@@ -11,6 +11,7 @@ of a new event loop and Redis connection per event.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
 import sys
 import threading
@@ -25,6 +26,8 @@ T = TypeVar("T")
 # How often the process checks whether any of its calls' turns was cancelled.
 CANCEL_POLL_S = 0.25
 CONNECT_TIMEOUT_S = 30.0
+# How long a process that is exiting waits for its live events to go out.
+EXIT_FLUSH_S = 2.0
 
 
 class BackgroundLoop:
@@ -61,6 +64,21 @@ class BackgroundLoop:
     async def _drain_outbox(self) -> None:
         while not self._outbox.empty():
             await self._outbox.get_nowait()
+
+    def flush(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds until every coroutine handed to ``send_in_order``
+        so far has run. A short-lived process (a management command releasing a wait, raising
+        an alert) calls it at exit: the loop's thread is a daemon, and would die with the
+        events still queued."""
+
+        async def drained() -> None:
+            while self._sender is not None and not self._sender.done():
+                await asyncio.shield(self._sender)
+
+        try:
+            self.submit(drained()).result(timeout)
+        except Exception:  # best effort, like the events themselves
+            pass
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
         """Schedule ``coro`` on the engine's loop; the caller waits on the returned future."""
@@ -113,6 +131,14 @@ class BackgroundLoop:
 _loop: BackgroundLoop | None = None
 _loop_pid: int | None = None
 _lock = threading.Lock()
+
+
+def _flush_at_exit() -> None:
+    if _loop is not None and _loop_pid == os.getpid():
+        _loop.flush(EXIT_FLUSH_S)
+
+
+atexit.register(_flush_at_exit)
 
 
 def background_loop() -> BackgroundLoop:

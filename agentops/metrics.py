@@ -29,6 +29,7 @@ CUT_LATENESS_BUCKETS_MS: tuple[float, ...] = (1, 5, 10, 25, 50, 100, 250, 500, 1
 
 IN_FLIGHT = "in_flight"  # the outcome label of a call that has none yet
 NO_BOUND = "none"  # the bound label of a call no bound cut
+PROBE_PENDING = "pending"  # the verdict label of a probe out, or one whose verdict was never read
 
 
 class DatabaseCollector(Collector):
@@ -39,6 +40,7 @@ class DatabaseCollector(Collector):
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
         yield from self._calls()
+        yield self._probes()
         yield self._cut_lateness()
         yield from self._waits()
         yield self._turns()
@@ -61,6 +63,16 @@ class DatabaseCollector(Collector):
             "agentops_auxiliary_deferred", "Auxiliary calls deferred because the agent's model was held by a provider wait.",
             value=deferred,
         )
+
+    def _probes(self) -> CounterMetricFamily:
+        probes = CounterMetricFamily(
+            "agentops_probes", "Breaker probes by verdict (answered, refused, unclear, set_aside, withdrawn, aborted; pending until read).",
+            labels=["verdict"],
+        )
+        rows = InferenceCall.objects.filter(kind=InferenceCall.Kind.PROBE).values_list("probe_verdict").annotate(n=Count("id"))
+        for verdict, n in rows:
+            probes.add_metric([verdict or PROBE_PENDING], n)
+        return probes
 
     def _cut_lateness(self) -> HistogramMetricFamily:
         at_most = {f"le{i}": Count("id", filter=Q(cut_lateness_ms__lte=b)) for i, b in enumerate(CUT_LATENESS_BUCKETS_MS)}

@@ -5,6 +5,7 @@ from django.urls import path, re_path
 
 from agentops.api.routes import api, health_payload
 from agentops.metrics import metrics_view
+from agentops.views import dashboard_view
 
 
 def health(request: HttpRequest) -> JsonResponse:
@@ -17,6 +18,7 @@ urlpatterns = [
     path("api/v1/", api.urls),
     path("health", health),
     path("metrics", metrics_view),
+    path("dashboard/", dashboard_view, name="dashboard"),
     # The admin's CSS and JS, straight from the installed apps: the service ships no separate
     # static file server. Behind a real proxy, point it at `collectstatic` output instead.
     re_path(r"^static/(?P<path>.*)$", serve_static, {"insecure": True}),

@@ -16,6 +16,7 @@ from typing import Any
 from django.utils import timezone
 
 from agentops.background import background_loop
+from agentops.dashboard import dashboard_call_ended, dashboard_call_started
 from agentops.exceptions import CallTimedOut, ProviderFailed, RateLimited
 from agentops.models import Agent
 
@@ -43,12 +44,14 @@ def auxiliary_call(*, agent: Agent, request: CompiledRequest, kind: str, turn: T
         turn=turn, agent=agent, kind=kind, model=request.model, streamed=False,
         max_tokens=request.max_tokens, round=turn.rounds if turn else 0, sent_at=timezone.now(),
     )
+    dashboard_call_started(call=call, agent=agent.name)
     loop = background_loop()
     result = loop.submit(
         perform_call(adapter=adapter, wire=wire, streamed=False, max_tokens=request.max_tokens,
                      bounds=bounds_settings(), client=loop.http)
     ).result()
     call_record(call, result)
+    dashboard_call_ended(call=call, agent=agent.name, result=result)
     call.refresh_from_db()
     return call, result
 

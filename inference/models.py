@@ -101,6 +101,9 @@ class InferenceCall(models.Model):
     # keepalives arrived, in ms after send (first 200 and last 50 of each, and how many were
     # left out between), and the bounds the call ran under. Empty while the call is in flight.
     marks = models.JSONField(default=dict, blank=True)
+    # A probe's verdict once the breaker has read it (breaker.services.breaker_probe_end):
+    # answered, refused, unclear, set_aside, withdrawn or aborted. Empty for other calls.
+    probe_verdict = models.CharField(max_length=20, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

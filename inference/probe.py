@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from django.utils import timezone
+
 from agentops.models import Agent, HistoryRow
 
 from .auxiliary import auxiliary_call
@@ -54,7 +56,13 @@ def probe_send(*, turn: Turn, failed: CompiledRequest) -> ProbeOutcome:
 
     agent = turn.agent
     if admission_check(agent=agent, model=failed.model, now_ms=time.time() * 1000) is not None:
-        return ProbeOutcome("deferred", None, None)
+        # A row without a call, as for a deferred auxiliary call: every probe has its row.
+        now = timezone.now()
+        deferred = InferenceCall.objects.create(
+            turn=turn, agent=agent, kind=InferenceCall.Kind.PROBE, model=failed.model, streamed=False,
+            max_tokens=failed.max_tokens, round=turn.rounds, sent_at=now, ended_at=now, outcome=InferenceCall.Outcome.DEFERRED,
+        )
+        return ProbeOutcome("deferred", None, deferred.pk)
     call, result = auxiliary_call(
         agent=agent, request=probe_request(failed, probe_participant(agent)), kind=InferenceCall.Kind.PROBE, turn=turn
     )

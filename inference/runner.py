@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from agentops import lifecycle
 from agentops.background import BackgroundLoop, background_loop
+from agentops.dashboard import dashboard_call_ended, dashboard_call_started
 from agentops.failures import failures_log_write
 from agentops.live import broadcast_turn_event, publish_turn_event
 from agentops.models import Agent, HistoryRow
@@ -254,6 +255,7 @@ def _call_once(turn: Turn, lease: TurnLease) -> tuple[CallResult, InferenceCall,
         turn=turn, agent=agent, kind=InferenceCall.Kind.PRIMARY, model=request.model,
         streamed=request.stream, max_tokens=request.max_tokens, round=turn.rounds, sent_at=timezone.now(),
     )
+    dashboard_call_started(call=call, agent=agent.name)
     # The call runs on the process's engine loop; this thread keeps the lease and waits. Its
     # database connection goes back to the pool for the duration.
     connection.close()
@@ -271,6 +273,7 @@ def _call_once(turn: Turn, lease: TurnLease) -> tuple[CallResult, InferenceCall,
                         engine.loop.call_soon_threadsafe(abort)
     call_record(call, result)
     broadcast_turn_event(turn.pk, {"type": "call.ended", "turn": turn.pk, "call": call.pk, "outcome": result.outcome})
+    dashboard_call_ended(call=call, agent=agent.name, result=result)
     return result, call, request
 
 
@@ -323,7 +326,10 @@ def _breaker_after_failure(turn: Turn, error: ProviderError, failed: CompiledReq
         if lifecycle.stopping.is_set():
             verdict = "aborted"  # shutdown aborts probes: their answer decides nothing
         detail = f"probe call {probe.call_id}: {probe.outcome}" + (f" ({probe.error.type}, HTTP {probe.error.http_status})" if probe.error else "")
-        if breaker_probe_end(ticket=ticket, verdict=verdict, detail=detail) != "answered":
+        ended = breaker_probe_end(ticket=ticket, verdict=verdict, detail=detail)
+        if probe.call_id is not None:  # what the probe came to, on its call row (the probes metric)
+            InferenceCall.objects.filter(pk=probe.call_id).update(probe_verdict=ended)
+        if ended != "answered":
             return
     elif step.action != BreakerAction.SHED:
         if step.action in (BreakerAction.STOP_CAP, BreakerAction.STOP_EMPTY):

@@ -18,6 +18,7 @@ from django.conf import settings
 from django.db import DatabaseError, transaction
 
 from agentops.alerts import alert_raise
+from agentops.dashboard import dashboard_hold_ended, dashboard_hold_started
 from agentops.exceptions import NotFound, bad_field
 from agentops.models import Agent, AuditEntry
 from agentops.text import FAILURE_TEXT_LIMIT, bound_text, clean_requester
@@ -121,6 +122,11 @@ def wait_record(*, agent: Agent, model: str, retry_after_ms: float, reason: str,
         recorded = session.append(entry, by="provider", on_insert=on_insert)
         held, until = _hold_of(session.binding, agent.name, model, now_ms)
 
+    if changed:
+        dashboard_hold_started(
+            agent=agent.name, model=model, until_ms=deadline.until, reason=reason, set_at_ms=now_ms,
+            source="recorded" if recorded else "pending",
+        )
     if alert and not recorded:
         logger.error("provider-wait alert (stored once the wait is recorded): %s", message)
     log = logger.warning if hold_level(deadline.until, now_ms=now_ms, alert_ms=alert_ms) else logger.info
@@ -254,6 +260,8 @@ def wait_release(
 
     state: ReleaseState = "recorded" if recorded else "pending"
     receipts = [Receipt(agent, m, until, state) for m, until in lifted]
+    for lifted_model, _ in lifted:
+        dashboard_hold_ended(agent=agent, model=lifted_model, why=f"released by {by}" + (f": {reason}" if reason else ""))
     logger.warning(
         "provider wait released: agent %s model %s by %s (%s): %d wait(s) lifted; the release is %s%s",
         agent, model, by, reason or "no reason given", len(receipts), state,

@@ -20,9 +20,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agentops.alerts import alert_raise
 from agentops.metrics import metrics_view
-from agentops.models import Agent
+from agentops.models import Agent, HistoryRow
+from inference.compile import compile_request
 from inference.models import InferenceCall, Turn
-from tests.factories import AgentFactory
+from inference.probe import probe_send
+from tests.factories import AgentFactory, HistoryRowFactory
 from waits.clock import clock_ms
 from waits.journal import journal_forget_process_state
 from waits.models import WaitJournalEntry
@@ -83,6 +85,7 @@ def test_metrics_parse_need_no_token_and_name_every_family(db: None) -> None:
     assert types == {
         "agentops_calls": "counter",
         "agentops_auxiliary_deferred": "counter",
+        "agentops_probes": "counter",
         "agentops_cut_lateness_ms": "histogram",
         "agentops_holds_binding": "gauge",
         "agentops_journal_readable": "gauge",
@@ -148,6 +151,32 @@ def test_a_deferred_auxiliary_call_moves_the_auxiliary_deferred_counter(agent: A
     after, _ = scrape()
     assert value(before, "agentops_auxiliary_deferred_total") == 0
     assert value(after, "agentops_auxiliary_deferred_total") == 1
+
+
+def test_probes_are_counted_by_verdict_with_pending_for_a_probe_not_yet_read(agent: Agent) -> None:
+    call(agent, kind="probe", outcome="completed", probe_verdict="answered")
+    call(agent, kind="probe", outcome="error", probe_verdict="refused")
+    call(agent, kind="probe", outcome="error", probe_verdict="refused")
+    call(agent, kind="probe")  # out: no verdict yet
+    call(agent, kind="primary", outcome="completed")  # not a probe
+    samples, _ = scrape()
+    assert value(samples, "agentops_probes_total", verdict="answered") == 1
+    assert value(samples, "agentops_probes_total", verdict="refused") == 2
+    assert value(samples, "agentops_probes_total", verdict="pending") == 1
+    assert sum(v for (name, _), v in samples.items() if name == "agentops_probes_total") == 4
+
+
+def test_a_probe_deferred_by_a_provider_wait_gets_its_row_and_is_counted(agent: Agent) -> None:
+    HistoryRowFactory.create(agent=agent, seq=1, participant="alice", content="hello")
+    failed = compile_request(agent, HistoryRow.objects.filter(agent=agent).order_by("seq"))
+    wait_record(agent=agent, model="m1", retry_after_ms=600_000, reason="429 slow down", now_ms=clock_ms())
+    turn = Turn.objects.create(agent=agent, status=Turn.Status.RUNNING)
+    outcome = probe_send(turn=turn, failed=failed)
+    assert outcome.outcome == "deferred" and outcome.call_id is not None
+    row = InferenceCall.objects.get(pk=outcome.call_id)
+    assert (row.kind, row.outcome, row.turn_id, row.model) == ("probe", "deferred", turn.pk, "m1")
+    samples, _ = scrape()
+    assert value(samples, "agentops_probes_total", verdict="pending") == 1  # until the breaker reads it
 
 
 def test_the_turns_gauge_counts_turns_by_status(agent: Agent) -> None:

@@ -1,0 +1,390 @@
+// The live dashboard (DESIGN §9). Plain JS, no build step: it renders the snapshot embedded in
+// the page, opens /ws/dashboard and applies its events (snapshot, call.started, call.ended,
+// hold.started, hold.ended, alert.raised). Countdowns tick every 250 ms against the server's
+// clock (the browser's clock corrected by each snapshot's now_ms).
+"use strict";
+
+(function () {
+  const TICK_MS = 250;
+  const REFRESH_MS = 10000; // a fresh snapshot: breaker changes have no event of their own
+  const GONE_MS = 8000; // how long an ended call or hold stays on screen, greyed
+  const MAX_ALERTS = 60;
+
+  const state = {
+    offset: 0, // server clock minus browser clock
+    calls: new Map(), // id -> call
+    holds: new Map(), // agent \0 model -> hold
+    gone: new Map(), // key -> {kind: "call"|"hold", row, at}
+    breakers: [],
+    alerts: [], // newest first
+    seenAlerts: new Set(),
+    journalReadable: true,
+    loaded: false,
+  };
+
+  const now = () => Date.now() + state.offset;
+  const $ = (id) => document.getElementById(id);
+
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === null || v === undefined || v === false) continue;
+      if (k === "class") node.className = v;
+      else if (k.startsWith("data-")) node.setAttribute(k, v);
+      else node[k] = v;
+    }
+    for (const child of children) {
+      if (child === null || child === undefined) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  // --- formatting ------------------------------------------------------------------------
+
+  function duration(ms) {
+    ms = Math.max(0, ms);
+    if (ms < 10000) return (ms / 1000).toFixed(1) + " s";
+    const s = Math.floor(ms / 1000);
+    if (s < 60) return s + " s";
+    const m = Math.floor(s / 60);
+    if (m < 60) return m + " min " + String(s % 60).padStart(2, "0") + " s";
+    const h = Math.floor(m / 60);
+    if (h < 48) return h + " h " + String(m % 60).padStart(2, "0") + " min";
+    return Math.floor(h / 24) + " days " + (h % 24) + " h";
+  }
+
+  function clock(ms) {
+    return new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+  }
+
+  function ago(ms) {
+    const d = now() - ms;
+    return d < 5000 ? "just now" : duration(d) + " ago";
+  }
+
+  const words = (s) => String(s || "").replace(/_/g, " ");
+  const holdKey = (h) => h.agent + "\u0000" + h.model;
+
+  // --- events -----------------------------------------------------------------------------
+
+  function applySnapshot(snap) {
+    state.offset = snap.now_ms - Date.now();
+    state.calls = new Map(snap.calls.map((c) => [c.id, c]));
+    state.holds = new Map(snap.holds.map((h) => [holdKey(h), h]));
+    for (const [key, g] of state.gone) {
+      if ((g.kind === "call" && state.calls.has(g.row.id)) || (g.kind === "hold" && state.holds.has(key))) state.gone.delete(key);
+    }
+    state.breakers = snap.breakers;
+    state.journalReadable = snap.journal_readable;
+    for (const a of snap.alerts.slice().reverse()) addAlert(a, state.loaded);
+    state.loaded = true;
+    renderAll();
+  }
+
+  function addAlert(alert, fresh) {
+    if (state.seenAlerts.has(alert.id)) {
+      const known = state.alerts.find((a) => a.id === alert.id);
+      if (known) Object.assign(known, alert); // e.g. acknowledged since
+      return;
+    }
+    state.seenAlerts.add(alert.id);
+    alert._fresh = fresh;
+    state.alerts.push(alert);
+    state.alerts.sort((a, b) => b.id - a.id);
+    state.alerts.length = Math.min(state.alerts.length, MAX_ALERTS);
+  }
+
+  const handlers = {
+    snapshot: applySnapshot,
+    "call.started": (e) => {
+      e.call._fresh = true;
+      state.calls.set(e.call.id, e.call);
+      state.gone.delete("call-" + e.call.id);
+      renderCalls();
+    },
+    "call.ended": (e) => {
+      const row = Object.assign({}, state.calls.get(e.call.id) || {}, e.call);
+      state.calls.delete(e.call.id);
+      state.gone.set("call-" + e.call.id, { kind: "call", row, at: now() });
+      renderCalls();
+    },
+    "hold.started": (e) => {
+      e.hold._fresh = true;
+      state.holds.set(holdKey(e.hold), e.hold);
+      state.gone.delete(holdKey(e.hold));
+      renderHolds();
+    },
+    "hold.ended": (e) => {
+      const key = holdKey(e.hold);
+      const row = Object.assign({}, state.holds.get(key) || {}, e.hold);
+      state.holds.delete(key);
+      state.gone.set(key, { kind: "hold", row, at: now(), why: e.hold.why || "released" });
+      renderHolds();
+    },
+    "alert.raised": (e) => {
+      addAlert(e.alert, true);
+      renderAlerts();
+      renderSummary();
+    },
+  };
+
+  // --- rendering --------------------------------------------------------------------------
+
+  function countdownCell(target, start, label, cls) {
+    const cell = el("td", { "data-until": target, "data-start": start, "data-label": label, class: cls || "" });
+    cell.append(el("div", { class: "countdown" }), el("div", { class: "bar" }, el("span")));
+    return cell;
+  }
+
+  function renderCalls() {
+    const body = $("calls");
+    body.replaceChildren();
+    const rows = [...state.calls.values()].sort((a, b) => nearest(a) - nearest(b));
+    for (const c of rows) {
+      const tr = el("tr", { class: c._fresh ? "fresh" : "" });
+      c._fresh = false;
+      tr.append(
+        el("td", {}, el("span", { class: "agent" }, c.agent), c.turn ? el("div", { class: "sub" }, "turn " + c.turn) : null),
+        el("td", { class: "mono" }, c.model),
+        el("td", {}, el("span", { class: "tag " + c.kind }, c.kind), c.streamed ? null : el("div", { class: "sub" }, "not streamed")),
+        el("td", { class: "num", "data-since": c.since_ms }),
+        callDeadlineCell(c),
+      );
+      body.append(tr);
+    }
+    for (const [key, g] of state.gone) {
+      if (g.kind !== "call") continue;
+      const c = g.row;
+      let what = words(c.outcome);
+      if (c.outcome === "cut") what += " by the " + words(c.bound) + " bound" + (c.cut_lateness_ms != null ? ", " + c.cut_lateness_ms.toFixed(0) + " ms after its deadline" : "");
+      body.append(el("tr", { class: "gone", "data-gone": key },
+        el("td", {}, el("span", { class: "agent" }, c.agent)),
+        el("td", { class: "mono" }, c.model),
+        el("td", {}, el("span", { class: "tag " + c.kind }, c.kind)),
+        el("td", { class: "num" }, c.since_ms ? duration((c.ended_ms || now()) - c.since_ms) : ""),
+        el("td", {}, "ended: ", el("span", { class: "outcome outcome-" + c.outcome }, what)),
+      ));
+    }
+    $("calls-count").textContent = state.calls.size;
+    $("calls-empty").hidden = body.children.length > 0;
+    tick();
+    renderSummary();
+  }
+
+  function nearest(c) {
+    if (c.deadline_ms == null) return Infinity;
+    return c.deadline_ms > now() ? c.deadline_ms : c.final_ms;
+  }
+
+  function callDeadlineCell(c) {
+    if (c.deadline_ms == null) return el("td", { class: "sub" }, "bounds are off");
+    const cell = el("td", { "data-call": c.id });
+    cell.append(el("div", { class: "countdown" }), el("div", { class: "bar" }, el("span")), el("div", { class: "sub" }));
+    return cell;
+  }
+
+  function tickCall(cell, c, t) {
+    let text, cls, left, span, note = "";
+    if (t < c.deadline_ms) {
+      left = c.deadline_ms - t; span = c.deadline_ms - c.since_ms;
+      text = words(c.bound) + " in " + duration(left);
+      // Only the start and the end of a call are sent, not its stream: say what moves it.
+      if (c.bound === "before_content") note = "cut then unless content arrives first";
+    } else if (c.final_ms != null && c.final_ms > c.deadline_ms && t < c.final_ms) {
+      // Past its first deadline and not cut: it is receiving model events.
+      left = c.final_ms - t; span = c.final_ms - c.since_ms;
+      text = "receiving; " + words(c.final_bound) + " in " + duration(left);
+      cls = "calm";
+    } else {
+      left = 0; span = 1;
+      const over = t - (c.final_ms || c.deadline_ms);
+      text = over < 3000 ? "deadline reached: being cut" : "past its deadline by " + duration(over) + " (no end recorded: its worker may have stopped)";
+      cls = "late";
+    }
+    if (!cls) cls = left < Math.min(5000, span * 0.25) ? "soon" : "";
+    cell.className = cls;
+    cell.children[0].textContent = text;
+    cell.children[1].firstChild.style.width = (100 * Math.max(0, Math.min(1, left / span))).toFixed(1) + "%";
+    cell.children[2].textContent = note;
+  }
+
+  function renderHolds() {
+    const body = $("holds");
+    body.replaceChildren();
+    const rows = [...state.holds.values()].sort((a, b) => (a.until_ms ?? Infinity) - (b.until_ms ?? Infinity));
+    for (const h of rows) {
+      const tr = el("tr", { class: h._fresh ? "fresh" : "" });
+      h._fresh = false;
+      const ends = h.until_ms == null
+        ? el("td", {}, el("div", { class: "countdown" }, h.source === "unreadable" ? "until the journal reads again" : "until released"), h.set_at_ms ? el("div", { class: "sub" }, "since " + clock(h.set_at_ms)) : null)
+        : countdownCell(h.until_ms, h.set_at_ms || h.until_ms, "ends in");
+      tr.append(
+        el("td", {}, el("span", { class: "agent" }, h.agent)),
+        el("td", { class: "mono" }, h.model === "*" ? "* (every model)" : h.model),
+        ends,
+        el("td", {}, h.reason, h.source === "pending" ? el("div", { class: "sub" }, "pending: binds in one process, not yet recorded") : null),
+      );
+      body.append(tr);
+    }
+    for (const [key, g] of state.gone) {
+      if (g.kind !== "hold") continue;
+      body.append(el("tr", { class: "gone", "data-gone": key },
+        el("td", {}, el("span", { class: "agent" }, g.row.agent)),
+        el("td", { class: "mono" }, g.row.model),
+        el("td", {}, el("span", { class: "outcome outcome-completed" }, "ended")),
+        el("td", {}, g.why),
+      ));
+    }
+    $("holds-count").textContent = state.holds.size;
+    $("holds-empty").hidden = body.children.length > 0;
+    $("journal-unreadable").hidden = state.journalReadable;
+    tick();
+    renderSummary();
+  }
+
+  function renderBreakers() {
+    const body = $("breakers");
+    body.replaceChildren();
+    for (const b of state.breakers) {
+      const quiet = b.streak === 0 && !b.probe && b.sheds_this_run === 0 && b.set_aside === 0;
+      const boxes = el("div", { class: "streak" + (b.streak >= b.threshold ? " down" : "") });
+      for (let i = 0; i < Math.max(b.threshold, Math.min(b.streak, 12)); i++) boxes.append(el("i", { class: i < b.streak ? "on" : "" }));
+      boxes.append(el("span", { class: "label" }, b.streak + " / " + b.threshold + (b.streak >= b.threshold ? " hard down" : "")));
+      let probe = el("span", { class: "sub" }, "none");
+      if (b.probe) {
+        probe = el("div", {},
+          el("span", { class: "tag probe" }, b.probe.status === "out" ? "out" : words(b.probe.status)),
+          b.probe.sent_ms ? el("span", { class: "sub", "data-ago": b.probe.sent_ms }, " sent " + ago(b.probe.sent_ms)) : null,
+          b.probe.verdict ? el("div", { class: "sub" }, b.probe.verdict) : null);
+      }
+      body.append(el("tr", { class: quiet ? "quiet" : "" },
+        el("td", {}, el("span", { class: "agent" }, b.agent), el("div", { class: "sub" }, b.kind)),
+        el("td", { class: "mono" }, b.model),
+        el("td", {}, boxes),
+        el("td", {}, probe),
+        el("td", { class: "num" }, b.sheds_this_run + " / " + b.shed_cap),
+        el("td", { class: "num" }, b.set_aside ? b.set_aside + " rows" : "—"),
+      ));
+    }
+    $("breakers-empty").hidden = state.breakers.length > 0;
+    renderSummary();
+  }
+
+  function renderAlerts() {
+    const list = $("alerts");
+    list.replaceChildren();
+    for (const a of state.alerts) {
+      const at = Date.parse(a.created_at);
+      const li = el("li", { class: "kind-" + a.kind + (a.acknowledged_at ? " acked" : "") + (a._fresh ? " fresh" : "") },
+        el("div", { class: "head" },
+          el("span", { class: "kind" }, a.kind),
+          el("span", { class: "agent" }, a.agent),
+          a.model ? el("span", { class: "mono sub" }, a.model) : null,
+          a.verdict ? el("span", { class: "tag" }, a.verdict) : null,
+          el("span", { class: "when", "data-ago": at, title: a.created_at }, ago(at))),
+        el("div", { class: "msg" }, a.message.length > 400 ? a.message.slice(0, 400) + "…" : a.message),
+        a.acknowledged_at ? el("div", { class: "sub" }, "acknowledged by " + (a.acknowledged_by || "someone")) : null,
+      );
+      a._fresh = false;
+      list.append(li);
+    }
+    $("alerts-count").textContent = state.alerts.filter((a) => !a.acknowledged_at).length;
+    $("alerts-empty").hidden = state.alerts.length > 0;
+  }
+
+  function renderSummary() {
+    const down = state.breakers.filter((b) => b.streak >= b.threshold).length;
+    const failing = state.breakers.filter((b) => b.streak > 0).length;
+    const probes = state.breakers.filter((b) => b.probe && b.probe.status === "out").length;
+    const open = state.alerts.filter((a) => !a.acknowledged_at).length;
+    const parts = [
+      [state.calls.size, state.calls.size === 1 ? "call in flight" : "calls in flight"],
+      [state.holds.size, state.holds.size === 1 ? "hold" : "holds"],
+      [failing, (failing === 1 ? "failing agent" : "failing agents") + (down ? " (" + down + " hard down)" : "")],
+      [probes, probes === 1 ? "probe out" : "probes out"],
+      [open, "alerts not acknowledged"],
+    ];
+    const summary = $("summary");
+    summary.replaceChildren();
+    parts.forEach(([n, label], i) => summary.append(i ? " · " : "", el("b", {}, n), " " + label));
+  }
+
+  function renderAll() {
+    renderCalls();
+    renderHolds();
+    renderBreakers();
+    renderAlerts();
+  }
+
+  // --- the clock --------------------------------------------------------------------------
+
+  function tick() {
+    const t = now();
+    let changed = false;
+    for (const [key, g] of state.gone) {
+      if (t - g.at > GONE_MS) { state.gone.delete(key); changed = true; }
+    }
+    for (const [key, h] of state.holds) {
+      if (h.until_ms != null && h.until_ms <= t) {
+        state.holds.delete(key);
+        state.gone.set(key, { kind: "hold", row: h, at: t, why: "the wait is over" });
+        changed = true;
+      }
+    }
+    if (changed) { renderCalls(); renderHolds(); return; }
+    for (const cell of document.querySelectorAll("[data-since]")) cell.textContent = duration(t - Number(cell.dataset.since));
+    for (const cell of document.querySelectorAll("[data-call]")) {
+      const c = state.calls.get(Number(cell.dataset.call));
+      if (c) tickCall(cell, c, t);
+    }
+    for (const cell of document.querySelectorAll("[data-until]")) {
+      const until = Number(cell.dataset.until), start = Number(cell.dataset.start);
+      const left = until - t, span = Math.max(1, until - start);
+      cell.className = left < Math.min(10000, span * 0.25) ? "soon" : "";
+      cell.firstChild.textContent = cell.dataset.label + " " + duration(left) + " (" + clock(until) + ")";
+      cell.lastChild.firstChild.style.width = (100 * Math.max(0, Math.min(1, left / span))).toFixed(1) + "%";
+    }
+    for (const node of document.querySelectorAll("[data-ago]")) node.textContent = (node.classList.contains("when") ? "" : " sent ") + ago(Number(node.dataset.ago));
+  }
+
+  // --- the socket -------------------------------------------------------------------------
+
+  let backoff = 1000;
+
+  function setConn(cls, text) {
+    const c = $("conn");
+    c.className = "conn " + cls;
+    c.textContent = text;
+  }
+
+  function connect() {
+    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    const socket = new WebSocket(scheme + location.host + "/ws/dashboard");
+    let refresher = null;
+    socket.onopen = () => {
+      backoff = 1000;
+      setConn("conn-live", "live");
+      refresher = setInterval(() => socket.send(JSON.stringify({ type: "snapshot" })), REFRESH_MS);
+    };
+    socket.onmessage = (msg) => {
+      const event = JSON.parse(msg.data);
+      const handle = handlers[event.type];
+      if (handle) handle(event);
+    };
+    socket.onclose = (e) => {
+      clearInterval(refresher);
+      if (e.code === 4401 || e.code === 4403) {
+        setConn("conn-down", e.code === 4401 ? "signed out: reload to sign in" : "not staff");
+        return;
+      }
+      setConn("conn-down", "disconnected; retrying in " + Math.round(backoff / 1000) + " s");
+      setTimeout(connect, backoff);
+      backoff = Math.min(backoff * 2, 15000);
+    };
+  }
+
+  applySnapshot(JSON.parse($("dashboard-snapshot").textContent));
+  setInterval(tick, TICK_MS);
+  connect();
+})();

@@ -1,0 +1,208 @@
+"""The live operator dashboard: its page and its websocket, against the real ASGI application,
+the real Redis channel layer and (for calls) a real worker and the stand-in."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import User
+from django.test import Client
+
+from agentops.alerts import alert_raise
+from agentops.asgi import application
+from agentops.models import Agent
+from inference.models import InferenceCall
+from tests.factories import AgentFactory
+from tests.inference.test_websocket import _queued_turn_without_enqueue
+from tests.waits.conftest import manage
+from waits.clock import clock_ms
+from waits.journal import journal_forget_process_state
+from waits.services import wait_record, wait_release
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+HOST = [(b"host", b"localhost"), (b"origin", b"http://localhost")]
+
+
+@pytest.fixture(autouse=True)
+def fresh_process_view(settings: Any, tmp_path: Path) -> Iterator[None]:
+    """No journal state cached from another test; alert log lines go to a scratch file."""
+    settings.AGENTOPS_FAILURES_LOG = str(tmp_path / "failures.log")
+    journal_forget_process_state()
+    yield
+    journal_forget_process_state()
+
+
+@pytest.fixture
+def staff(db: None) -> User:
+    return User.objects.create_user("olga", password="not-used", is_staff=True)
+
+
+@pytest.fixture
+def not_staff(db: None) -> User:
+    return User.objects.create_user("nick", password="not-used", is_staff=False)
+
+
+def session_cookie(user: User) -> str:
+    """The ``sessionid`` a browser holds after signing in to the admin as ``user``."""
+    client = Client()
+    client.force_login(user)
+    return client.cookies["sessionid"].value
+
+
+async def dashboard_socket(user: User | None, *, origin: bytes = b"http://localhost") -> tuple[WebsocketCommunicator, bool, Any]:
+    headers = [(b"host", b"localhost"), (b"origin", origin)]
+    if user is not None:
+        cookie = await database_sync_to_async(session_cookie)(user)
+        headers.append((b"cookie", f"sessionid={cookie}".encode()))
+    communicator = WebsocketCommunicator(application, "/ws/dashboard", headers=headers)
+    connected, code = await communicator.connect(timeout=10)
+    return communicator, connected, code
+
+
+# --- the websocket ------------------------------------------------------------------------
+
+
+async def test_the_dashboard_socket_sends_a_snapshot_then_a_new_alert_and_a_holds_start_and_end(staff: User) -> None:
+    agent: Agent = await database_sync_to_async(AgentFactory.create)(name="ada", model="m1")
+    ws, connected, _ = await dashboard_socket(staff)
+    assert connected
+    snapshot = await ws.receive_json_from(timeout=10)
+    assert snapshot["type"] == "snapshot"
+    assert snapshot["calls"] == [] and snapshot["holds"] == [] and snapshot["alerts"] == [] and snapshot["journal_readable"] is True
+    [breaker] = snapshot["breakers"]
+    assert breaker["agent"] == "ada" and breaker["streak"] == 0 and breaker["probe"] is None
+
+    alert = await database_sync_to_async(alert_raise)(kind="hard-down", agent="ada", model="m1", message="ada failed 3 times in a row")
+    event = await ws.receive_json_from(timeout=10)
+    assert event["type"] == "alert.raised"
+    assert event["alert"]["id"] == alert.pk and event["alert"]["kind"] == "hard-down" and event["alert"]["message"] == "ada failed 3 times in a row"
+
+    now = clock_ms()
+    await database_sync_to_async(wait_record)(agent=agent, model="m1", retry_after_ms=600_000, reason="HTTP 429: slow down", now_ms=now)
+    started = await ws.receive_json_from(timeout=10)
+    assert started == {
+        "type": "hold.started",
+        "hold": {"agent": "ada", "model": "m1", "until_ms": math.ceil(now + 600_000), "reason": "HTTP 429: slow down", "set_at_ms": now, "source": "recorded"},
+    }
+
+    await database_sync_to_async(wait_release)(agent="ada", model="m1", requester="olga", reason="the provider says fine", via="api")
+    ended = await ws.receive_json_from(timeout=10)
+    assert ended == {"type": "hold.ended", "hold": {"agent": "ada", "model": "m1", "why": "released by api:olga: the provider says fine"}}
+
+    await ws.send_json_to({"type": "snapshot"})
+    again = await ws.receive_json_from(timeout=10)
+    assert again["type"] == "snapshot" and again["holds"] == [] and [a["id"] for a in again["alerts"]] == [alert.pk]
+    assert await ws.receive_nothing(timeout=0.3)
+    await ws.disconnect()
+
+
+async def test_a_release_from_the_management_command_reaches_the_dashboard_before_the_command_exits(staff: User) -> None:
+    agent: Agent = await database_sync_to_async(AgentFactory.create)(name="ada", model="m1")
+    await database_sync_to_async(wait_record)(agent=agent, model="m1", retry_after_ms=600_000, reason="HTTP 429", now_ms=clock_ms())
+    ws, connected, _ = await dashboard_socket(staff)
+    assert connected
+    assert len((await ws.receive_json_from(timeout=10))["holds"]) == 1
+    # Another process, short-lived: its events must go out before it exits.
+    done = await database_sync_to_async(manage)("release_wait", "ada", "--model", "m1", "--reason", "from the shell", "--requester", "olga")
+    assert done.returncode == 0, done.stderr
+    ended = await ws.receive_json_from(timeout=10)
+    assert ended == {"type": "hold.ended", "hold": {"agent": "ada", "model": "m1", "why": "released by command:olga: from the shell"}}
+    await ws.disconnect()
+
+
+async def test_a_wait_that_changes_nothing_sends_no_hold_event(staff: User) -> None:
+    agent: Agent = await database_sync_to_async(AgentFactory.create)(name="ada", model="m1")
+    now = clock_ms()
+    await database_sync_to_async(wait_record)(agent=agent, model="m1", retry_after_ms=600_000, reason="first", now_ms=now)
+    ws, connected, _ = await dashboard_socket(staff)
+    assert connected
+    snapshot = await ws.receive_json_from(timeout=10)
+    assert [(h["agent"], h["model"], h["reason"]) for h in snapshot["holds"]] == [("ada", "m1", "first")]
+    # A shorter wait than the one binding changes nothing: no event.
+    await database_sync_to_async(wait_record)(agent=agent, model="m1", retry_after_ms=1000, reason="shorter", now_ms=now)
+    assert await ws.receive_nothing(timeout=0.5)
+    await ws.disconnect()
+
+
+async def test_an_anonymous_connection_is_refused_with_4401(db: None) -> None:
+    _, connected, code = await dashboard_socket(None)
+    assert not connected and code == 4401
+
+
+async def test_a_user_who_is_not_staff_is_refused_with_4403(not_staff: User) -> None:
+    _, connected, code = await dashboard_socket(not_staff)
+    assert not connected and code == 4403
+
+
+async def test_a_page_on_another_site_cannot_open_the_socket_with_the_staff_cookie(staff: User) -> None:
+    _, connected, _ = await dashboard_socket(staff, origin=b"https://evil.example")
+    assert not connected
+
+
+@pytest.mark.usefixtures("workers")
+async def test_a_call_in_flight_shows_with_its_deadline_and_its_end(staff: User, make_agent: Any) -> None:
+    agent = await database_sync_to_async(make_agent)(model="answer:chunks=3,interval_ms=100")
+    turn = await database_sync_to_async(_queued_turn_without_enqueue)(agent, "hello")
+    ws, connected, _ = await dashboard_socket(staff)
+    assert connected
+    assert (await ws.receive_json_from(timeout=10))["type"] == "snapshot"
+    from inference.tasks import agent_drain
+
+    await database_sync_to_async(agent_drain.delay)(agent.pk)
+    started = await ws.receive_json_from(timeout=20)
+    assert started["type"] == "call.started"
+    call = started["call"]
+    assert (call["agent"], call["model"], call["kind"], call["turn"], call["streamed"]) == (agent.name, agent.model, "primary", turn.pk, True)
+    # The workers run the default bounds: 60 s before content, 75 min in all.
+    assert call["bound"] == "before_content" and call["deadline_ms"] - call["since_ms"] == 60_000
+    assert call["final_bound"] == "absolute" and call["final_ms"] - call["since_ms"] == 75 * 60_000
+    ended = await ws.receive_json_from(timeout=20)
+    assert ended["type"] == "call.ended"
+    assert ended["call"]["id"] == call["id"] and ended["call"]["outcome"] == "completed" and ended["call"]["bound"] is None
+    await ws.disconnect()
+
+
+# --- the page -----------------------------------------------------------------------------
+
+
+def test_the_page_sends_an_anonymous_visitor_to_the_admin_login(db: None) -> None:
+    response = Client().get("/dashboard/")
+    assert response.status_code == 302 and response["Location"] == "/admin/login/?next=/dashboard/"
+
+
+def test_the_page_sends_a_user_who_is_not_staff_to_the_admin_login(not_staff: User) -> None:
+    client = Client()
+    client.force_login(not_staff)
+    response = client.get("/dashboard/")
+    assert response.status_code == 302 and response["Location"].startswith("/admin/login/")
+
+
+def test_the_page_shows_staff_the_snapshot_and_serves_its_script(staff: User) -> None:
+    agent: Agent = AgentFactory.create(name="ada", model="m1")
+    InferenceCall.objects.create(agent=agent, model="m1", streamed=True)  # in flight
+    wait_record(agent=agent, model="m1", retry_after_ms=600_000, reason="HTTP 429: slow down", now_ms=clock_ms())
+    alert_raise(kind="hard-down", agent="ada", model="m1", message="ada failed 3 times in a row")
+    client = Client()
+    client.force_login(staff)
+    response = client.get("/dashboard/")
+    assert response.status_code == 200
+    html = response.content.decode()
+    found = re.search(r'<script id="dashboard-snapshot" type="application/json">(.*?)</script>', html, re.S)
+    assert found is not None
+    snapshot = json.loads(found.group(1))
+    assert [(c["agent"], c["model"], c["bound"]) for c in snapshot["calls"]] == [("ada", "m1", "before_content")]
+    assert [(h["agent"], h["model"], h["reason"]) for h in snapshot["holds"]] == [("ada", "m1", "HTTP 429: slow down")]
+    assert [a["message"] for a in snapshot["alerts"]] == ["ada failed 3 times in a row"]
+    assert [b["agent"] for b in snapshot["breakers"]] == ["ada"]
+    assert 'src="/static/agentops/dashboard.js"' in html and "/static/agentops/dashboard.css" in html
+    script = client.get("/static/agentops/dashboard.js")
+    assert script.status_code == 200 and b'"/ws/dashboard"' in b"".join(script.streaming_content)  # type: ignore[attr-defined]
