@@ -9,6 +9,7 @@ import json
 import signal
 import time
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from django.test import Client
 from agentops.models import Agent, Alert, HistoryRow
 from breaker.models import BreakerState
 from inference.models import Turn
+from tests.breaker.test_live import streak_reached
 from tests.breaker.test_live_moves import nothing_shed, probe_out, probe_status, probes, sequence
 from tests.conftest import WorkerPool, celery_app, wait_for
 from tests.inference.test_turns import submit, wait_turn
@@ -44,7 +46,7 @@ def fail_three(api: Client, agent: Agent) -> None:
     for i in range(3):
         turn = wait_turn(api, submit(api, agent.name, ("alice", f"message {i + 1}"))["id"])
         assert turn["status"] == "failed", turn
-        wait_for(lambda i=i: BreakerState.objects.filter(agent=agent, streak__gte=i + 1).exists(), what="the streak")
+        wait_for(partial(streak_reached, agent, i + 1), what="the streak")
 
 
 def couldnt_tell(api: Client, agent: Agent, probe_outcome: str, *, requests: Any = None) -> None:
@@ -124,7 +126,7 @@ def test_a_poisoned_row_is_still_shed_when_the_probe_is_answered_a_minute_later(
     for i in (2, 3):
         turn = wait_turn(api, submit(api, agent.name, ("alice", f"message {i}"))["id"])
         assert turn["status"] == "failed"
-        wait_for(lambda i=i: BreakerState.objects.filter(agent=agent, streak__gte=i).exists(), what="the streak")
+        wait_for(partial(streak_reached, agent, i), what="the streak")
     probe_out(agent)
     wait_for(lambda: Turn.objects.filter(agent=agent, status="succeeded").exists(), timeout=100, what="a retry to succeed")
     [probe] = probes(agent)
