@@ -10,6 +10,7 @@ from agentops.models import Agent, HistoryRow
 from breaker.models import BreakerState
 from breaker.probes import ProbeEnd, ProbeTicket, breaker_probe_begin, breaker_probe_end
 from breaker.services import breaker_note_failure
+from inference.models import Turn
 from inference.services import history_append
 
 SHED_REASON = "invalid_request at HTTP 400"
@@ -33,6 +34,7 @@ def probe_out(agent: Agent) -> ProbeTicket:
     """Two rows, three sheddable failures, and the probe out."""
     row(agent, content="one")
     row(agent, HistoryRow.Role.ASSISTANT, "two", participant=agent.participant)
+    Turn.objects.create(agent=agent, status=Turn.Status.FAILED, attempts=1)  # the failed turn
     for _ in range(3):
         fail(agent)
     return breaker_probe_begin(agent=agent)
