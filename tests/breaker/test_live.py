@@ -14,6 +14,8 @@ from inference.models import InferenceCall, Turn
 from tests.conftest import wait_for
 from tests.inference.test_turns import submit, wait_turn
 
+TOOLS = [{"name": "lookup", "description": "Look up", "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}}}]
+
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("workers")]
 
 
@@ -38,13 +40,19 @@ def alerts(agent: Any, kind: str) -> int:
 
 
 def test_a_request_refused_without_its_history_too_keeps_the_history(api: Client, make_agent: Any, standin_requests: Any) -> None:
-    agent = make_agent(model="refuse")
+    agent = make_agent(model="refuse", system="Be brief.", max_tokens=321, thinking_budget=1024, tools=TOOLS)
     kept = lambda i: alerts(agent, "history-kept") == max(i - 1, 0)  # noqa: E731 (probes from the 3rd)
     fail_in_a_row(api, agent, 3, settled=kept)
     probes = InferenceCall.objects.filter(agent=agent, kind="probe")
     assert probes.count() == 1
-    probe_body = standin_requests()[-1]["body"]
+    *_, failed, probe = standin_requests()
+    probe_body = probe["body"]
     assert probe_body["messages"][-1]["content"] == "alice: Reply with one word."
+    # On the wire: every field of the failed request but its messages, and not streamed.
+    assert probe_body["stream"] is False and failed["body"]["stream"] is True
+    unstreamed = {k: v for k, v in failed["body"].items() if k not in ("messages", "stream", "stream_options")}
+    assert {k: v for k, v in probe_body.items() if k not in ("messages", "stream")} == unstreamed
+    assert [m for m in probe_body["messages"] if m["role"] != "system"] == [{"role": "user", "content": "alice: Reply with one word."}]
     assert not HistoryRow.objects.filter(agent=agent, state="set_aside").exists()
     assert HistoryRow.objects.filter(agent=agent, role="user", state="presented").count() == 3
     [alert] = Alert.objects.filter(kind="history-kept", agent=agent.name)
