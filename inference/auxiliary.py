@@ -9,12 +9,17 @@ primary turns too.
 from __future__ import annotations
 
 import math
+import threading
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.utils import timezone
 
+from agentops import lifecycle
 from agentops.background import background_loop
 from agentops.dashboard import dashboard_call_ended, dashboard_call_started
 from agentops.exceptions import CallTimedOut, ProviderFailed, RateLimited
@@ -35,10 +40,18 @@ class AuxMessage:
     content: str
 
 
-def auxiliary_call(*, agent: Agent, request: CompiledRequest, kind: str, turn: Turn | None = None) -> tuple[InferenceCall, CallResult]:
+def auxiliary_call(
+    *, agent: Agent, request: CompiledRequest, kind: str, turn: Turn | None = None,
+    abort_key: str | None = None, keep_going: Callable[[], bool] | None = None,
+    waiting: Callable[[], AbstractContextManager[None]] = nullcontext,
+) -> tuple[InferenceCall, CallResult]:
     """Make one non-streamed call (an auxiliary completion or the breaker's probe) under the
     non-streamed bounds, with no retries, and record it. Blocks the calling thread; call it off
-    any event loop, after the admission check."""
+    any event loop and outside any transaction, after the admission check.
+
+    The call is aborted (outcome ``aborted``) when the process's warm shutdown begins, when the
+    Redis key ``abort_key`` appears, or when ``keep_going`` (called every few seconds while
+    the call is out, e.g. to renew a lease) returns False. ``waiting`` wraps the wait."""
     adapter, wire = build_wire(agent.provider, request)
     call = InferenceCall.objects.create(
         turn=turn, agent=agent, kind=kind, model=request.model, streamed=False,
@@ -46,14 +59,44 @@ def auxiliary_call(*, agent: Agent, request: CompiledRequest, kind: str, turn: T
     )
     dashboard_call_started(call=call, agent=agent.name)
     loop = background_loop()
-    result = loop.submit(
+    aborts: list[Callable[[], None]] = []
+    unwatch: list[Callable[[], None]] = []
+
+    def on_abortable(abort: Callable[[], None]) -> None:
+        aborts.append(abort)
+        if abort_key is not None:
+            unwatch.append(loop.watch_cancel(abort_key, abort))
+
+    future = loop.submit(
         perform_call(adapter=adapter, wire=wire, streamed=False, max_tokens=request.max_tokens,
-                     bounds=bounds_settings(), client=loop.http)
-    ).result()
+                     bounds=bounds_settings(), client=loop.http, on_abortable=on_abortable)
+    )
+    ended = threading.Event()  # by the call's end, or by the worker's warm shutdown
+    future.add_done_callback(lambda _: ended.set())
+    lifecycle.wake_on_shutdown(ended)
+    try:
+        with waiting():
+            while not ended.wait(_tick_s()):
+                if keep_going is not None and not keep_going():
+                    break
+        if not future.done():
+            for abort in aborts:
+                loop.loop.call_soon_threadsafe(abort)
+        result = future.result()
+    finally:
+        lifecycle.forget(ended)
+        for stop_watching in unwatch:
+            loop.loop.call_soon_threadsafe(stop_watching)
     call_record(call, result)
     dashboard_call_ended(call=call, agent=agent.name, result=result)
     call.refresh_from_db()
     return call, result
+
+
+def _tick_s() -> float:
+    """How often a call's waiting thread asks ``keep_going``: as often as a turn lease's renewal
+    falls due, and at least every 2 s."""
+    return min(2.0, settings.AGENTOPS_TURN_LEASE_MS / 4000)
 
 
 def auxiliary_complete_in_thread(**kwargs: Any) -> dict[str, Any]:

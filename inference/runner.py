@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Literal
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -32,14 +31,7 @@ from agentops.dashboard import dashboard_call_ended, dashboard_call_started
 from agentops.failures import failures_log_write
 from agentops.live import broadcast_turn_event, publish_turn_event
 from agentops.models import Agent, HistoryRow
-from breaker.decision import BreakerAction, probe_verdict
-from breaker.services import (
-    breaker_note_failure,
-    breaker_note_success,
-    breaker_probe_begin,
-    breaker_probe_end,
-    history_shed,
-)
+from breaker.services import breaker_note_success
 
 from .adapters import Adapter, WireRequest, build_wire
 from .client import CallResult, Timeline, perform_call
@@ -56,9 +48,9 @@ from .lease import TurnLease, lease_claim
 from .models import InferenceCall, Turn
 from .notes import failure_note_text
 from .policy import Action, Decision, PolicySettings, RetryState, decide
-from .probe import probe_send
+from .probe import breaker_after_failure
 from .records import call_record
-from .services import cancel_key, enqueue_drain, history_append, schedule_drain
+from .services import cancel_key, history_append, schedule_drain
 from .types import CallOutput, CompiledRequest, ProviderError
 
 logger = logging.getLogger(__name__)
@@ -174,7 +166,7 @@ def turn_run(turn_id: int, lease: TurnLease) -> None:
                 )
                 InferenceCall.objects.filter(pk=call.pk).update(outcome=InferenceCall.Outcome.ERROR, error=error.as_dict())
                 if _turn_fail(turn, error, status=Turn.Status.FAILED, timed_out_again=False):
-                    _breaker_after_failure(turn, error, request)
+                    breaker_after_failure(turn=turn, error=error, failed=request, keep_going=lease.renew_if_due, waiting=_released_bookkeeping)
                 return
             _turn_complete(turn, output)
             return
@@ -204,7 +196,7 @@ def turn_run(turn_id: int, lease: TurnLease) -> None:
             return
         status = Turn.Status.EXHAUSTED if decision.action is Action.EXHAUST else Turn.Status.FAILED
         if _turn_fail(turn, error, status=status, timed_out_again=decision.timed_out_again):
-            _breaker_after_failure(turn, error, request)
+            breaker_after_failure(turn=turn, error=error, failed=request, keep_going=lease.renew_if_due, waiting=_released_bookkeeping)
         return
 
 
@@ -305,49 +297,6 @@ async def _perform(
         )
     finally:
         unwatch()
-
-
-def _breaker_after_failure(turn: Turn, error: ProviderError, failed: CompiledRequest) -> None:
-    """Tell the breaker about a turn that ended in failure (DESIGN §7): the streak and
-    hard-down, then the probe (failures that may be the history's fault), a shed and one retry.
-    Runs after the failure is recorded, outside any transaction: the probe is a network call."""
-    agent = turn.agent
-    step = breaker_note_failure(agent=agent, failure_type=error.type, http_status=error.http_status)
-    if step.action == BreakerAction.PROBE:
-        ticket = breaker_probe_begin(agent=agent)
-        if lifecycle.stopping.is_set():
-            breaker_probe_end(ticket=ticket, verdict="aborted", detail="the service is stopping")
-            return
-        probe = probe_send(turn=turn, failed=failed)
-        verdict: Literal["answered", "refused", "unclear", "aborted"] = probe_verdict(
-            failure_type=error.type, failure_status=error.http_status, probe_outcome=probe.outcome,
-            probe_type=probe.error.type if probe.error else None, probe_status=probe.error.http_status if probe.error else None,
-        )
-        if lifecycle.stopping.is_set():
-            verdict = "aborted"  # shutdown aborts probes: their answer decides nothing
-        detail = f"probe call {probe.call_id}: {probe.outcome}" + (f" ({probe.error.type}, HTTP {probe.error.http_status})" if probe.error else "")
-        ended = breaker_probe_end(ticket=ticket, verdict=verdict, detail=detail)
-        if probe.call_id is not None:  # what the probe came to, on its call row (the probes metric)
-            InferenceCall.objects.filter(pk=probe.call_id).update(probe_verdict=ended)
-        if ended != "answered":
-            return
-    elif step.action != BreakerAction.SHED:
-        if step.action in (BreakerAction.STOP_CAP, BreakerAction.STOP_EMPTY):
-            logger.warning("agent %s: the breaker stops (%s); nothing more is set aside in this run", agent.name, step.action)
-        return
-    shed = history_shed(agent=agent, reason=f"{error.type} at HTTP {error.http_status}: the request kept being refused")
-    if shed.stopped is None:
-        _retry_after_shed(agent)
-
-
-def _retry_after_shed(agent: Agent) -> None:
-    """Queue one retry: a new turn over the history with the newest turn set aside."""
-    with transaction.atomic():
-        Agent.objects.select_for_update().get(pk=agent.pk)
-        if not Turn.objects.filter(agent=agent, status__in=Turn.JOINABLE).exists():
-            turn = Turn.objects.create(agent=agent, status=Turn.Status.QUEUED)
-            broadcast_turn_event(turn.pk, {"type": "turn.status", "turn": turn.pk, "status": turn.status})
-        enqueue_drain(agent.pk)
 
 
 def _turn_complete(turn: Turn, output: CallOutput) -> None:

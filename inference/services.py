@@ -153,6 +153,11 @@ def agent_dispose(*, agent: Agent, actor: str) -> None:
         open_turns = list(Turn.objects.filter(agent=agent, status__in=Turn.OPEN))
         Turn.objects.filter(pk__in=[t.pk for t in open_turns]).update(status=Turn.Status.CANCELLED, ended_at=now)
         AuditEntry.objects.create(actor=actor, action="agent.dispose", target=f"agent:{agent.name}")
+        # A probe still out is withdrawn (DESIGN §7.3): its answer is set aside and its call
+        # aborted. Imported here: the breaker sits above this module (it appends history).
+        from breaker.services import breaker_probe_withdraw
+
+        breaker_probe_withdraw(agent=agent, reason="the agent was removed while it was out")
     for turn in open_turns:
         _signal_cancel(turn)
 

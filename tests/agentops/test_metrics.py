@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from agentops.alerts import alert_raise
 from agentops.metrics import metrics_view
 from agentops.models import Agent, HistoryRow
+from breaker.probes import breaker_probe_begin
 from inference.compile import compile_request
 from inference.models import InferenceCall, Turn
 from inference.probe import probe_send
@@ -171,7 +172,7 @@ def test_a_probe_deferred_by_a_provider_wait_gets_its_row_and_is_counted(agent: 
     failed = compile_request(agent, HistoryRow.objects.filter(agent=agent).order_by("seq"))
     wait_record(agent=agent, model="m1", retry_after_ms=600_000, reason="429 slow down", now_ms=clock_ms())
     turn = Turn.objects.create(agent=agent, status=Turn.Status.RUNNING)
-    outcome = probe_send(turn=turn, failed=failed)
+    outcome = probe_send(turn=turn, failed=failed, ticket=breaker_probe_begin(agent=agent))
     assert outcome.outcome == "deferred" and outcome.call_id is not None
     row = InferenceCall.objects.get(pk=outcome.call_id)
     assert (row.kind, row.outcome, row.turn_id, row.model) == ("probe", "deferred", turn.pk, "m1")

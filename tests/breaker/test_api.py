@@ -17,7 +17,8 @@ from agentops.api import errors
 from agentops.api.auth import TokenAuth
 from agentops.api.breaker_routes import router
 from agentops.models import Agent, AuditEntry, HistoryRow
-from breaker.services import breaker_note_failure, breaker_probe_begin
+from breaker.probes import breaker_probe_begin
+from breaker.services import breaker_note_failure
 from tests.factories import AgentFactory, HistoryRowFactory
 
 api = NinjaAPI(title="agentops breaker (tests)", version="1", auth=TokenAuth(), urls_namespace="api-v1-breaker-tests")

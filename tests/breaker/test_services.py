@@ -1,60 +1,24 @@
-"""The breaker's services on real Postgres: the streak and hard-down, the probe's move
-detection and verdicts, shedding under one marker note per run, and restoring."""
+"""The breaker's services on real Postgres: the streak and hard-down, shedding under one marker
+note per run, and restoring."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from django.db import transaction
-from django.test import override_settings
 from django.utils import timezone
 
 from agentops.exceptions import BadRequest, Conflict, NotFound
 from agentops.models import Agent, Alert, AuditEntry, HistoryRow
 from breaker.decision import BreakerAction
 from breaker.models import BreakerState
-from breaker.services import (
-    ProbeTicket,
-    breaker_note_failure,
-    breaker_note_success,
-    breaker_probe_begin,
-    breaker_probe_end,
-    breaker_probe_moved,
-    history_row_restore,
-    history_shed,
-)
-from inference.models import Turn
-from inference.services import history_append
+from breaker.probes import breaker_probe_begin, breaker_probe_moved
+from breaker.services import breaker_note_success, history_row_restore
+from breaker.shedding import history_shed
+from tests.breaker.common import SHED_REASON, end, fail, probe_out, row, state
 from tests.factories import AgentFactory, HistoryRowFactory
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("breaker_settings")]
-
-
-@pytest.fixture
-def breaker_settings() -> Any:
-    with override_settings(AGENTOPS_BREAKER_THRESHOLD=3, AGENTOPS_BREAKER_SHED_CAP=3):
-        yield
-
-
-@pytest.fixture
-def agent() -> Agent:
-    agent: Agent = AgentFactory.create()
-    return agent
-
-
-def fail(agent: Agent, failure_type: str = "invalid_request", status: int | None = 400) -> Any:
-    return breaker_note_failure(agent=agent, failure_type=failure_type, http_status=status)
-
-
-def row(agent: Agent, role: str = HistoryRow.Role.USER, content: Any = "hello", participant: str = "alice") -> HistoryRow:
-    with transaction.atomic():
-        Agent.objects.select_for_update().get(pk=agent.pk)
-        return history_append(agent=agent, participant=participant, role=role, content=content)
-
-
-def state(agent: Agent) -> BreakerState:
-    return BreakerState.objects.get(agent=agent)
 
 
 # Streak and hard-down (§7.1)
@@ -91,8 +55,7 @@ def test_a_success_resets_the_streak_and_the_run_so_the_next_run_probes_again(ag
     for _ in range(3):
         fail(agent)
     ticket = breaker_probe_begin(agent=agent)
-    assert breaker_probe_end(ticket=ticket, verdict="answered", detail="ok") == "answered"
-    history_shed(agent=agent, reason="invalid_request at HTTP 400")
+    assert end(ticket, "answered").status == "answered"
     version = state(agent).streak_version
     breaker_note_success(agent=agent)
     s = state(agent)
@@ -120,7 +83,7 @@ def test_a_later_failure_withdraws_a_probe_still_out(agent: Agent) -> None:
     fail(agent)
     assert state(agent).probe_status == "withdrawn"
     assert breaker_probe_moved(ticket=ticket) is not None
-    assert breaker_probe_end(ticket=ticket, verdict="answered", detail="ok") == "withdrawn"
+    assert end(ticket, "answered").status == "withdrawn"
     assert state(agent).probe_status == "withdrawn"
 
 
@@ -133,122 +96,10 @@ def test_a_disposed_agent_gets_no_probe(agent: Agent) -> None:
     assert fail(agent).action == BreakerAction.NOTHING
 
 
-# The probe (§7.3)
-
-def probe_out(agent: Agent) -> ProbeTicket:
-    row(agent, content="one")
-    row(agent, HistoryRow.Role.ASSISTANT, "two", participant=agent.participant)
-    for _ in range(3):
-        fail(agent)
-    return breaker_probe_begin(agent=agent)
-
-
-def test_a_probe_with_nothing_moved_is_answered(agent: Agent) -> None:
-    ticket = probe_out(agent)
-    assert breaker_probe_moved(ticket=ticket) is None
-    assert state(agent).probe_status == "out"
-    assert breaker_probe_end(ticket=ticket, verdict="answered", detail="answered: ok") == "answered"
-    assert state(agent).probe_status == "answered"
-    assert not Alert.objects.filter(kind="history-kept").exists()
-
-
-def _add_row(agent: Agent) -> None:
-    row(agent, content="meanwhile")
-
-
-def _edit_row(agent: Agent) -> None:
-    HistoryRow.objects.filter(agent=agent, seq=1).update(content="edited", edited_at=timezone.now())
-
-
-def _set_aside_row(agent: Agent) -> None:
-    HistoryRow.objects.filter(agent=agent, seq=1).update(state=HistoryRow.State.SET_ASIDE, set_aside_at=timezone.now(), set_aside_by="admin:x")
-
-
-def _streak_moved_and_back(agent: Agent) -> None:
-    # Without withdrawing the probe: only the version tells the streak moved and came back.
-    BreakerState.objects.filter(agent=agent).update(streak_version=state(agent).streak_version + 2)
-
-
-def _another_turn(agent: Agent) -> None:
-    Turn.objects.create(agent=agent)
-
-
-def _disposed(agent: Agent) -> None:
-    Agent.objects.filter(pk=agent.pk).update(disposed_at=timezone.now())
-
-
-def _success(agent: Agent) -> None:
-    breaker_note_success(agent=agent)
-
-
-def _failure(agent: Agent) -> None:
-    fail(agent)
-
-
-@pytest.mark.parametrize(
-    ("move", "reason"),
-    [
-        (_add_row, "added"),
-        (_edit_row, "edited"),
-        (_set_aside_row, "set aside"),
-        (_streak_moved_and_back, "streak changed"),
-        (_another_turn, "another turn"),
-        (_disposed, "disposed"),
-        (_success, "withdrawn"),
-        (_failure, "withdrawn"),
-    ],
-)
-def test_anything_that_moves_while_the_probe_is_out_sets_its_answer_aside(agent: Agent, move: Any, reason: str) -> None:
-    ticket = probe_out(agent)
-    move(agent)
-    moved = breaker_probe_moved(ticket=ticket)
-    assert moved is not None and reason in moved
-    status = breaker_probe_end(ticket=ticket, verdict="answered", detail="answered: ok")
-    assert status in ("set_aside", "withdrawn")
-    assert HistoryRow.objects.filter(agent=agent, set_aside_by="breaker").count() == 0
-    assert not Alert.objects.filter(kind="history-kept").exists()
-
-
-def test_a_streak_that_moves_and_comes_back_sets_the_answer_aside_through_the_real_services(agent: Agent) -> None:
-    ticket = probe_out(agent)
-    streak = state(agent).streak
-    breaker_note_success(agent=agent)
-    for _ in range(streak):
-        fail(agent)
-    assert state(agent).streak == streak
-    assert breaker_probe_moved(ticket=ticket) is not None
-
-
-def test_a_removed_agent_moves_the_probe(agent: Agent) -> None:
-    ticket = probe_out(agent)
-    BreakerState.objects.filter(agent=agent).delete()
-    assert breaker_probe_moved(ticket=ticket) == "the agent was removed"
-
-
-def test_a_refused_probe_keeps_the_history_and_says_so_in_a_history_kept_alert(agent: Agent) -> None:
-    ticket = probe_out(agent)
-    assert breaker_probe_end(ticket=ticket, verdict="refused", detail="invalid_request at HTTP 400") == "refused"
-    alert = Alert.objects.get(kind="history-kept")
-    assert alert.verdict == "refused"
-    assert "fails without its history too" in alert.message and "none of the history was shed" in alert.message
-    assert "No retry was queued" in alert.message and "next wakes it" in alert.message
-    assert HistoryRow.objects.filter(agent=agent, state=HistoryRow.State.SET_ASIDE).count() == 0
-    assert state(agent).probe_verdict == "invalid_request at HTTP 400"
-
-
-def test_an_unclear_probe_raises_a_history_kept_alert_under_its_own_verdict(agent: Agent) -> None:
-    ticket = probe_out(agent)
-    assert breaker_probe_end(ticket=ticket, verdict="unclear", detail="rate_limit at HTTP 429") == "unclear"
-    alert = Alert.objects.get(kind="history-kept")
-    assert alert.verdict == "unclear"
-    assert "couldn't tell whether the history is the cause" in alert.message
-    assert "Nothing was shed and no retry was queued" in alert.message
-
-
 # Shedding (§7.4)
 
 def shed(agent: Agent) -> Any:
-    return history_shed(agent=agent, reason="invalid_request at HTTP 400")
+    return history_shed(agent=agent, reason=SHED_REASON)
 
 
 def marker_rows(agent: Agent) -> list[HistoryRow]:
@@ -342,8 +193,7 @@ def test_the_breaker_says_stop_at_the_cap_and_when_nothing_is_left(agent: Agent)
 
 def test_an_answered_probe_lets_later_failures_of_the_run_shed_without_another_probe(agent: Agent) -> None:
     ticket = probe_out(agent)
-    assert breaker_probe_end(ticket=ticket, verdict="answered", detail="ok") == "answered"
-    shed(agent)
+    assert end(ticket, "answered").shed is not None
     assert fail(agent).action == BreakerAction.SHED
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import MISSING, fields
+
 import pytest
 
 from agentops.models import HistoryRow
 from inference.adapters import adapter_for
 from inference.compile import compile_request
-from inference.probe import PROBE_TEXT, probe_participant, probe_request
+from inference.probe import PROBE_FIELDS, PROBE_TEXT, probe_participant, probe_request
+from inference.types import CompiledRequest, Message
 from tests.factories import AgentFactory, HistoryRowFactory
 
 pytestmark = pytest.mark.django_db
@@ -51,3 +54,33 @@ def test_the_probe_asks_as_the_newest_participant_who_is_not_the_agent() -> None
 def test_with_no_other_participant_the_probe_asks_as_one_that_is_not_the_agents(agent_participant: str, asked_as: str) -> None:
     agent = AgentFactory.create(participant=agent_participant)
     assert probe_participant(agent) == asked_as
+
+
+def test_every_field_of_the_request_has_a_place_in_the_probe_table() -> None:
+    assert set(PROBE_FIELDS) == {f.name for f in fields(CompiledRequest)}
+    assert {name for name, what in PROBE_FIELDS.items() if what == "replaced"} == {"messages", "stream"}
+
+
+def test_the_probe_keeps_every_kept_field_and_replaces_only_the_messages_and_streaming() -> None:
+    failed = CompiledRequest(
+        model="m-9", system="Be brief.", max_tokens=321, stream=True, thinking_budget=1024, tools=TOOLS,
+        messages=[Message(role="user", blocks=[{"type": "text", "text": "alice: hi"}]), Message(role="assistant", blocks=[{"type": "text", "text": "yo"}])],
+    )
+    assert all(getattr(failed, f.name) != f.default for f in fields(CompiledRequest) if f.default is not MISSING)  # every field set
+    probe = probe_request(failed, "alice")
+    for name, what in PROBE_FIELDS.items():
+        if what == "kept":
+            assert getattr(probe, name) == getattr(failed, name), name
+    assert probe.stream is False
+    assert probe.messages == [Message(role="user", blocks=[{"type": "text", "text": f"alice: {PROBE_TEXT}"}])]
+
+
+def test_an_agent_presented_as_user_is_never_who_the_probe_asks_as() -> None:
+    agent = AgentFactory.create(participant="User")
+    HistoryRowFactory.create(agent=agent, seq=1, participant="sam", content="a")
+    HistoryRowFactory.create(agent=agent, seq=2, participant="User", role=HistoryRow.Role.ASSISTANT, content="b")
+    HistoryRowFactory.create(agent=agent, seq=3, participant="User", content="c")  # the agent's own name on a user row
+    assert probe_participant(agent) == "sam"
+    failed = compile_request(agent, HistoryRow.objects.filter(agent=agent).order_by("seq"))
+    [message] = probe_request(failed, probe_participant(agent)).messages
+    assert message.blocks == [{"type": "text", "text": f"sam: {PROBE_TEXT}"}]
