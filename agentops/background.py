@@ -26,6 +26,8 @@ T = TypeVar("T")
 # How often the process checks whether any of its calls' turns was cancelled.
 CANCEL_POLL_S = 0.25
 CONNECT_TIMEOUT_S = 30.0
+# HTTP connection pools per process (see BackgroundLoop.http).
+HTTP_POOLS = 32
 # How long a process that is exiting waits for its live events to go out.
 EXIT_FLUSH_S = 2.0
 
@@ -34,7 +36,8 @@ class BackgroundLoop:
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self._ready = threading.Event()
-        self._http: httpx.AsyncClient | None = None
+        self._http: list[httpx.AsyncClient] = []
+        self._http_next = 0
         self._outbox: asyncio.Queue[Coroutine[Any, Any, None]] = asyncio.Queue()
         self._sender: asyncio.Task[None] | None = None
         self._watched: dict[str, Callable[[], None]] = {}
@@ -86,14 +89,25 @@ class BackgroundLoop:
 
     @property
     def http(self) -> httpx.AsyncClient:
-        """The process's one HTTP client (TLS context and connection pool), used on the loop:
-        no read timeout (the progress bounds decide), a bounded connect."""
-        if self._http is None:
-            self._http = httpx.AsyncClient(
-                timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S),
-                limits=httpx.Limits(max_connections=None, max_keepalive_connections=200),
-            )
-        return self._http
+        """One of the process's HTTP clients, taken in turn, used on the loop: no read timeout
+        (the progress bounds decide), a bounded connect.
+
+        Several pools, not one: httpcore's pool walks every connection it holds each time a
+        request starts or a response closes, so one pool holding a thousand open streams made
+        every call start and every cut cost a thousand checks on the loop that times the cuts.
+        They share one TLS context (loading the trust store costs more than a whole stream)."""
+        if not self._http:
+            tls = httpx.create_ssl_context()
+            self._http = [
+                httpx.AsyncClient(
+                    verify=tls,
+                    timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S),
+                    limits=httpx.Limits(max_connections=None, max_keepalive_connections=200 // HTTP_POOLS),
+                )
+                for _ in range(HTTP_POOLS)
+            ]
+        self._http_next = (self._http_next + 1) % HTTP_POOLS
+        return self._http[self._http_next]
 
     def watch_cancel(self, key: str, abort: Callable[[], None]) -> Callable[[], None]:
         """Call ``abort`` (on the loop) once the Redis key ``key`` exists; returns an unwatch.
