@@ -12,7 +12,9 @@ import os
 import socket
 import time
 import uuid
+from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import connection
@@ -40,6 +42,9 @@ class TurnLease:
         self.owner = owner
         self.lost = False
         self._renewed = time.monotonic()
+        # Held around the renewal's query. The runner passes its bookkeeping gate: a thousand
+        # waiting turns renewing at once would otherwise starve the loop that times the cuts.
+        self.gate: AbstractContextManager[Any] = nullcontext()
 
     @property
     def duration(self) -> timedelta:
@@ -51,9 +56,10 @@ class TurnLease:
             return False
         if time.monotonic() - self._renewed < settings.AGENTOPS_TURN_LEASE_MS / 4000:
             return True
-        now = timezone.now()
-        updated = AgentLease.objects.filter(agent_id=self.agent_id, owner=self.owner).update(until=now + self.duration)
-        connection.close()  # give the connection back to the pool while the call runs
+        with self.gate:
+            now = timezone.now()
+            updated = AgentLease.objects.filter(agent_id=self.agent_id, owner=self.owner).update(until=now + self.duration)
+            connection.close()  # give the connection back to the pool while the call runs
         if not updated:
             self.lost = True
             logger.error("agent %s: the turn lease of %s was taken over; stopping this run", self.agent_id, self.owner)

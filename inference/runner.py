@@ -99,6 +99,7 @@ def agent_drain(agent_id: int) -> None:
         if lease is None:
             logger.debug("agent %s: another worker holds its turn lease", agent_id)
             return
+        lease.gate = _BOOKKEEPING  # renewals happen while this thread has let go of it
         try:
             while not lease.lost and not lifecycle.stopping.is_set() and (turn_id := next_turn_id(agent_id, now=timezone.now())) is not None:
                 turn_run(turn_id, lease)
