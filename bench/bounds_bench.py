@@ -9,7 +9,7 @@ before-content deadline. Measured, in one run on this machine:
 - the worker's peak RSS and the peak number of database connections to the bench database.
 
 Run: ``make bench`` (or ``python -m agentops.launcher exec -- python bench/bounds_bench.py``).
-Options: ``--calls 1000 --repeat 3 --before-content-ms 5000``.
+Options: ``--calls 1000 --repeat 3 --before-content-ms 60000`` (long enough that every stream is open before the first cut).
 """
 
 from __future__ import annotations
@@ -148,6 +148,8 @@ def run_service(standin: str, n: int, before_content_ms: int) -> dict[str, float
         # written before its request is sent, so rows alone do not say the streams are open).
         enqueued = time.time()
         while _open_streams(standin) < n:
+            if InferenceCall.objects.filter(outcome__isnull=False).exists():
+                raise SystemExit("a call ended before every stream was open: raise --before-content-ms")
             _sample(ps, peak, connection)
             time.sleep(0.05)
         all_open = time.time()
@@ -230,7 +232,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3)
     # Long enough that every call is open before the first one is cut (the CPU window).
-    parser.add_argument("--before-content-ms", type=int, default=20000)
+    parser.add_argument("--before-content-ms", type=int, default=60000)
     args = parser.parse_args()
     prepare_database()
     standin, url = start_standin()
