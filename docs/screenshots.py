@@ -6,26 +6,35 @@ Run it explicitly (it is not part of the test suite), with the project's environ
     # or, with your own PostgreSQL and Redis:
     DATABASE_URL=postgres://... REDIS_URL=redis://... .venv/bin/python -m pytest docs/screenshots.py -q
 
-Each shot is a pytest test: it makes the data it shows (a real Celery worker runs turns against
+Each shot is a pytest test: it makes the data it shows (real Celery workers run turns against
 the stand-in provider), logs in to the admin of a live server and saves a PNG under docs/. It
-reuses the test suite's fixtures (workers, the stand-in, the browser).
+reuses the test suite's fixtures (workers, the stand-in, the browser). The dashboard's shot
+needs its websocket, so it serves the ASGI app with uvicorn (``asgi_server``) rather than
+pytest-django's WSGI ``live_server``.
 
 To add a shot: a test that builds its data, then ``shoot(browser, base, path, "name.png")``.
 """
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import pytest
 from django.contrib.auth.models import User
+from django.core.management import call_command
 from django.test import Client
 
 from inference.models import InferenceCall
-from tests.conftest import WorkerPool, celery_app, wait_for
+from tests.conftest import BASE_DIR, LOG_DIR, WorkerPool, _database_url, celery_app, wait_for
 from tests.inference.test_turns import submit, wait_turn
 
 if TYPE_CHECKING:
@@ -88,17 +97,79 @@ def test_timeline_png(bounded: WorkerPool, browser: WebDriver, live_server: Any,
 
 
 # --- docs/dashboard.png -------------------------------------------------------------------
-# The live dashboard page (/dashboard/) is built separately. When it is merged, make it show
-# something (an in-flight call, a hold) and drop the skip: the shot itself is ready.
+# The dashboard follows its websocket, which pytest-django's live server (WSGI) cannot serve:
+# the shot runs the ASGI app under uvicorn, as `make run` does, on the test database.
 DASHBOARD_PATH = "/dashboard/"
 
 
-def test_dashboard_png(workers: WorkerPool, browser: WebDriver, live_server: Any, api: Client, make_agent: Any) -> None:
-    """docs/dashboard.png: the live dashboard with a held turn's countdown (TODO: in-flight calls)."""
-    log_in_as_admin(browser, live_server.url)
-    if Client().get(DASHBOARD_PATH).status_code == 404:
-        pytest.skip(f"{DASHBOARD_PATH} does not exist yet (the dashboard is another branch)")
-    agent = make_agent(model="error:status=429,form=retry-after,wait_ms=1200000,times=1", name="ada")
-    wait_turn(api, submit(api, agent.name, ("alice", "hello"))["id"], {"held"}, timeout=15)
-    out = shoot(browser, live_server.url, DASHBOARD_PATH, "dashboard.png")
+@pytest.fixture
+def asgi_server(transactional_db: None) -> Iterator[str]:
+    """uvicorn serving ``agentops.asgi:application`` on the test database and this Redis, in
+    its own process. Yields its base URL."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, DATABASE_URL=_database_url(), DJANGO_SETTINGS_MODULE="agentops.settings")
+    log = open(LOG_DIR / "shots-uvicorn.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "agentops.asgi:application", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
+        cwd=BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        assert proc.poll() is None, f"uvicorn exited; see {LOG_DIR / 'shots-uvicorn.log'}"
+        try:
+            return httpx.get(f"{base}/health", timeout=2).status_code < 500
+        except httpx.HTTPError:
+            return False
+
+    wait_for(up, timeout=30, what="uvicorn to answer")
+    yield base
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    log.close()
+
+
+@pytest.mark.timeout(240)
+def test_dashboard_png(workers: WorkerPool, browser: WebDriver, asgi_server: str, providers: dict[str, Any]) -> None:
+    """docs/dashboard.png: the live dashboard as an operator sees it while `dashboard_demo`
+    runs, a minute in: a stalled stream just cut at its before-content deadline and its fresh
+    call counting down, a long answer counting down to its absolute deadline, a 20-minute hold,
+    an agent hard down on its breaker with its probe refused, and the alerts."""
+    from selenium.webdriver.common.by import By
+
+    # The demo's agents use the stand-in providers by the names `providers` gives them.
+    call_command("dashboard_demo", stdout=io.StringIO())
+    log_in_as_admin(browser, asgi_server)
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {"width": 1400, "height": 900, "deviceScaleFactor": 1, "mobile": False})
+    browser.get(f"{asgi_server}{DASHBOARD_PATH}")
+
+    def shown() -> bool:
+        conn = browser.find_element(By.ID, "conn").text
+        calling = {e.text for e in browser.find_elements(By.CSS_SELECTOR, "#calls tr:not(.gone) .agent")}
+        holds = len(browser.find_elements(By.CSS_SELECTOR, "#holds tr:not(.gone)"))
+        cut = browser.find_elements(By.CSS_SELECTOR, "#calls tr.gone .outcome-cut")
+        down = browser.find_elements(By.CSS_SELECTOR, "#breakers .streak.down")
+        alerts = browser.find_elements(By.CSS_SELECTOR, "#alerts li")
+        return conn == "live" and {"live-writer", "live-stalled"} <= calling and holds >= 1 and bool(cut and down and alerts)
+
+    # The stalled stream is cut at its before-content deadline, 60 s after it is sent; its
+    # fresh call starts a second later.
+    wait_for(shown, timeout=120, interval=0.25, what="the dashboard to show the cut, the calls, the hold, the breaker and alerts")
+    # New rows and alerts flash yellow for a few seconds (the cut row stays 8 s): shoot once
+    # the flashes are over, the cut row still there.
+    flashing = "return document.getAnimations().filter((a) => a.animationName).length"
+    wait_for(lambda: browser.execute_script(flashing) == 0, timeout=6, interval=0.1, what="the new rows to stop flashing")
+    assert browser.find_elements(By.CSS_SELECTOR, "#calls tr.gone .outcome-cut"), "the cut row left before the shot"
+    assert browser.find_element(By.ID, "conn").text == "live"
+    height = browser.execute_script("return document.documentElement.scrollHeight")
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {"width": 1400, "height": max(900, height), "deviceScaleFactor": 1, "mobile": False})
+    out = DOCS / "dashboard.png"
+    assert browser.save_screenshot(str(out)), f"could not save {out}"
     print(f"saved {out}")
