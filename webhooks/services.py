@@ -31,7 +31,7 @@ from .retry import Next, Verdict, attempt_verdict
 from .selectors import endpoints_for_kind
 from .sender import Answer, post_signed
 from .signing import signature
-from .urlsafety import HostUnresolved, url_refusal
+from .urlsafety import HostUnresolved, url_vet
 
 logger = logging.getLogger(__name__)
 
@@ -149,18 +149,19 @@ def webhook_delivery_attempt(*, delivery_id: int) -> str | None:
         reason = f"not sent: the endpoint is disabled ({endpoint.disabled_reason or 'by an operator'})"
         return _attempt_refused(delivery=delivery, attempt=attempt, reason=reason)
     try:
-        refusal = url_refusal(endpoint.url, allow_private=settings.AGENTOPS_WEBHOOKS_ALLOW_PRIVATE)
+        # Resolved once: the request goes to the addresses checked here, never to a second answer.
+        vetted = url_vet(endpoint.url, allow_private=settings.AGENTOPS_WEBHOOKS_ALLOW_PRIVATE)
     except HostUnresolved as exc:  # DNS may be back by the next attempt
         answer = Answer(status_code=None, retry_after=None, excerpt="", error=bound_text(str(exc), 500), duration_ms=0.0)
     else:
-        if refusal:
-            return _attempt_refused(delivery=delivery, attempt=attempt, reason=f"not sent: {refusal}")
+        if vetted.refusal:
+            return _attempt_refused(delivery=delivery, attempt=attempt, reason=f"not sent: {vetted.refusal}")
         try:
             headers = signed_headers(delivery=delivery, secret=endpoint.secret, now=timezone.now())
         except ValueError as exc:
             return _attempt_refused(delivery=delivery, attempt=attempt, reason=f"not sent: the endpoint's secret does not decode ({exc})")
         answer = post_signed(
-            url=endpoint.url, headers=headers, body=delivery.payload.encode(),
+            url=endpoint.url, addresses=vetted.addresses, headers=headers, body=delivery.payload.encode(),
             timeout_s=settings.AGENTOPS_WEBHOOK_TIMEOUT_MS / 1000,
         )
     now = timezone.now()
