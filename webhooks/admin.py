@@ -18,6 +18,7 @@ from agentops.exceptions import AgentopsError
 
 from .models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
 from .services import webhook_delivery_resend
+from .signing import SECRET_PREFIX
 
 RESEND_PERMISSION = "webhooks.resend_webhookdelivery"
 
@@ -34,6 +35,25 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
     @admin.display(description="kinds")
     def kinds_text(self, obj: WebhookEndpoint) -> str:
         return ", ".join(obj.kinds) or "every kind"
+
+    # The secret signs what receivers trust: a user who may only view endpoints sees it masked.
+    # The add page shows the generated one to whoever adds the endpoint.
+    def get_fields(self, request: HttpRequest, obj: WebhookEndpoint | None = None) -> list[Any]:
+        fields = list(super().get_fields(request, obj))
+        if not self._shows_secret(request, obj):
+            fields = ["secret_masked" if name == "secret" else name for name in fields]
+        return fields
+
+    def get_readonly_fields(self, request: HttpRequest, obj: WebhookEndpoint | None = None) -> list[str]:
+        readonly = list(super().get_readonly_fields(request, obj))
+        return readonly if self._shows_secret(request, obj) else [*readonly, "secret_masked"]
+
+    def _shows_secret(self, request: HttpRequest, obj: WebhookEndpoint | None) -> bool:
+        return obj is None or self.has_change_permission(request, obj)
+
+    @admin.display(description="secret")
+    def secret_masked(self, obj: WebhookEndpoint) -> str:
+        return f"{SECRET_PREFIX}… (hidden: shown to users who may change webhook endpoints)"
 
     def save_model(self, request: HttpRequest, obj: WebhookEndpoint, form: ModelForm, change: bool) -> None:
         if obj.enabled and obj.disabled_at is not None:  # an operator turned it back on

@@ -15,7 +15,7 @@ from django.db import models
 from agentops.models import Alert
 
 from .signing import SECRET_PREFIX, message_id_generate, secret_bytes, secret_generate
-from .urlsafety import HostUnresolved, url_refusal
+from .urlsafety import HostUnresolved, url_for_log, url_refusal
 
 
 def validate_webhook_url(value: str) -> None:
@@ -58,7 +58,8 @@ class WebhookEndpoint(models.Model):
         verbose_name = "webhook endpoint"
 
     def __str__(self) -> str:
-        return self.url
+        # Also what the admin's change log records: never the URL's credentials or query.
+        return url_for_log(self.url)
 
 
 class WebhookCooldown(models.Model):

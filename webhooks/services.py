@@ -31,7 +31,7 @@ from .retry import Next, Verdict, attempt_verdict
 from .selectors import endpoints_for_kind
 from .sender import Answer, post_signed
 from .signing import signature
-from .urlsafety import HostUnresolved, url_vet
+from .urlsafety import HostUnresolved, url_for_log, url_vet
 
 logger = logging.getLogger(__name__)
 
@@ -213,7 +213,7 @@ def _attempt_refused(*, delivery: WebhookDelivery, attempt: WebhookAttempt, reas
         ).update(status=WebhookDelivery.Status.FAILED, next_attempt_at=None, finished_at=now, updated_at=now, last_error=reason[:1000])
     logger.warning(
         "webhook %s for alert %s to endpoint %s (%s): %s. Fix or re-enable the endpoint in the admin, then resend.",
-        delivery.webhook_id, delivery.alert_id, delivery.endpoint_id, delivery.endpoint.url, reason,
+        delivery.webhook_id, delivery.alert_id, delivery.endpoint_id, url_for_log(delivery.endpoint.url), reason,
     )
     return WebhookDelivery.Status.FAILED if changed else None
 
@@ -250,7 +250,7 @@ def _attempt_record(*, delivery: WebhookDelivery, attempt: WebhookAttempt, answe
     if verdict.next is not Next.DELIVERED:
         logger.warning(
             "webhook %s for alert %s to %s: attempt %d: %s%s",
-            delivery.webhook_id, delivery.alert_id, delivery.endpoint.url, attempt.number, verdict.reason,
+            delivery.webhook_id, delivery.alert_id, url_for_log(delivery.endpoint.url), attempt.number, verdict.reason,
             f" ({bound_text(detail, 300)})" if detail else "",
         )
     return status if changed else None
@@ -271,7 +271,7 @@ def webhook_delivery_resend(*, delivery_id: int, actor: str, now: datetime) -> W
             raise Conflict(f"webhook {delivery.webhook_id} is still pending; its next attempt is already due")
         if not delivery.endpoint.enabled:
             raise Conflict(
-                f"webhook {delivery.webhook_id}: endpoint {delivery.endpoint.url} is disabled "
+                f"webhook {delivery.webhook_id}: endpoint {url_for_log(delivery.endpoint.url)} is disabled "
                 f"({delivery.endpoint.disabled_reason or 'by an operator'}); enable it before resending"
             )
         previous = delivery.status
@@ -281,7 +281,7 @@ def webhook_delivery_resend(*, delivery_id: int, actor: str, now: datetime) -> W
         )
         AuditEntry.objects.create(
             actor=actor, action="webhook.resend", target=f"webhook-delivery:{delivery_id}",
-            data={"webhook_id": delivery.webhook_id, "endpoint": delivery.endpoint.url, "alert": delivery.alert_id, "previous_status": previous},
+            data={"webhook_id": delivery.webhook_id, "endpoint": url_for_log(delivery.endpoint.url), "alert": delivery.alert_id, "previous_status": previous},
         )
         transaction.on_commit(lambda: _enqueue([delivery_id]))
     delivery.refresh_from_db()

@@ -63,6 +63,21 @@ def url_vet(url: str, *, allow_private: bool) -> Vetted:
     return Vetted(None, tuple(addresses))
 
 
+def url_for_log(url: str) -> str:
+    """``url`` without its credentials (user:password@), query and fragment, which may carry
+    tokens: the form for logs, audit entries and messages."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return "(a URL that does not parse)"
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{port}" if port is not None else host
+    return SplitResult(parts.scheme, netloc, parts.path, "", "").geturl()
+
+
 def _parts(url: str) -> tuple[SplitResult | None, str | None]:
     try:
         parts = urlsplit(url)
