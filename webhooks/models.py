@@ -19,7 +19,9 @@ from .urlsafety import HostUnresolved, url_for_log, url_refusal
 
 
 def validate_webhook_url(value: str) -> None:
-    """Refuse a URL the service must not send to (see ``urlsafety``). Resolves the host."""
+    """Refuse a URL the service must not send to (see ``urlsafety``). Resolves the host: a caller
+    that validates inside a transaction looks the host up first with ``urlsafety.resolved_ahead``
+    (the admin does), so the transaction does not wait on DNS."""
     try:
         reason = url_refusal(value, allow_private=settings.AGENTOPS_WEBHOOKS_ALLOW_PRIVATE)
     except HostUnresolved as exc:

@@ -13,8 +13,11 @@ address for the check could answer with a private one for the connection (DNS re
 
 from __future__ import annotations
 
+import contextvars
 import ipaddress
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from urllib.parse import SplitResult, urlsplit
 
@@ -26,6 +29,12 @@ class HostUnresolved(OSError):
     """The URL's host did not resolve (which may pass: DNS can be down for a while)."""
 
 
+# Answers looked up ahead of a transaction (see ``resolved_ahead``), by (host, port).
+_ahead: contextvars.ContextVar[dict[tuple[str, int], list[IPAddress] | HostUnresolved] | None] = contextvars.ContextVar(
+    "webhook_hosts_resolved_ahead", default=None
+)
+
+
 @dataclass(frozen=True)
 class Vetted:
     refusal: str | None  # why the service must not send to the URL; None if it may
@@ -34,8 +43,8 @@ class Vetted:
 
 def url_refusal(url: str, *, allow_private: bool) -> str | None:
     """Why the service must not send to ``url``, or None if it may. Resolves the host (blocking
-    DNS: never call it inside a transaction) unless private addresses are allowed. Raises
-    HostUnresolved when the host does not resolve."""
+    DNS: never call it inside a transaction, unless within ``resolved_ahead``) unless private
+    addresses are allowed. Raises HostUnresolved when the host does not resolve."""
     _, refusal = _parts(url)
     if refusal or allow_private:
         return refusal
@@ -61,6 +70,26 @@ def url_vet(url: str, *, allow_private: bool) -> Vetted:
                     "(set AGENTOPS_WEBHOOKS_ALLOW_PRIVATE=true to allow private ones)"
                 )
     return Vetted(None, tuple(addresses))
+
+
+@contextmanager
+def resolved_ahead(url: str) -> Iterator[None]:
+    """Resolve ``url``'s host now, and let checks of that host within the block use this answer
+    instead of asking DNS again: for a caller that must check a URL inside a transaction it did
+    not open (the admin's), so the lookup happens before the transaction starts."""
+    answers: dict[tuple[str, int], list[IPAddress] | HostUnresolved] = dict(_ahead.get() or {})
+    parts, refusal = _parts(url)
+    if parts is not None and parts.hostname and not refusal:
+        key = (parts.hostname, parts.port or (443 if parts.scheme.lower() == "https" else 80))
+        try:
+            answers[key] = _resolve(*key)
+        except HostUnresolved as exc:
+            answers[key] = exc
+    token = _ahead.set(answers)
+    try:
+        yield
+    finally:
+        _ahead.reset(token)
 
 
 def url_for_log(url: str) -> str:
@@ -92,6 +121,11 @@ def _parts(url: str) -> tuple[SplitResult | None, str | None]:
 
 
 def _resolve(host: str, port: int) -> list[IPAddress]:
+    ahead = (_ahead.get() or {}).get((host, port))
+    if isinstance(ahead, HostUnresolved):
+        raise ahead
+    if ahead is not None:
+        return ahead
     try:
         infos = socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)
     except (socket.gaierror, UnicodeError) as exc:
