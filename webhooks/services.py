@@ -22,6 +22,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from agentops.celery import task_countdown_s
 from agentops.exceptions import Conflict, NotFound
 from agentops.models import Alert, AuditEntry
 from agentops.text import bound_text
@@ -118,12 +119,10 @@ def alert_payload(alert: Alert) -> str:
 def _enqueue(delivery_ids: list[int], *, countdown_s: float = 0.0) -> None:
     from .tasks import webhook_deliver
 
-    # A countdown past the broker's visibility timeout would be delivered twice; the row's
-    # next_attempt_at and the sweep cover anything later.
-    limit = settings.CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] / 2
+    # A countdown cut short is fine: the row's next_attempt_at and the sweep cover the rest.
     for delivery_id in delivery_ids:
         if countdown_s > 0:
-            webhook_deliver.apply_async((delivery_id,), countdown=min(countdown_s, limit))
+            webhook_deliver.apply_async((delivery_id,), countdown=task_countdown_s(countdown_s))
         else:
             webhook_deliver.delay(delivery_id)
 
@@ -206,11 +205,11 @@ def _attempt_refused(*, delivery: WebhookDelivery, attempt: WebhookAttempt, reas
     now = timezone.now()
     with transaction.atomic():
         WebhookAttempt.objects.filter(pk=attempt.pk).update(
-            ended_at=now, outcome=WebhookAttempt.Outcome.REFUSED, duration_ms=0.0, error=reason[:1000]
+            ended_at=now, outcome=WebhookAttempt.Outcome.REFUSED, duration_ms=0.0, error=bound_text(reason, 1000)
         )
         changed = WebhookDelivery.objects.filter(
             pk=delivery.pk, status=WebhookDelivery.Status.PENDING, attempts=attempt.number
-        ).update(status=WebhookDelivery.Status.FAILED, next_attempt_at=None, finished_at=now, updated_at=now, last_error=reason[:1000])
+        ).update(status=WebhookDelivery.Status.FAILED, next_attempt_at=None, finished_at=now, updated_at=now, last_error=bound_text(reason, 1000))
     logger.warning(
         "webhook %s for alert %s to endpoint %s (%s): %s. Fix or re-enable the endpoint in the admin, then resend.",
         delivery.webhook_id, delivery.alert_id, delivery.endpoint_id, url_for_log(delivery.endpoint.url), reason,
