@@ -14,6 +14,16 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 
+def task_countdown_s(delay_s: float) -> float:
+    """``delay_s`` as a task's countdown: at most half the broker's visibility timeout, because
+    Redis hands a task not acknowledged within that timeout to a second worker, and a task held
+    for its countdown is not acknowledged. A caller with a longer wait keeps the due time on its
+    row, and a beat sweep sends the task when it is due."""
+    from django.conf import settings
+
+    return min(delay_s, settings.CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] / 2)
+
+
 # Each worker announces itself in Redis with a short TTL, so /health can count live workers
 # without a broadcast round trip.
 WORKER_KEY_TTL_S = 30

@@ -23,13 +23,20 @@ from agentops.models import Alert
 from inference.models import InferenceCall, Turn
 from waits.clock import clock_ms
 from waits.selectors import binding_waits
-from webhooks.models import WebhookDelivery
+from webhooks.models import WebhookAttempt, WebhookDelivery
 
 CUT_LATENESS_BUCKETS_MS: tuple[float, ...] = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000)
 
 IN_FLIGHT = "in_flight"  # the outcome label of a call that has none yet
 NO_BOUND = "none"  # the bound label of a call no bound cut
 PROBE_PENDING = "pending"  # the verdict label of a probe out, or one whose verdict was never read
+# The attempt outcomes that end a round of a delivery's attempts, as the delivery's result.
+WEBHOOK_RESULT_OF_OUTCOME = {
+    WebhookAttempt.Outcome.DELIVERED: WebhookDelivery.Status.DELIVERED,
+    WebhookAttempt.Outcome.FAILED: WebhookDelivery.Status.FAILED,
+    WebhookAttempt.Outcome.REFUSED: WebhookDelivery.Status.FAILED,
+    WebhookAttempt.Outcome.GAVE_UP: WebhookDelivery.Status.GAVE_UP,
+}
 
 
 class DatabaseCollector(Collector):
@@ -113,18 +120,23 @@ class DatabaseCollector(Collector):
         return alerts
 
     def _webhook_deliveries(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
-        counts = {status: 0 for status in WebhookDelivery.Status.values}
-        for status, n in WebhookDelivery.objects.values_list("status").annotate(n=Count("id")):
-            counts[status] = n
-        pending = counts.pop(WebhookDelivery.Status.PENDING)
-        # A resend takes a finished delivery back to pending until its new cycle ends: the one
-        # way these counts step back.
+        # Counted from attempts, not from deliveries' status: a resend takes a finished delivery
+        # back to pending, which would make a count of statuses step back. An attempt row is only
+        # ever added, and its outcome is written once when it ends, so a round of attempts that
+        # ends adds one to its result for good (a resend's round adds another).
+        results = {status: 0 for status in WebhookDelivery.Status.values if status != WebhookDelivery.Status.PENDING}
+        ended = WebhookAttempt.objects.filter(outcome__in=list(WEBHOOK_RESULT_OF_OUTCOME)).values_list("outcome").annotate(n=Count("id"))
+        for outcome, n in ended:
+            results[WEBHOOK_RESULT_OF_OUTCOME[outcome]] += n
         finished = CounterMetricFamily(
-            "agentops_webhook_deliveries", "Webhook deliveries that ended, by result (delivered, failed, gave_up).", labels=["result"]
+            "agentops_webhook_deliveries",
+            "Webhook delivery rounds that ended (a resend starts another), by result (delivered, failed, gave_up).",
+            labels=["result"],
         )
-        for status, n in counts.items():
-            finished.add_metric([status], n)
+        for result, n in results.items():
+            finished.add_metric([result], n)
         yield finished
+        pending = WebhookDelivery.objects.filter(status=WebhookDelivery.Status.PENDING).count()
         yield GaugeMetricFamily("agentops_webhook_deliveries_pending", "Webhook deliveries waiting for an attempt now.", value=pending)
 
 

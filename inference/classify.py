@@ -9,6 +9,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
+from datetime import UTC
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -103,15 +104,7 @@ def stated_wait_ms(headers: Mapping[str, str], body: Any, now_ms: float) -> floa
         if value is not None:
             return _clamp(value)
     if "retry-after" in lower:
-        raw = lower["retry-after"].strip()
-        value = _number(raw)
-        if value is not None and not math.isnan(value):
-            return _clamp(value * 1000)
-        try:
-            when = parsedate_to_datetime(raw)
-        except (TypeError, ValueError, IndexError):
-            return math.nan
-        return _clamp(when.timestamp() * 1000 - now_ms)
+        return retry_after_header_ms(lower["retry-after"], now_ms)
     err = _error_object(body)
     for source in (err, body if isinstance(body, dict) else {}):
         if "retry_after_ms" in source:
@@ -126,6 +119,24 @@ def stated_wait_ms(headers: Mapping[str, str], body: Any, now_ms: float) -> floa
         if delay is not None:
             return _clamp(delay * 1000)
     return None
+
+
+def retry_after_header_ms(raw: str, now_ms: float) -> float:
+    """A ``retry-after`` header's wait in ms from ``now_ms``: delay-seconds or an HTTP date. An
+    HTTP date is GMT by definition, so one whose zone is missing or ``-0000`` is read as UTC.
+    Negative or past means 0; NaN for a value that does not read, ±inf for an infinite one.
+    Shared with webhooks (``webhooks.retry``), so both read a receiver's header alike."""
+    text = raw.strip()
+    value = _number(text)
+    if value is not None and not math.isnan(value):
+        return _clamp(value * 1000)
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return math.nan
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return _clamp(when.timestamp() * 1000 - now_ms)
 
 
 def _retry_delay(source: Mapping[str, Any]) -> float | None:

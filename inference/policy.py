@@ -50,6 +50,12 @@ class Decision:
     reason: str = ""
 
 
+def jittered(delay_ms: float, jitter: float) -> float:
+    """``delay_ms`` spread by up to half again (``jitter`` in [0, 1)), so callers that failed
+    together do not all come back in the same instant. Shared with webhooks' backoff."""
+    return delay_ms * (1 + 0.5 * jitter)
+
+
 def after_completed_call() -> RetryState:
     """A completed call resets every count and the retry episode."""
     return RetryState()
@@ -80,7 +86,7 @@ def decide(
         return Decision(Action.HOLD, delay_ms=error.retry_after_ms, reason="the provider stated a wait"), state
     if error.type == "rate_limit":
         # The service's own pacing: the provider said to slow down but not for how long.
-        delay = min(settings.pacing_floor_ms * (1 + 0.5 * jitter), settings.pacing_cap_ms)
+        delay = min(jittered(settings.pacing_floor_ms, jitter), settings.pacing_cap_ms)
         return Decision(Action.RETRY, delay_ms=delay), state
 
     if error.type in BASE_RETRYABLE:
@@ -88,7 +94,7 @@ def decide(
             return Decision(Action.EXHAUST, reason="retries spent"), state
         base = settings.base_delays_ms[state.base_retries]
         return (
-            Decision(Action.RETRY, delay_ms=base * (1 + 0.5 * jitter)),
+            Decision(Action.RETRY, delay_ms=jittered(base, jitter)),
             replace(state, base_retries=state.base_retries + 1),
         )
     return Decision(Action.FAIL, reason="not retryable"), state

@@ -12,6 +12,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from agentops.celery import task_countdown_s
 from agentops.exceptions import BadRequest, Conflict, NotFound
 from agentops.live import broadcast_turn_event
 from agentops.models import Agent, AuditEntry, HistoryRow
@@ -62,8 +63,8 @@ def schedule_drain(agent_id: int, delay_s: float) -> None:
     visibility timeout; the beat sweep picks up anything later."""
     from .tasks import agent_drain
 
-    limit = settings.CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] / 2
-    transaction.on_commit(lambda: agent_drain.apply_async((agent_id,), countdown=min(delay_s, limit)))
+    countdown = task_countdown_s(delay_s)
+    transaction.on_commit(lambda: agent_drain.apply_async((agent_id,), countdown=countdown))
 
 
 def turn_submit(*, agent_id: int, messages: list[IncomingMessage]) -> tuple[Turn, bool]:

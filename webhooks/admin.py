@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
+from django.conf import settings
 from django.contrib import admin
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import QuerySet
 from django.forms import ModelForm
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
 from agentops.admin import ReadOnlyAdmin
@@ -18,6 +21,8 @@ from agentops.exceptions import AgentopsError
 
 from .models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
 from .services import webhook_delivery_resend
+from .signing import SECRET_PREFIX
+from .urlsafety import resolved_ahead
 
 RESEND_PERMISSION = "webhooks.resend_webhookdelivery"
 
@@ -35,12 +40,51 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
     def kinds_text(self, obj: WebhookEndpoint) -> str:
         return ", ".join(obj.kinds) or "every kind"
 
+    # The secret signs what receivers trust: a user who may only view endpoints sees it masked.
+    # The add page shows the generated one to whoever adds the endpoint.
+    def get_fields(self, request: HttpRequest, obj: WebhookEndpoint | None = None) -> list[Any]:
+        fields = list(super().get_fields(request, obj))
+        if not self._shows_secret(request, obj):
+            fields = ["secret_masked" if name == "secret" else name for name in fields]
+        return fields
+
+    def get_readonly_fields(self, request: HttpRequest, obj: WebhookEndpoint | None = None) -> list[str]:
+        readonly = list(super().get_readonly_fields(request, obj))
+        return readonly if self._shows_secret(request, obj) else [*readonly, "secret_masked"]
+
+    def _shows_secret(self, request: HttpRequest, obj: WebhookEndpoint | None) -> bool:
+        return obj is None or self.has_change_permission(request, obj)
+
+    @admin.display(description="secret")
+    def secret_masked(self, obj: WebhookEndpoint) -> str:
+        return f"{SECRET_PREFIX}… (hidden: shown to users who may change webhook endpoints)"
+
+    def changeform_view(
+        self, request: HttpRequest, object_id: str | None = None, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        # Django runs a POST's form validation inside the transaction it opens for the save
+        # (ModelAdmin.changeform_view), and the URL's validator resolves the host: look the host
+        # up here, before that transaction, so no transaction waits on DNS (STYLE 6).
+        if request.method != "POST" or settings.AGENTOPS_WEBHOOKS_ALLOW_PRIVATE:
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        with resolved_ahead(_as_the_form_reads_it(request.POST.get("url", ""))):
+            return super().changeform_view(request, object_id, form_url, extra_context)
+
     def save_model(self, request: HttpRequest, obj: WebhookEndpoint, form: ModelForm, change: bool) -> None:
         if obj.enabled and obj.disabled_at is not None:  # an operator turned it back on
             obj.disabled_at, obj.disabled_reason = None, ""
         elif not obj.enabled and obj.disabled_at is None:
             obj.disabled_at, obj.disabled_reason = timezone.now(), f"disabled by admin:{request.user.get_username()}"
         super().save_model(request, obj, form, change)
+
+
+def _as_the_form_reads_it(raw: str) -> str:
+    """The URL the endpoint form will check (a missing scheme means https), or ``raw`` if the
+    form will refuse it anyway."""
+    try:
+        return str(forms.URLField(assume_scheme="https", required=False).clean(raw))
+    except ValidationError:
+        return raw
 
 
 class WebhookAttemptInline(admin.TabularInline):

@@ -15,11 +15,13 @@ from django.db import models
 from agentops.models import Alert
 
 from .signing import SECRET_PREFIX, message_id_generate, secret_bytes, secret_generate
-from .urlsafety import HostUnresolved, url_refusal
+from .urlsafety import HostUnresolved, url_for_log, url_refusal
 
 
 def validate_webhook_url(value: str) -> None:
-    """Refuse a URL the service must not send to (see ``urlsafety``). Resolves the host."""
+    """Refuse a URL the service must not send to (see ``urlsafety``). Resolves the host: a caller
+    that validates inside a transaction looks the host up first with ``urlsafety.resolved_ahead``
+    (the admin does), so the transaction does not wait on DNS."""
     try:
         reason = url_refusal(value, allow_private=settings.AGENTOPS_WEBHOOKS_ALLOW_PRIVATE)
     except HostUnresolved as exc:
@@ -58,7 +60,8 @@ class WebhookEndpoint(models.Model):
         verbose_name = "webhook endpoint"
 
     def __str__(self) -> str:
-        return self.url
+        # Also what the admin's change log records: never the URL's credentials or query.
+        return url_for_log(self.url)
 
 
 class WebhookCooldown(models.Model):

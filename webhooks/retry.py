@@ -13,7 +13,9 @@ import enum
 import math
 from dataclasses import dataclass
 from datetime import datetime
-from email.utils import parsedate_to_datetime
+
+from inference.classify import retry_after_header_ms
+from inference.policy import jittered
 
 RETRYABLE_4XX = frozenset({408, 429})
 GONE = 410
@@ -35,24 +37,13 @@ class Verdict:
 
 
 def retry_after_ms(raw: str | None, *, now: datetime) -> float | None:
-    """A ``retry-after`` value in milliseconds from ``now``: delay-seconds or an HTTP date.
-    None if absent or unreadable; never negative (a date in the past means "now")."""
+    """A ``retry-after`` value in milliseconds from ``now``: delay-seconds or an HTTP date, read
+    as inference reads a provider's (a date without a zone is GMT). None if absent, unreadable or
+    not finite; never negative (a past date or negative seconds mean "now")."""
     if raw is None or not raw.strip():
         return None
-    text = raw.strip()
-    try:
-        seconds = float(text)
-    except ValueError:
-        try:
-            when = parsedate_to_datetime(text)
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when.tzinfo is None:  # an HTTP date is GMT by definition
-            return None
-        return max(0.0, (when - now).total_seconds() * 1000)
-    if not math.isfinite(seconds) or seconds < 0:
-        return None
-    return seconds * 1000
+    wait = retry_after_header_ms(raw, now.timestamp() * 1000)
+    return wait if math.isfinite(wait) else None
 
 
 def backoff_ms(*, attempt: int, base_ms: float, max_ms: float, jitter: float) -> float:
@@ -60,7 +51,7 @@ def backoff_ms(*, attempt: int, base_ms: float, max_ms: float, jitter: float) ->
     capped, then spread by up to half again (``jitter`` in [0, 1)) so a receiver that comes back
     is not hit by every queued delivery in the same instant."""
     plain = min(max_ms, base_ms * 2 ** min(attempt - 1, 60))
-    return min(max_ms, plain * (1 + 0.5 * jitter))
+    return min(max_ms, jittered(plain, jitter))
 
 
 def attempt_verdict(

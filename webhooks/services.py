@@ -22,6 +22,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from agentops.celery import task_countdown_s
 from agentops.exceptions import Conflict, NotFound
 from agentops.models import Alert, AuditEntry
 from agentops.text import bound_text
@@ -31,7 +32,7 @@ from .retry import Next, Verdict, attempt_verdict
 from .selectors import endpoints_for_kind
 from .sender import Answer, post_signed
 from .signing import signature
-from .urlsafety import HostUnresolved, url_refusal
+from .urlsafety import HostUnresolved, url_for_log, url_vet
 
 logger = logging.getLogger(__name__)
 
@@ -118,12 +119,10 @@ def alert_payload(alert: Alert) -> str:
 def _enqueue(delivery_ids: list[int], *, countdown_s: float = 0.0) -> None:
     from .tasks import webhook_deliver
 
-    # A countdown past the broker's visibility timeout would be delivered twice; the row's
-    # next_attempt_at and the sweep cover anything later.
-    limit = settings.CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] / 2
+    # A countdown cut short is fine: the row's next_attempt_at and the sweep cover the rest.
     for delivery_id in delivery_ids:
         if countdown_s > 0:
-            webhook_deliver.apply_async((delivery_id,), countdown=min(countdown_s, limit))
+            webhook_deliver.apply_async((delivery_id,), countdown=task_countdown_s(countdown_s))
         else:
             webhook_deliver.delay(delivery_id)
 
@@ -149,18 +148,19 @@ def webhook_delivery_attempt(*, delivery_id: int) -> str | None:
         reason = f"not sent: the endpoint is disabled ({endpoint.disabled_reason or 'by an operator'})"
         return _attempt_refused(delivery=delivery, attempt=attempt, reason=reason)
     try:
-        refusal = url_refusal(endpoint.url, allow_private=settings.AGENTOPS_WEBHOOKS_ALLOW_PRIVATE)
+        # Resolved once: the request goes to the addresses checked here, never to a second answer.
+        vetted = url_vet(endpoint.url, allow_private=settings.AGENTOPS_WEBHOOKS_ALLOW_PRIVATE)
     except HostUnresolved as exc:  # DNS may be back by the next attempt
         answer = Answer(status_code=None, retry_after=None, excerpt="", error=bound_text(str(exc), 500), duration_ms=0.0)
     else:
-        if refusal:
-            return _attempt_refused(delivery=delivery, attempt=attempt, reason=f"not sent: {refusal}")
+        if vetted.refusal:
+            return _attempt_refused(delivery=delivery, attempt=attempt, reason=f"not sent: {vetted.refusal}")
         try:
             headers = signed_headers(delivery=delivery, secret=endpoint.secret, now=timezone.now())
         except ValueError as exc:
             return _attempt_refused(delivery=delivery, attempt=attempt, reason=f"not sent: the endpoint's secret does not decode ({exc})")
         answer = post_signed(
-            url=endpoint.url, headers=headers, body=delivery.payload.encode(),
+            url=endpoint.url, addresses=vetted.addresses, headers=headers, body=delivery.payload.encode(),
             timeout_s=settings.AGENTOPS_WEBHOOK_TIMEOUT_MS / 1000,
         )
     now = timezone.now()
@@ -205,14 +205,14 @@ def _attempt_refused(*, delivery: WebhookDelivery, attempt: WebhookAttempt, reas
     now = timezone.now()
     with transaction.atomic():
         WebhookAttempt.objects.filter(pk=attempt.pk).update(
-            ended_at=now, outcome=WebhookAttempt.Outcome.REFUSED, duration_ms=0.0, error=reason[:1000]
+            ended_at=now, outcome=WebhookAttempt.Outcome.REFUSED, duration_ms=0.0, error=bound_text(reason, 1000)
         )
         changed = WebhookDelivery.objects.filter(
             pk=delivery.pk, status=WebhookDelivery.Status.PENDING, attempts=attempt.number
-        ).update(status=WebhookDelivery.Status.FAILED, next_attempt_at=None, finished_at=now, updated_at=now, last_error=reason[:1000])
+        ).update(status=WebhookDelivery.Status.FAILED, next_attempt_at=None, finished_at=now, updated_at=now, last_error=bound_text(reason, 1000))
     logger.warning(
         "webhook %s for alert %s to endpoint %s (%s): %s. Fix or re-enable the endpoint in the admin, then resend.",
-        delivery.webhook_id, delivery.alert_id, delivery.endpoint_id, delivery.endpoint.url, reason,
+        delivery.webhook_id, delivery.alert_id, delivery.endpoint_id, url_for_log(delivery.endpoint.url), reason,
     )
     return WebhookDelivery.Status.FAILED if changed else None
 
@@ -249,7 +249,7 @@ def _attempt_record(*, delivery: WebhookDelivery, attempt: WebhookAttempt, answe
     if verdict.next is not Next.DELIVERED:
         logger.warning(
             "webhook %s for alert %s to %s: attempt %d: %s%s",
-            delivery.webhook_id, delivery.alert_id, delivery.endpoint.url, attempt.number, verdict.reason,
+            delivery.webhook_id, delivery.alert_id, url_for_log(delivery.endpoint.url), attempt.number, verdict.reason,
             f" ({bound_text(detail, 300)})" if detail else "",
         )
     return status if changed else None
@@ -270,7 +270,7 @@ def webhook_delivery_resend(*, delivery_id: int, actor: str, now: datetime) -> W
             raise Conflict(f"webhook {delivery.webhook_id} is still pending; its next attempt is already due")
         if not delivery.endpoint.enabled:
             raise Conflict(
-                f"webhook {delivery.webhook_id}: endpoint {delivery.endpoint.url} is disabled "
+                f"webhook {delivery.webhook_id}: endpoint {url_for_log(delivery.endpoint.url)} is disabled "
                 f"({delivery.endpoint.disabled_reason or 'by an operator'}); enable it before resending"
             )
         previous = delivery.status
@@ -280,7 +280,7 @@ def webhook_delivery_resend(*, delivery_id: int, actor: str, now: datetime) -> W
         )
         AuditEntry.objects.create(
             actor=actor, action="webhook.resend", target=f"webhook-delivery:{delivery_id}",
-            data={"webhook_id": delivery.webhook_id, "endpoint": delivery.endpoint.url, "alert": delivery.alert_id, "previous_status": previous},
+            data={"webhook_id": delivery.webhook_id, "endpoint": url_for_log(delivery.endpoint.url), "alert": delivery.alert_id, "previous_status": previous},
         )
         transaction.on_commit(lambda: _enqueue([delivery_id]))
     delivery.refresh_from_db()

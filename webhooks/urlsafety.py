@@ -1,62 +1,141 @@
-"""Which webhook URLs the service will send to (DESIGN §8).
+"""Which webhook URLs the service will send to, and where an attempt connects (DESIGN §8).
 
 Only http and https. Unless ``AGENTOPS_WEBHOOKS_ALLOW_PRIVATE`` is set, a host must resolve to
 public addresses only: an endpoint that points at loopback, a private range, link-local (cloud
 metadata at 169.254.169.254), multicast, reserved or unspecified addresses would let whoever
 edits endpoints make the service probe its own network. The check runs when an endpoint is saved
 and again before every attempt, because what a name resolves to can change after it was saved.
+
+An attempt resolves the host once (``url_vet``) and connects to the addresses it checked: if
+the sender let the HTTP client resolve the name again, a name that answered with a public
+address for the check could answer with a private one for the connection (DNS rebinding).
 """
 
 from __future__ import annotations
 
+import contextvars
 import ipaddress
 import socket
-from urllib.parse import urlsplit
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from urllib.parse import SplitResult, urlsplit
 
 SCHEMES = ("http", "https")
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
-
 class HostUnresolved(OSError):
     """The URL's host did not resolve (which may pass: DNS can be down for a while)."""
 
 
+# Answers looked up ahead of a transaction (see ``resolved_ahead``), by (host, port).
+_ahead: contextvars.ContextVar[dict[tuple[str, int], list[IPAddress] | HostUnresolved] | None] = contextvars.ContextVar(
+    "webhook_hosts_resolved_ahead", default=None
+)
+
+
+@dataclass(frozen=True)
+class Vetted:
+    refusal: str | None  # why the service must not send to the URL; None if it may
+    addresses: tuple[IPAddress, ...] = ()  # what the host resolved to, every one allowed
+
+
 def url_refusal(url: str, *, allow_private: bool) -> str | None:
     """Why the service must not send to ``url``, or None if it may. Resolves the host (blocking
-    DNS: never call it inside a transaction) unless private addresses are allowed.
-    Raises HostUnresolved when the host does not resolve."""
+    DNS: never call it inside a transaction, unless within ``resolved_ahead``) unless private
+    addresses are allowed. Raises HostUnresolved when the host does not resolve."""
+    _, refusal = _parts(url)
+    if refusal or allow_private:
+        return refusal
+    return url_vet(url, allow_private=False).refusal
+
+
+def url_vet(url: str, *, allow_private: bool) -> Vetted:
+    """Resolve ``url``'s host once and check every address it resolves to. A URL that may be
+    sent to comes back with those addresses: connect to them, not to the name. Blocking DNS:
+    never call it inside a transaction. Raises HostUnresolved when the host does not resolve."""
+    parts, refusal = _parts(url)
+    if refusal:
+        return Vetted(refusal)
+    assert parts is not None and parts.hostname
+    host = parts.hostname
+    addresses = _resolve(host, parts.port or (443 if parts.scheme.lower() == "https" else 80))
+    if not allow_private:
+        for address in addresses:
+            kind = _non_public(address)
+            if kind:
+                return Vetted(
+                    f"{host} resolves to {address}, a {kind} address; webhooks go to public addresses only "
+                    "(set AGENTOPS_WEBHOOKS_ALLOW_PRIVATE=true to allow private ones)"
+                )
+    return Vetted(None, tuple(addresses))
+
+
+@contextmanager
+def resolved_ahead(url: str) -> Iterator[None]:
+    """Resolve ``url``'s host now, and let checks of that host within the block use this answer
+    instead of asking DNS again: for a caller that must check a URL inside a transaction it did
+    not open (the admin's), so the lookup happens before the transaction starts."""
+    answers: dict[tuple[str, int], list[IPAddress] | HostUnresolved] = dict(_ahead.get() or {})
+    parts, refusal = _parts(url)
+    if parts is not None and parts.hostname and not refusal:
+        key = (parts.hostname, parts.port or (443 if parts.scheme.lower() == "https" else 80))
+        try:
+            answers[key] = _resolve(*key)
+        except HostUnresolved as exc:
+            answers[key] = exc
+    token = _ahead.set(answers)
+    try:
+        yield
+    finally:
+        _ahead.reset(token)
+
+
+def url_for_log(url: str) -> str:
+    """``url`` without its credentials (user:password@), query and fragment, which may carry
+    tokens: the form for logs, audit entries and messages."""
     try:
         parts = urlsplit(url)
+        host = parts.hostname or ""
         port = parts.port
+    except ValueError:
+        return "(a URL that does not parse)"
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{port}" if port is not None else host
+    return SplitResult(parts.scheme, netloc, parts.path, "", "").geturl()
+
+
+def _parts(url: str) -> tuple[SplitResult | None, str | None]:
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 -- raises ValueError for a port out of range
     except ValueError as exc:
-        return f"the URL does not parse: {exc}"
+        return None, f"the URL does not parse: {exc}"
     if parts.scheme.lower() not in SCHEMES:
-        return f"only http and https URLs are allowed, not {parts.scheme or 'a URL without a scheme'}"
-    host = parts.hostname
-    if not host:
-        return "the URL has no host"
-    if allow_private:
-        return None
-    for address in _resolve(host, port or (443 if parts.scheme.lower() == "https" else 80)):
-        kind = _non_public(address)
-        if kind:
-            return (
-                f"{host} resolves to {address}, a {kind} address; webhooks go to public addresses only "
-                "(set AGENTOPS_WEBHOOKS_ALLOW_PRIVATE=true to allow private ones)"
-            )
-    return None
+        return None, f"only http and https URLs are allowed, not {parts.scheme or 'a URL without a scheme'}"
+    if not parts.hostname:
+        return None, "the URL has no host"
+    return parts, None
 
 
 def _resolve(host: str, port: int) -> list[IPAddress]:
+    ahead = (_ahead.get() or {}).get((host, port))
+    if isinstance(ahead, HostUnresolved):
+        raise ahead
+    if ahead is not None:
+        return ahead
     try:
         infos = socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)
     except (socket.gaierror, UnicodeError) as exc:
         raise HostUnresolved(f"{host} does not resolve: {exc}") from exc
-    addresses = []
+    addresses: list[IPAddress] = []
     for info in infos:
         raw = str(info[4][0]).split("%", 1)[0]  # drop an IPv6 zone id
-        addresses.append(ipaddress.ip_address(raw))
+        address = ipaddress.ip_address(raw)
+        if address not in addresses:
+            addresses.append(address)
     if not addresses:
         raise HostUnresolved(f"{host} resolves to no address")
     return addresses

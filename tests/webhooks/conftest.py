@@ -3,6 +3,7 @@ webhook settings make retries take milliseconds and allow the loopback receiver.
 
 from __future__ import annotations
 
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -43,12 +44,14 @@ class Reply:
 
 
 class Receiver:
-    """A real HTTP server on 127.0.0.1 that answers each POST with the next scripted reply
-    (200 once the script runs out) and records what it was sent."""
+    """A real HTTP server on a loopback address (127.0.0.1 unless told) that answers each POST
+    with the next scripted reply (200 once the script runs out) and records what it was sent.
+    With ``tls`` it speaks https and records the server name (SNI) of each handshake."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, tls: ssl.SSLContext | None = None) -> None:
         self.script: list[Reply] = []
         self.requests: list[Received] = []
+        self.server_names: list[str | None] = []
         self.lock = threading.Lock()
         receiver = self
 
@@ -71,8 +74,12 @@ class Receiver:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        self.server = ThreadingHTTPServer((host, port), Handler)
+        self.port = int(self.server.server_address[1])
+        self.url = f"http://{host}:{self.port}/hook"
+        if tls is not None:
+            tls.sni_callback = lambda _sock, name, _ctx: self.server_names.append(name)  # type: ignore[assignment]
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 

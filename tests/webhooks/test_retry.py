@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
+from typing import Any
 
 import pytest
 
@@ -62,8 +63,27 @@ def test_retry_after_reads_seconds_and_http_dates() -> None:
     assert retry_after_ms(" 1.5 ", now=NOW) == 1500
     assert retry_after_ms(format_datetime(NOW + timedelta(seconds=90), usegmt=True), now=NOW) == 90_000
     assert retry_after_ms(format_datetime(NOW - timedelta(seconds=90), usegmt=True), now=NOW) == 0
-    for unreadable in (None, "", "soon", "-5", "nan", "inf", "Mon, 99 Foo 2025"):
+    assert retry_after_ms("-5", now=NOW) == 0  # a wait in the past means now, as a past date does
+    for unreadable in (None, "", "soon", "nan", "inf", "Mon, 99 Foo 2025"):
         assert retry_after_ms(unreadable, now=NOW) is None
+
+
+@pytest.mark.parametrize("zone", [" -0000", ""])
+def test_an_http_date_without_a_time_zone_is_read_as_gmt_as_inference_reads_it(zone: str) -> None:
+    from inference.classify import stated_wait_ms
+
+    header = "Wed, 01 Jan 2025 12:01:30" + zone  # NOW + 90 s, GMT
+    assert retry_after_ms(header, now=NOW) == 90_000
+    assert stated_wait_ms({"retry-after": header}, None, NOW.timestamp() * 1000) == 90_000
+
+
+def test_a_retry_countdown_is_cut_to_half_the_brokers_visibility_timeout(settings: Any) -> None:
+    from agentops.celery import task_countdown_s
+
+    half = settings.CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] / 2
+    assert task_countdown_s(half - 1) == half - 1
+    assert task_countdown_s(half) == half
+    assert task_countdown_s(half + 1) == half
 
 
 def test_an_unreadable_retry_after_falls_back_to_the_backoff() -> None:

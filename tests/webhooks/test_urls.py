@@ -86,3 +86,41 @@ def test_the_admin_form_refuses_a_loopback_url_on_the_url_field_and_saves_a_publ
     assert response.status_code == 302
     saved = WebhookEndpoint.objects.get()
     assert saved.kinds == ["hard-down", "provider-wait"] and saved.secret == secret and saved.enabled
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("answer", "saved"),
+    [("8.8.8.8", True), ("10.0.0.1", False)],
+)
+def test_the_admin_looks_the_host_up_before_it_opens_its_transaction(
+    private_refused: None, monkeypatch: pytest.MonkeyPatch, answer: str, saved: bool
+) -> None:
+    import socket
+
+    from django.db import connection
+
+    real_getaddrinfo = socket.getaddrinfo
+    in_transaction: list[bool] = []
+
+    def getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if host != "hooks.example.test":
+            return real_getaddrinfo(host, port, *args, **kwargs)
+        in_transaction.append(connection.in_atomic_block)
+        return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (answer, int(port)))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    client = Client()
+    client.force_login(User.objects.create_superuser("root", password="x"))
+    secret = client.get("/admin/webhooks/webhookendpoint/add/").context["adminform"].form["secret"].initial
+
+    # No scheme: the form reads it as https, and so does the look-up ahead.
+    form = {"url": "hooks.example.test/hook", "description": "", "kinds": "", "enabled": "on", "secret": secret}
+    response = client.post("/admin/webhooks/webhookendpoint/add/", form)
+
+    assert in_transaction == [False]  # one look-up, before the admin's transaction
+    if saved:
+        assert response.status_code == 302 and WebhookEndpoint.objects.get().url == "https://hooks.example.test/hook"
+    else:
+        assert "10.0.0.1, a private address" in response.context["adminform"].form.errors["url"][0]
+        assert not WebhookEndpoint.objects.exists()
