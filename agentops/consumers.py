@@ -9,9 +9,8 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from agentops.alerts import DASHBOARD_GROUP
 from agentops.dashboard import dashboard_snapshot
-from agentops.live import turn_group
+from agentops.live import DASHBOARD_GROUP, turn_group
 from agentops.tokens import api_token_check
 
 
