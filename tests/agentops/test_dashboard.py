@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,51 @@ async def test_a_wait_that_changes_nothing_sends_no_hold_event(staff: User) -> N
     # A shorter wait than the one binding changes nothing: no event.
     await database_sync_to_async(wait_record)(agent=agent, model="m1", retry_after_ms=1000, reason="shorter", now_ms=now)
     assert await ws.receive_nothing(timeout=0.5)
+    await ws.disconnect()
+
+
+# As ASGI messages: the communicator's send_to refuses an empty frame.
+BAD_FRAMES: list[dict[str, Any]] = [
+    {"bytes": b"\x00\x01binary"},
+    {"bytes": b""},
+    {"text": ""},
+    {"text": "{not json"},
+    {"text": "[" * 100_000},  # deeper than the JSON decoder recurses
+    {"text": "[1, 2]"},
+    {"text": '"snapshot"'},
+    {"text": '{"type": "delete-everything"}'},
+    {"text": '{"type": ["snapshot"]}'},
+]
+
+
+async def test_bad_frames_and_unknown_messages_are_ignored_and_the_socket_keeps_working(staff: User) -> None:
+    ws, connected, _ = await dashboard_socket(staff)
+    assert connected
+    assert (await ws.receive_json_from(timeout=10))["type"] == "snapshot"
+    for frame in BAD_FRAMES:
+        await ws.send_input({"type": "websocket.receive", **frame})
+        assert await ws.receive_nothing(timeout=0.1), frame  # no reply, no close, no crash
+    alert = await database_sync_to_async(alert_raise)(kind="hard-down", agent="ada", model="m1", message="still here")
+    event = await ws.receive_json_from(timeout=10)  # re-raises the consumer's error had it crashed
+    assert event["type"] == "alert.raised" and event["alert"]["id"] == alert.pk
+    await ws.disconnect()
+
+
+async def test_snapshot_requests_are_answered_at_most_once_per_two_seconds(staff: User) -> None:
+    ws, connected, _ = await dashboard_socket(staff)
+    assert connected
+    assert (await ws.receive_json_from(timeout=10))["type"] == "snapshot"
+    first = time.monotonic()
+    for _ in range(5):
+        await ws.send_json_to({"type": "snapshot"})
+    # The five are answered by one snapshot, deferred to the end of the window the first opened.
+    deferred = await ws.receive_json_from(timeout=10)
+    assert deferred["type"] == "snapshot" and time.monotonic() - first > 1.5
+    assert await ws.receive_nothing(timeout=2.5)
+    # The window has passed: the next request is answered at once.
+    await ws.send_json_to({"type": "snapshot"})
+    asked = time.monotonic()
+    assert (await ws.receive_json_from(timeout=10))["type"] == "snapshot" and time.monotonic() - asked < 1.0
     await ws.disconnect()
 
 
