@@ -49,17 +49,16 @@ def call_deadline_ms(*, sent_ms: float, streamed: bool, max_tokens: int | None) 
     last one no model event can move (``final_ms``, ``final_bound``). All None when the bounds
     are off. A streamed call that gets content moves past its first deadline: the page then
     counts down to the final one."""
-    from inference.bounds import Bound, CallState, next_deadline
+    from inference.bounds import FIXED_BOUNDS, CallState, bound_deadlines, next_deadline
     from inference.config import bounds_settings
 
     bounds = bounds_settings()
-    first = next_deadline(CallState(sent=sent_ms, streamed=streamed, max_tokens=max_tokens), bounds)
+    state = CallState(sent=sent_ms, streamed=streamed, max_tokens=max_tokens)
+    first = next_deadline(state, bounds)
     if bounds is None or first is None:
         return {"deadline_ms": None, "bound": None, "final_ms": None, "final_bound": None}
-    final_ms, final_bound = first.at, first.bound.value
-    if streamed:
-        final_ms, final_bound = sent_ms + bounds.absolute_ms, Bound.ABSOLUTE.value
-    return {"deadline_ms": first.at, "bound": first.bound.value, "final_ms": final_ms, "final_bound": final_bound}
+    final = next(d for d in bound_deadlines(state, bounds) if d.bound in FIXED_BOUNDS)
+    return {"deadline_ms": first.at, "bound": first.bound.value, "final_ms": final.at, "final_bound": final.bound.value}
 
 
 def call_live_out(call: InferenceCall, *, agent: str) -> dict[str, Any]:

@@ -19,7 +19,9 @@ from django.test import Client
 
 from agentops.alerts import alert_raise
 from agentops.asgi import application
+from agentops.dashboard import call_deadline_ms
 from agentops.models import Agent
+from inference.config import bounds_settings
 from inference.models import InferenceCall
 from tests.factories import AgentFactory
 from tests.inference.test_websocket import _queued_turn_without_enqueue
@@ -215,6 +217,38 @@ async def test_a_call_in_flight_shows_with_its_deadline_and_its_end(staff: User,
     assert ended["type"] == "call.ended"
     assert ended["call"]["id"] == call["id"] and ended["call"]["outcome"] == "completed" and ended["call"]["bound"] is None
     await ws.disconnect()
+
+
+# --- a call's deadlines ---------------------------------------------------------------------
+
+T = 1_800_000_000_000.0
+
+
+@pytest.mark.parametrize(
+    ("bounds", "streamed", "max_tokens", "expected"),
+    [
+        # Defaults: 60 s before content, 75 min in all; non-streamed: max(150 s, 1862 s) flat.
+        ("", True, None, (T + 60_000, "before_content", T + 4_500_000, "absolute")),
+        ("", False, None, (T + 1_862_000, "whole_call", T + 1_862_000, "whole_call")),
+        ("", False, 870, (T + 160_000, "whole_call", T + 160_000, "whole_call")),
+        # The flat bound ties with the before-content one at send (5 s each): the tie goes to the
+        # bound listed first. An absolute bound shorter than the rest is both nearest and final.
+        ('{"progress_bounds": {"before_content_ms": 5000, "between_events_ms": 1000}, "flat_minimum_ms": 3000}', True, None,
+         (T + 5000, "before_content", T + 4_500_000, "absolute")),
+        ('{"absolute_ms": 1000}', True, None, (T + 1000, "absolute", T + 1000, "absolute")),
+        ("false", True, None, (None, None, None, None)),
+    ],
+)
+def test_a_calls_nearest_and_final_deadline_are_those_of_the_bounds(
+    settings: Any, bounds: str, streamed: bool, max_tokens: int | None, expected: tuple[Any, ...],
+) -> None:
+    settings.AGENTOPS_INFERENCE_BOUNDS = bounds
+    bounds_settings.cache_clear()  # read once per process
+    try:
+        shown = call_deadline_ms(sent_ms=T, streamed=streamed, max_tokens=max_tokens)
+    finally:
+        bounds_settings.cache_clear()
+    assert (shown["deadline_ms"], shown["bound"], shown["final_ms"], shown["final_bound"]) == expected
 
 
 # --- the page -----------------------------------------------------------------------------
