@@ -2,7 +2,8 @@
 
 Raising one stores the alert row and queues its webhook deliveries (the outbox) in one
 transaction, then, once committed, writes the failures.log line, broadcasts it to the live
-dashboard and sends the delivery tasks.
+dashboard and sends the delivery tasks. The message and ``data`` are bounded once, here, so the
+row, the log line, the dashboard event and the webhook body all carry the same bounded values.
 """
 
 from __future__ import annotations
@@ -11,21 +12,19 @@ import logging
 from datetime import datetime
 from typing import Any
 
-from channels.layers import get_channel_layer
 from django.db import transaction
 from django.utils import timezone
 
 from webhooks.services import webhook_deliveries_queue
 
-from .background import background_loop
 from .exceptions import Conflict, NotFound
 from .failures import failures_log_write
+from .live import dashboard_publish
 from .models import Alert, AuditEntry
-from .text import PROVIDER_CODE_LIMIT, bound_text
+from .selectors import alert_json
+from .text import PROVIDER_CODE_LIMIT, bound_data, bound_text
 
 logger = logging.getLogger(__name__)
-
-DASHBOARD_GROUP = "dashboard"
 
 
 def alert_raise(
@@ -40,47 +39,19 @@ def alert_raise(
             model=bound_text(model, PROVIDER_CODE_LIMIT)[:200],
             verdict=verdict[:50],
             message=bound_text(message),
-            data=data or {},
+            data=bound_data(data or {}),
         )
         webhook_deliveries_queue(alert=alert, now=timezone.now())
     logger.warning("alert %s for agent %s model %s: %s", kind, agent, model or "-", alert.message[:500])
 
     def after_commit() -> None:
-        failures_log_write(kind=kind, agent=agent, model=model, verdict=verdict, message=alert.message, alert=alert.pk, data=data or {})
-        _broadcast(alert)
+        failures_log_write(
+            kind=alert.kind, agent=alert.agent, model=alert.model, verdict=alert.verdict, message=alert.message, alert=alert.pk, data=alert.data,
+        )
+        dashboard_publish({"type": "alert.raised", "alert": alert_json(alert)})
 
     transaction.on_commit(after_commit)
     return alert
-
-
-def alert_out(alert: Alert) -> dict[str, Any]:
-    return {
-        "id": alert.pk,
-        "kind": alert.kind,
-        "agent": alert.agent,
-        "model": alert.model,
-        "verdict": alert.verdict or None,
-        "message": alert.message,
-        "data": alert.data,
-        "created_at": alert.created_at,
-        "acknowledged_at": alert.acknowledged_at,
-    }
-
-
-def _broadcast(alert: Alert) -> None:
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    payload = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in alert_out(alert).items()}
-    message = {"type": "dashboard.event", "event": {"type": "alert.raised", "alert": payload}}
-
-    async def send() -> None:
-        try:
-            await layer.group_send(DASHBOARD_GROUP, message)
-        except Exception:  # the dashboard is best effort; the row is the record
-            logger.warning("could not broadcast alert %s", alert.pk, exc_info=True)
-
-    background_loop().send_in_order(send())
 
 
 def alert_acknowledge(*, alert_id: int, actor: str, now: datetime) -> Alert:

@@ -3,19 +3,36 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
 from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from agentops.alerts import DASHBOARD_GROUP
 from agentops.dashboard import dashboard_snapshot
-from agentops.live import turn_group
+from agentops.live import DASHBOARD_GROUP, turn_group
 from agentops.tokens import api_token_check
 
 
-class TurnConsumer(AsyncJsonWebsocketConsumer):
+class ToleratesBadFrames(AsyncJsonWebsocketConsumer):
+    """A JSON consumer that ignores a frame it cannot read (binary, empty, not JSON, nested too
+    deep) instead of letting the error close the socket with 1011 and log a traceback: a client
+    can't break its own feed, and a bad frame costs the server nothing but its decode."""
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
+        if not text_data:
+            return
+        try:
+            content = json.loads(text_data)
+        except (ValueError, RecursionError):
+            return
+        await self.receive_json(content, **kwargs)
+
+
+class TurnConsumer(ToleratesBadFrames):
     """Sends ``turn.status`` at once, then ``call.started``, ``call.delta``, ``call.ended``,
     ``turn.status`` and ``turn.ended`` as they happen. A bad token or unknown turn closes
     the socket with 4401 / 4404 before it is accepted."""
@@ -59,16 +76,26 @@ def _turn_status(turn_id: int) -> str | None:
     return Turn.objects.filter(pk=turn_id).values_list("status", flat=True).first()
 
 
-class DashboardConsumer(AsyncJsonWebsocketConsumer):
+class DashboardConsumer(ToleratesBadFrames):
     """``/ws/dashboard``: the operator dashboard's live feed, for staff users signed in to the
     admin (the session cookie; the route checks the Origin). Sends a ``snapshot`` at once and on
     ``{"type": "snapshot"}``, then every event of the ``dashboard`` group as it happens (see
     agentops.dashboard). Closes with 4401 for an anonymous user, 4403 for one who is not staff.
 
     The group is joined before the snapshot is read, so no event falls between the two: an
-    event may also show in the snapshot, and the page applies events idempotently."""
+    event may also show in the snapshot, and the page applies events idempotently.
+
+    What the client sends: a frame that is not JSON text (binary, empty, malformed) is ignored
+    and the socket stays open; so is any message other than ``{"type": "snapshot"}``. A snapshot
+    reads several tables, so a socket gets at most one per ``SNAPSHOT_INTERVAL_S``: a request
+    inside that window is deferred to its end, and requests made while one is deferred are
+    dropped (the deferred snapshot answers them all)."""
+
+    SNAPSHOT_INTERVAL_S = 2.0
 
     joined = False
+    _last_snapshot = -float("inf")  # time.monotonic() of the last snapshot sent
+    _deferred: asyncio.Task[None] | None = None
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -84,17 +111,34 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
         await self._send_snapshot()
 
     async def disconnect(self, code: int) -> None:
+        if self._deferred is not None:
+            self._deferred.cancel()
         if self.joined:
             await self.channel_layer.group_discard(DASHBOARD_GROUP, self.channel_name)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
-        if isinstance(content, dict) and content.get("type") == "snapshot":
+        if not (isinstance(content, dict) and content.get("type") == "snapshot"):
+            return
+        if self._deferred is not None:
+            return  # one is on its way
+        wait = self._last_snapshot + self.SNAPSHOT_INTERVAL_S - time.monotonic()
+        if wait <= 0:
             await self._send_snapshot()
+        else:
+            self._deferred = asyncio.create_task(self._send_snapshot_after(wait))
 
     async def dashboard_event(self, message: dict[str, Any]) -> None:
         await self.send_json(message["event"])
 
+    async def _send_snapshot_after(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        try:
+            await self._send_snapshot()
+        finally:
+            self._deferred = None
+
     async def _send_snapshot(self) -> None:
+        self._last_snapshot = time.monotonic()
         await self.send_json(await database_sync_to_async(_dashboard_snapshot)())
 
 

@@ -1,11 +1,13 @@
 """The live operator dashboard's data (DESIGN §9): its snapshot and its live events.
 
 Every event goes to the Channels group ``dashboard`` as ``{"type": "dashboard.event",
-"event": {...}}``; ``agentops.consumers.DashboardConsumer`` forwards the inner event as is.
-Event types: ``snapshot`` (sent by the consumer on connect and on request), ``alert.raised``
-(built in ``agentops.alerts``), ``call.started``, ``call.ended``, ``hold.started``,
-``hold.ended``. Producers call one function each; the event goes out once the current
-transaction commits, from the process's background loop, so the caller never waits on Redis.
+"event": {...}}`` through ``agentops.live.dashboard_publish``;
+``agentops.consumers.DashboardConsumer`` forwards the inner event as is. Event types:
+``snapshot`` (sent by the consumer on connect and on request), ``alert.raised`` (sent by
+``agentops.alerts``, the alert as ``agentops.selectors.alert_json``), ``call.started``,
+``call.ended``, ``hold.started``, ``hold.ended``. Producers call one function each; the event
+goes out once the current transaction commits, from the process's background loop, so the
+caller never waits on Redis.
 
 Instants are sent as milliseconds since the epoch (``*_ms``): the page counts down against
 them with the browser's clock, corrected by the server's ``now_ms`` in each snapshot.
@@ -13,26 +15,21 @@ them with the browser's clock, corrected by the server's ``now_ms`` in each snap
 
 from __future__ import annotations
 
-import logging
 import time
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from channels.layers import get_channel_layer
 from django.conf import settings
-from django.db import transaction
 from django.db.models import Count, Q
 
-from .alerts import DASHBOARD_GROUP, alert_out
-from .background import background_loop
+from .live import dashboard_publish
 from .models import Agent, Alert, HistoryRow
+from .selectors import alert_json
 from .text import bound_text
 
 if TYPE_CHECKING:
     from inference.client import CallResult
     from inference.models import InferenceCall
-
-logger = logging.getLogger(__name__)
 
 SNAPSHOT_CALLS = 200
 SNAPSHOT_AGENTS = 300
@@ -44,33 +41,6 @@ def _ms(value: datetime | None) -> float | None:
     return None if value is None else value.timestamp() * 1000
 
 
-# --- sending ------------------------------------------------------------------------------
-
-
-async def _send(event: dict[str, Any]) -> None:
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    try:
-        await layer.group_send(DASHBOARD_GROUP, {"type": "dashboard.event", "event": event})
-    except Exception:  # the dashboard is best effort; the rows are the record
-        logger.warning("could not send %s to the dashboard", event.get("type"), exc_info=True)
-
-
-def dashboard_publish(event: dict[str, Any]) -> None:
-    """Send ``event`` to every open dashboard once the current transaction commits (at once
-    outside one), in order with this process's other live events. Never blocks the caller."""
-    def send() -> None:
-        background_loop().send_in_order(_send(event))
-
-    if transaction.get_connection().in_atomic_block:
-        transaction.on_commit(send)
-    else:
-        # Autocommit: what the caller wrote is committed. (``on_commit`` would open a
-        # connection to ask, and a wait recorded while the database is down must still bind.)
-        send()
-
-
 # --- calls ----------------------------------------------------------------------------------
 
 
@@ -79,17 +49,16 @@ def call_deadline_ms(*, sent_ms: float, streamed: bool, max_tokens: int | None) 
     last one no model event can move (``final_ms``, ``final_bound``). All None when the bounds
     are off. A streamed call that gets content moves past its first deadline: the page then
     counts down to the final one."""
-    from inference.bounds import Bound, CallState, next_deadline
+    from inference.bounds import FIXED_BOUNDS, CallState, bound_deadlines, next_deadline
     from inference.config import bounds_settings
 
     bounds = bounds_settings()
-    first = next_deadline(CallState(sent=sent_ms, streamed=streamed, max_tokens=max_tokens), bounds)
+    state = CallState(sent=sent_ms, streamed=streamed, max_tokens=max_tokens)
+    first = next_deadline(state, bounds)
     if bounds is None or first is None:
         return {"deadline_ms": None, "bound": None, "final_ms": None, "final_bound": None}
-    final_ms, final_bound = first.at, first.bound.value
-    if streamed:
-        final_ms, final_bound = sent_ms + bounds.absolute_ms, Bound.ABSOLUTE.value
-    return {"deadline_ms": first.at, "bound": first.bound.value, "final_ms": final_ms, "final_bound": final_bound}
+    final = next(d for d in bound_deadlines(state, bounds) if d.bound in FIXED_BOUNDS)
+    return {"deadline_ms": first.at, "bound": first.bound.value, "final_ms": final.at, "final_bound": final.bound.value}
 
 
 def call_live_out(call: InferenceCall, *, agent: str) -> dict[str, Any]:
@@ -180,7 +149,7 @@ def dashboard_snapshot(*, now_ms: float) -> dict[str, Any]:
         ],
         "journal_readable": readable,
         "breakers": _breakers(),
-        "alerts": [_alert_json(a) for a in Alert.objects.order_by("-id")[:SNAPSHOT_ALERTS]],
+        "alerts": [alert_json(a) for a in Alert.objects.order_by("-id")[:SNAPSHOT_ALERTS]],
     }
 
 
@@ -222,7 +191,3 @@ def _breakers() -> list[dict[str, Any]]:
     out.sort(key=lambda b: (-b["streak"], b["probe"] is None, b["agent"]))
     return out
 
-
-def _alert_json(alert: Alert) -> dict[str, Any]:
-    """An alert as ``alert.raised`` carries it (datetimes as ISO text)."""
-    return {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in alert_out(alert).items()}

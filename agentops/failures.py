@@ -16,26 +16,16 @@ from typing import Any
 
 from django.conf import settings
 
-from .text import bound_text
+from .text import bound_data
 
 logger = logging.getLogger(__name__)
 _lock = threading.Lock()
 
 
-def _bounded(value: Any) -> Any:
-    if isinstance(value, str):
-        return bound_text(value)
-    if isinstance(value, dict):
-        return {str(k)[:128]: _bounded(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_bounded(v) for v in value[:100]]
-    return value
-
-
 def failures_log_write(*, kind: str, agent: str, model: str = "", message: str, **fields: Any) -> None:
     """Append one record. A failure to write is logged, never raised: the caller's own
     record (a turn row, an alert row) stays the source of truth."""
-    record = _bounded(
+    record = bound_data(
         {"at": datetime.now(UTC).isoformat(), "kind": kind, "agent": agent, "model": model, "message": message, **fields}
     )
     line = json.dumps(record, ensure_ascii=False, default=str)

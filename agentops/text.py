@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 FAILURE_TEXT_LIMIT = 2000
 NOTE_TEXT_LIMIT = 600
 PROVIDER_CODE_LIMIT = 128
+DATA_KEY_LIMIT = 128
+DATA_ITEMS_LIMIT = 100  # entries kept of each list or object
+DATA_DEPTH_LIMIT = 8  # levels of nesting kept; deeper containers become a marker string
 
 
 def bound_text(text: str, limit: int = FAILURE_TEXT_LIMIT) -> str:
@@ -28,6 +33,26 @@ def bound_text(text: str, limit: int = FAILURE_TEXT_LIMIT) -> str:
     head = _strip_lone_surrogates(text[: (keep + 1) // 2])
     tail = _strip_lone_surrogates(text[total - keep // 2 :] if keep // 2 else "")
     return head + _marker(total - len(head) - len(tail), total) + tail
+
+
+def bound_data(value: Any, *, _depth: int = 0) -> Any:
+    """A JSON-like value (an alert's ``data``, a failures.log record) with every string bounded
+    by ``bound_text``, keys cut to ``DATA_KEY_LIMIT`` characters, at most ``DATA_ITEMS_LIMIT``
+    entries of each list and object, and at most ``DATA_DEPTH_LIMIT`` levels of nesting, so
+    its size has a ceiling whatever a provider or caller put in it. Other scalars pass as is."""
+    if isinstance(value, str):
+        return bound_text(value)
+    if isinstance(value, dict | list | tuple) and _depth >= DATA_DEPTH_LIMIT:
+        return f"…[{len(value)} entries nested too deep, omitted]…"
+    if isinstance(value, dict):
+        items = list(value.items())
+        kept = {str(k)[:DATA_KEY_LIMIT]: bound_data(v, _depth=_depth + 1) for k, v in items[:DATA_ITEMS_LIMIT]}
+        if len(items) > DATA_ITEMS_LIMIT:
+            kept["…"] = f"{len(items) - DATA_ITEMS_LIMIT} more entries omitted"
+        return kept
+    if isinstance(value, list | tuple):
+        return [bound_data(v, _depth=_depth + 1) for v in value[:DATA_ITEMS_LIMIT]]
+    return value
 
 
 def _marker(omitted: int, total: int) -> str:

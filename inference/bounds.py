@@ -17,6 +17,9 @@ class Bound(StrEnum):
     WHOLE_CALL = "whole_call"
 
 
+# The bounds whose deadline no model event moves: every call has exactly one of them.
+FIXED_BOUNDS = frozenset({Bound.ABSOLUTE, Bound.WHOLE_CALL})
+
 # The setting that raises each bound, named in a cut's message (DESIGN §5.5).
 BOUND_SETTING = {
     Bound.BEFORE_CONTENT: "AGENTOPS_INFERENCE_BOUNDS.progress_bounds.before_content_ms",
@@ -65,39 +68,44 @@ class Deadline:
     bound: Bound
 
 
-def next_deadline(state: CallState, settings: BoundsSettings | None) -> Deadline | None:
-    """The earliest deadline that applies to ``state``, or None when bounds are off.
-
-    Ties go to the bound listed first in DESIGN §5.3.
-    """
-    if settings is None:
-        return None
+def bound_deadlines(state: CallState, settings: BoundsSettings) -> list[Deadline]:
+    """Every bound's deadline for ``state``, in the order DESIGN §5.3 lists the bounds: for a
+    streamed call its progress bound (before content, or between events after it), the flat
+    and the absolute bound; for a non-streamed call the whole-call bound alone."""
     allowance = settings.allowance_ms(state.max_tokens)
     if not state.streamed:
-        if state.max_tokens:
-            return Deadline(state.sent + settings.setup_ms + allowance, Bound.WHOLE_CALL)
-        return Deadline(
-            state.sent + max(settings.setup_ms, settings.flat_minimum_ms), Bound.WHOLE_CALL
-        )
-
-    candidates: list[Deadline] = []
+        at = state.sent + (settings.setup_ms + allowance if state.max_tokens else max(settings.setup_ms, settings.flat_minimum_ms))
+        return [Deadline(at, Bound.WHOLE_CALL)]
+    out: list[Deadline] = []
     if state.first_content is None:
         at = state.sent + settings.before_content_ms
         if state.thinking_start is not None:
             at = max(at, state.thinking_start + allowance)
-        candidates.append(Deadline(at, Bound.BEFORE_CONTENT))
+        out.append(Deadline(at, Bound.BEFORE_CONTENT))
     else:
         last = state.last_model_event if state.last_model_event is not None else state.first_content
         at = last + settings.between_events_ms
         if state.last_event_was_thinking_start and state.thinking_start is not None:
             at = max(at, state.thinking_start + allowance)
-        candidates.append(Deadline(at, Bound.BETWEEN_EVENTS))
+        out.append(Deadline(at, Bound.BETWEEN_EVENTS))
     anchor = state.last_model_event if state.last_model_event is not None else state.sent
-    candidates.append(
-        Deadline(anchor + max(settings.setup_ms + allowance, settings.flat_minimum_ms), Bound.FLAT)
-    )
-    candidates.append(Deadline(state.sent + settings.absolute_ms, Bound.ABSOLUTE))
-    return min(candidates, key=lambda d: d.at)
+    out.append(Deadline(anchor + max(settings.setup_ms + allowance, settings.flat_minimum_ms), Bound.FLAT))
+    out.append(Deadline(state.sent + settings.absolute_ms, Bound.ABSOLUTE))
+    return out
+
+
+def next_deadline(state: CallState, settings: BoundsSettings | None) -> Deadline | None:
+    """The earliest deadline that applies to ``state``, or None when bounds are off.
+
+    Ties go to the bound listed first in DESIGN §5.3 (``min`` keeps the first of equals, and
+    ``bound_deadlines`` lists them in that order)."""
+    if settings is None:
+        return None
+    return min(bound_deadlines(state, settings), key=_at)
+
+
+def _at(deadline: Deadline) -> float:
+    return deadline.at
 
 
 def bound_setting(bound: Bound, state: CallState, settings: BoundsSettings) -> str:
@@ -131,29 +139,3 @@ def describe_cut(bound: Bound, state: CallState, deadline: Deadline, settings: B
         what = f"no complete response for {deadline.at - state.sent:.0f} ms"
     label = bound.value.replace("_", "-")
     return f"{what} ({label} bound; the setting for this bound: {bound_setting(bound, state, settings)})"
-
-
-def bound_deadlines(state: CallState, settings: BoundsSettings) -> list[Deadline]:
-    """Every bound's deadline for ``state``, as the picture of a call shows them; the earliest
-    is ``next_deadline``'s (a test holds the two together). Outside the hot path on purpose:
-    the reader calls ``next_deadline`` on every model event."""
-    allowance = settings.allowance_ms(state.max_tokens)
-    if not state.streamed:
-        at = state.sent + (settings.setup_ms + allowance if state.max_tokens else max(settings.setup_ms, settings.flat_minimum_ms))
-        return [Deadline(at, Bound.WHOLE_CALL)]
-    out: list[Deadline] = []
-    if state.first_content is None:
-        at = state.sent + settings.before_content_ms
-        if state.thinking_start is not None:
-            at = max(at, state.thinking_start + allowance)
-        out.append(Deadline(at, Bound.BEFORE_CONTENT))
-    else:
-        last = state.last_model_event if state.last_model_event is not None else state.first_content
-        at = last + settings.between_events_ms
-        if state.last_event_was_thinking_start and state.thinking_start is not None:
-            at = max(at, state.thinking_start + allowance)
-        out.append(Deadline(at, Bound.BETWEEN_EVENTS))
-    anchor = state.last_model_event if state.last_model_event is not None else state.sent
-    out.append(Deadline(anchor + max(settings.setup_ms + allowance, settings.flat_minimum_ms), Bound.FLAT))
-    out.append(Deadline(state.sent + settings.absolute_ms, Bound.ABSOLUTE))
-    return out

@@ -26,6 +26,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from agentops import lifecycle
+from agentops.alerts import alert_raise
 from agentops.background import BackgroundLoop, background_loop
 from agentops.dashboard import dashboard_call_ended, dashboard_call_started
 from agentops.failures import failures_log_write
@@ -368,13 +369,16 @@ def _turn_fail(turn: Turn, error: ProviderError, *, status: str, timed_out_again
         logger.warning(
             "agent %s turn %s %s: %s (%s, HTTP %s)", agent.name, turn.pk, status, error.message[:300], error.type, error.http_status,
         )
-        # The incident record; written after commit so a rolled-back ending leaves none.
-        kind = "turn-exhausted" if status == Turn.Status.EXHAUSTED else "turn-failed"
-        agent_name, model, rearms = agent.name, agent.model, locked.rearms
-        transaction.on_commit(lambda: failures_log_write(
-            kind=kind, agent=agent_name, model=model, message=f"turn {turn.pk} {status}: {error.message}",
-            turn=turn.pk, rearms=rearms, error=error.as_dict(),
-        ))
+        # The incident record, in this transaction: a rolled-back ending leaves none. An exhausted
+        # turn is an alert (DESIGN §8: row, failures.log line, dashboard, webhooks); a failed one
+        # is only logged (its note and the breaker's streak tell the rest).
+        message = f"turn {turn.pk} {status}: {error.message}"
+        incident = {"turn": turn.pk, "rearms": locked.rearms, "error": error.as_dict()}
+        if status == Turn.Status.EXHAUSTED:
+            alert_raise(kind="turn-exhausted", agent=agent.name, model=agent.model, message=message, data=incident)
+        else:
+            agent_name, model = agent.name, agent.model
+            transaction.on_commit(lambda: failures_log_write(kind="turn-failed", agent=agent_name, model=model, message=message, **incident))
         broadcast_turn_event(turn.pk, {"type": "turn.status", "turn": turn.pk, "status": status})
         broadcast_turn_event(turn.pk, {"type": "turn.ended", "turn": turn.pk, "status": status})
     return True

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import Prefetch
+
 from agentops.exceptions import NotFound
 from agentops.models import Agent
 
@@ -19,7 +21,17 @@ _AGENT_STATUS: dict[str, str] = {
 
 def agent_current_turn(agent: Agent) -> Turn | None:
     """The agent's open turn that is furthest along (running before held before queued)."""
-    open_turns = list(Turn.objects.filter(agent=agent, status__in=Turn.OPEN).order_by("id"))
+    return current_turn_of(list(Turn.objects.filter(agent=agent, status__in=Turn.OPEN).order_by("id")))
+
+
+def agent_open_turns() -> Prefetch:
+    """``prefetch_related`` this on agents to read each one's ``open_turns`` (for
+    ``current_turn_of``) in one query for the lot."""
+    return Prefetch("turns", queryset=Turn.objects.filter(status__in=Turn.OPEN).order_by("id"), to_attr="open_turns")
+
+
+def current_turn_of(open_turns: list[Turn]) -> Turn | None:
+    """``agent_current_turn`` of turns already read: the agent's open turns in id order."""
     for status in (Turn.Status.RUNNING, Turn.Status.REQUIRES_ACTION, Turn.Status.HELD, Turn.Status.QUEUED):
         for turn in open_turns:
             if turn.status == status:

@@ -4,10 +4,12 @@ bounds the call ran under (``InferenceCall.marks``)."""
 
 from __future__ import annotations
 
+import math
+from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
-from .bounds import Bound, BoundsSettings, CallState, bound_deadlines
+from .bounds import BoundsSettings, CallState, bound_deadlines
 from .config import bounds_settings
 from .models import InferenceCall
 from .timeline_svg import CallPicture, DeadlineMark, Milestone, render_svg
@@ -17,13 +19,43 @@ def _ms(at: datetime | None, sent: datetime) -> float | None:
     return None if at is None else (at - sent).total_seconds() * 1000
 
 
+_BOUNDS_FIELDS = frozenset(f.name for f in fields(BoundsSettings))
+
+
+def _finite(value: Any) -> float | None:
+    """A stored value as a number, or None when it is not one (text, null, NaN, true...)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
 def _settings(marks: dict[str, Any]) -> tuple[BoundsSettings | None, str | None]:
     """The bounds the call ran under, or (for a call recorded before marks were kept) the
-    bounds in force now, with a note saying so."""
-    if "bounds" in marks:
-        raw = marks["bounds"]
-        return (BoundsSettings(**raw) if raw is not None else None), None
-    return bounds_settings(), "deadlines from the bounds in force now (this call recorded no bounds)"
+    bounds in force now, with a note saying so.
+
+    Stored marks outlive the code that wrote them, so they are read leniently: a field this
+    version does not know, or a value that is not a usable number, is left out (and named in
+    the note); a field the call did not record takes its default. A call's page never fails
+    on what an older or newer version stored."""
+    if "bounds" not in marks:
+        return bounds_settings(), "deadlines from the bounds in force now (this call recorded no bounds)"
+    raw = marks["bounds"]
+    if raw is None:
+        return None, None
+    if not isinstance(raw, dict):
+        return bounds_settings(), "deadlines from the bounds in force now (this call's recorded bounds are unreadable)"
+    known: dict[str, float] = {}
+    for name in _BOUNDS_FIELDS & raw.keys():
+        value = _finite(raw[name])
+        # A rate of 0 would divide by zero; no bound is negative.
+        if value is not None and (value > 0 if name == "think_tokens_per_second" else value >= 0):
+            known[name] = value
+    notes = []
+    if ignored := sorted(str(name)[:60] for name in raw if name not in known):
+        notes.append(f"recorded bounds left out: {', '.join(ignored[:10])}")
+    if defaulted := sorted(_BOUNDS_FIELDS - known.keys()):
+        notes.append(f"defaults used for {', '.join(defaulted)}")
+    return BoundsSettings(**known), "; ".join(notes) or None
 
 
 def call_state(call: InferenceCall) -> CallState:
@@ -62,7 +94,8 @@ def call_deadlines(call: InferenceCall, settings: BoundsSettings) -> list[Deadli
     if cut_by is not None and not any(m.cut for m in marks) and call.bound_deadline is not None:
         cut_ms = _ms(call.bound_deadline, sent)
         assert cut_ms is not None
-        marks.append(DeadlineMark(bound=Bound(cut_by).value, at=cut_ms, cut=True))
+        # Labelled by its stored name, which another version may have written.
+        marks.append(DeadlineMark(bound=str(cut_by), at=cut_ms, cut=True))
     return sorted(marks, key=lambda m: m.at)
 
 
@@ -71,7 +104,7 @@ def call_picture(call: InferenceCall) -> CallPicture | None:
     if call.sent_at is None:
         return None
     sent = call.sent_at
-    marks: dict[str, Any] = call.marks or {}
+    marks: dict[str, Any] = call.marks if isinstance(call.marks, dict) else {}
     settings, note = _settings(marks)
     milestones = [Milestone(0.0, "send")]
     for label, at in (
@@ -90,14 +123,18 @@ def call_picture(call: InferenceCall) -> CallPicture | None:
         notes.append("bounds were off for this call")
 
     def times(key: str) -> tuple[float, ...]:
-        return tuple(float(v) for v in marks.get(key, ()))
+        stored = marks.get(key)
+        return tuple(v for v in map(_finite, stored) if v is not None) if isinstance(stored, list) else ()
+
+    def count(key: str) -> int:
+        return max(int(_finite(marks.get(key)) or 0), 0)
 
     return CallPicture(
         outcome=call.outcome or "in flight",
         milestones=tuple(milestones),
-        events=times("events"), events_tail=times("events_tail"), events_omitted=int(marks.get("events_omitted", 0)),
+        events=times("events"), events_tail=times("events_tail"), events_omitted=count("events_omitted"),
         keepalives=times("keepalives"), keepalives_tail=times("keepalives_tail"),
-        keepalives_omitted=int(marks.get("keepalives_omitted", 0)),
+        keepalives_omitted=count("keepalives_omitted"),
         deadlines=tuple(call_deadlines(call, settings)) if settings is not None else (),
         cut_at=cut_at, cut_lateness_ms=call.cut_lateness_ms if cut_at is not None else None,
         end=_ms(call.ended_at, sent),

@@ -96,22 +96,15 @@ def _cooldown_claim(*, endpoint_id: int, alert: Alert, now: datetime, cutoff: da
 
 
 def alert_payload(alert: Alert) -> str:
-    """The body every attempt of a delivery sends, byte for byte (it is what is signed)."""
+    """The body every attempt of a delivery sends, byte for byte (it is what is signed): the
+    alert as the dashboard shows it (``agentops.selectors.alert_json``), less its
+    acknowledgement, which a delivery queued with the alert cannot know."""
+    from agentops.selectors import alert_json
+
+    fields = alert_json(alert)
+    del fields["acknowledged_at"]
     return json.dumps(
-        {
-            "type": EVENT_TYPE,
-            "timestamp": alert.created_at.isoformat(),
-            "data": {
-                "id": alert.pk,
-                "kind": alert.kind,
-                "agent": alert.agent,
-                "model": alert.model,
-                "verdict": alert.verdict or None,
-                "message": alert.message,
-                "data": alert.data,
-                "created_at": alert.created_at.isoformat(),
-            },
-        },
+        {"type": EVENT_TYPE, "timestamp": fields["created_at"], "data": fields},
         ensure_ascii=False, separators=(",", ":"), default=str,
     )
 

@@ -9,9 +9,10 @@ from django.http import HttpRequest
 from django.utils import timezone
 from ninja import Query, Router, Schema
 
-from agentops.alerts import alert_acknowledge, alert_out
+from agentops.alerts import alert_acknowledge
 from agentops.exceptions import bad_field
 from agentops.models import Alert
+from agentops.selectors import alert_out
 
 from .auth import require_operator
 from .schemas import ErrorOut

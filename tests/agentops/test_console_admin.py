@@ -8,13 +8,16 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from agentops.alerts import alert_raise
 from agentops.models import Agent, AuditEntry, HistoryRow
 from breaker.models import BreakerState
 from inference.models import InferenceCall, Turn
 from tests.factories import AgentFactory, HistoryRowFactory
+from tests.waits.conftest import insert_row
 from waits.clock import clock_ms
 from waits.journal import journal_forget_process_state
 from waits.services import wait_record
@@ -84,6 +87,36 @@ def test_the_agents_list_shows_status_streak_holds_and_the_current_turn() -> Non
     idle_row = row_of(html, "bob")
     assert '<td class="field-status">idle</td>' in idle_row and '<td class="field-holds">-</td>' in idle_row
     assert idle.pk
+
+
+def agents_page_queries(client: Client, count: int) -> int:
+    """Make agents up to ``count``, each with an open turn, a streak and a binding wait, and
+    count the agents list's queries (from a cold journal, as each page load may find it)."""
+    for _ in range(count - Agent.objects.count()):
+        agent: Agent = AgentFactory.create(model="m1")
+        Turn.objects.create(agent=agent, status=Turn.Status.QUEUED)
+        Turn.objects.create(agent=agent, status=Turn.Status.HELD)
+        BreakerState.objects.create(agent=agent, streak=1)
+        wait_record(agent=agent, model="m1", retry_after_ms=600_000, reason="429", now_ms=clock_ms())
+    journal_forget_process_state()
+    with CaptureQueriesContext(connection) as queries:
+        page = client.get("/admin/agentops/agent/")
+    assert page.status_code == 200
+    assert page.content.decode().count('<td class="field-status">held</td>') == count
+    return len(queries)
+
+
+@pytest.mark.parametrize("journal", ["readable", "unreadable"])
+def test_the_agents_list_reads_as_many_queries_for_20_agents_as_for_2(journal: str) -> None:
+    client = superuser()
+    if journal == "unreadable":
+        insert_row(kind="pause")  # every agent is then held on "*" by the unreadable records
+    assert agents_page_queries(client, 2) == agents_page_queries(client, 20)
+    # An agent's own page reads the same things for its one agent.
+    agent = Agent.objects.order_by("id").first()
+    assert agent is not None
+    page = client.get(f"/admin/agentops/agent/{agent.pk}/change/").content.decode()
+    assert "held" in page and ("m1 until 20" if journal == "readable" else "* until") in page
 
 
 def test_a_turns_page_shows_its_calls_inline_each_with_a_small_timeline() -> None:

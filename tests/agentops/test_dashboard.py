@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,9 @@ from django.test import Client
 
 from agentops.alerts import alert_raise
 from agentops.asgi import application
+from agentops.dashboard import call_deadline_ms
 from agentops.models import Agent
+from inference.config import bounds_settings
 from inference.models import InferenceCall
 from tests.factories import AgentFactory
 from tests.inference.test_websocket import _queued_turn_without_enqueue
@@ -133,6 +136,51 @@ async def test_a_wait_that_changes_nothing_sends_no_hold_event(staff: User) -> N
     await ws.disconnect()
 
 
+# As ASGI messages: the communicator's send_to refuses an empty frame.
+BAD_FRAMES: list[dict[str, Any]] = [
+    {"bytes": b"\x00\x01binary"},
+    {"bytes": b""},
+    {"text": ""},
+    {"text": "{not json"},
+    {"text": "[" * 100_000},  # deeper than the JSON decoder recurses
+    {"text": "[1, 2]"},
+    {"text": '"snapshot"'},
+    {"text": '{"type": "delete-everything"}'},
+    {"text": '{"type": ["snapshot"]}'},
+]
+
+
+async def test_bad_frames_and_unknown_messages_are_ignored_and_the_socket_keeps_working(staff: User) -> None:
+    ws, connected, _ = await dashboard_socket(staff)
+    assert connected
+    assert (await ws.receive_json_from(timeout=10))["type"] == "snapshot"
+    for frame in BAD_FRAMES:
+        await ws.send_input({"type": "websocket.receive", **frame})
+        assert await ws.receive_nothing(timeout=0.1), frame  # no reply, no close, no crash
+    alert = await database_sync_to_async(alert_raise)(kind="hard-down", agent="ada", model="m1", message="still here")
+    event = await ws.receive_json_from(timeout=10)  # re-raises the consumer's error had it crashed
+    assert event["type"] == "alert.raised" and event["alert"]["id"] == alert.pk
+    await ws.disconnect()
+
+
+async def test_snapshot_requests_are_answered_at_most_once_per_two_seconds(staff: User) -> None:
+    ws, connected, _ = await dashboard_socket(staff)
+    assert connected
+    assert (await ws.receive_json_from(timeout=10))["type"] == "snapshot"
+    first = time.monotonic()
+    for _ in range(5):
+        await ws.send_json_to({"type": "snapshot"})
+    # The five are answered by one snapshot, deferred to the end of the window the first opened.
+    deferred = await ws.receive_json_from(timeout=10)
+    assert deferred["type"] == "snapshot" and time.monotonic() - first > 1.5
+    assert await ws.receive_nothing(timeout=2.5)
+    # The window has passed: the next request is answered at once.
+    await ws.send_json_to({"type": "snapshot"})
+    asked = time.monotonic()
+    assert (await ws.receive_json_from(timeout=10))["type"] == "snapshot" and time.monotonic() - asked < 1.0
+    await ws.disconnect()
+
+
 async def test_an_anonymous_connection_is_refused_with_4401(db: None) -> None:
     _, connected, code = await dashboard_socket(None)
     assert not connected and code == 4401
@@ -169,6 +217,38 @@ async def test_a_call_in_flight_shows_with_its_deadline_and_its_end(staff: User,
     assert ended["type"] == "call.ended"
     assert ended["call"]["id"] == call["id"] and ended["call"]["outcome"] == "completed" and ended["call"]["bound"] is None
     await ws.disconnect()
+
+
+# --- a call's deadlines ---------------------------------------------------------------------
+
+T = 1_800_000_000_000.0
+
+
+@pytest.mark.parametrize(
+    ("bounds", "streamed", "max_tokens", "expected"),
+    [
+        # Defaults: 60 s before content, 75 min in all; non-streamed: max(150 s, 1862 s) flat.
+        ("", True, None, (T + 60_000, "before_content", T + 4_500_000, "absolute")),
+        ("", False, None, (T + 1_862_000, "whole_call", T + 1_862_000, "whole_call")),
+        ("", False, 870, (T + 160_000, "whole_call", T + 160_000, "whole_call")),
+        # The flat bound ties with the before-content one at send (5 s each): the tie goes to the
+        # bound listed first. An absolute bound shorter than the rest is both nearest and final.
+        ('{"progress_bounds": {"before_content_ms": 5000, "between_events_ms": 1000}, "flat_minimum_ms": 3000}', True, None,
+         (T + 5000, "before_content", T + 4_500_000, "absolute")),
+        ('{"absolute_ms": 1000}', True, None, (T + 1000, "absolute", T + 1000, "absolute")),
+        ("false", True, None, (None, None, None, None)),
+    ],
+)
+def test_a_calls_nearest_and_final_deadline_are_those_of_the_bounds(
+    settings: Any, bounds: str, streamed: bool, max_tokens: int | None, expected: tuple[Any, ...],
+) -> None:
+    settings.AGENTOPS_INFERENCE_BOUNDS = bounds
+    bounds_settings.cache_clear()  # read once per process
+    try:
+        shown = call_deadline_ms(sent_ms=T, streamed=streamed, max_tokens=max_tokens)
+    finally:
+        bounds_settings.cache_clear()
+    assert (shown["deadline_ms"], shown["bound"], shown["final_ms"], shown["final_bound"]) == expected
 
 
 # --- the page -----------------------------------------------------------------------------

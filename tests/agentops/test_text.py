@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 
 import pytest
 
 from agentops.text import (
+    DATA_DEPTH_LIMIT,
+    DATA_ITEMS_LIMIT,
+    DATA_KEY_LIMIT,
     FAILURE_TEXT_LIMIT,
     NOTE_TEXT_LIMIT,
     PROVIDER_CODE_LIMIT,
+    bound_data,
     bound_text,
     clean_requester,
 )
@@ -181,3 +187,42 @@ def test_the_requester_limit_is_a_parameter() -> None:
 @pytest.mark.parametrize("value", ["a" * 199 + " b", "a" * 199 + "\nb"])
 def test_a_bounded_requester_does_not_end_in_a_space(value: str) -> None:
     assert clean_requester(value) == "a" * 199
+
+
+# --- bounding JSON-like data (an alert's data, a failures.log record) --------------------------
+
+
+def test_bounded_data_bounds_every_string_however_deep() -> None:
+    big = text_of(1_000_000)
+    data = bound_data({"error": {"message": big, "codes": [big, "short"]}, "n": 3, "ok": True, "none": None})
+    assert_bounded(data["error"]["message"], big, FAILURE_TEXT_LIMIT)
+    assert_bounded(data["error"]["codes"][0], big, FAILURE_TEXT_LIMIT)
+    assert data["error"]["codes"][1] == "short" and data["n"] == 3 and data["ok"] is True and data["none"] is None
+
+
+def test_bounded_data_keeps_the_first_100_entries_of_a_list_or_an_object_and_says_what_it_left_out() -> None:
+    data = bound_data({"list": list(range(1000)), "object": {f"k{i}": i for i in range(1000)}, "tuple": tuple(range(101))})
+    assert data["list"] == list(range(DATA_ITEMS_LIMIT))
+    assert data["tuple"] == list(range(DATA_ITEMS_LIMIT))
+    obj = data["object"]
+    assert [obj[f"k{i}"] for i in range(DATA_ITEMS_LIMIT)] == list(range(DATA_ITEMS_LIMIT))
+    assert len(obj) == DATA_ITEMS_LIMIT + 1 and obj["…"] == "900 more entries omitted"
+
+
+def test_bounded_data_cuts_keys_and_nesting() -> None:
+    nested: Any = "bottom"
+    for _ in range(50):
+        nested = {"down": [nested]}
+    data = bound_data({"k" * 1000: 1, "nested": nested})
+    assert "k" * DATA_KEY_LIMIT in data and len(next(iter(data))) == DATA_KEY_LIMIT
+    depth, value = 0, data["nested"]
+    while isinstance(value, dict | list):
+        value = value["down"] if isinstance(value, dict) else value[0]
+        depth += 1
+    assert depth == DATA_DEPTH_LIMIT - 1 and "nested too deep" in value
+    assert len(json.dumps(data)) < 2_000
+
+
+def test_bounded_data_leaves_small_data_as_it_was() -> None:
+    data = {"turn": 7, "error": {"type": "server", "message": "HTTP 503", "http_status": 503, "retry_after_ms": None}, "tags": ["a", "b"]}
+    assert bound_data(data) == data

@@ -5,15 +5,17 @@ Bounds are set in milliseconds for this module's own worker (DESIGN §5.3 to §5
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.test import Client
 
-from agentops.models import HistoryRow
+from agentops.models import Alert, HistoryRow
+from agentops.text import FAILURE_TEXT_LIMIT
 from inference.models import InferenceCall, Turn
-from tests.conftest import WorkerPool, celery_app, gap_s
+from tests.conftest import LOG_DIR, WorkerPool, celery_app, gap_s
 from tests.inference.test_turns import submit, wait_turn
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -29,11 +31,13 @@ POOL_ENV = {
     "AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS": "200",
     "AGENTOPS_REARM_DELAYS_MS": "300,300",
 }
+FAILURES_LOG = LOG_DIR / f"failures-bounded-{os.getpid()}.log"
 
 
 @pytest.fixture(scope="module")
 def bounded_pool(django_db_setup: None, django_db_blocker: Any) -> Iterator[WorkerPool]:
-    pool = WorkerPool(1, label="bounded", extra_env=POOL_ENV)
+    FAILURES_LOG.unlink(missing_ok=True)
+    pool = WorkerPool(1, label="bounded", extra_env={**POOL_ENV, "AGENTOPS_FAILURES_LOG": str(FAILURES_LOG)})
     yield pool
     pool.stop()
 
@@ -177,6 +181,7 @@ def test_terminal_failures_are_not_retried(bounded: WorkerPool, api: Client, mak
     assert turn["error"]["type"] == kind and turn["error"]["http_status"] == status
     assert InferenceCall.objects.filter(agent=agent).count() == 1
     assert HistoryRow.objects.filter(agent=agent, role="system-note").count() == 1
+    assert not Alert.objects.filter(agent=agent.name).exists()  # a failed turn is no alert
 
 
 def test_the_retry_episode_ends_the_turn_as_exhausted_and_re_arms_it(bounded: WorkerPool, api: Client, make_agent: Any) -> None:
@@ -188,6 +193,26 @@ def test_the_retry_episode_ends_the_turn_as_exhausted_and_re_arms_it(bounded: Wo
     assert Turn.objects.get(pk=turn_id).rearms == 2
     assert InferenceCall.objects.filter(agent=agent).count() == 9
     assert HistoryRow.objects.filter(agent=agent, role="system-note").count() == 1
+
+
+def test_an_exhausted_turn_raises_one_turn_exhausted_alert_with_the_agent_the_model_and_a_bounded_message(
+    bounded: WorkerPool, api: Client, make_agent: Any,
+) -> None:
+    agent = make_agent(model="error:status=503,size=5000")
+    turn_id = submit(api, agent.name, ("alice", "hello"))["id"]
+    turn = wait_turn(api, turn_id, {"exhausted"}, timeout=40)
+    # The re-arms end no turn: one alert, for the run that spent the ladder.
+    [alert] = Alert.objects.filter(agent=agent.name)
+    assert alert.kind == "turn-exhausted" and alert.model == agent.model
+    assert alert.message.startswith(f"turn {turn_id} exhausted: ")
+    assert len(alert.message) <= FAILURE_TEXT_LIMIT and "characters omitted]" in alert.message
+    assert alert.data["turn"] == turn_id and alert.data["rearms"] == 2
+    assert alert.data["error"]["type"] == "server" and alert.data["error"]["http_status"] == 503
+    assert alert.data["error"]["message"] == turn["error"]["message"]
+    lines = [json.loads(line) for line in FAILURES_LOG.read_text().splitlines()]
+    [line] = [line for line in lines if line.get("alert") == alert.pk]
+    assert line["kind"] == "turn-exhausted" and line["agent"] == agent.name and line["model"] == agent.model
+    assert line["message"] == alert.message and line["data"] == alert.data
 
 
 def test_a_1mb_provider_error_is_stored_and_noted_within_its_bounds(bounded: WorkerPool, api: Client, make_agent: Any) -> None:

@@ -8,6 +8,8 @@ from collections import deque
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.contrib.auth.models import User
+from django.test import Client
 
 from inference.bounds import Bound, BoundsSettings, CallState, bound_deadlines, next_deadline
 from inference.client import MARKS_HEAD, MARKS_TAIL, Timeline
@@ -131,3 +133,44 @@ def test_a_call_not_sent_yet_has_no_picture_and_one_with_bounds_off_says_so() ->
     off.marks["bounds"] = None
     picture = call_picture(off)
     assert picture is not None and picture.deadlines == () and picture.notes == ("bounds were off for this call",)
+
+
+@pytest.mark.django_db
+def test_stored_marks_with_an_unknown_bound_field_and_an_unknown_bound_name_still_make_a_picture_and_a_page() -> None:
+    # As a newer (or older) version might have stored them.
+    call = recorded(bound="between_keepalives", bound_deadline=at(700))
+    call.marks["bounds"] = {
+        "before_content_ms": 500, "between_events_ms": 400, "think_tokens_per_second": 0,
+        "flat_minimum_ms": "2000", "between_keepalives_ms": 200,
+    }
+    call.marks["events"] = [40, "ninety", None, 140]
+    call.marks["events_omitted"] = "many"
+    call.save()
+    picture = call_picture(call)
+    assert picture is not None
+    deadlines = {d.bound: (d.at, d.cut) for d in picture.deadlines}
+    assert deadlines["between_keepalives"] == (700, True)  # labelled by its stored name
+    assert deadlines["between_events"] == (540, False)  # the known fields still apply
+    assert deadlines["flat"][0] == 140 + BoundsSettings().flat_minimum_ms  # an unusable value takes its default
+    assert picture.events == (40, 140) and picture.events_omitted == 0
+    [note] = picture.notes
+    assert note == (
+        "recorded bounds left out: between_keepalives_ms, flat_minimum_ms, think_tokens_per_second; "
+        "defaults used for absolute_ms, flat_minimum_ms, think_tokens_per_second"
+    )
+    assert "between-keepalives deadline" in call_timeline_svg(call)
+
+    admin = Client()
+    admin.force_login(User.objects.create_superuser("root", password="x"))
+    page = admin.get(f"/admin/inference/inferencecall/{call.pk}/change/")
+    assert page.status_code == 200 and "between-keepalives deadline" in page.content.decode()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("stored", [[500, 400], "fast", 7])
+def test_recorded_bounds_that_are_not_an_object_fall_back_to_the_bounds_in_force_now(stored: object) -> None:
+    call = recorded(outcome="completed", bound=None, bound_deadline=None)
+    call.marks["bounds"] = stored
+    picture = call_picture(call)
+    assert picture is not None and picture.deadlines
+    assert picture.notes == ("deadlines from the bounds in force now (this call's recorded bounds are unreadable)",)
