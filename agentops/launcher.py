@@ -87,6 +87,7 @@ def run(env: dict[str, str]) -> int:
                     "agentops is running. Ctrl-C stops everything this command started.",
                     f"  API:        {base}/api/v1/   (docs: {base}/api/v1/docs)",
                     f"  admin:      {base}/admin/    (user {creds['admin_user']}, password {creds['admin_password']})",
+                    f"  dashboard:  {base}/dashboard/ (live; log in as the admin user; the README's Dashboard section fills it with demo turns)",
                     f"  stand-in:   {standin_url}",
                     f"  API token:  {token}   (operator; kept in var/demo-credentials.json)",
                     "",
