@@ -4,7 +4,8 @@ permission (audited)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 from django import forms
 from django.conf import settings
@@ -22,9 +23,11 @@ from agentops.exceptions import AgentopsError
 from .models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
 from .services import webhook_delivery_resend
 from .signing import SECRET_PREFIX
-from .urlsafety import resolved_ahead
+from .urlsafety import resolved_ahead, url_for_log
 
 RESEND_PERMISSION = "webhooks.resend_webhookdelivery"
+ENDPOINT_CHANGE_PERMISSION = "webhooks.change_webhookendpoint"
+URL_HIDDEN = "user:password, query and fragment hidden: shown to users who may change webhook endpoints"
 
 
 @admin.register(WebhookEndpoint)
@@ -40,24 +43,46 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
     def kinds_text(self, obj: WebhookEndpoint) -> str:
         return ", ".join(obj.kinds) or "every kind"
 
-    # The secret signs what receivers trust: a user who may only view endpoints sees it masked.
-    # The add page shows the generated one to whoever adds the endpoint.
+    # The secret signs what receivers trust, and the URL may carry a token (user:password@ or
+    # its query): a user who may only view endpoints sees the secret masked and the URL as
+    # url_for_log gives it, in the list, on the page and through search. The add page shows the
+    # generated secret to whoever adds the endpoint.
+    MASKED: ClassVar[dict[str, str]] = {"secret": "secret_masked", "url": "url_redacted"}
+
     def get_fields(self, request: HttpRequest, obj: WebhookEndpoint | None = None) -> list[Any]:
         fields = list(super().get_fields(request, obj))
-        if not self._shows_secret(request, obj):
-            fields = ["secret_masked" if name == "secret" else name for name in fields]
+        if not self._shows_secrets(request, obj):
+            fields = [self._masked(name) for name in fields]
         return fields
 
     def get_readonly_fields(self, request: HttpRequest, obj: WebhookEndpoint | None = None) -> list[str]:
         readonly = list(super().get_readonly_fields(request, obj))
-        return readonly if self._shows_secret(request, obj) else [*readonly, "secret_masked"]
+        return readonly if self._shows_secrets(request, obj) else [*readonly, *self.MASKED.values()]
 
-    def _shows_secret(self, request: HttpRequest, obj: WebhookEndpoint | None) -> bool:
+    def get_list_display(self, request: HttpRequest) -> list[Any]:
+        columns = list(super().get_list_display(request))
+        return columns if self.has_change_permission(request) else [self._masked(name) for name in columns]
+
+    def get_search_fields(self, request: HttpRequest) -> list[str]:
+        # A search on the URL would tell a viewer whether its hidden part contains what they
+        # typed, which spells a token out a guess at a time.
+        fields = list(super().get_search_fields(request))
+        return fields if self.has_change_permission(request) else [f for f in fields if f != "url"]
+
+    def _masked(self, name: Any) -> Any:
+        return self.MASKED.get(name, name) if isinstance(name, str) else name
+
+    def _shows_secrets(self, request: HttpRequest, obj: WebhookEndpoint | None) -> bool:
         return obj is None or self.has_change_permission(request, obj)
 
     @admin.display(description="secret")
     def secret_masked(self, obj: WebhookEndpoint) -> str:
         return f"{SECRET_PREFIX}… (hidden: shown to users who may change webhook endpoints)"
+
+    @admin.display(description="URL")
+    def url_redacted(self, obj: WebhookEndpoint) -> str:
+        shown = url_for_log(obj.url)
+        return f"{shown} ({URL_HIDDEN})" if _has_hidden_parts(obj.url) else shown
 
     def changeform_view(
         self, request: HttpRequest, object_id: str | None = None, form_url: str = "", extra_context: dict[str, Any] | None = None
@@ -76,6 +101,14 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
         elif not obj.enabled and obj.disabled_at is None:
             obj.disabled_at, obj.disabled_reason = timezone.now(), f"disabled by admin:{request.user.get_username()}"
         super().save_model(request, obj, form, change)
+
+
+def _has_hidden_parts(url: str) -> bool:
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return True
+    return "@" in parts.netloc or bool(parts.query or parts.fragment)
 
 
 def _as_the_form_reads_it(raw: str) -> str:
@@ -117,6 +150,12 @@ class WebhookDeliveryAdmin(ReadOnlyAdmin):
     @admin.display(description="last error")
     def short_error(self, obj: WebhookDelivery) -> str:
         return obj.last_error[:160]
+
+    def get_search_fields(self, request: HttpRequest) -> list[str]:
+        # As on the endpoint list: searching the URL would spell out its hidden part to a user
+        # who may not see it.
+        fields = list(super().get_search_fields(request))
+        return fields if request.user.has_perm(ENDPOINT_CHANGE_PERMISSION) else [f for f in fields if f != "endpoint__url"]
 
     def has_resend_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm(RESEND_PERMISSION)

@@ -1,6 +1,6 @@
-"""What must not leak: an endpoint's secret to users who may only view endpoints, and the
-credentials or query of an endpoint's URL into logs, audit entries and messages (the request
-itself still carries them)."""
+"""What must not leak: an endpoint's secret, and its URL's credentials or query, to users who may
+only view endpoints (in the admin's list, page and search), and the URL's credentials or query
+into logs, audit entries and messages (the request itself still carries them)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from agentops.exceptions import Conflict
 from agentops.models import Alert, AuditEntry
+from webhooks.admin import URL_HIDDEN
 from webhooks.models import WebhookDelivery, WebhookEndpoint
 from webhooks.services import alert_payload, webhook_delivery_attempt, webhook_delivery_resend
 
@@ -127,3 +128,54 @@ def test_the_logged_form_of_a_url_keeps_scheme_host_port_and_path_only(url: str,
     from webhooks.urlsafety import url_for_log
 
     assert url_for_log(url) == logged
+
+
+ENDPOINTS = "/admin/webhooks/webhookendpoint/"
+FRAGMENT = "fr4gtoken"
+
+
+def endpoint_with_a_token_in_its_url() -> WebhookEndpoint:
+    return WebhookEndpoint.objects.create(url=f"https://ops:{PASSWORD}@8.8.8.8:8443/hook?token={TOKEN}#{FRAGMENT}")
+
+
+def test_a_user_who_may_only_view_endpoints_sees_their_urls_without_credentials_or_query() -> None:
+    endpoint = endpoint_with_a_token_in_its_url()
+    viewer = staff("viewer", "view_webhookendpoint")
+
+    for page in (ENDPOINTS, f"{ENDPOINTS}{endpoint.pk}/change/"):
+        response = viewer.get(page)
+        assert response.status_code == 200, page
+        html = response.content.decode()
+        assert f"https://8.8.8.8:8443/hook ({URL_HIDDEN})" in html, page
+        assert PASSWORD not in html and TOKEN not in html and "ops:" not in html and FRAGMENT not in html, page
+
+
+def test_a_user_who_may_change_endpoints_sees_their_full_urls() -> None:
+    endpoint = endpoint_with_a_token_in_its_url()
+    changer = staff("changer", "view_webhookendpoint", "change_webhookendpoint")
+
+    listed = changer.get(ENDPOINTS)
+    assert listed.status_code == 200 and endpoint.url in listed.content.decode()
+    page = changer.get(f"{ENDPOINTS}{endpoint.pk}/change/")
+    assert page.status_code == 200
+    assert page.context["adminform"].form["url"].value() == endpoint.url
+    assert endpoint.url in page.content.decode() and URL_HIDDEN not in page.content.decode()
+
+
+def test_a_url_without_credentials_or_query_is_shown_to_a_viewer_as_it_is() -> None:
+    WebhookEndpoint.objects.create(url="https://8.8.8.8/hook")
+
+    html = staff("viewer", "view_webhookendpoint").get(ENDPOINTS).content.decode()
+
+    assert "https://8.8.8.8/hook" in html and URL_HIDDEN not in html
+
+
+def test_a_viewer_cannot_find_an_endpoint_or_its_deliveries_by_the_hidden_part_of_its_url() -> None:
+    delivery = queued_delivery(f"https://8.8.8.8/hook?token={TOKEN}")
+    viewer = staff("viewer", "view_webhookendpoint", "view_webhookdelivery")
+    changer = staff("changer", "view_webhookendpoint", "change_webhookendpoint", "view_webhookdelivery")
+
+    for listing in (ENDPOINTS, "/admin/webhooks/webhookdelivery/"):
+        assert viewer.get(listing, {"q": TOKEN[:4]}).context["cl"].result_count == 0, listing
+        assert changer.get(listing, {"q": TOKEN[:4]}).context["cl"].result_count == 1, listing
+    assert viewer.get("/admin/webhooks/webhookdelivery/", {"q": delivery.webhook_id}).context["cl"].result_count == 1
