@@ -46,6 +46,10 @@ logger = logging.getLogger("waits.journal")
 # How stale the cached durable state may be: a wait or release made in another process binds
 # here within this long (plus one query).
 JOURNAL_POLL_MS: Final = 500.0
+# How long a check waits for another thread's read of the journal when this process has no
+# view yet. Past it the check fails closed (§6.5) rather than queue behind a database that
+# does not answer: a read waits up to the pool's timeout for a connection.
+JOURNAL_BUSY_WAIT_MS: Final = 1000.0
 
 
 @dataclass
@@ -72,23 +76,47 @@ class Journal:
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._s = _State()
+        # The binding book of the current state, for checks that find the lock taken. Set
+        # under the lock before any query, so it never lacks an act made in this process.
+        self._published: WaitBook | None = None
 
     # --- reads ------------------------------------------------------------------------
 
     def binding(self, *, now_ms: float) -> WaitBook:
         """The binding book at ``now``, refreshing what is due first. Cheap when nothing is due:
         no query, one lock. The book is never changed once handed out (a refresh replaces it),
-        so a caller may read it after the lock is released."""
-        with self._lock:
+        so a caller may read it after the lock is released.
+
+        Never queues behind another thread's read or act, which may wait on the database: the
+        book as it stands is returned instead (a true prefix of the journal with this
+        process's acts applied, as when a poll fails). With no book yet, it waits up to
+        ``JOURNAL_BUSY_WAIT_MS`` and then returns one that holds every model (fail closed)."""
+        published = self._published
+        if published is not None:
+            acquired = self._lock.acquire(blocking=False)
+        else:
+            acquired = self._lock.acquire(timeout=JOURNAL_BUSY_WAIT_MS / 1000)
+        if not acquired:
+            return published if published is not None else _busy_book()
+        try:
             self._refresh(now_ms)
             return self._binding()
+        finally:
+            self._lock.release()
 
     def _binding(self) -> WaitBook:
         s = self._s
         if s.binding is None:
             assert s.durable is not None
             s.binding = pending_overlay(s.durable, (act.entry for act in s.pending.values()))
+            self._published = s.binding
         return s.binding
+
+    def _changed(self) -> None:
+        """Durable or pending changed: compute and publish the new binding book now."""
+        self._s.binding = None
+        if self._s.durable is not None:
+            self._binding()
 
     def _refresh(self, now_ms: float, *, for_act: bool = False) -> None:
         """Do what is due. Before an act (``for_act``), pending acts are offered and new rows
@@ -159,7 +187,8 @@ class Journal:
 
     def _set_durable(self, book: WaitBook, *, last_id: int, was_readable: bool) -> None:
         s = self._s
-        s.durable, s.last_id, s.binding = book, last_id, None
+        s.durable, s.last_id = book, last_id
+        self._changed()
         if book.unreadable is not None and was_readable:
             logger.error(
                 "provider-waits journal is unreadable (%s): no provider call is admitted for any agent "
@@ -172,7 +201,7 @@ class Journal:
     def _seen(self, act_ids: Iterator[uuid.UUID]) -> None:
         s = self._s
         if s.pending and any([s.pending.pop(act_id, None) is not None for act_id in act_ids]):
-            s.binding = None
+            self._changed()
 
     def _episode(self, now_ms: float) -> None:
         """Raise the framework alert once per episode of unreadable records."""
@@ -201,7 +230,7 @@ class Journal:
         Returns whether it is recorded."""
         s = self._s
         s.pending[act.act_id] = act
-        s.binding = None
+        self._changed()  # before the write: a check meanwhile must see the act
         if any(not a.written for a in s.pending.values() if a is not act):
             logger.warning(
                 "provider-waits journal: %s for agent %s model %s waits behind %d act(s) not yet recorded; "
@@ -241,6 +270,7 @@ class Journal:
     def forget(self) -> None:
         with self._lock:
             self._s = _State()
+            self._published = None
 
 
 class Session:
@@ -259,3 +289,11 @@ class Session:
         Returns True when it is recorded in the journal, False when it is pending."""
         act = Act(entry=entry, act_id=uuid.uuid4(), by=by, on_insert=on_insert)
         return self._journal._append(act, self.now_ms)
+
+
+def _busy_book() -> WaitBook:
+    book = WaitBook()
+    book.mark_unreadable(
+        None, f"another thread's read of the journal has not answered within {JOURNAL_BUSY_WAIT_MS:g} ms"
+    )
+    return book
