@@ -67,7 +67,10 @@ DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
 DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
     "min_size": 1,
     "max_size": env_int("AGENTOPS_DB_POOL_SIZE", 10, minimum=1),
-    "timeout": 60,
+    # How long a query waits for a connection (psycopg_pool raises PoolTimeout, an
+    # OperationalError, past it). With the database down every query waits this long, so it
+    # is what bounds "the journal cannot be read, fail closed" (DESIGN §6.5).
+    "timeout": env_ms("AGENTOPS_DB_POOL_TIMEOUT_MS", 10_000) / 1000,
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
