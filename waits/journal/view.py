@@ -46,10 +46,22 @@ logger = logging.getLogger("waits.journal")
 # How stale the cached durable state may be: a wait or release made in another process binds
 # here within this long (plus one query).
 JOURNAL_POLL_MS: Final = 500.0
-# How long a check waits for another thread's read of the journal when this process has no
-# view yet. Past it the check fails closed (§6.5) rather than queue behind a database that
-# does not answer: a read waits up to the pool's timeout for a connection.
-JOURNAL_BUSY_WAIT_MS: Final = 1000.0
+# How long past the pool's timeout a check waits for another thread's first read of the
+# journal (see ``busy_wait_s``).
+JOURNAL_BUSY_MARGIN_MS: Final = 1000.0
+
+
+def busy_wait_s() -> float:
+    """How long a check waits for another thread's read when this process has no view yet.
+
+    As long as that read may legitimately wait for a connection (the pool's timeout), plus a
+    margin: a first read that is merely slow, as when a worker starts a thousand turns at once,
+    is waited for, not taken for an unreadable journal (which would hold every turn until its
+    re-check). Past it the check fails closed (§6.5) rather than queue behind a database that
+    does not answer."""
+    pool = settings.DATABASES["default"].get("OPTIONS", {}).get("pool")
+    timeout_s = float(pool.get("timeout", 30.0)) if isinstance(pool, dict) else 0.0
+    return timeout_s + JOURNAL_BUSY_MARGIN_MS / 1000
 
 
 @dataclass
@@ -90,13 +102,13 @@ class Journal:
         Never queues behind another thread's read or act, which may wait on the database: the
         book as it stands is returned instead (a true prefix of the journal with this
         process's acts applied, as when a poll fails). With no book yet, it waits up to
-        ``JOURNAL_BUSY_WAIT_MS`` and then returns one that holds every model (fail closed)."""
-        published = self._published
-        if published is not None:
+        ``busy_wait_s()`` and then returns one that holds every model (fail closed)."""
+        if self._published is not None:
             acquired = self._lock.acquire(blocking=False)
         else:
-            acquired = self._lock.acquire(timeout=JOURNAL_BUSY_WAIT_MS / 1000)
+            acquired = self._lock.acquire(timeout=busy_wait_s())
         if not acquired:
+            published = self._published  # read after the try: it may have been published meanwhile
             return published if published is not None else _busy_book()
         try:
             self._refresh(now_ms)
@@ -294,6 +306,6 @@ class Session:
 def _busy_book() -> WaitBook:
     book = WaitBook()
     book.mark_unreadable(
-        None, f"another thread's read of the journal has not answered within {JOURNAL_BUSY_WAIT_MS:g} ms"
+        None, f"another thread's read of the journal has not answered within {busy_wait_s():g} s"
     )
     return book
