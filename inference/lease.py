@@ -17,7 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.utils import timezone
 
 from .models import AgentLease
@@ -56,10 +56,21 @@ class TurnLease:
             return False
         if time.monotonic() - self._renewed < settings.AGENTOPS_TURN_LEASE_MS / 4000:
             return True
-        with self.gate:
-            now = timezone.now()
-            updated = AgentLease.objects.filter(agent_id=self.agent_id, owner=self.owner).update(until=now + self.duration)
-            connection.close()  # give the connection back to the pool while the call runs
+        try:
+            with self.gate:
+                now = timezone.now()
+                updated = AgentLease.objects.filter(agent_id=self.agent_id, owner=self.owner).update(until=now + self.duration)
+                connection.close()  # give the connection back to the pool while the call runs
+        except DatabaseError as exc:
+            # The database did not answer (down, or no connection free within the pool's
+            # timeout). The lease still holds until its own deadline, so the call goes on and
+            # the renewal is tried again; past that deadline another worker may take the agent.
+            connection.close()
+            expired = time.monotonic() - self._renewed >= settings.AGENTOPS_TURN_LEASE_MS / 1000
+            logger.warning("agent %s: could not renew the turn lease (%s)%s", self.agent_id, type(exc).__name__, "; it has expired" if expired else "")
+            if expired:
+                self.lost = True
+            return not expired
         if not updated:
             self.lost = True
             logger.error("agent %s: the turn lease of %s was taken over; stopping this run", self.agent_id, self.owner)
