@@ -50,8 +50,12 @@ def post_signed(
     start = time.monotonic()
     answer = Answer(status_code=None, retry_after=None, excerpt="", error="no address to connect to", duration_ms=0.0)
     for address in addresses:
-        answer, refused = _post_to(url=url, address=address, headers=headers, body=body, timeout_s=timeout_s, verify=verify, start=start)
-        if not refused or time.monotonic() - start > timeout_s:
+        # The attempt's timeout covers every address tried, not each one.
+        left = timeout_s - (time.monotonic() - start)
+        if left <= 0:
+            break
+        answer, refused = _post_to(url=url, address=address, headers=headers, body=body, timeout_s=left, verify=verify, start=start)
+        if not refused:
             break
     return answer
 
