@@ -38,6 +38,7 @@ class BackgroundLoop:
         self._ready = threading.Event()
         self._http: list[httpx.AsyncClient] = []
         self._http_next = 0
+        self._http_lock = threading.Lock()
         self._outbox: asyncio.Queue[Coroutine[Any, Any, None]] = asyncio.Queue()
         self._sender: asyncio.Task[None] | None = None
         self._watched: dict[str, Callable[[], None]] = {}
@@ -89,7 +90,7 @@ class BackgroundLoop:
 
     @property
     def http(self) -> httpx.AsyncClient:
-        """One of the process's HTTP clients, taken in turn, used on the loop: no read timeout
+        """One of the process's HTTP clients, taken in turn, for use on the loop: no read timeout
         (the progress bounds decide), a bounded connect.
 
         Several pools, not one: httpcore's pool walks every connection it holds each time a
@@ -97,17 +98,23 @@ class BackgroundLoop:
         every call start and every cut cost a thousand checks on the loop that times the cuts.
         They share one TLS context (loading the trust store costs more than a whole stream)."""
         if not self._http:
-            tls = httpx.create_ssl_context()
-            self._http = [
-                httpx.AsyncClient(
-                    verify=tls,
-                    timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S),
-                    limits=httpx.Limits(max_connections=None, max_keepalive_connections=200 // HTTP_POOLS),
-                )
-                for _ in range(HTTP_POOLS)
-            ]
-        self._http_next = (self._http_next + 1) % HTTP_POOLS
+            with self._http_lock:  # read from worker threads too (a call's arguments)
+                if not self._http:
+                    self._http = self._http_clients()
+        self._http_next = (self._http_next + 1) % HTTP_POOLS  # a lost race only skews the turn
         return self._http[self._http_next]
+
+    @staticmethod
+    def _http_clients() -> list[httpx.AsyncClient]:
+        tls = httpx.create_ssl_context()
+        return [
+            httpx.AsyncClient(
+                verify=tls,
+                timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S),
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=200 // HTTP_POOLS),
+            )
+            for _ in range(HTTP_POOLS)
+        ]
 
     def watch_cancel(self, key: str, abort: Callable[[], None]) -> Callable[[], None]:
         """Call ``abort`` (on the loop) once the Redis key ``key`` exists; returns an unwatch.
