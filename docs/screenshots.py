@@ -34,7 +34,14 @@ from django.core.management import call_command
 from django.test import Client
 
 from inference.models import InferenceCall
-from tests.conftest import BASE_DIR, LOG_DIR, WorkerPool, _database_url, celery_app, wait_for
+from tests.conftest import (
+    BASE_DIR,
+    LOG_DIR,
+    WorkerPool,
+    _database_url,
+    wait_for,
+    worker_pool,
+)
 from tests.inference.test_turns import submit, wait_turn
 
 if TYPE_CHECKING:
@@ -54,15 +61,12 @@ BOUNDS = {
 
 @pytest.fixture(scope="module")
 def shots_pool(django_db_setup: None, django_db_blocker: Any) -> Iterator[WorkerPool]:
-    pool = WorkerPool(1, label="shots", extra_env={"AGENTOPS_INFERENCE_BOUNDS": json.dumps(BOUNDS)})
-    yield pool
-    pool.stop()
+    yield from worker_pool(1, label="shots", extra_env={"AGENTOPS_INFERENCE_BOUNDS": json.dumps(BOUNDS)})
 
 
 @pytest.fixture
 def bounded(shots_pool: WorkerPool) -> WorkerPool:
-    celery_app.conf.task_default_queue = shots_pool.queue
-    return shots_pool
+    return shots_pool.routed()
 
 
 def log_in_as_admin(browser: WebDriver, base: str) -> None:

@@ -125,6 +125,11 @@ class WorkerPool:
             assert proc.poll() is None, f"worker {name} exited; see {LOG_DIR}"
         client.close()
 
+    def routed(self) -> WorkerPool:
+        """Send the tasks enqueued from now on to this pool (a per-test fixture's body)."""
+        celery_app.conf.task_default_queue = self.queue
+        return self
+
     def stop(self) -> None:
         celery_app.conf.task_default_queue = self.previous_queue
         for proc in self.procs:
@@ -138,21 +143,27 @@ class WorkerPool:
                 proc.wait()
 
 
+def worker_pool(count: int = 1, *, label: str, extra_env: dict[str, str] | None = None) -> Iterator[WorkerPool]:
+    """The body of a pool fixture (``yield from worker_pool(...)``): started, then stopped."""
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    pool = WorkerPool(count, label=label, extra_env=extra_env)
+    try:
+        yield pool
+    finally:
+        pool.stop()
+
+
 @pytest.fixture(scope="session")
 def session_workers(django_db_setup: None, django_db_blocker: Any) -> Iterator[WorkerPool]:
-    LOG_DIR.mkdir(parents=True, exist_ok=True)
     # The service's own 429 pacing, and the waits journal's re-read cadence, in seconds rather
     # than minutes, so holds, releases and fail-closed recovery run fast.
-    pool = WorkerPool(2, label="w", extra_env={"AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS": "2000", "AGENTOPS_WAIT_RECHECK_MS": "1000"})
-    yield pool
-    pool.stop()
+    yield from worker_pool(2, label="w", extra_env={"AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS": "2000", "AGENTOPS_WAIT_RECHECK_MS": "1000"})
 
 
 @pytest.fixture
 def workers(session_workers: WorkerPool) -> WorkerPool:
     """Two real Celery workers with the default settings; turns submitted now go to them."""
-    celery_app.conf.task_default_queue = session_workers.queue
-    return session_workers
+    return session_workers.routed()
 
 
 @pytest.fixture(autouse=True)

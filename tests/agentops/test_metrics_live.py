@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from inference.models import InferenceCall
 from tests.breaker.test_live import alerts, fail_in_a_row
-from tests.conftest import WorkerPool, celery_app, wait_for
+from tests.conftest import WorkerPool, wait_for, worker_pool
 from tests.inference.test_bounds_live import POOL_ENV
 from tests.inference.test_turns import submit, wait_turn
 
@@ -24,15 +24,12 @@ Scrape = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 @pytest.fixture(scope="module")
 def bounded_pool(django_db_setup: None, django_db_blocker: Any) -> Iterator[WorkerPool]:
     """One worker whose bounds are half a second (tests.inference.test_bounds_live)."""
-    pool = WorkerPool(1, label="metrics-bounded", extra_env=POOL_ENV)
-    yield pool
-    pool.stop()
+    yield from worker_pool(1, label="metrics-bounded", extra_env=POOL_ENV)
 
 
 @pytest.fixture
 def bounded(bounded_pool: WorkerPool) -> WorkerPool:
-    celery_app.conf.task_default_queue = bounded_pool.queue
-    return bounded_pool
+    return bounded_pool.routed()
 
 
 def scrape() -> Scrape:

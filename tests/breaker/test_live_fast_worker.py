@@ -21,7 +21,7 @@ from agentops.models import Agent, Alert, HistoryRow
 from inference.models import AgentLease, InferenceCall, Turn
 from tests.breaker.test_live import alerts, streak_reached
 from tests.breaker.test_live_moves import probe_out, probe_status, probes, sequence
-from tests.conftest import WorkerPool, celery_app, wait_for
+from tests.conftest import WorkerPool, wait_for, worker_pool
 from tests.inference.test_turns import submit, wait_turn
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -46,15 +46,12 @@ FAILED = {"failed", "exhausted"}
 
 @pytest.fixture(scope="module")
 def fast_pool(django_db_setup: None, django_db_blocker: Any) -> Iterator[WorkerPool]:
-    pool = WorkerPool(1, label="breaker-fast", extra_env=POOL_ENV)
-    yield pool
-    pool.stop()
+    yield from worker_pool(1, label="breaker-fast", extra_env=POOL_ENV)
 
 
 @pytest.fixture
 def fast(fast_pool: WorkerPool) -> WorkerPool:
-    celery_app.conf.task_default_queue = fast_pool.queue
-    return fast_pool
+    return fast_pool.routed()
 
 
 def fail_turn(api: Client, agent: Agent, number: int) -> dict[str, Any]:

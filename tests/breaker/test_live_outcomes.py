@@ -20,7 +20,7 @@ from breaker.models import BreakerState
 from inference.models import Turn
 from tests.breaker.test_live import streak_reached
 from tests.breaker.test_live_moves import nothing_shed, probe_out, probe_status, probes, sequence
-from tests.conftest import WorkerPool, celery_app, wait_for
+from tests.conftest import WorkerPool, celery_app, wait_for, worker_pool
 from tests.inference.test_turns import submit, wait_turn
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -31,15 +31,12 @@ BOUNDS = {"progress_bounds": {"before_content_ms": 500, "between_events_ms": 500
 
 @pytest.fixture(scope="module")
 def bounded_pool(django_db_setup: None, django_db_blocker: Any) -> Iterator[WorkerPool]:
-    pool = WorkerPool(1, label="breaker-bounded", extra_env={"AGENTOPS_INFERENCE_BOUNDS": json.dumps(BOUNDS)})
-    yield pool
-    pool.stop()
+    yield from worker_pool(1, label="breaker-bounded", extra_env={"AGENTOPS_INFERENCE_BOUNDS": json.dumps(BOUNDS)})
 
 
 @pytest.fixture
 def bounded(bounded_pool: WorkerPool) -> WorkerPool:
-    celery_app.conf.task_default_queue = bounded_pool.queue
-    return bounded_pool
+    return bounded_pool.routed()
 
 
 def fail_three(api: Client, agent: Agent) -> None:

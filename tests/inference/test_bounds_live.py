@@ -15,7 +15,7 @@ from django.test import Client
 from agentops.models import Alert, HistoryRow
 from agentops.text import FAILURE_TEXT_LIMIT
 from inference.models import InferenceCall, Turn
-from tests.conftest import LOG_DIR, WorkerPool, celery_app, gap_s
+from tests.conftest import LOG_DIR, WorkerPool, gap_s, worker_pool
 from tests.inference.test_turns import submit, wait_turn
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -37,28 +37,22 @@ FAILURES_LOG = LOG_DIR / f"failures-bounded-{os.getpid()}.log"
 @pytest.fixture(scope="module")
 def bounded_pool(django_db_setup: None, django_db_blocker: Any) -> Iterator[WorkerPool]:
     FAILURES_LOG.unlink(missing_ok=True)
-    pool = WorkerPool(1, label="bounded", extra_env={**POOL_ENV, "AGENTOPS_FAILURES_LOG": str(FAILURES_LOG)})
-    yield pool
-    pool.stop()
+    yield from worker_pool(1, label="bounded", extra_env={**POOL_ENV, "AGENTOPS_FAILURES_LOG": str(FAILURES_LOG)})
 
 
 @pytest.fixture(scope="module")
 def unbounded_pool(django_db_setup: None, django_db_blocker: Any) -> Iterator[WorkerPool]:
-    pool = WorkerPool(1, label="unbounded", extra_env={"AGENTOPS_INFERENCE_BOUNDS": "false"})
-    yield pool
-    pool.stop()
+    yield from worker_pool(1, label="unbounded", extra_env={"AGENTOPS_INFERENCE_BOUNDS": "false"})
 
 
 @pytest.fixture
 def bounded(bounded_pool: WorkerPool) -> WorkerPool:
-    celery_app.conf.task_default_queue = bounded_pool.queue
-    return bounded_pool
+    return bounded_pool.routed()
 
 
 @pytest.fixture
 def unbounded(unbounded_pool: WorkerPool) -> WorkerPool:
-    celery_app.conf.task_default_queue = unbounded_pool.queue
-    return unbounded_pool
+    return unbounded_pool.routed()
 
 
 def calls_of(turn: dict[str, Any]) -> list[dict[str, Any]]:

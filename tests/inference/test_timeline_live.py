@@ -15,7 +15,7 @@ from inference.bounds import BoundsSettings, bound_deadlines
 from inference.client import MARKS_HEAD, MARKS_TAIL
 from inference.models import InferenceCall
 from inference.timeline import call_state
-from tests.conftest import WorkerPool, celery_app
+from tests.conftest import WorkerPool, worker_pool
 from tests.inference.test_turns import submit, wait_turn
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -29,15 +29,12 @@ BOUNDS: dict[str, Any] = {
 
 @pytest.fixture(scope="module")
 def timeline_pool(django_db_setup: None, django_db_blocker: Any) -> Iterator[WorkerPool]:
-    pool = WorkerPool(1, label="timeline", extra_env={"AGENTOPS_INFERENCE_BOUNDS": json.dumps(BOUNDS), "AGENTOPS_DEADLINE_RETRY_DELAY_MS": "100"})
-    yield pool
-    pool.stop()
+    yield from worker_pool(1, label="timeline", extra_env={"AGENTOPS_INFERENCE_BOUNDS": json.dumps(BOUNDS), "AGENTOPS_DEADLINE_RETRY_DELAY_MS": "100"})
 
 
 @pytest.fixture
 def bounded(timeline_pool: WorkerPool) -> WorkerPool:
-    celery_app.conf.task_default_queue = timeline_pool.queue
-    return timeline_pool
+    return timeline_pool.routed()
 
 
 def first_call(turn_id: int) -> InferenceCall:

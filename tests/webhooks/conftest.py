@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 
-from agentops.celery import app as celery_app
-from tests.conftest import LOG_DIR, WorkerPool
+from tests.conftest import WorkerPool, worker_pool
 from webhooks.models import WebhookAttempt
 
 # Worker settings for webhook tests: fast retries, few attempts, the loopback receiver allowed.
@@ -111,18 +110,14 @@ def _allow_loopback(settings: Any) -> None:
 
 @pytest.fixture(scope="session")
 def webhook_session_workers(django_db_setup: None, django_db_blocker: Any) -> Iterator[WorkerPool]:
-    LOG_DIR.mkdir(parents=True, exist_ok=True)
-    pool = WorkerPool(1, label="wh", extra_env=WORKER_ENV)
-    yield pool
-    pool.stop()
+    yield from worker_pool(1, label="wh", extra_env=WORKER_ENV)
 
 
 @pytest.fixture
 def webhook_workers(webhook_session_workers: WorkerPool) -> Iterator[WorkerPool]:
     """A real worker with the webhook test settings; tasks sent now go to it. Afterwards, wait
     until it has no attempt under way, so the flush between tests does not race it."""
-    celery_app.conf.task_default_queue = webhook_session_workers.queue
-    yield webhook_session_workers
+    yield webhook_session_workers.routed()
     end = time.monotonic() + 10
     while WebhookAttempt.objects.filter(ended_at__isnull=True).exists() and time.monotonic() < end:
         time.sleep(0.05)
