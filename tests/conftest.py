@@ -20,16 +20,29 @@ import httpx
 import pytest
 import redis
 from django.conf import settings
-from django.test import Client
+from django.test import Client, override_settings
 
 from agentops.celery import app as celery_app
 from agentops.models import Agent, Provider
 from agentops.tokens import api_token_create
 from tests.factories import AgentFactory
+from waits.journal import journal_forget_process_state
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 LOG_DIR = BASE_DIR / "var" / "test-logs"
 QUEUE = f"agentops-test-{socket.gethostname()}-{os.getpid()}"
+
+
+@pytest.fixture(autouse=True)
+def fresh_process_view(tmp_path: Path) -> Iterator[None]:
+    """Each test starts as a freshly started process: no cached provider-waits journal, no
+    pending acts; the failures.log lines the test process writes go to a scratch file.
+    (``override_settings``, not pytest-django's ``settings``: some modules have a fixture of
+    that name for their own settings.)"""
+    journal_forget_process_state()
+    with override_settings(AGENTOPS_FAILURES_LOG=str(tmp_path / "failures.log")):
+        yield
+    journal_forget_process_state()
 
 
 def wait_for(predicate: Callable[[], Any], *, timeout: float = 20.0, interval: float = 0.05, what: str = "condition") -> Any:

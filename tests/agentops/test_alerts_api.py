@@ -7,7 +7,6 @@ the main API is wired."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,11 +28,6 @@ urlpatterns = [path("api/v1/", api.urls)]
 pytestmark = [pytest.mark.django_db, pytest.mark.urls(__name__)]
 
 T0 = datetime(2026, 1, 15, 8, 0, tzinfo=UTC)
-
-
-@pytest.fixture(autouse=True)
-def failures_log(settings: Any, tmp_path: Path) -> None:
-    settings.AGENTOPS_FAILURES_LOG = str(tmp_path / "failures.log")
 
 
 def raised(*, kind: str, agent: str, at: datetime, model: str = "m1", verdict: str = "") -> Alert:

@@ -31,11 +31,6 @@ def at(ms: float) -> datetime:
     return SENT + timedelta(milliseconds=ms)
 
 
-@pytest.fixture(autouse=True)
-def fresh_journal_view() -> None:
-    journal_forget_process_state()
-
-
 def login(user: User) -> Client:
     client = Client()
     client.force_login(user)

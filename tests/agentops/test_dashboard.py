@@ -7,8 +7,6 @@ import json
 import math
 import re
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,21 +25,11 @@ from tests.factories import AgentFactory
 from tests.inference.test_websocket import _queued_turn_without_enqueue
 from tests.waits.conftest import manage
 from waits.clock import clock_ms
-from waits.journal import journal_forget_process_state
 from waits.services import wait_record, wait_release
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 HOST = [(b"host", b"localhost"), (b"origin", b"http://localhost")]
-
-
-@pytest.fixture(autouse=True)
-def fresh_process_view(settings: Any, tmp_path: Path) -> Iterator[None]:
-    """No journal state cached from another test; alert log lines go to a scratch file."""
-    settings.AGENTOPS_FAILURES_LOG = str(tmp_path / "failures.log")
-    journal_forget_process_state()
-    yield
-    journal_forget_process_state()
 
 
 @pytest.fixture

@@ -6,8 +6,6 @@ on how the project's urls are wired."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,7 +25,6 @@ from inference.models import InferenceCall, Turn
 from inference.probe import probe_send
 from tests.factories import AgentFactory, HistoryRowFactory
 from waits.clock import clock_ms
-from waits.journal import journal_forget_process_state
 from waits.models import WaitJournalEntry
 from waits.services import wait_record
 
@@ -37,15 +34,6 @@ pytestmark = [pytest.mark.django_db, pytest.mark.urls(__name__)]
 
 Labels = dict[str, str]
 Scrape = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-@pytest.fixture(autouse=True)
-def fresh_process_view(settings: Any, tmp_path: Path) -> Iterator[None]:
-    """No journal state cached from another test; alert log lines go to a scratch file."""
-    settings.AGENTOPS_FAILURES_LOG = str(tmp_path / "failures.log")
-    journal_forget_process_state()
-    yield
-    journal_forget_process_state()
 
 
 @pytest.fixture

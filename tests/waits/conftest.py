@@ -29,15 +29,6 @@ NOW = 1_800_000_000_000.0  # 2027-01-15T08:00:00Z: an explicit now, well inside 
 TABLE = WaitJournalEntry._meta.db_table
 
 
-@pytest.fixture(autouse=True)
-def fresh_process_view(settings: Any, tmp_path: Path) -> Iterator[None]:
-    """Each test starts as a freshly started process: no cached journal, no pending acts."""
-    settings.AGENTOPS_FAILURES_LOG = str(tmp_path / "failures.log")
-    journal_forget_process_state()
-    yield
-    journal_forget_process_state()
-
-
 def restart() -> None:
     """What a process restart does to the journal's process state."""
     journal_forget_process_state()
