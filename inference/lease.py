@@ -37,14 +37,14 @@ class TurnLease:
     """A claimed lease. ``renew_if_due()`` keeps it; ``lost`` turns true if another worker took
     it over (only possible after this one failed to renew in time)."""
 
-    def __init__(self, agent_id: int, owner: str) -> None:
+    def __init__(self, agent_id: int, owner: str, *, gate: AbstractContextManager[Any] | None = None) -> None:
         self.agent_id = agent_id
         self.owner = owner
         self.lost = False
         self._renewed = time.monotonic()
         # Held around the renewal's query. The runner passes its bookkeeping gate: a thousand
         # waiting turns renewing at once would otherwise starve the loop that times the cuts.
-        self.gate: AbstractContextManager[Any] = nullcontext()
+        self.gate = gate if gate is not None else nullcontext()
 
     @property
     def duration(self) -> timedelta:
@@ -82,12 +82,13 @@ class TurnLease:
         AgentLease.objects.filter(agent_id=self.agent_id, owner=self.owner).delete()
 
 
-def lease_claim(agent_id: int) -> TurnLease | None:
-    """Claim the agent's turn lease for this invocation, or None if a live one is held."""
+def lease_claim(agent_id: int, *, gate: AbstractContextManager[Any] | None = None) -> TurnLease | None:
+    """Claim the agent's turn lease for this invocation, or None if a live one is held.
+    ``gate`` is held around each renewal's query (never taken by the caller at that time)."""
     owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
     now = timezone.now()
     until = now + timedelta(milliseconds=settings.AGENTOPS_TURN_LEASE_MS)
     with connection.cursor() as cursor:
         cursor.execute(_CLAIM_SQL, [agent_id, owner, until, now])
         row = cursor.fetchone()
-    return TurnLease(agent_id, owner) if row else None
+    return TurnLease(agent_id, owner, gate=gate) if row else None

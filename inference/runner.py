@@ -96,11 +96,11 @@ def agent_drain(agent_id: int) -> None:
     if lifecycle.stopping.is_set():
         return  # a worker shutting down takes no new turns; the sweep re-enqueues them
     with _BOOKKEEPING:
-        lease = lease_claim(agent_id)
+        # Renewals happen while this thread has let go of the gate (it waits on a call).
+        lease = lease_claim(agent_id, gate=_BOOKKEEPING)
         if lease is None:
             logger.debug("agent %s: another worker holds its turn lease", agent_id)
             return
-        lease.gate = _BOOKKEEPING  # renewals happen while this thread has let go of it
         try:
             while not lease.lost and not lifecycle.stopping.is_set() and (turn_id := next_turn_id(agent_id, now=timezone.now())) is not None:
                 turn_run(turn_id, lease)
