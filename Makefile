@@ -36,6 +36,7 @@ screenshots: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy .
+	$(BIN)/lint-imports
 
 clean-var:
 	$(BIN)/python -m agentops.embedded down var || true

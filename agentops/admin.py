@@ -12,6 +12,7 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
+from .admin_base import ReadOnlyAdmin
 from .models import Agent, Alert, ApiToken, AuditEntry, HistoryRow, Provider
 
 if TYPE_CHECKING:
@@ -19,19 +20,6 @@ if TYPE_CHECKING:
 
 admin.site.site_header = "agentops operations"
 admin.site.site_title = "agentops"
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """A record: nobody adds, edits or deletes it through the admin."""
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(Provider)

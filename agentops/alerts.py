@@ -15,7 +15,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from webhooks.services import webhook_deliveries_queue
+from agentops.webhooks.services import webhook_deliveries_queue
 
 from .exceptions import Conflict, NotFound
 from .failures import failures_log_write

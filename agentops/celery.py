@@ -24,6 +24,14 @@ def task_countdown_s(delay_s: float) -> float:
     return min(delay_s, settings.CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] / 2)
 
 
+def task_send(name: str, *args: object, countdown_s: float = 0.0) -> None:
+    """Send the task ``name`` (its registered name, e.g. ``inference.tasks.agent_drain``) with
+    ``args``, after ``countdown_s`` capped by ``task_countdown_s``. Services enqueue work by name,
+    so none imports a ``tasks`` module (the tasks import the services). Call it on commit."""
+    countdown = task_countdown_s(countdown_s) if countdown_s > 0 else None
+    app.send_task(name, args=args, countdown=countdown)
+
+
 # Each worker announces itself in Redis with a short TTL, so /health can count live workers
 # without a broadcast round trip.
 WORKER_KEY_TTL_S = 30

@@ -80,7 +80,7 @@ class DashboardConsumer(ToleratesBadFrames):
     """``/ws/dashboard``: the operator dashboard's live feed, for staff users signed in to the
     admin (the session cookie; the route checks the Origin). Sends a ``snapshot`` at once and on
     ``{"type": "snapshot"}``, then every event of the ``dashboard`` group as it happens (see
-    agentops.dashboard). Closes with 4401 for an anonymous user, 4403 for one who is not staff.
+    agentops.live). Closes with 4401 for an anonymous user, 4403 for one who is not staff.
 
     The group is joined before the snapshot is read, so no event falls between the two: an
     event may also show in the snapshot, and the page applies events idempotently.

@@ -1,4 +1,13 @@
-"""Live events over the Channels layer (websockets for turns, the dashboard).
+"""Live events over the Channels layer: a turn's websocket, and the operator dashboard.
+
+Dashboard events go to the Channels group ``dashboard`` as ``{"type": "dashboard.event",
+"event": {...}}`` through ``dashboard_publish``; ``agentops.consumers.DashboardConsumer``
+forwards the inner event as is. Event types: ``snapshot`` (sent by the consumer on connect and
+on request, built by ``agentops.dashboard``), ``alert.raised`` (``agentops.alerts``, the alert as
+``agentops.selectors.alert_json``), ``call.started`` and ``call.ended``
+(``inference.calls.events``), ``hold.started`` and ``hold.ended`` (here, for ``waits``).
+Producers call one function each; the event goes out once the current transaction commits,
+from the process's background loop, so the caller never waits on Redis.
 
 Sends happen after commit: a client must never see a state the database rolled back.
 """
@@ -12,10 +21,12 @@ from channels.layers import get_channel_layer
 from django.db import transaction
 
 from .background import background_loop
+from .text import bound_text
 
 logger = logging.getLogger(__name__)
 
 DASHBOARD_GROUP = "dashboard"
+REASON_LIMIT = 300  # a hold's reason as the dashboard shows it
 
 
 def turn_group(turn_id: int) -> str:
@@ -54,7 +65,7 @@ async def _send_dashboard_event(event: dict[str, Any]) -> None:
 
 
 def dashboard_publish(event: dict[str, Any]) -> None:
-    """Send ``event`` to every open dashboard (``agentops.dashboard`` lists the event types)
+    """Send ``event`` to every open dashboard (the module docstring lists the event types)
     once the current transaction commits (at once outside one), in order with this process's
     other live events. Never blocks the caller; the one sender of the ``dashboard`` group."""
     def send() -> None:
@@ -66,3 +77,33 @@ def dashboard_publish(event: dict[str, Any]) -> None:
         # Autocommit: what the caller wrote is committed. (``on_commit`` would open a
         # connection to ask, and a wait recorded while the database is down must still bind.)
         send()
+
+
+# --- holds (DESIGN §6) ---------------------------------------------------------------------
+
+
+def hold_out(*, agent: str, model: str, until_ms: float | None, reason: str, set_at_ms: float | None, source: str) -> dict[str, Any]:
+    """A binding wait as the dashboard shows it (its events and its snapshot)."""
+    return {
+        "agent": agent,
+        "model": model,
+        "until_ms": until_ms,
+        "reason": bound_text(reason, REASON_LIMIT),
+        "set_at_ms": set_at_ms,
+        "source": source,
+    }
+
+
+def dashboard_hold_started(*, agent: str, model: str, until_ms: float | None, reason: str, set_at_ms: float, source: str) -> None:
+    """``hold.started``: a wait now binds (agent, model), until ``until_ms`` (None: until
+    released). A longer wait replacing a shorter one is a new start for the same pair."""
+    dashboard_publish({
+        "type": "hold.started",
+        "hold": hold_out(agent=agent, model=model, until_ms=until_ms, reason=reason, set_at_ms=set_at_ms, source=source),
+    })
+
+
+def dashboard_hold_ended(*, agent: str, model: str, why: str) -> None:
+    """``hold.ended``: an operator released the wait. (A hold that simply runs out is ended by
+    the page itself at its ``until_ms``.)"""
+    dashboard_publish({"type": "hold.ended", "hold": {"agent": agent, "model": model, "why": bound_text(why, REASON_LIMIT)}})

@@ -20,10 +20,10 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from agentops.models import Alert
+from agentops.webhooks.models import WebhookAttempt, WebhookDelivery
 from inference.models import InferenceCall, Turn
 from waits.clock import clock_ms
 from waits.selectors import binding_waits
-from webhooks.models import WebhookAttempt, WebhookDelivery
 
 CUT_LATENESS_BUCKETS_MS: tuple[float, ...] = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000)
 

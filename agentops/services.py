@@ -1,13 +1,15 @@
-"""Writes on providers and agents. API handlers, admin actions and commands call these."""
+"""Core writes: providers, agents and their history rows. API handlers, admin actions,
+commands and the layers above call these."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import Max
 
 from .exceptions import Conflict, bad_field
-from .models import Agent, Provider
+from .models import Agent, HistoryRow, Provider
 
 
 def provider_create(*, name: str, kind: str, base_url: str, api_key_env: str = "") -> Provider:
@@ -54,3 +56,10 @@ def agent_update(*, agent: Agent, changes: dict[str, Any]) -> Agent:
         agent.save(update_fields=fields)
     return agent
 
+
+
+def history_append(*, agent: Agent, participant: str, role: str, content: Any) -> HistoryRow:
+    """Append one row at the next sequence number. Call inside a transaction that holds the
+    agent's row lock (``Agent.objects.select_for_update()``), so two writers never collide."""
+    last = HistoryRow.objects.filter(agent=agent).aggregate(m=Max("seq"))["m"] or 0
+    return HistoryRow.objects.create(agent=agent, seq=last + 1, participant=participant, role=role, content=content)

@@ -29,7 +29,7 @@ INSTALLED_APPS = [
     "inference",
     "waits",
     "breaker",
-    "webhooks",
+    "agentops.webhooks",
 ]
 
 MIDDLEWARE = [

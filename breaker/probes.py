@@ -1,7 +1,7 @@
 """The probe's life on the breaker's side (DESIGN §7.3): mark it out with a snapshot of what
 must not move, read its verdict, and either shed (under the same locks as the move check, so
 nothing can move between the two) or set its answer aside. The call itself is
-``inference.probe``'s.
+``breaker.probe_call``'s.
 
 Lock order, everywhere: the agent row first, then the breaker state row."""
 
@@ -22,6 +22,7 @@ from django.utils import timezone
 from agentops.alerts import alert_raise
 from agentops.models import Agent, HistoryRow
 from agentops.text import FAILURE_TEXT_LIMIT, bound_text
+from inference.models import Turn
 
 from .decision import ProbeVerdict
 from .models import BreakerState
@@ -54,8 +55,6 @@ class ProbeEnd:
 
 
 def _snapshot(agent_id: int, streak_version: int) -> dict[str, Any]:
-    from inference.models import Turn  # a snapshot read only: breaker sits below the turn layer
-
     rows = HistoryRow.objects.filter(agent_id=agent_id).aggregate(
         newest=Max("id"),
         count=Count("id"),

@@ -3,7 +3,7 @@ probe that is out, and restoring set-aside rows. The probe's life is in ``breake
 shedding in ``breaker.shedding``.
 
 Lock order, everywhere: the agent row first (history writers hold it, see
-``inference.services.history_append``), then the breaker state row."""
+``agentops.services.history_append``), then the breaker state row."""
 
 from __future__ import annotations
 

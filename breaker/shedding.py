@@ -2,7 +2,7 @@
 marker note per run of failures, at most ``breaker_shed_cap`` times a run.
 
 Lock order, everywhere: the agent row first (history writers hold it, see
-``inference.services.history_append``), then the breaker state row."""
+``agentops.services.history_append``), then the breaker state row."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from agentops.models import Agent, HistoryRow
+from agentops.services import history_append
 from agentops.text import bound_text
-from inference.services import history_append
 
 from .models import BreakerState
 

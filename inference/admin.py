@@ -1,5 +1,5 @@
 """Turns and their calls in the admin (DESIGN §9): read-only records, each call with the
-picture of its timeline (inference.timeline_svg) large on its page and small in its turn."""
+picture of its timeline (inference.calls.timeline_svg) large on its page and small in its turn."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from django.contrib import admin
 from django.http import HttpRequest
 from django.utils.safestring import SafeString, mark_safe
 
-from agentops.admin import ReadOnlyAdmin
+from agentops.admin_base import ReadOnlyAdmin
 
+from .calls.timeline import call_timeline_svg
+from .calls.timeline_svg import fmt_ms
 from .models import InferenceCall, Turn
-from .timeline import call_timeline_svg
-from .timeline_svg import fmt_ms
 
 
 def _picture(call: InferenceCall | None, *, small: bool) -> SafeString:

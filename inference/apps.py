@@ -6,4 +6,4 @@ class InferenceConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import config  # noqa: F401  (registers the bounds system check)
+        from .calls import config  # noqa: F401  (registers the bounds system check)

@@ -97,7 +97,7 @@ class InferenceCall(models.Model):
     bound_deadline = models.DateTimeField(null=True, blank=True)
     cut_lateness_ms = models.FloatField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
-    # The recorded picture of the call (inference.records.call_marks): when model events and
+    # The recorded picture of the call (inference.calls.records.call_marks): when model events and
     # keepalives arrived, in ms after send (first 200 and last 50 of each, and how many were
     # left out between), and the bounds the call ran under. Empty while the call is in flight.
     marks = models.JSONField(default=dict, blank=True)

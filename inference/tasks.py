@@ -1,16 +1,16 @@
-"""Celery tasks: thin interfaces over the runner. They take ids and are safe to deliver twice."""
+"""Celery tasks: thin interfaces over the drain (``inference.turns.drain``). They take ids and are safe to deliver twice."""
 
 from __future__ import annotations
 
 from celery import shared_task
 
-from . import runner
 from .models import Turn
+from .turns import drain
 
 
 @shared_task(name="inference.tasks.agent_drain", acks_late=True)
 def agent_drain(agent_id: int) -> None:
-    runner.agent_drain(agent_id)
+    drain.agent_drain(agent_id)
 
 
 @shared_task(name="inference.tasks.turns_sweep")

@@ -16,9 +16,9 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
-from agentops.admin import ReadOnlyAdmin
+from agentops.admin_base import ReadOnlyAdmin
 from agentops.exceptions import AgentopsError
-from inference.services import held_turns_wake  # an interface may wake turns
+from inference.turns.queue import held_turns_wake  # an interface may wake turns
 
 from .clock import clock_ms
 from .core import EVERY_MODEL

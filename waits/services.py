@@ -18,8 +18,8 @@ from django.conf import settings
 from django.db import DatabaseError, transaction
 
 from agentops.alerts import alert_raise
-from agentops.dashboard import dashboard_hold_ended, dashboard_hold_started
 from agentops.exceptions import NotFound, bad_field
+from agentops.live import dashboard_hold_ended, dashboard_hold_started
 from agentops.models import Agent, AuditEntry
 from agentops.text import FAILURE_TEXT_LIMIT, bound_text, clean_requester
 

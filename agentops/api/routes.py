@@ -12,8 +12,8 @@ from agentops.exceptions import bad_field
 from agentops.models import HistoryRow, Provider
 from agentops.selectors import agent_get, history_row_out
 from inference import selectors as turn_selectors
-from inference import services as turn_services
-from inference.auxiliary import AuxMessage, auxiliary_complete_in_thread
+from inference.turns import services as turn_services
+from inference.turns.auxiliary import AuxMessage, auxiliary_complete_in_thread
 
 from . import errors
 from .alerts_routes import router as alerts_router
@@ -160,9 +160,10 @@ async def agent_complete(request: HttpRequest, name: str, payload: CompleteIn) -
     # hold the one thread Django runs sync views on.
     agent = await sync_to_async(agent_get)(name=name)
     messages = [AuxMessage(participant=m.participant, content=m.content) for m in payload.messages]
-    return await sync_to_async(auxiliary_complete_in_thread, thread_sensitive=False)(
+    done = await sync_to_async(auxiliary_complete_in_thread, thread_sensitive=False)(
         agent=agent, messages=messages, model=payload.model, max_tokens=payload.max_tokens
     )
+    return {**done, "call": turn_selectors.call_out(done["call"])}
 
 
 # --- health -------------------------------------------------------------------

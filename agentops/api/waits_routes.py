@@ -15,7 +15,7 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 
 from agentops.exceptions import bad_field
-from inference.services import held_turns_wake  # an interface may wake turns
+from inference.turns.queue import held_turns_wake  # an interface may wake turns
 from waits.clock import clock_ms
 from waits.selectors import binding_waits, journal_entries
 from waits.services import wait_release

@@ -18,8 +18,8 @@ from agentops.live import DASHBOARD_GROUP
 from agentops.models import Alert
 from agentops.selectors import alert_json
 from agentops.text import DATA_ITEMS_LIMIT, FAILURE_TEXT_LIMIT
-from webhooks.models import WebhookDelivery, WebhookEndpoint
-from webhooks.services import alert_payload
+from agentops.webhooks.models import WebhookDelivery, WebhookEndpoint
+from agentops.webhooks.services import alert_payload
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

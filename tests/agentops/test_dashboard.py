@@ -17,9 +17,9 @@ from django.test import Client
 
 from agentops.alerts import alert_raise
 from agentops.asgi import application
-from agentops.dashboard import call_deadline_ms
 from agentops.models import Agent
-from inference.config import bounds_settings
+from inference.calls.config import bounds_settings
+from inference.calls.events import call_deadline_ms
 from inference.models import InferenceCall
 from tests.factories import AgentFactory
 from tests.inference.test_websocket import _queued_turn_without_enqueue

@@ -7,11 +7,11 @@ from typing import Any
 from django.db import transaction
 
 from agentops.models import Agent, HistoryRow
+from agentops.services import history_append
 from breaker.models import BreakerState
 from breaker.probes import ProbeEnd, ProbeTicket, breaker_probe_begin, breaker_probe_end
 from breaker.services import breaker_note_failure
 from inference.models import Turn
-from inference.services import history_append
 
 SHED_REASON = "invalid_request at HTTP 400"
 

@@ -15,11 +15,12 @@ from django.db.models import F
 from django.utils import timezone
 
 from agentops.models import Agent, Alert, HistoryRow
+from agentops.services import history_append
 from breaker.models import BreakerState
 from breaker.probes import ProbeEnd, ProbeTicket, breaker_probe_begin, breaker_probe_moved
 from breaker.services import breaker_note_success, breaker_probe_withdraw, probe_abort_key
 from inference.models import Turn
-from inference.services import agent_dispose, history_append
+from inference.turns.services import agent_dispose
 from tests.breaker.common import end, fail, probe_out, row, state
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("breaker_settings")]

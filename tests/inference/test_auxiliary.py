@@ -70,7 +70,7 @@ def test_a_wait_recorded_by_an_auxiliary_call_holds_the_primary_turn(api: Client
 
 
 def test_a_cut_auxiliary_call_is_a_504_naming_its_bound(api: Client, make_agent: Any, settings: Any) -> None:
-    from inference.config import bounds_settings
+    from inference.calls.config import bounds_settings
 
     settings.AGENTOPS_INFERENCE_BOUNDS = json.dumps({"progress_bounds": {"before_content_ms": 100, "between_events_ms": 100}, "flat_minimum_ms": 200})
     bounds_settings.cache_clear()

@@ -11,7 +11,7 @@ import dataclasses
 
 import pytest
 
-from inference.bounds import (
+from inference.calls.bounds import (
     BOUND_SETTING,
     Bound,
     BoundsSettings,
@@ -21,7 +21,7 @@ from inference.bounds import (
     describe_cut,
     next_deadline,
 )
-from inference.client import Timeline
+from inference.calls.client import Timeline
 
 S = 1_000_000.0  # the instant the request was sent
 DEFAULTS = BoundsSettings()

@@ -11,7 +11,12 @@ from typing import Any
 import httpx
 import pytest
 
-from inference.classify import classify_exception, classify_frame, classify_http, stated_wait_ms
+from inference.calls.classify import (
+    classify_exception,
+    classify_frame,
+    classify_http,
+    stated_wait_ms,
+)
 
 NOW = 1_700_000_000_000.0  # a whole second, so HTTP dates (second resolution) land exactly
 

@@ -13,8 +13,8 @@ import pytest
 from django.core import checks
 from django.test import override_settings
 
-from inference.bounds import BoundsSettings
-from inference.config import BoundsConfigError, check_inference_bounds, parse_bounds
+from inference.calls.bounds import BoundsSettings
+from inference.calls.config import BoundsConfigError, check_inference_bounds, parse_bounds
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 PREFIX = "AGENTOPS_INFERENCE_BOUNDS"

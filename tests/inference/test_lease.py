@@ -11,7 +11,7 @@ from tests.waits.test_journal_stalls import run_worker_process
 
 RENEW_WITH_THE_DATABASE_DOWN = """
 import json, time
-from inference.lease import TurnLease
+from inference.turns.lease import TurnLease
 
 lease = TurnLease(agent_id=1, owner="w1")
 quarter, whole = 1000 / 4000, 1000 / 1000  # AGENTOPS_TURN_LEASE_MS=1000

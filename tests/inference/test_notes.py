@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from inference.notes import CLOSING, TIMED_OUT_AGAIN, failure_note_text
-from inference.types import ProviderError
+from inference.calls.types import ProviderError
+from inference.turns.notes import CLOSING, TIMED_OUT_AGAIN, failure_note_text
 
 CUT_REASON = (
     "no model event for 150000 ms after content (between-events bound; the setting for this "

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from inference.policy import (
+from inference.calls.types import ProviderError
+from inference.turns.policy import (
     Action,
     Decision,
     PolicySettings,
@@ -12,7 +13,6 @@ from inference.policy import (
     after_completed_call,
     decide,
 )
-from inference.types import ProviderError
 
 T0 = 1_700_000_000_000.0
 EPISODE = 20 * 60_000.0

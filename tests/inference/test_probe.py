@@ -7,10 +7,10 @@ from dataclasses import MISSING, fields
 import pytest
 
 from agentops.models import HistoryRow
-from inference.adapters import adapter_for
-from inference.compile import compile_request
-from inference.probe import PROBE_FIELDS, PROBE_TEXT, probe_participant, probe_request
-from inference.types import CompiledRequest, Message
+from breaker.probe_call import PROBE_FIELDS, PROBE_TEXT, probe_participant, probe_request
+from inference.calls.adapters import adapter_for
+from inference.calls.compile import compile_request
+from inference.calls.types import CompiledRequest, Message
 from tests.factories import AgentFactory, HistoryRowFactory
 
 pytestmark = pytest.mark.django_db

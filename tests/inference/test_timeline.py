@@ -1,5 +1,5 @@
 """A recorded call as its picture's values: each bound's deadline as it stood, from the recorded
-instants and the bounds the call ran under (inference.timeline, inference.records.call_marks)."""
+instants and the bounds the call ran under (inference.calls.timeline, inference.calls.records.call_marks)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from inference.bounds import Bound, BoundsSettings, CallState, bound_deadlines, next_deadline
-from inference.client import MARKS_HEAD, MARKS_TAIL, Timeline
+from inference.calls.bounds import Bound, BoundsSettings, CallState, bound_deadlines, next_deadline
+from inference.calls.client import MARKS_HEAD, MARKS_TAIL, Timeline
+from inference.calls.records import call_marks
+from inference.calls.timeline import call_deadlines, call_picture, call_timeline_svg
 from inference.models import InferenceCall
-from inference.records import call_marks
-from inference.timeline import call_deadlines, call_picture, call_timeline_svg
 from tests.factories import AgentFactory
 
 SETTINGS = BoundsSettings(before_content_ms=500, between_events_ms=400, think_tokens_per_second=100, flat_minimum_ms=2000, absolute_ms=2500)

@@ -11,10 +11,10 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from inference.bounds import BoundsSettings, bound_deadlines
-from inference.client import MARKS_HEAD, MARKS_TAIL
+from inference.calls.bounds import BoundsSettings, bound_deadlines
+from inference.calls.client import MARKS_HEAD, MARKS_TAIL
+from inference.calls.timeline import call_state
 from inference.models import InferenceCall
-from inference.timeline import call_state
 from tests.conftest import WorkerPool, worker_pool
 from tests.inference.test_turns import submit, wait_turn
 

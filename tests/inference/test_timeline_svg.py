@@ -1,4 +1,4 @@
-"""The picture of a call's timeline: pure values in, escaped SVG out (inference.timeline_svg)."""
+"""The picture of a call's timeline: pure values in, escaped SVG out (inference.calls.timeline_svg)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from inference.timeline_svg import CallPicture, DeadlineMark, Milestone, fmt_ms, render_svg
+from inference.calls.timeline_svg import CallPicture, DeadlineMark, Milestone, fmt_ms, render_svg
 
 SVG = "{http://www.w3.org/2000/svg}"
 

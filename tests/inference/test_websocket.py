@@ -10,9 +10,10 @@ from channels.testing import WebsocketCommunicator
 
 from agentops.asgi import application
 from agentops.models import Agent, HistoryRow
+from agentops.services import history_append
 from inference.models import Turn
-from inference.services import IncomingMessage, history_append, turn_submit
 from inference.tasks import agent_drain
+from inference.turns.services import IncomingMessage, turn_submit
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agentops.models import Agent, Provider
 from inference.models import Turn
-from inference.services import IncomingMessage, turn_submit
+from inference.turns.services import IncomingMessage, turn_submit
 
 # name, provider, stand-in scenario (the model), stream: what each shows on the dashboard.
 LIVE_AGENTS = [

@@ -13,7 +13,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agentops.exceptions import AgentopsError
-from inference.services import held_turns_wake  # an interface may wake turns
+from inference.turns.queue import held_turns_wake  # an interface may wake turns
 from waits.journal import journal_pending
 from waits.services import wait_release
 

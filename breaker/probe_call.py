@@ -1,0 +1,87 @@
+"""The probe's call (DESIGN §7.3): the failed request again with only its messages replaced
+(``PROBE_FIELDS`` says what happens to each field), sent as an auxiliary call. Admission
+applies (a held model defers it), no retries, the bounds of a non-streamed call, and nothing of
+it is stored in the history. Its row is kind ``probe``. It is aborted when it is withdrawn (a
+later failure, a completed call, the agent's removal), when the worker's warm shutdown begins,
+and when the drain loses the agent's turn lease. Its verdict is ``breaker.probes``'s.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from agentops.models import Agent, HistoryRow
+from inference.calls.run import call_deferred, call_run
+from inference.calls.types import CompiledRequest, Message, ProviderError
+from inference.models import InferenceCall, Turn
+from waits.admission import admission_check
+
+from .probes import ProbeTicket
+from .services import probe_abort_key
+
+PROBE_TEXT = "Reply with one word."
+
+# Every field of the failed request, and what the probe does with it. A field added to
+# CompiledRequest must be placed here (a test checks), so none is dropped by accident.
+PROBE_FIELDS: dict[str, Literal["kept", "replaced"]] = {
+    "model": "kept",
+    "system": "kept",
+    "messages": "replaced",  # one message: PROBE_TEXT from a participant that is not the agent
+    "max_tokens": "kept",
+    "stream": "replaced",  # non-streamed, under the non-streamed bounds
+    "thinking_budget": "kept",
+    "tools": "kept",
+}
+
+
+@dataclass(frozen=True)
+class ProbeOutcome:
+    outcome: Literal["answered", "error", "cut", "aborted", "deferred"]
+    error: ProviderError | None
+    call_id: int | None
+
+
+def probe_participant(agent: Agent) -> str:
+    """The failed request's newest participant other than the agent, or a participant that is
+    not the agent's when there is none (also when the agent itself is presented as ``User``)."""
+    newest = (
+        HistoryRow.objects.filter(agent=agent, state=HistoryRow.State.PRESENTED, role=HistoryRow.Role.USER)
+        .exclude(participant=agent.participant)
+        .order_by("-seq")
+        .values_list("participant", flat=True)
+        .first()
+    )
+    if newest:
+        return str(newest)
+    return "User" if agent.participant.casefold() != "user" else "Operator"
+
+
+def probe_request(failed: CompiledRequest, participant: str) -> CompiledRequest:
+    """Every field of the failed request kept, its messages replaced by one, non-streamed."""
+    message = Message(role="user", blocks=[{"type": "text", "text": f"{participant}: {PROBE_TEXT}"}])
+    return replace(failed, messages=[message], stream=False)
+
+
+def probe_send(
+    *, turn: Turn, failed: CompiledRequest, ticket: ProbeTicket, keep_going: Callable[[], bool] | None = None,
+    waiting: Callable[[], AbstractContextManager[None]] = nullcontext,
+) -> ProbeOutcome:
+    """Send the probe and wait for it (off any event loop, outside any transaction). Never
+    retried. A held model defers it without a call. ``keep_going`` and ``waiting`` are the
+    drain's, for the time the probe is out."""
+    agent = turn.agent
+    if admission_check(agent=agent, model=failed.model, now_ms=time.time() * 1000) is not None:
+        deferred = call_deferred(agent=agent, kind=InferenceCall.Kind.PROBE, model=failed.model, max_tokens=failed.max_tokens, turn=turn)
+        return ProbeOutcome("deferred", None, deferred.pk)
+    call, result = call_run(
+        agent=agent, request=probe_request(failed, probe_participant(agent)), kind=InferenceCall.Kind.PROBE, turn=turn,
+        abort_key=probe_abort_key(ticket.probe_id), keep_going=keep_going, waiting=waiting,
+    )
+    outcomes: dict[str, Literal["answered", "error", "cut", "aborted"]] = {
+        "completed": "answered", "error": "error", "cut": "cut", "aborted": "aborted",
+    }
+    return ProbeOutcome(outcomes[result.outcome], result.error, call.pk)

@@ -1,0 +1,182 @@
+"""Classifying provider failures into one shape (DESIGN §5.6), with the stated wait.
+
+Pure: headers, bodies and ``now`` come in; a ProviderError goes out.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from agentops.retrying import clamp_wait, retry_after_header_ms, wait_number
+from agentops.text import PROVIDER_CODE_LIMIT, bound_text
+
+from .types import ProviderError
+
+RETRYABLE_TYPES = {"rate_limit", "server", "overloaded", "network", "timeout"}
+
+_CONTEXT_RE = re.compile(
+    r"context[_ ]length|maximum context|context window|prompt is too long|too many tokens"
+    r"|input is too long|reduce the length",
+    re.IGNORECASE,
+)
+_QUOTA_RE = re.compile(r"quota|billing|credit", re.IGNORECASE)
+_POLICY_RE = re.compile(r"content[_ ]policy|content[_ ]filter|safety", re.IGNORECASE)
+
+# Anthropic's error types, as the status they stand for (used for stream error frames).
+_ANTHROPIC_TYPE_STATUS = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "billing_error": 402,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "overloaded_error": 529,
+    "timeout_error": 504,
+}
+# OpenAI-compatible codes and types, as the status the same failure has over HTTP (frames
+# carry no status). Codes are looked up before types.
+_OPENAI_CODE_STATUS = {
+    "rate_limit_exceeded": 429,
+    "insufficient_quota": 429,
+    "invalid_api_key": 401,
+    "context_length_exceeded": 400,
+    "requests": 429,
+    "tokens": 429,
+    "invalid_request_error": 400,
+    "server_error": 500,
+}
+
+
+def _error_object(body: Any) -> dict[str, Any]:
+    if isinstance(body, dict):
+        err = body.get("error")
+        if isinstance(err, dict):
+            return err
+        if isinstance(err, str):
+            return {"message": err}
+        return body
+    return {}
+
+
+def _parse_body(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def stated_wait_ms(headers: Mapping[str, str], body: Any, now_ms: float) -> float | None:
+    """The provider's stated wait in ms, or None if it stated none.
+
+    Order: ``retry-after-ms``, ``retry-after`` (seconds or an HTTP date), then the body's
+    ``retry_after_ms``, ``retry_after``, ``retryDelay``. Negative or past means 0; a value that
+    is not a finite number comes back as NaN or ±inf ("until released", DESIGN §6.2).
+    """
+    lower = {k.lower(): v for k, v in headers.items()}
+    if "retry-after-ms" in lower:
+        value = wait_number(lower["retry-after-ms"])
+        if value is not None:
+            return clamp_wait(value)
+    if "retry-after" in lower:
+        return retry_after_header_ms(lower["retry-after"], now_ms)
+    err = _error_object(body)
+    for source in (err, body if isinstance(body, dict) else {}):
+        if "retry_after_ms" in source:
+            value = wait_number(source["retry_after_ms"])
+            if value is not None:
+                return clamp_wait(value)
+        if "retry_after" in source:
+            value = wait_number(source["retry_after"])
+            if value is not None:
+                return clamp_wait(value * 1000)
+        delay = _retry_delay(source)
+        if delay is not None:
+            return clamp_wait(delay * 1000)
+    return None
+
+
+def _retry_delay(source: Mapping[str, Any]) -> float | None:
+    if "retryDelay" in source:
+        return wait_number(source["retryDelay"])
+    details = source.get("details")
+    if isinstance(details, list):
+        for item in details:
+            if isinstance(item, dict) and "retryDelay" in item:
+                return wait_number(item["retryDelay"])
+    return None
+
+
+def classify_http(
+    status: int, headers: Mapping[str, str], body_text: str, now_ms: float
+) -> ProviderError:
+    body = _parse_body(body_text)
+    err = _error_object(body)
+    message = str(err.get("message") or body_text or f"HTTP {status}")
+    code = err.get("code") or err.get("type")
+    wait = stated_wait_ms(headers, body, now_ms)
+    return _classify(status, code, message, wait)
+
+
+def classify_frame(payload: Any, now_ms: float) -> ProviderError:
+    """A stream error frame (anthropic ``event: error`` or an openai ``{"error": ...}`` chunk).
+
+    A frame arrives inside an HTTP 200 stream and carries no status of its own; it is
+    classified, and reported with the status, that the same failure has over HTTP."""
+    err = _error_object(payload)
+    etype = err.get("type")
+    code = err.get("code")
+    stated = err.get("status") if isinstance(err.get("status"), int) else None
+    if stated is None and isinstance(code, int):
+        stated = code
+    like = stated
+    for key, table in ((code, _OPENAI_CODE_STATUS), (etype, _ANTHROPIC_TYPE_STATUS), (etype, _OPENAI_CODE_STATUS)):
+        if like is None and isinstance(key, str):
+            like = table.get(key)
+    code_text = code if isinstance(code, str) else etype
+    message = str(err.get("message") or json.dumps(payload)[:2000])
+    return _classify(like, code_text, message, stated_wait_ms({}, payload, now_ms))
+
+
+def _classify(
+    status: int | None, code: Any, message: str, wait: float | None
+) -> ProviderError:
+    code_text = str(code) if code is not None else ""
+    both = f"{code_text} {message}"
+    if status == 429:
+        kind = "quota" if _QUOTA_RE.search(code_text) else "rate_limit"
+    elif status == 408:
+        kind = "timeout"
+    elif status in (401, 402, 403):
+        kind = "auth"
+    elif status == 413 or (status in (400, 404, 422, None) and _CONTEXT_RE.search(both)):
+        kind = "context_length"
+    elif status in (400, 422, None) and _POLICY_RE.search(code_text):
+        kind = "policy"
+    elif status in (400, 404, 422):
+        kind = "invalid_request"
+    elif status == 529 or "overloaded" in code_text:
+        kind = "overloaded"
+    elif status is not None and 500 <= status < 600:
+        kind = "server"
+    else:
+        kind = "unknown"
+    return ProviderError(
+        type=kind,
+        message=bound_text(message),
+        http_status=status,
+        provider_code=bound_text(code_text, PROVIDER_CODE_LIMIT) if code_text else None,
+        retryable=kind in RETRYABLE_TYPES,
+        retry_after_ms=wait,
+    )
+
+
+def classify_exception(exc: BaseException) -> ProviderError:
+    """A connection-level failure: the request may not have reached the provider."""
+    name = type(exc).__name__
+    text = str(exc) or name
+    return ProviderError(type="network", message=bound_text(f"{name}: {text}"), retryable=True)

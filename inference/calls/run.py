@@ -1,0 +1,126 @@
+"""Running one provider call on the process's engine loop while the calling thread waits.
+
+The one way every call is made: a turn's primary call (``inference.turns.drain``), the
+``complete`` endpoint's auxiliary call (``inference.turns.auxiliary``) and the breaker's probe
+(``breaker.probe_call``). The call's I/O (the socket, the stream reader, the deadline timer)
+runs as a coroutine on the process's one loop (``agentops.background``); the calling thread
+keeps the call's row, waits, keeps whatever it holds alive (``keep_going``) and can abort.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from agentops import lifecycle
+from agentops.background import background_loop
+from agentops.live import broadcast_turn_event, publish_turn_event
+from agentops.models import Agent
+from inference.models import InferenceCall, Turn
+
+from .adapters import build_wire
+from .client import CallResult, Timeline, perform_call
+from .config import bounds_settings
+from .events import dashboard_call_ended, dashboard_call_started
+from .records import call_record
+from .types import CompiledRequest
+
+
+def call_run(
+    *,
+    agent: Agent,
+    request: CompiledRequest,
+    kind: str,
+    turn: Turn | None = None,
+    abort_key: str | None = None,
+    keep_going: Callable[[], bool] | None = None,
+    waiting: Callable[[], AbstractContextManager[None]] = nullcontext,
+    abort_on_shutdown: bool = True,
+    turn_events: bool = False,
+) -> tuple[InferenceCall, CallResult]:
+    """Make one call under the bounds (``request.stream`` says streamed or not), with no
+    retries, and record it on its ``InferenceCall`` row, which is written before the call is
+    sent. Blocks the calling thread; call it off any event loop and outside any transaction,
+    after the admission check. Returns the row as created (``call_record`` wrote the rest:
+    refresh it to read the recorded instants) and the result.
+
+    The call is aborted (outcome ``aborted``) when the Redis key ``abort_key`` appears, when
+    ``keep_going`` (asked each time a quarter of the turn lease passes, e.g. to renew it)
+    returns False, and, with ``abort_on_shutdown``, when the worker's warm shutdown begins (a
+    turn's primary call is left to end: the worker waits for it). ``waiting`` wraps the wait
+    (the drain lets other turns do their bookkeeping meanwhile). With ``turn_events``, the
+    turn's websocket gets ``call.started``, ``call.delta`` and ``call.ended``."""
+    adapter, wire = build_wire(agent.provider, request)
+    call = InferenceCall.objects.create(
+        turn=turn, agent=agent, kind=kind, model=request.model, streamed=request.stream,
+        max_tokens=request.max_tokens, round=turn.rounds if turn else 0, sent_at=timezone.now(),
+    )
+    dashboard_call_started(call=call, agent=agent.name)
+    if not connection.in_atomic_block:
+        connection.close()  # back to the pool for the duration of the call
+    engine = background_loop()
+    aborts: list[Callable[[], None]] = []
+    turn_id = turn.pk if turn is not None and turn_events else None
+
+    async def perform() -> CallResult:
+        unwatch: list[Callable[[], None]] = []
+
+        def on_abortable(abort: Callable[[], None]) -> None:
+            aborts.append(abort)
+            if abort_key is not None:
+                unwatch.append(engine.watch_cancel(abort_key, abort))
+
+        async def on_milestone(name: str, timeline: Timeline) -> None:
+            if name == "sent" and turn_id is not None:
+                publish_turn_event(turn_id, {"type": "call.started", "turn": turn_id, "call": call.pk, "model": call.model, "streamed": call.streamed})
+
+        async def on_delta(text: str) -> None:
+            if turn_id is not None:
+                publish_turn_event(turn_id, {"type": "call.delta", "turn": turn_id, "call": call.pk, "text": text})
+
+        try:
+            return await perform_call(
+                adapter=adapter, wire=wire, streamed=request.stream, max_tokens=request.max_tokens,
+                bounds=bounds_settings(), client=engine.http, on_abortable=on_abortable,
+                on_milestone=on_milestone, on_delta=on_delta,
+            )
+        finally:
+            for stop_watching in unwatch:
+                stop_watching()
+
+    future = engine.submit(perform())
+    ended = threading.Event()  # by the call's end, or by the worker's warm shutdown
+    future.add_done_callback(lambda _: ended.set())
+    if abort_on_shutdown:
+        lifecycle.wake_on_shutdown(ended)
+    try:
+        with waiting():
+            while not ended.wait(settings.AGENTOPS_TURN_LEASE_MS / 4000):
+                if keep_going is not None and not keep_going():
+                    break
+            if not future.done():
+                for abort in aborts:
+                    engine.loop.call_soon_threadsafe(abort)
+            result = future.result()
+    finally:
+        lifecycle.forget(ended)
+    call_record(call, result)
+    if turn_id is not None:
+        broadcast_turn_event(turn_id, {"type": "call.ended", "turn": turn_id, "call": call.pk, "outcome": result.outcome})
+    dashboard_call_ended(call=call, agent=agent.name, result=result)
+    return call, result
+
+
+def call_deferred(*, agent: Agent, kind: str, model: str, max_tokens: int | None, turn: Turn | None = None) -> InferenceCall:
+    """The row of an auxiliary call or probe that a binding wait refused without a call
+    (DESIGN §6.6, outcome ``deferred``): every such call has its row, as a made call does."""
+    now = timezone.now()
+    return InferenceCall.objects.create(
+        turn=turn, agent=agent, kind=kind, model=model, streamed=False, max_tokens=max_tokens,
+        round=turn.rounds if turn else 0, sent_at=now, ended_at=now, outcome=InferenceCall.Outcome.DEFERRED,
+    )

@@ -1,0 +1,76 @@
+"""Auxiliary completions (API.md ``POST /agents/{name}/complete``, DESIGN §6.6).
+
+An auxiliary call to a held model is refused without a call: a retryable ``rate_limit``
+carrying the remaining wait and ``provider_admission: "deferred"``, so a pacing caller does not
+count it as a failed call. A wait the provider states here is recorded and holds the agent's
+primary turns too.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection
+
+from agentops.exceptions import CallTimedOut, ProviderFailed, RateLimited
+from agentops.models import Agent
+from inference.calls.records import ms_to_dt
+from inference.calls.run import call_deferred, call_run
+from inference.calls.types import CompiledRequest, Message
+from inference.models import InferenceCall
+from waits.admission import admission_check, remaining_ms
+from waits.services import wait_record
+
+
+@dataclass(frozen=True)
+class AuxMessage:
+    participant: str
+    content: str
+
+
+def auxiliary_complete_in_thread(**kwargs: Any) -> dict[str, Any]:
+    """``auxiliary_complete`` for a worker thread of its own: gives its connection back."""
+    try:
+        return auxiliary_complete(**kwargs)
+    finally:
+        connection.close()
+
+
+def auxiliary_complete(*, agent: Agent, messages: list[AuxMessage], model: str | None, max_tokens: int | None) -> dict[str, Any]:
+    """Make one non-streamed auxiliary call. Blocks the calling thread until it ends (run it
+    off the event loop). Returns ``{content, stop_reason, call}`` (``call`` the recorded row).
+    Raises RateLimited (deferred or refused), CallTimedOut, ProviderFailed."""
+    model = model or agent.model
+    now_ms = time.time() * 1000
+    hold = admission_check(agent=agent, model=model, now_ms=now_ms)
+    if hold is not None:
+        call_deferred(agent=agent, kind=InferenceCall.Kind.AUXILIARY, model=model, max_tokens=max_tokens)
+        left = remaining_ms(hold, now_ms)
+        until = ms_to_dt(hold.until_ms)
+        raise RateLimited(
+            f"{agent.name} / {hold.model} is held by a provider wait ({hold.reason}); no call was made",
+            data={"retryable": True, "provider_admission": "deferred", "retry_after_ms": left,
+                  "until": until.isoformat() if until else None},
+        )
+    request = CompiledRequest(
+        model=model, system=agent.system, max_tokens=max_tokens or agent.max_tokens, stream=False,
+        messages=[Message(role="user", blocks=[{"type": "text", "text": f"{m.participant}: {m.content}"}]) for m in messages],
+    )
+    call, result = call_run(agent=agent, request=request, kind=InferenceCall.Kind.AUXILIARY)
+    if result.outcome == "completed" and result.output is not None:
+        call.refresh_from_db()
+        return {"content": result.output.text, "stop_reason": result.output.stop_reason, "call": call}
+    error = result.error
+    assert error is not None
+    if result.outcome == "cut":
+        raise CallTimedOut(error.message, data={"bound": error.bound, "call": call.pk})
+    if error.retry_after_ms is not None:
+        recorded = wait_record(agent=agent, model=model, retry_after_ms=error.retry_after_ms,
+                               reason=f"{error.type} (HTTP {error.http_status}): {error.message[:300]}", now_ms=time.time() * 1000)
+        wait = error.retry_after_ms if math.isfinite(error.retry_after_ms) else None
+        raise RateLimited(error.message, data={"retryable": error.retryable, "provider_admission": "refused",
+                                              "retry_after_ms": wait, "recorded": recorded.binding, "call": call.pk})
+    raise ProviderFailed(error.message, data={**error.as_dict(), "call": call.pk})

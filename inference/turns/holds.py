@@ -1,0 +1,95 @@
+"""Provider waits in a turn (DESIGN §6.6, §6.9): the admission check before a primary call,
+holding the turn, recording a stated wait, an ephemeral run's sleep, and the pacing a release
+falls back to."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from django.conf import settings
+
+from agentops.models import Agent
+from agentops.text import NOTE_TEXT_LIMIT, bound_text
+from inference.calls.records import ms_to_dt
+from inference.calls.types import ProviderError
+from inference.models import InferenceCall, Turn
+from waits.admission import admission_check, remaining_ms
+from waits.services import wait_record
+
+from .queue import schedule_drain
+from .services import turn_hold
+
+
+def hold_if_waiting(turn: Turn) -> bool:
+    """The admission check (DESIGN §6.6), at the last moment before a primary call. If a
+    provider wait binds the agent's model, hold the turn (no failure, no note) until it ends
+    or is released, and schedule the re-check. Returns True when the turn is held."""
+    now_ms = time.time() * 1000
+    hold = admission_check(agent=turn.agent, model=turn.agent.model, now_ms=now_ms)
+    if hold is None:
+        return False
+    until = ms_to_dt(hold.until_ms)
+    reason = bound_text(f"provider wait on {hold.model}: {hold.reason}", NOTE_TEXT_LIMIT)
+    turn_hold(turn=turn, until=until, reason=reason)
+    left = remaining_ms(hold, now_ms)
+    # Re-check when the wait ends, and at least every AGENTOPS_WAIT_RECHECK_MS (a wait "until
+    # released", unreadable records that may read again); a release also wakes the turn.
+    recheck_ms = settings.AGENTOPS_WAIT_RECHECK_MS if left is None else min(left + 10, settings.AGENTOPS_WAIT_RECHECK_MS)
+    schedule_drain(turn.agent_id, recheck_ms / 1000)
+    return True
+
+
+def pacing_left_ms(turn: Turn) -> float:
+    """After a hold ends early (a release): if the lifted wait was a 429's and lengthened the
+    service's own pacing, the next call still keeps that pacing (a release never lengthens a
+    hold, and never shortens it below the pacing a 429 with no stated wait would get)."""
+    last = InferenceCall.objects.filter(turn=turn).exclude(error=None).order_by("-id").values("error", "ended_at").first()
+    if last is None or last["ended_at"] is None:
+        return 0.0
+    error: dict[str, Any] = last["error"] or {}
+    if error.get("type") != "rate_limit":
+        return 0.0
+    stated = error.get("retry_after_ms")
+    ended_ms = last["ended_at"].timestamp() * 1000
+    pacing_end = ended_ms + settings.AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS
+    lengthened = error.get("until_released") or (stated is not None and ended_ms + stated > pacing_end)
+    return max(pacing_end - time.time() * 1000, 0.0) if lengthened else 0.0
+
+
+def record_wait(turn: Turn, error: ProviderError, now_ms: float) -> bool:
+    """Record the provider's stated wait for (agent, model). Returns whether it binds."""
+    recorded = wait_record(
+        agent=turn.agent, model=turn.agent.model, retry_after_ms=error.retry_after_ms if error.retry_after_ms is not None else 0,
+        reason=f"{error.type} (HTTP {error.http_status}): {error.message[:300]}", now_ms=now_ms,
+    )
+    return recorded.binding
+
+
+def stated_wait(turn: Turn, error: ProviderError, now_ms: float) -> float | None:
+    """What to do with a retryable failure's stated wait: None when it was recorded and binds
+    (the turn will be held), else the ms to sleep before the next call (an ephemeral run's
+    short wait, or own pacing when the wait was already over), or -1 when an ephemeral run
+    must end because the wait is longer than it sleeps."""
+    wait = error.retry_after_ms if error.retry_after_ms is not None else 0.0
+    if turn.agent.kind == Agent.Kind.EPHEMERAL:
+        if math.isfinite(wait) and wait <= settings.AGENTOPS_EPHEMERAL_MAX_SLEEP_MS:
+            return max(wait, 0.0)
+        return -1
+    if record_wait(turn, error, now_ms):
+        return None
+    # The stated wait was already over: pace ourselves rather than call again at once.
+    return settings.AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS if error.type == "rate_limit" else 1000.0
+
+
+def ephemeral_wait_error(error: ProviderError) -> ProviderError:
+    limit_s = settings.AGENTOPS_EPHEMERAL_MAX_SLEEP_MS / 1000
+    wait = error.retry_after_ms if error.retry_after_ms is not None else math.nan
+    asked = f"{wait / 1000:.0f} s" if math.isfinite(wait) else "longer than can be represented"
+    message = (
+        f"{error.message[:300]} (the provider asked to wait {asked}; an ephemeral run doesn't sleep a "
+        f"stated wait longer than {limit_s:.0f} s, so it ends now)"
+    )
+    return ProviderError(type=error.type, message=message, http_status=error.http_status,
+                         provider_code=error.provider_code, retryable=False, retry_after_ms=error.retry_after_ms)

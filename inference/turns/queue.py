@@ -1,0 +1,35 @@
+"""Enqueueing an agent's drain (``inference.tasks.agent_drain``), by task name: the tasks
+module imports the drain, so nothing here imports the tasks module."""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from agentops.celery import task_send
+from inference.models import Turn
+from waits.journal import JOURNAL_POLL_MS
+
+AGENT_DRAIN = "inference.tasks.agent_drain"
+
+
+def enqueue_drain(agent_id: int) -> None:
+    """Drain the agent once the current transaction commits."""
+    transaction.on_commit(lambda: task_send(AGENT_DRAIN, agent_id))
+
+
+def schedule_drain(agent_id: int, delay_s: float) -> None:
+    """Drain the agent again after ``delay_s``. The countdown never exceeds half the broker's
+    visibility timeout; the beat sweep picks up anything later."""
+    transaction.on_commit(lambda: task_send(AGENT_DRAIN, agent_id, countdown_s=delay_s))
+
+
+def held_turns_wake(*, agent: str) -> int:
+    """After a release: re-check the named agent's held turns now rather than at the next
+    sweep (the release itself lives in waits, below turns, and knows nothing of them).
+    Returns how many agents were woken."""
+    agent_ids = set(Turn.objects.filter(agent__name=agent, status=Turn.Status.HELD).values_list("agent_id", flat=True))
+    for agent_id in agent_ids:
+        enqueue_drain(agent_id)
+        # A worker sees another process's release at its next journal poll: look again then.
+        schedule_drain(agent_id, JOURNAL_POLL_MS / 1000 + 0.2)
+    return len(agent_ids)

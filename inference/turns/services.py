@@ -1,0 +1,334 @@
+"""Turn writes (DESIGN §5.1): every change of a turn's status goes through this module.
+
+``TRANSITIONS`` lists the moves a turn may make; each service below makes one of them with a
+conditional update (or under the row's lock), so a turn that moved meanwhile (cancelled while
+its call was out, claimed by another drain) is left as it is and the service says so. The API
+submits, answers tool calls and cancels; the drain claims, holds, hands back, completes,
+re-arms and fails; the breaker's retry after a shed queues a new turn.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+import redis
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from agentops.alerts import alert_raise
+from agentops.exceptions import BadRequest, Conflict, NotFound
+from agentops.failures import failures_log_write
+from agentops.live import broadcast_turn_event
+from agentops.models import Agent, AuditEntry, HistoryRow
+from agentops.services import history_append
+from breaker.services import breaker_note_success, breaker_probe_withdraw
+from inference.calls.types import CallOutput, ProviderError
+from inference.models import Turn
+
+from .notes import failure_note_text
+from .queue import enqueue_drain, schedule_drain
+
+logger = logging.getLogger(__name__)
+
+Status = Turn.Status
+
+# The moves a turn may make: from each status, the statuses it may go to. An ended turn
+# (succeeded, failed, exhausted, cancelled) never moves again.
+TRANSITIONS: Final[dict[str, frozenset[str]]] = {
+    # A drain claims it.
+    Status.QUEUED: frozenset({Status.RUNNING, Status.CANCELLED}),
+    # A drain claims it again once its wait is over or released; the admission check keeps it held.
+    Status.HELD: frozenset({Status.RUNNING, Status.HELD, Status.CANCELLED}),
+    # Claimed again (a dead worker's turn resumes), held by a wait, handed back or re-armed,
+    # waiting for tool results, or ended.
+    Status.RUNNING: frozenset({
+        Status.RUNNING, Status.HELD, Status.QUEUED, Status.REQUIRES_ACTION,
+        Status.SUCCEEDED, Status.FAILED, Status.EXHAUSTED, Status.CANCELLED,
+    }),
+    # The client's tool results queue its next round.
+    Status.REQUIRES_ACTION: frozenset({Status.QUEUED, Status.CANCELLED}),
+}
+
+
+def sources(to: str, *, among: Iterable[str] | None = None) -> list[str]:
+    """The statuses a turn may move to ``to`` from (``among`` narrows them for one service).
+    Raises ValueError for a move the table does not allow: a service asking for one is a bug."""
+    allowed = [status for status, targets in TRANSITIONS.items() if to in targets]
+    if among is None:
+        return allowed
+    wanted = list(among)
+    if not set(wanted) <= set(allowed):
+        raise ValueError(f"a turn may not move from {sorted(set(wanted) - set(allowed))} to {to}")
+    return wanted
+
+
+def _move(turn_id: int, to: str, *, among: Iterable[str] | None = None, **fields: Any) -> bool:
+    """Move the turn to ``to`` if it is in one of ``sources(to, among=among)``; True if it moved."""
+    return bool(Turn.objects.filter(pk=turn_id, status__in=sources(to, among=among)).update(status=to, **fields))
+
+
+def _may_move(turn: Turn, to: str) -> bool:
+    """For a turn row locked with ``select_for_update``: whether it may move to ``to`` now."""
+    return turn.status in sources(to)
+
+
+def _announce(turn_id: int, status: str, **extra: Any) -> None:
+    broadcast_turn_event(turn_id, {"type": "turn.status", "turn": turn_id, "status": status, **extra})
+    if status in Turn.ENDED:
+        broadcast_turn_event(turn_id, {"type": "turn.ended", "turn": turn_id, "status": status})
+
+
+def cancel_key(turn: Turn) -> str:
+    """A Redis key a running call polls: set when its turn is cancelled. It names the turn's
+    creation instant too, so a key left from a database that was since reset matches nothing."""
+    return f"agentops:turn-cancel:{turn.pk}:{turn.created_at.timestamp():.6f}"
+
+
+def _signal_cancel(turn: Turn) -> None:
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    try:
+        client.set(cancel_key(turn), "1", ex=3600)
+    except redis.RedisError:
+        # The drain also re-reads the turn's status after the call; this only speeds it up.
+        logger.warning("turn %s: could not signal the cancel to its running call", turn.pk, exc_info=True)
+    finally:
+        client.close()
+
+
+# --- the API's writes ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IncomingMessage:
+    participant: str
+    content: Any
+
+
+def turn_submit(*, agent_id: int, messages: list[IncomingMessage]) -> tuple[Turn, bool]:
+    """Store the messages as presented rows and queue a turn, or join the agent's queued or
+    held turn. Returns (turn, joined)."""
+    with transaction.atomic():
+        agent = Agent.objects.select_for_update().filter(pk=agent_id, disposed_at__isnull=True).first()
+        if agent is None:
+            raise NotFound("agent not found")
+        rows = [
+            history_append(agent=agent, participant=m.participant, role=HistoryRow.Role.USER, content=m.content)
+            for m in messages
+        ]
+        turn = Turn.objects.filter(agent=agent, status__in=Turn.JOINABLE).order_by("id").first()
+        joined = turn is not None
+        if turn is None:
+            turn = Turn.objects.create(agent=agent, status=Status.QUEUED)
+            _announce(turn.pk, turn.status)
+        turn.trigger_rows.add(*rows)
+        if turn.status == Status.QUEUED:
+            enqueue_drain(agent.pk)
+    return turn, joined
+
+
+def turn_tool_results(*, turn_id: int, results: list[dict[str, Any]]) -> Turn:
+    """Store tool results for a turn in ``requires_action`` and queue its next round.
+
+    Every pending tool call must get exactly one result."""
+    with transaction.atomic():
+        turn = Turn.objects.select_for_update().select_related("agent").filter(pk=turn_id).first()
+        if turn is None:
+            raise NotFound("turn not found")
+        if turn.status != Status.REQUIRES_ACTION:
+            raise Conflict(f"turn {turn_id} is {turn.status}, not requires_action")
+        pending = [c["id"] for c in turn.pending_tool_calls]
+        given = [r["tool_call_id"] for r in results]
+        unknown = [g for g in given if g not in pending]
+        if unknown:
+            raise BadRequest(f"results.tool_call_id: {unknown[0]!r} is not a pending tool call of this turn", data={"field": "results.tool_call_id"})
+        if len(set(given)) != len(given):
+            raise BadRequest("results.tool_call_id: each tool call takes one result", data={"field": "results.tool_call_id"})
+        missing = [p for p in pending if p not in given]
+        if missing:
+            raise BadRequest(f"results: missing a result for tool call {missing[0]!r}", data={"field": "results"})
+        agent = Agent.objects.select_for_update().get(pk=turn.agent_id)
+        blocks = [{"type": "tool_result", "tool_call_id": r["tool_call_id"], "content": r["content"]} for r in results]
+        row = history_append(agent=agent, participant="tool", role=HistoryRow.Role.TOOL, content=blocks)
+        turn.trigger_rows.add(row)
+        _move(turn.pk, Status.QUEUED, among=[Status.REQUIRES_ACTION], pending_tool_calls=[])  # locked: it moves
+        turn.status, turn.pending_tool_calls = Status.QUEUED, []
+        _announce(turn.pk, turn.status)
+        enqueue_drain(agent.pk)
+    return turn
+
+
+def turn_cancel(*, turn_id: int) -> Turn:
+    """Cancel an open turn. A running call notices within a fraction of a second and is
+    aborted; a cancel is never turned into a retry. Cancelling an ended turn is a 409."""
+    now = timezone.now()
+    with transaction.atomic():
+        turn = Turn.objects.select_for_update().filter(pk=turn_id).first()
+        if turn is None:
+            raise NotFound("turn not found")
+        if not _may_move(turn, Status.CANCELLED):
+            raise Conflict(f"turn {turn_id} already ended ({turn.status})")
+        _move(turn.pk, Status.CANCELLED, ended_at=now)  # locked: it moves
+        turn.status, turn.ended_at = Status.CANCELLED, now
+        _announce(turn.pk, turn.status)
+        transaction.on_commit(lambda: _signal_cancel(turn))
+        # The agent's next queued turn may now run.
+        enqueue_drain(turn.agent_id)
+    return turn
+
+
+def agent_dispose(*, agent: Agent, actor: str) -> None:
+    """Dispose a conversation or ephemeral agent: it takes no more turns and its open turns
+    are cancelled. Its rows stay (history is never deleted) and so does its name."""
+    if agent.kind == Agent.Kind.RESIDENT:
+        raise Conflict("a resident agent cannot be disposed; only conversation and ephemeral agents can")
+    now = timezone.now()
+    with transaction.atomic():
+        if not Agent.objects.filter(pk=agent.pk, disposed_at__isnull=True).update(disposed_at=now):
+            raise NotFound(f"no agent named {agent.name!r}")
+        open_turns = list(Turn.objects.filter(agent=agent, status__in=Turn.OPEN))
+        Turn.objects.filter(pk__in=[t.pk for t in open_turns], status__in=sources(Status.CANCELLED)).update(
+            status=Status.CANCELLED, ended_at=now
+        )
+        AuditEntry.objects.create(actor=actor, action="agent.dispose", target=f"agent:{agent.name}")
+        # A probe still out is withdrawn (DESIGN §7.3): its answer is set aside and its call aborted.
+        breaker_probe_withdraw(agent=agent, reason="the agent was removed while it was out")
+    for turn in open_turns:
+        _signal_cancel(turn)
+
+
+# --- the drain's moves -----------------------------------------------------------------------
+
+
+def turn_claim(*, turn_id: int, owner: str, now: datetime) -> bool:
+    """Claim a queued, held or running (left by a dead worker) turn for the drain holding the
+    agent's lease: it runs now. False if it is no longer open."""
+    claimed = _move(
+        turn_id, Status.RUNNING, claimed_by=owner, started_at=Coalesce(F("started_at"), now),
+        attempts=F("attempts") + 1, hold_until=None, hold_reason="",
+    )
+    if claimed:
+        _announce(turn_id, Status.RUNNING)
+    return claimed
+
+
+def turn_hold(*, turn: Turn, until: datetime | None, reason: str) -> bool:
+    """Hold a running or held turn by a provider wait until ``until`` (None: until released);
+    no failure is counted and no note written (DESIGN §6.6). False if it moved meanwhile."""
+    held = _move(turn.pk, Status.HELD, hold_until=until, hold_reason=reason)
+    if held and turn.status != Status.HELD:
+        logger.info("agent %s turn %s held until %s: %s", turn.agent.name, turn.pk, until or "released", reason)
+        _announce(turn.pk, Status.HELD, held_until=until.isoformat() if until else None)
+    return held
+
+
+def turn_hand_back(*, turn: Turn) -> bool:
+    """A worker's warm shutdown hands a running turn back without a call (DESIGN §6.10):
+    queued again for the next worker."""
+    handed = _move(turn.pk, Status.QUEUED, among=[Status.RUNNING])
+    if handed:
+        logger.warning("agent %s turn %s handed back: the worker is shutting down", turn.agent.name, turn.pk)
+        _announce(turn.pk, Status.QUEUED)
+    return handed
+
+
+def turn_complete(*, turn: Turn, output: CallOutput) -> None:
+    """A completed call: store the assistant row, end the breaker's run of failures, and move
+    the turn to ``requires_action`` (tool calls handed out) or ``succeeded``."""
+    now = timezone.now()
+    with transaction.atomic():
+        locked = Turn.objects.select_for_update().get(pk=turn.pk)
+        if not _may_move(locked, Status.SUCCEEDED):  # cancelled while the call was out
+            return
+        agent = Agent.objects.select_for_update().get(pk=turn.agent_id)
+        history_append(agent=agent, participant=agent.participant, role=HistoryRow.Role.ASSISTANT, content=output.blocks)
+        breaker_note_success(agent=agent)
+        calls = output.tool_calls
+        locked.output = {"content": output.text, "stop_reason": output.stop_reason, "tool_calls": calls}
+        locked.rounds += 1
+        locked.error = None
+        if calls:
+            locked.status = Status.REQUIRES_ACTION
+            locked.pending_tool_calls = calls
+        else:
+            locked.status = Status.SUCCEEDED
+            locked.ended_at = now
+        locked.save(update_fields=["output", "rounds", "error", "status", "pending_tool_calls", "ended_at"])
+        _announce(turn.pk, locked.status)
+
+
+def turn_rearm(*, turn: Turn, error: ProviderError) -> bool:
+    """Queue an exhausted turn to be sent again after the next delay of the ladder (DESIGN
+    §5.7). Returns False when the ladder is spent (or the turn moved meanwhile)."""
+    ladder = settings.AGENTOPS_REARM_DELAYS_MS
+    if turn.rearms >= len(ladder):
+        return False
+    delay_ms = ladder[turn.rearms]
+    not_before = timezone.now() + timedelta(milliseconds=delay_ms)
+    rearmed = _move(
+        turn.pk, Status.QUEUED, among=[Status.RUNNING], rearms=F("rearms") + 1, not_before=not_before, error=error.as_dict(),
+        hold_reason=f"re-armed after {error.type}: sent again at {not_before:%H:%M:%S} UTC ({turn.rearms + 1} of {len(ladder)})",
+    )
+    if rearmed:
+        logger.warning(
+            "agent %s turn %s exhausted by %s; sending it again in %.0f s (%s of %s)",
+            turn.agent.name, turn.pk, error.type, delay_ms / 1000, turn.rearms + 1, len(ladder),
+        )
+        _announce(turn.pk, Status.QUEUED)
+        schedule_drain(turn.agent_id, delay_ms / 1000)
+    return rearmed
+
+
+def turn_fail(*, turn: Turn, error: ProviderError, status: str, timed_out_again: bool) -> bool:
+    """End a running turn in failure (``failed`` or ``exhausted``) with its note and incident.
+    False if it was no longer running (cancelled meanwhile)."""
+    now = timezone.now()
+    with transaction.atomic():
+        locked = Turn.objects.select_for_update().get(pk=turn.pk)
+        if not _may_move(locked, status):  # cancelled while the call was out
+            return False
+        agent = Agent.objects.select_for_update().get(pk=turn.agent_id)
+        note = history_append(
+            agent=agent, participant="agentops", role=HistoryRow.Role.SYSTEM_NOTE,
+            content=failure_note_text(error, timed_out_again=timed_out_again),
+        )
+        locked.status = status
+        locked.error = error.as_dict()
+        locked.note = note
+        locked.ended_at = now
+        locked.save(update_fields=["status", "error", "note", "ended_at"])
+        logger.warning(
+            "agent %s turn %s %s: %s (%s, HTTP %s)", agent.name, turn.pk, status, error.message[:300], error.type, error.http_status,
+        )
+        # The incident record, in this transaction: a rolled-back ending leaves none. An exhausted
+        # turn is an alert (DESIGN §8: row, failures.log line, dashboard, webhooks); a failed one
+        # is only logged (its note and the breaker's streak tell the rest).
+        message = f"turn {turn.pk} {status}: {error.message}"
+        incident = {"turn": turn.pk, "rearms": locked.rearms, "error": error.as_dict()}
+        if status == Status.EXHAUSTED:
+            alert_raise(kind="turn-exhausted", agent=agent.name, model=agent.model, message=message, data=incident)
+        else:
+            agent_name, model = agent.name, agent.model
+            transaction.on_commit(lambda: failures_log_write(kind="turn-failed", agent=agent_name, model=model, message=message, **incident))
+        _announce(turn.pk, status)
+    return True
+
+
+# --- the breaker's retry ---------------------------------------------------------------------
+
+
+def turn_queue_retry(*, agent: Agent) -> None:
+    """Queue one retry after a shed (DESIGN §7.4): a new turn over the history with the newest
+    turn set aside, unless one is already queued or held (it will run over that history too).
+    Call inside the shed's transaction, so both commit or neither."""
+    Agent.objects.select_for_update().get(pk=agent.pk)
+    if not Turn.objects.filter(agent=agent, status__in=Turn.JOINABLE).exists():
+        retry = Turn.objects.create(agent=agent, status=Status.QUEUED)
+        _announce(retry.pk, retry.status)
+    enqueue_drain(agent.pk)
