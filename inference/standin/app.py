@@ -17,16 +17,15 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
+from .anthropic_wire import AnthropicWire
+from .openai_wire import OpenAIWire
 from .scenarios import KEEPALIVE_SCENARIOS, Scenario, ScenarioError, parse_scenario
 from .wire import (
     KEEPALIVE_COMMENT,
-    AnthropicWire,
     Frames,
     Headers,
-    OpenAIWire,
     Reply,
     ToolCall,
-    Wire,
     contains_marker,
     default_answer_text,
     default_error_message,
@@ -50,6 +49,9 @@ MAX_RECORDED = 1000
 OPENAI_PATHS = frozenset({"/v1/chat/completions", "/chat/completions"})
 ANTHROPIC_PATHS = frozenset({"/v1/messages"})
 SCENARIO_HEADER = "x-standin-scenario"
+
+#: The wire format of one request, picked by its path.
+Wire = OpenAIWire | AnthropicWire
 
 #: A streamed reply as a sequence of steps: frames to send, or a pause (seconds).
 Step = Frames | float
