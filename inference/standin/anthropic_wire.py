@@ -2,9 +2,9 @@
 
 :class:`AnthropicWire` builds whole ``message`` bodies, ``{"type": "error"}``
 bodies and the ``event:`` + ``data:`` SSE frames of one response (it tracks the
-open content block); the ASGI app in :mod:`inference.standin.app` decides
-when to send them.  What both formats share lives in
-:mod:`inference.standin.wire`.
+open content block); the scenario playback in
+:mod:`inference.standin.playback` decides when to send them.  What both
+formats share lives in :mod:`inference.standin.wire`.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 :class:`OpenAIWire` builds whole ``chat.completion`` bodies, ``{"error": ...}``
 bodies and the ``data: {chat.completion.chunk}`` SSE frames of one response
-(thinking the DeepSeek/OpenRouter way, as ``reasoning_content``); the ASGI app
-in :mod:`inference.standin.app` decides when to send them.  What both formats
-share lives in :mod:`inference.standin.wire`.
+(thinking the DeepSeek/OpenRouter way, as ``reasoning_content``); the scenario
+playback in :mod:`inference.standin.playback` decides when to send them.  What
+both formats share lives in :mod:`inference.standin.wire`.
 """
 
 from __future__ import annotations
