@@ -5,6 +5,16 @@ formats, streamed and not, so the official ``openai`` and ``anthropic`` SDKs
 parse everything it sends.  It is a pure ASGI app (:mod:`inference.standin.app`,
 no framework, no Django) served by uvicorn.
 
+Modules: ``app`` (the ASGI app: lifespan, the ``/_standin/`` control endpoints,
+recording and dispatching provider requests), ``exchange`` (one request/response
+on the ASGI wire, ended promptly on disconnect), ``playback`` (what each
+scenario sends and when), ``scenarios`` (the scenario catalogue and its
+parser), ``openai_wire`` / ``anthropic_wire`` (one module per wire format:
+bodies and SSE frames), ``wire`` (what both formats share: ids, token
+estimates, request reading, retry hints, text helpers), ``__main__`` (the
+uvicorn server), ``listening`` (its one stdout line) and ``process`` (running
+it as a subprocess).
+
 Running it
 ==========
 
@@ -217,7 +227,6 @@ disconnects (``http.disconnect``) the stand-in stops sending promptly.
 from __future__ import annotations
 
 from .app import StandinApp, create_app
-
-LISTENING_PREFIX = "standin listening on "
+from .listening import LISTENING_PREFIX
 
 __all__ = ["LISTENING_PREFIX", "StandinApp", "create_app"]

@@ -17,8 +17,8 @@ from types import FrameType
 
 import uvicorn
 
-from . import LISTENING_PREFIX
 from .app import StandinApp
+from .listening import LISTENING_PREFIX
 
 
 def format_base_url(host: str, port: int) -> str:

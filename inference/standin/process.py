@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from types import TracebackType
 
-from . import LISTENING_PREFIX
+from .listening import LISTENING_PREFIX
 
 #: The directory that holds the ``inference`` package.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
