@@ -7,10 +7,11 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+from inference.models import InferenceCall
+
 from .bounds import BoundsSettings
 from .client import CallResult, Timeline
 from .config import bounds_settings
-from .models import InferenceCall
 
 
 def ms_to_dt(ms: float | None) -> datetime | None:
