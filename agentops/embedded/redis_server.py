@@ -8,18 +8,21 @@ acknowledged is lost if the process dies; at most ~1 s if the machine does) and 
 
 A stale ``redis-server.pid`` (dead pid, or a pid now used by an unrelated process) is removed;
 a live server from our data dir that does not answer (e.g. still shutting down) is stopped,
-then a fresh one is started.
+then a fresh one is started. "Is it serving *our* data dir?" is asked through redis-py
+(PING, then ``CONFIG GET dir``); the server is stopped with signals, not SHUTDOWN.
 """
 
 from __future__ import annotations
 
 import logging
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import IO, TypeAlias
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from .processes import (
     PORT_ATTEMPTS,
@@ -43,56 +46,35 @@ logger = logging.getLogger(__name__)
 
 REDIS_STOP_PLAN = ((signal.SIGTERM, 60.0), (signal.SIGKILL, 5.0))
 
-_Resp: TypeAlias = "str | int | list[_Resp] | None"
 
+def _client(port: int) -> redis.Redis:
+    """A client for 127.0.0.1:port that gives up after one try of 3 s.
 
-class _RedisReplyError(Exception):
-    pass
-
-
-def _read_resp(fh: IO[bytes]) -> _Resp:
-    line = fh.readline()
-    if not line.endswith(b"\r\n"):
-        raise ConnectionError("connection closed mid-reply")
-    kind, body = line[:1], line[1:-2].decode(errors="replace")
-    if kind == b"+":
-        return body
-    if kind == b"-":
-        raise _RedisReplyError(body)
-    if kind == b":":
-        return int(body)
-    if kind == b"$":
-        size = int(body)
-        return None if size < 0 else fh.read(size + 2)[:-2].decode(errors="replace")
-    if kind == b"*":
-        count = int(body)
-        return None if count < 0 else [_read_resp(fh) for _ in range(count)]
-    raise ConnectionError(f"unexpected reply {line[:40]!r}")
-
-
-def _redis_call(port: int, *args: str, timeout: float = 3.0) -> _Resp:
-    """Send one command to 127.0.0.1:port with the RESP protocol (no redis-py needed)."""
-    payload = f"*{len(args)}\r\n".encode()
-    for arg in args:
-        data = arg.encode()
-        payload += b"$%d\r\n%s\r\n" % (len(data), data)
-    with socket.create_connection((HOST, port), timeout=timeout) as sock:
-        sock.sendall(payload)
-        with sock.makefile("rb") as fh:
-            return _read_resp(fh)
+    Callers poll on their own deadline, so redis-py's default retries (with backoff, also on
+    LOADING) are turned off.
+    """
+    return redis.Redis(
+        host=HOST,
+        port=port,
+        socket_timeout=3.0,
+        socket_connect_timeout=3.0,
+        retry=Retry(NoBackoff(), 0),
+        decode_responses=True,
+        encoding_errors="replace",
+    )
 
 
 def _redis_dir(port: int) -> Path | None:
     """The ``dir`` of a Redis that answers PING on 127.0.0.1:port, or None."""
     try:
-        if _redis_call(port, "PING") != "PONG":
-            return None
-        reply = _redis_call(port, "CONFIG", "GET", "dir")
-    except (OSError, _RedisReplyError, ValueError):  # refused, LOADING, ...
+        with _client(port) as client:
+            if not client.ping():
+                return None
+            reply = client.config_get("dir")
+    except (redis.RedisError, OSError, ValueError):  # refused, timed out, LOADING, ...
         return None
-    if isinstance(reply, list) and len(reply) == 2 and isinstance(reply[1], str):
-        return Path(reply[1]).resolve()
-    return None
+    value = reply.get("dir") if isinstance(reply, dict) else None
+    return Path(value).resolve() if isinstance(value, str) else None
 
 
 def _adopt_running_redis(data_dir: Path, pid_path: Path, port: int | None, deadline: float) -> bool:
@@ -114,12 +96,12 @@ def _adopt_running_redis(data_dir: Path, pid_path: Path, port: int | None, deadl
             logger.info("reusing Redis already running on %s (pid %d)", data_dir, pid)
             return True
         try:
-            _redis_call(port, "PING")
-        except _RedisReplyError as exc:  # LOADING: it is replaying its AOF, wait for it
-            if "LOADING" in str(exc):
-                time.sleep(0.1)
-                continue
-        except OSError:
+            with _client(port) as client:
+                client.ping()
+        except redis.BusyLoadingError:  # LOADING: it is replaying its AOF, wait for it
+            time.sleep(0.1)
+            continue
+        except (redis.RedisError, OSError, ValueError):  # refused, timed out, other errors
             pass
         failures += 1  # a few tries before restarting a server someone may be using
         if failures >= 5:
