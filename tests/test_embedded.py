@@ -255,7 +255,7 @@ def _python_for_nobody(env: dict[str, str]) -> str | None:
     for python in candidates:
         try:
             probe = subprocess.run(
-                [python, "-c", "import psycopg"],
+                [python, "-c", "import psycopg, redis"],
                 user=NOBODY, group=NOBODY, extra_groups=[], cwd="/tmp", env=env,
                 capture_output=True, timeout=30,
             )  # fmt: skip
@@ -267,17 +267,25 @@ def _python_for_nobody(env: dict[str, str]) -> str | None:
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root")
-def test_works_as_a_normal_user_too(var_dir: Path) -> None:
+def test_works_as_a_normal_user_too(var_dir: Path, request: pytest.FixtureRequest) -> None:
     site_packages = Path(psycopg.__file__).resolve().parents[1]
+    # The fallback interpreter (/usr/bin/python3.11) may be an older 3.11 than the one these
+    # site-packages were installed for; redis-py then imports async_timeout, which only its
+    # asyncio client uses below 3.11.3 and which is not installed. A stand-in at the end of the
+    # path lets it import (a real async_timeout, if installed, comes first).
+    shims = Path(tempfile.mkdtemp(prefix="agentops-embedded-shims-"))
+    request.addfinalizer(lambda: shutil.rmtree(shims, ignore_errors=True))
+    shims.chmod(0o755)
+    (shims / "async_timeout.py").write_text("from asyncio import timeout  # noqa: F401\n")
     env = {
         **os.environ,
-        "PYTHONPATH": f"{REPO}{os.pathsep}{site_packages}",
+        "PYTHONPATH": os.pathsep.join(map(str, (REPO, site_packages, shims))),
         "PYTHONDONTWRITEBYTECODE": "1",
         "HOME": "/tmp",
     }
     python = _python_for_nobody(env)
     if python is None:
-        pytest.skip("no Python interpreter with psycopg that 'nobody' can run")
+        pytest.skip("no Python interpreter with psycopg and redis-py that 'nobody' can run")
     os.chown(var_dir, NOBODY, NOBODY)
     script = (
         "import socket, sys, psycopg; from pathlib import Path;"
