@@ -42,7 +42,7 @@ from tests.conftest import (
     wait_for,
     worker_pool,
 )
-from tests.inference.test_turns import submit, wait_turn
+from tests.inference.turns.test_turns import submit, wait_turn
 
 if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver

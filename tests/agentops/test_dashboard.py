@@ -22,7 +22,7 @@ from inference.calls.config import bounds_settings
 from inference.calls.events import call_deadline_ms
 from inference.models import InferenceCall
 from tests.factories import AgentFactory
-from tests.inference.test_websocket import _queued_turn_without_enqueue
+from tests.inference.turns.test_websocket import _queued_turn_without_enqueue
 from tests.waits.conftest import manage
 from waits.clock import clock_ms
 from waits.services import wait_record, wait_release

@@ -16,7 +16,7 @@ from django.test import override_settings
 from inference.calls.bounds import BoundsSettings
 from inference.calls.config import BoundsConfigError, check_inference_bounds, parse_bounds
 
-BASE_DIR = Path(__file__).resolve().parents[2]
+BASE_DIR = Path(__file__).resolve().parents[3]
 PREFIX = "AGENTOPS_INFERENCE_BOUNDS"
 DEFAULTS = BoundsSettings()
 

@@ -11,7 +11,7 @@ from django.test import Client
 
 from inference.models import InferenceCall
 from tests.conftest import wait_for
-from tests.inference.test_turns import submit, wait_turn
+from tests.inference.turns.test_turns import submit, wait_turn
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

@@ -13,7 +13,7 @@ from agentops.models import HistoryRow
 from inference.models import AgentLease, InferenceCall, Turn
 from inference.tasks import turns_sweep
 from tests.conftest import WorkerPool, celery_app, wait_for
-from tests.inference.test_turns import submit, wait_turn
+from tests.inference.turns.test_turns import submit, wait_turn
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

@@ -16,7 +16,7 @@ from inference.calls.client import MARKS_HEAD, MARKS_TAIL
 from inference.calls.timeline import call_state
 from inference.models import InferenceCall
 from tests.conftest import WorkerPool, worker_pool
-from tests.inference.test_turns import submit, wait_turn
+from tests.inference.turns.test_turns import submit, wait_turn
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

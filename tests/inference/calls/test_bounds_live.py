@@ -16,7 +16,7 @@ from agentops.models import Alert, HistoryRow
 from agentops.text import FAILURE_TEXT_LIMIT
 from inference.models import InferenceCall, Turn
 from tests.conftest import LOG_DIR, WorkerPool, gap_s, worker_pool
-from tests.inference.test_turns import submit, wait_turn
+from tests.inference.turns.test_turns import submit, wait_turn
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

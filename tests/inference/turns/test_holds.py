@@ -13,7 +13,7 @@ from django.test import Client
 from agentops.models import Agent, HistoryRow
 from inference.models import InferenceCall, Turn
 from tests.conftest import gap_s, wait_for
-from tests.inference.test_turns import submit, wait_turn
+from tests.inference.turns.test_turns import submit, wait_turn
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("workers")]
 
