@@ -2,7 +2,7 @@
 
 Celery runs turns on a thread pool (``--pool threads``). Each task thread compiles its request
 and records results with the ORM, but the call itself (the socket, the stream reader, the
-deadline watcher) runs as a coroutine on this shared loop (inference.turns.drain). So one process
+deadline watcher) runs as a coroutine on this shared loop (``inference.calls.run``). So one process
 holds many calls at once at the cost of one coroutine each, not one process or one event loop
 each. Live events are sent from the same loop, over one channel-layer connection pool, instead
 of a new event loop and Redis connection per event.
@@ -141,7 +141,7 @@ class BackgroundLoop:
                 try:
                     values = await client.mget(keys)
                 except redis.RedisError:
-                    continue  # the runner re-reads the turn's status after every call
+                    continue  # the drain re-reads the turn's status after every call
                 for key, value in zip(keys, values, strict=True):
                     if value is not None and (abort := self._watched.pop(key, None)) is not None:
                         abort()

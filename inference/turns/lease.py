@@ -42,7 +42,7 @@ class TurnLease:
         self.owner = owner
         self.lost = False
         self._renewed = time.monotonic()
-        # Held around the renewal's query. The runner passes its bookkeeping gate: a thousand
+        # Held around the renewal's query. The drain passes its bookkeeping gate: a thousand
         # waiting turns renewing at once would otherwise starve the loop that times the cuts.
         self.gate = gate if gate is not None else nullcontext()
 
