@@ -146,6 +146,9 @@ class BackgroundLoop:
                     if value is not None and (abort := self._watched.pop(key, None)) is not None:
                         abort()
         finally:
+            # Before the await below: a key watched while this poller closes its connection
+            # starts a new poller instead of waiting on one that has stopped polling.
+            self._poller = None
             await client.aclose()
 
 
