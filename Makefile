@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint bench screenshots clean-var
+.PHONY: install run test lint bench mutate screenshots clean-var
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "agentops needs Python 3.11 or newer")'
@@ -28,6 +28,12 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m agentops.launcher exec -- $(BIN)/python bench/bounds_bench.py
 	$(BIN)/python -m agentops.launcher exec -- $(BIN)/python -m pytest bench/admission_bench.py -q -s
+
+# Mutation testing of the pure cores, each against its own tests (tools/mutate.py; equivalent
+# survivors in tools/mutate_equivalents.md). CPU-heavy: one core and one mutant at a time.
+# ARGS="journal text" runs some cores; ARGS="--survivors journal" also prints what survives.
+mutate: $(STAMP)
+	$(BIN)/python -m agentops.launcher exec -- $(BIN)/python tools/mutate.py $(ARGS)
 
 # The README's pictures under docs/, from a live server in headless Chromium (docs/screenshots.py).
 screenshots: $(STAMP)

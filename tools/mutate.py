@@ -1,0 +1,210 @@
+"""Mutation testing of the pure cores (``make mutate``).
+
+Each core is mutated alone (mutmut 3) against its own test file(s) only, so a core's score says
+how well *its* tests pin it, not how much of it some wider test happens to run. One core at a
+time and one mutant at a time (``--max-children 1``): the machine is shared.
+
+Each core gets a scratch directory, ``mutants/<core>/``, holding links to the packages and the
+tests and a ``pyproject.toml`` (the project's own plus a ``[tool.mutmut]`` section for that core);
+mutmut works in ``mutants/<core>/mutants/``. Every run starts from scratch, so a result never
+stands on a stale cache of an older test file.
+
+A mutant that changes no behaviour (an equivalent mutant) can never be killed. Those left are
+listed, with why, in ``tools/mutate_equivalents.md``; the score that must reach ``THRESHOLD`` is
+killed / (mutants - listed equivalents that survive). Exit status 1 when a core misses it.
+
+    python tools/mutate.py                 # every core
+    python tools/mutate.py journal text    # some cores
+    python tools/mutate.py --survivors journal   # also print each surviving mutant's diff
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WORK = ROOT / "mutants"
+EQUIVALENTS = ROOT / "tools" / "mutate_equivalents.md"
+THRESHOLD = 0.90
+# What the tests import: the four packages, the tests themselves, the templates Django is set up with.
+LINKED = ("agentops", "inference", "waits", "breaker", "tests", "templates")
+SOURCE_PATHS = ("agentops", "inference", "waits", "breaker")
+
+
+@dataclass(frozen=True)
+class Core:
+    name: str
+    what: str
+    module: str
+    tests: tuple[str, ...]
+
+
+CORES = (
+    Core("bounds", "deadline arithmetic", "inference/calls/bounds.py", ("tests/inference/calls/test_bounds.py",)),
+    Core("policy", "the turn policy", "inference/turns/policy.py", ("tests/inference/turns/test_policy.py",)),
+    Core("classify", "classification", "inference/calls/classify.py", ("tests/inference/calls/test_classify.py",)),
+    Core("journal", "the journal's reduction", "waits/core.py", ("tests/waits/test_core.py",)),
+    Core("breaker", "the breaker's decision", "breaker/decision.py", ("tests/breaker/test_decision.py",)),
+    Core("webhook-retry", "webhook retry", "agentops/webhooks/retry.py", ("tests/agentops/webhooks/test_retry.py",)),
+    Core("text", "text bounding", "agentops/text.py", ("tests/agentops/test_text.py",)),
+)
+
+# mutmut's exit codes per mutant (mutmut/stats.py): what counts as a kill.
+KILLED = {1, 3, 36, 37, -24, 24, 152, 255, -11, -9}  # failed, pytest error, timeouts, type check, crash
+SURVIVED = {0}
+NO_TESTS = {5, 33}
+
+
+@dataclass(frozen=True)
+class Score:
+    core: Core
+    total: int
+    killed: int
+    survivors: tuple[str, ...]  # survived, no tests, suspicious, not checked
+    equivalent: tuple[str, ...]  # survivors listed as equivalent
+    stale: tuple[str, ...]  # listed as equivalent but killed or gone
+    seconds: float
+
+    @property
+    def changing(self) -> int:
+        """Mutants that change behaviour: all but the listed equivalents that survive."""
+        return self.total - len(self.equivalent)
+
+    @property
+    def raw(self) -> float:
+        return self.killed / self.total if self.total else 1.0
+
+    @property
+    def rate(self) -> float:
+        return self.killed / self.changing if self.changing else 1.0
+
+
+def listed_equivalents() -> set[str]:
+    """Mutant names in backquotes in the equivalents file (``waits.core.x_name__mutmut_3``)."""
+    if not EQUIVALENTS.exists():
+        return set()
+    return set(re.findall(r"`([^`\s]+__mutmut_\d+)`", EQUIVALENTS.read_text()))
+
+
+def stage(core: Core) -> Path:
+    """A fresh scratch directory for ``core``: links to the tree and its own mutmut config."""
+    here = WORK / core.name
+    if here.exists():
+        shutil.rmtree(here)
+    here.mkdir(parents=True)
+    for name in LINKED:
+        if (ROOT / name).exists():
+            (here / name).symlink_to(ROOT / name, target_is_directory=True)
+    config = {
+        "source_paths": list(SOURCE_PATHS),
+        "only_mutate": [core.module],
+        "pytest_add_cli_args_test_selection": list(core.tests),
+        "use_git_change_detection": False,
+    }
+    section = "\n".join(f"{key} = {json.dumps(value)}" for key, value in config.items())
+    (here / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text() + f"\n[tool.mutmut]\n{section}\n")
+    return here
+
+
+def run(core: Core, *, equivalents: set[str], survivors_diff: bool) -> Score:
+    here = stage(core)
+    mutmut = Path(sys.executable).parent / "mutmut"
+    log = here / "mutmut.log"
+    started = time.monotonic()
+    with log.open("w") as out:
+        code = subprocess.call(
+            ["nice", "-n", "10", str(mutmut), "run", "--max-children", "1"],
+            cwd=here,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        )
+    seconds = time.monotonic() - started
+    meta = here / "mutants" / (core.module + ".meta")
+    if code != 0 or not meta.exists():
+        sys.exit(f"mutmut failed on {core.module} (exit {code}); its output is in {log.relative_to(ROOT)}")
+    codes: dict[str, int | None] = json.loads(meta.read_text())["exit_code_by_key"]
+    killed = sum(1 for c in codes.values() if c in KILLED)
+    survivors = tuple(sorted(name for name, c in codes.items() if c not in KILLED))
+    prefix = core.module.removesuffix(".py").replace("/", ".") + "."
+    mine = {name for name in equivalents if name.startswith(prefix)}
+    score = Score(
+        core=core,
+        total=len(codes),
+        killed=killed,
+        survivors=survivors,
+        equivalent=tuple(name for name in survivors if name in mine),
+        stale=tuple(sorted(mine - set(survivors))),
+        seconds=seconds,
+    )
+    if survivors_diff:
+        for name in survivors:
+            if name in mine:
+                continue
+            shown = subprocess.run([str(mutmut), "show", name], cwd=here, capture_output=True, text=True)
+            print(shown.stdout.rstrip() or f"# {name}: {codes[name]}", flush=True)
+            print(flush=True)
+    return score
+
+
+def table(scores: list[Score]) -> str:
+    head = ("core", "module", "mutants", "killed", "left", "equivalent", "raw", "changing behaviour", "time")
+    rows = [
+        (
+            s.core.name,
+            s.core.module,
+            str(s.total),
+            str(s.killed),
+            str(len(s.survivors)),
+            str(len(s.equivalent)),
+            f"{s.raw:.1%}",
+            f"{s.rate:.1%}" + ("" if s.rate >= THRESHOLD else f"  < {THRESHOLD:.0%}"),
+            f"{s.seconds:.0f} s",
+        )
+        for s in scores
+    ]
+    widths = [max(len(row[i]) for row in [head, *rows]) for i in range(len(head))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in [head, *rows]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("cores", nargs="*", help=f"cores to run (default: all): {', '.join(c.name for c in CORES)}")
+    parser.add_argument("--survivors", action="store_true", help="print the diff of each survivor not listed as equivalent")
+    args = parser.parse_args(argv)
+    by_name = {c.name: c for c in CORES}
+    unknown = [name for name in args.cores if name not in by_name]
+    if unknown:
+        parser.error(f"unknown cores: {', '.join(unknown)}")
+    chosen = [by_name[name] for name in args.cores] if args.cores else list(CORES)
+    equivalents = listed_equivalents()
+    scores = []
+    for core in chosen:
+        print(f"mutating {core.module} ({core.what}) against {', '.join(core.tests)} ...", flush=True)
+        scores.append(run(core, equivalents=equivalents, survivors_diff=args.survivors))
+    print()
+    print(table(scores))
+    for s in scores:
+        if s.stale:
+            print(f"\n{s.core.name}: listed as equivalent but not surviving (update {EQUIVALENTS.relative_to(ROOT)}):")
+            print("\n".join(f"  {name}" for name in s.stale))
+        left = [name for name in s.survivors if name not in s.equivalent]
+        if left:
+            print(f"\n{s.core.name}: {len(left)} survivors not listed as equivalent:")
+            print("\n".join(f"  {name}" for name in left))
+    return 0 if all(s.rate >= THRESHOLD for s in scores) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
