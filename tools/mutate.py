@@ -88,6 +88,12 @@ class Score:
         return self.killed / self.changing if self.changing else 1.0
 
 
+def natural(name: str) -> tuple[str, int]:
+    """``x_f__mutmut_9`` before ``x_f__mutmut_10``."""
+    head, _, number = name.rpartition("_")
+    return (head, int(number)) if number.isdigit() else (name, 0)
+
+
 def listed_equivalents() -> set[str]:
     """Mutant names in backquotes in the equivalents file (``waits.core.x_name__mutmut_3``)."""
     if not EQUIVALENTS.exists():
@@ -109,13 +115,16 @@ def stage(core: Core) -> Path:
         "only_mutate": [core.module],
         "pytest_add_cli_args_test_selection": list(core.tests),
         "use_git_change_detection": False,
+        # pytest-django would put the directory of the nearest manage.py (the real tree) on
+        # sys.path, and Django's app loading would then import the unmutated modules.
+        "pytest_add_cli_args": ["-o", "django_find_project=false"],
     }
     section = "\n".join(f"{key} = {json.dumps(value)}" for key, value in config.items())
     (here / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text() + f"\n[tool.mutmut]\n{section}\n")
     return here
 
 
-def run(core: Core, *, equivalents: set[str], survivors_diff: bool) -> Score:
+def run(core: Core, *, equivalents: set[str], survivors_diff: bool) -> Score | None:
     here = stage(core)
     mutmut = Path(sys.executable).parent / "mutmut"
     log = here / "mutmut.log"
@@ -131,10 +140,11 @@ def run(core: Core, *, equivalents: set[str], survivors_diff: bool) -> Score:
     seconds = time.monotonic() - started
     meta = here / "mutants" / (core.module + ".meta")
     if code != 0 or not meta.exists():
-        sys.exit(f"mutmut failed on {core.module} (exit {code}); its output is in {log.relative_to(ROOT)}")
+        print(f"mutmut failed on {core.module} (exit {code}); its output is in {log.relative_to(ROOT)}")
+        return None
     codes: dict[str, int | None] = json.loads(meta.read_text())["exit_code_by_key"]
     killed = sum(1 for c in codes.values() if c in KILLED)
-    survivors = tuple(sorted(name for name, c in codes.items() if c not in KILLED))
+    survivors = tuple(sorted((name for name, c in codes.items() if c not in KILLED), key=natural))
     prefix = core.module.removesuffix(".py").replace("/", ".") + "."
     mine = {name for name in equivalents if name.startswith(prefix)}
     score = Score(
@@ -143,7 +153,7 @@ def run(core: Core, *, equivalents: set[str], survivors_diff: bool) -> Score:
         killed=killed,
         survivors=survivors,
         equivalent=tuple(name for name in survivors if name in mine),
-        stale=tuple(sorted(mine - set(survivors))),
+        stale=tuple(sorted(mine - set(survivors), key=natural)),
         seconds=seconds,
     )
     if survivors_diff:
@@ -189,10 +199,14 @@ def main(argv: list[str]) -> int:
         parser.error(f"unknown cores: {', '.join(unknown)}")
     chosen = [by_name[name] for name in args.cores] if args.cores else list(CORES)
     equivalents = listed_equivalents()
-    scores = []
+    scores, failed = [], []
     for core in chosen:
         print(f"mutating {core.module} ({core.what}) against {', '.join(core.tests)} ...", flush=True)
-        scores.append(run(core, equivalents=equivalents, survivors_diff=args.survivors))
+        score = run(core, equivalents=equivalents, survivors_diff=args.survivors)
+        if score is None:
+            failed.append(core.name)
+        else:
+            scores.append(score)
     print()
     print(table(scores))
     for s in scores:
@@ -203,7 +217,9 @@ def main(argv: list[str]) -> int:
         if left:
             print(f"\n{s.core.name}: {len(left)} survivors not listed as equivalent:")
             print("\n".join(f"  {name}" for name in left))
-    return 0 if all(s.rate >= THRESHOLD for s in scores) else 1
+    if failed:
+        print(f"\nmutmut could not run: {', '.join(failed)}")
+    return 0 if not failed and all(s.rate >= THRESHOLD for s in scores) else 1
 
 
 if __name__ == "__main__":
