@@ -30,6 +30,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "mutants"
@@ -124,6 +125,18 @@ def stage(core: Core) -> Path:
     return here
 
 
+def own_database(env: dict[str, str]) -> dict[str, str]:
+    """The environment with a database of mutation testing's own. pytest-django creates and drops
+    ``test_<name>`` in each mutant's run; sharing the name with a ``make test`` running beside it
+    would drop one's database under the other, and the failures would count as kills."""
+    url = env.get("DATABASE_URL")
+    if not url:
+        return env
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/") or "agentops"
+    return {**env, "DATABASE_URL": urlunsplit(parts._replace(path=f"/{name}_mutmut"))}
+
+
 def run(core: Core, *, equivalents: set[str], survivors_diff: bool) -> Score | None:
     here = stage(core)
     mutmut = Path(sys.executable).parent / "mutmut"
@@ -135,7 +148,7 @@ def run(core: Core, *, equivalents: set[str], survivors_diff: bool) -> Score | N
             cwd=here,
             stdout=out,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+            env=own_database({**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}),
         )
     seconds = time.monotonic() - started
     meta = here / "mutants" / (core.module + ".meta")
