@@ -307,3 +307,41 @@ def test_the_episode_length_is_a_setting() -> None:
     before, _ = decide(failure("server", 500), state, now_ms=T0 + 4_999, settings=settings, jitter=0.0)
     at, _ = decide(failure("server", 500), state, now_ms=T0 + 5_000, settings=settings, jitter=0.0)
     assert (before.action, at.action) == (Action.RETRY, Action.EXHAUST)
+
+
+# -- every branch's whole decision, reason included ----------------------------------------------
+# The reason says which branch decided; each branch is pinned whole, so a reason cannot drift
+# to another branch's words or go missing unnoticed.
+
+
+@pytest.mark.parametrize(
+    ("error", "state", "now", "decision"),
+    [
+        pytest.param(failure("auth", 401), RetryState(), T0, Decision(Action.FAIL, reason="terminal"), id="terminal"),
+        pytest.param(failure("server", 500), RetryState(episode_started_ms=T0), T0 + EPISODE,
+                     Decision(Action.EXHAUST, reason="the 20-minute retry episode is spent"), id="episode-spent"),
+        pytest.param(cut(), RetryState(consecutive_cuts=1, episode_started_ms=T0), T0,
+                     Decision(Action.FAIL, timed_out_again=True, reason="cut again"), id="cut-again"),
+        pytest.param(cut(), RetryState(), T0, Decision(Action.RETRY, delay_ms=1_000), id="first-cut"),
+        pytest.param(failure("rate_limit", 429, wait=5_000.0), RetryState(), T0,
+                     Decision(Action.HOLD, delay_ms=5_000.0, reason="the provider stated a wait"), id="stated-wait"),
+        pytest.param(failure("rate_limit", 429), RetryState(), T0, Decision(Action.RETRY, delay_ms=60_000), id="pacing"),
+        pytest.param(failure("server", 500), RetryState(base_retries=3), T0,
+                     Decision(Action.EXHAUST, reason="retries spent"), id="retries-spent"),
+        pytest.param(failure("server", 500), RetryState(), T0, Decision(Action.RETRY, delay_ms=1_000), id="base-retry"),
+        pytest.param(failure("something_new", 599), RetryState(), T0,
+                     Decision(Action.FAIL, reason="not retryable"), id="unrecognised-type"),
+    ],
+)
+def test_each_branch_decides_its_action_delay_and_reason(
+    error: ProviderError, state: RetryState, now: float, decision: Decision
+) -> None:
+    assert decide(error, state, now_ms=now, settings=SETTINGS, jitter=0.0)[0] == decision
+
+
+@pytest.mark.parametrize("kind", ["something_new", "", "rate-limit", "Server"])
+def test_a_failure_of_a_type_the_policy_does_not_know_fails_without_retry(kind: str) -> None:
+    """Neither terminal nor retryable: a type the policy was not taught fails; it is not retried."""
+    decision, state = decide(failure(kind), RetryState(base_retries=1), now_ms=T0, settings=SETTINGS, jitter=0.0)
+    assert decision == Decision(Action.FAIL, reason="not retryable")
+    assert state == RetryState(base_retries=1, episode_started_ms=T0)
