@@ -95,3 +95,15 @@ def test_any_other_probe_outcome_is_unclear(outcome: Any, probe_type: str | None
 def test_a_status_present_on_the_probe_but_not_on_the_failure_is_unclear() -> None:
     assert probe_verdict(failure_type="invalid_request", failure_status=None, probe_outcome="error",
                          probe_type="invalid_request", probe_status=400) == "unclear"
+
+
+@pytest.mark.parametrize(
+    ("probe_type", "status"),
+    [("rate_limit", None), ("rate_limit", 400), ("invalid_request", 429), ("server", 429)],
+)
+def test_a_rate_limited_probe_is_unclear_even_when_it_matches_the_failure(probe_type: str, status: int | None) -> None:
+    """A rate limit says nothing about the request's content: the rule holds on its own, not only
+    because a sheddable failure is never a 429, so a probe failing exactly as the failure did is
+    still unclear when that failure is a rate limit (either its type or its status)."""
+    assert probe_verdict(failure_type=probe_type, failure_status=status, probe_outcome="error",
+                         probe_type=probe_type, probe_status=status) == "unclear"
