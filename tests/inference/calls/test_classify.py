@@ -82,6 +82,19 @@ STATUS_CASES = [
     pytest.param(504, "", "server", True, None, id="504-empty"),
     pytest.param(529, anthropic_body("overloaded_error", "Overloaded"),
                  "overloaded", True, "overloaded_error", id="529"),
+    pytest.param(404, openai_body("This model's maximum context length is 8192 tokens.", None, None),
+                 "context_length", False, None, id="404-context-message"),
+    pytest.param(422, openai_body("Input is too long for this model", None, None),
+                 "context_length", False, None, id="422-context-message"),
+    pytest.param(422, openai_body("Flagged", None, "content_filter"),
+                 "policy", False, "content_filter", id="422-content-filter"),
+    pytest.param(404, openai_body("Flagged", None, "content_filter"),
+                 "invalid_request", False, "content_filter", id="404-content-filter-is-not-policy"),
+    pytest.param(529, "", "overloaded", True, None, id="529-no-body"),
+    pytest.param(503, anthropic_body("overloaded_error", "Overloaded"),
+                 "overloaded", True, "overloaded_error", id="503-overloaded-code"),
+    pytest.param(599, "", "server", True, None, id="599-server"),
+    pytest.param(600, "", "unknown", False, None, id="600-unknown"),
     pytest.param(418, "I'm a teapot", "unknown", False, None, id="418-unknown"),
     pytest.param(302, "", "unknown", False, None, id="302-unknown"),
 ]
@@ -400,6 +413,12 @@ def test_a_frame_without_a_message_is_shown_bounded() -> None:
     payload = {"error": {"type": "api_error", "detail": "y" * 1_000_000}}
     error = classify_frame(payload, NOW)
     assert len(error.message) <= 2000
+    assert error.message == json.dumps(payload)[:2000]  # the frame itself, its first 2000 characters
+
+
+def test_a_small_frame_without_a_message_is_shown_whole() -> None:
+    payload = {"error": {"type": "api_error", "detail": "upstream reset"}}
+    assert classify_frame(payload, NOW).message == json.dumps(payload)
 
 
 @pytest.mark.parametrize("length", [128, 129, 1_000, 100_000])
