@@ -17,6 +17,7 @@ from inference.calls.bounds import (
     BoundsSettings,
     CallState,
     Deadline,
+    bound_deadlines,
     bound_setting,
     describe_cut,
     next_deadline,
@@ -444,3 +445,38 @@ def test_raising_the_setting_a_cut_names_moves_that_deadline_later(state: CallSt
     later = next_deadline(state, raised)
     assert later is not None
     assert later.at > deadline.at
+
+
+# A whole call's deadline is sent + setup (+ allowance), or the flat minimum when it is larger and
+# no max_tokens is set: its cut names whichever of those settings set it. Setup is the larger
+# phase bound, between-events on a tie; on a tie of setup and the flat minimum, setup is named.
+# Raising the named setting moves the deadline later in every case.
+@pytest.mark.parametrize(
+    ("before", "between", "flat", "max_tokens", "field"),
+    [
+        pytest.param(BEFORE, BETWEEN, FLAT_MINIMUM, TOKENS_100_S, "progress_bounds.between_events_ms", id="between-larger"),
+        pytest.param(200_000, BETWEEN, FLAT_MINIMUM, TOKENS_100_S, "progress_bounds.before_content_ms", id="before-larger"),
+        pytest.param(BETWEEN, BETWEEN, FLAT_MINIMUM, TOKENS_100_S, "progress_bounds.between_events_ms", id="phase-tie"),
+        pytest.param(200_000, BETWEEN, FLAT_MINIMUM, None, "flat_minimum_ms", id="no-max_tokens-flat-larger"),
+        pytest.param(200_000, BETWEEN, 100_000, None, "progress_bounds.before_content_ms", id="no-max_tokens-setup-larger"),
+        pytest.param(BEFORE, BETWEEN, BETWEEN, None, "progress_bounds.between_events_ms", id="no-max_tokens-flat-tie"),
+    ],
+)
+def test_a_whole_call_cut_names_the_setting_that_set_its_deadline(
+    before: float, between: float, flat: float, max_tokens: int | None, field: str
+) -> None:
+    settings = BoundsSettings(before_content_ms=before, between_events_ms=between, flat_minimum_ms=flat)
+    state = CallState(sent=S, streamed=False, max_tokens=max_tokens)
+    deadline = next_deadline(state, settings)
+    assert deadline is not None and deadline.bound is Bound.WHOLE_CALL
+    assert bound_setting(Bound.WHOLE_CALL, state, settings) == f"AGENTOPS_INFERENCE_BOUNDS.{field}"
+    name = field.rsplit(".", 1)[-1]
+    raised = next_deadline(state, dataclasses.replace(settings, **{name: getattr(settings, name) * 10}))
+    assert raised is not None and raised.at > deadline.at
+
+
+def test_a_flat_cut_counts_from_the_last_model_event() -> None:
+    state = streamed(thinking_start=S + 1_000, last_model_event=S + 40_000, max_tokens=TOKENS_100_S)
+    (flat,) = [d for d in bound_deadlines(state, DEFAULTS) if d.bound is Bound.FLAT]
+    assert flat.at == S + 40_000 + FLAT_MINIMUM
+    assert describe_cut(Bound.FLAT, state, flat, DEFAULTS).startswith(f"no model event for {FLAT_MINIMUM:.0f} ms (flat bound;")
