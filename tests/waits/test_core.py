@@ -10,15 +10,21 @@ import pytest
 
 from waits.core import (
     MAX_INSTANT_MS,
+    Applied,
+    Deadline,
     Entry,
     Malformed,
+    Unreadable,
+    Wait,
     WaitBook,
     entry_parse,
     hold_level,
     journal_reduce,
+    name_problem,
     pending_overlay,
     wait_binds,
     wait_deadline,
+    wait_snapshot,
 )
 
 NOW = 1_000_000.0
@@ -256,3 +262,260 @@ def test_a_release_after_an_unreadable_row_makes_exactly_what_it_names_certain_a
     assert book.lookup("bob", "m1").until == 9000  # type: ignore[union-attr]
     journal_reduce([row("pause", id=5)], book)
     assert book.unknown("bob", "m1") and book.unreadable.row_id == 1  # type: ignore[union-attr]
+
+
+# --- what a malformed row tells the operator --------------------------------------------------
+# The problem is what the alert and the waits page show (``Unreadable.describe``): it names the
+# field, and in a checkpoint which listed wait, so the row can be repaired.
+
+LONG = "x" * 400  # a value whose problem is cut to 300 characters
+
+PROBLEMS: dict[str, tuple[dict[str, Any], str]] = {
+    **{
+        shape: (MALFORMED[shape], problem)
+        for shape, problem in {
+            "unknown kind": "unknown kind 'pause'",
+            "kind missing": "unknown kind None",
+            "agent missing": "agent is missing",
+            "agent empty": "agent must not be empty",
+            "agent not a string": "agent must be a string, not a number",
+            "model empty": "model must not be empty",
+            "model every-model in a set": 'model "*" is not a name here',
+            "model with a control character": "model must not contain control characters",
+            "until missing": "until is missing",
+            "until negative": "until is not null or an instant in range: -5",
+            "until past the largest instant": f"until is not null or an instant in range: {MAX_INSTANT_MS + 1}",
+            "until a string": "until is not null or an instant in range: 'soon'",
+            "reason missing": "reason is missing",
+            "at missing": "at is missing or out of range",
+            "checkpoint without a snapshot": "a checkpoint without a snapshot (data.waits is not a list)",
+            "checkpoint snapshot not a list": "a checkpoint without a snapshot (data.waits is not a list)",
+            "checkpoint with one wait twice": "snapshot wait 1: ('ada', 'm1') is listed twice",
+            "checkpoint wait missing until": "snapshot wait 0: until is missing",
+            "checkpoint wait with a bad deadline": "snapshot wait 0: until is not null or an instant in range: 'NaN'",
+            "checkpoint wait missing set_at": "snapshot wait 0: set_at is missing or out of range",
+        }.items()
+    },
+    "agent whitespace only": (row("set", agent=" \t "), "agent must not be empty"),
+    "agent null": (row("set", agent=None), "agent must be a string, not null"),
+    "agent a boolean": (row("set", agent=True), "agent must be a string, not a boolean"),
+    "agent a fraction": (row("set", agent=1.5), "agent must be a string, not a number"),
+    "agent a list": (row("set", agent=["ada"]), "agent must be a string, not a list"),
+    "agent an object": (row("set", agent={"name": "ada"}), "agent must be a string, not an object"),
+    "agent bytes": (row("set", agent=b"ada"), "agent must be a string, not bytes"),
+    "agent with a line separator": (row("set", agent="a\u2028da"), "agent must not contain control characters"),
+    "agent with a paragraph separator": (row("set", agent="a\u2029da"), "agent must not contain control characters"),
+    "agent one character too long": (row("set", agent="a" * 101), "agent must be at most 100 characters"),
+    "model one character too long": (row("set", model="m" * 201), "model must be at most 200 characters"),
+    "agent every-model in a release": (row("release", agent="*"), 'agent "*" is not a name here'),
+    "until a fraction": (row("set", until_ms=5000.5), "until is not null or an instant in range: 5000.5"),
+    "until a boolean": (row("set", until_ms=True), "until is not null or an instant in range: True"),
+    "until long": (row("set", until_ms=LONG), f"until is not null or an instant in range: {LONG!r}"[:300]),
+    "kind long": (row(LONG), f"unknown kind {LONG!r}"[:300]),
+    "at negative": (row("set", at_ms=-1), "at is missing or out of range"),
+    "at not a number": (row("set", at_ms=math.nan), "at is missing or out of range"),
+    "at infinite": (row("set", at_ms=math.inf), "at is missing or out of range"),
+    "at past the largest instant": (row("set", at_ms=MAX_INSTANT_MS + 1), "at is missing or out of range"),
+    "at a boolean": (row("set", at_ms=True), "at is missing or out of range"),
+    "at a string": (row("set", at_ms="1000"), "at is missing or out of range"),
+    "checkpoint wait not an object": (row("checkpoint", data={"waits": [GOOD_WAIT, "ada"]}), "snapshot wait 1: not an object"),
+    "checkpoint wait missing agent": (
+        row("checkpoint", data={"waits": [{k: v for k, v in GOOD_WAIT.items() if k != "agent"}]}),
+        "snapshot wait 0: agent is missing",
+    ),
+    "checkpoint wait model null": (row("checkpoint", data={"waits": [{**GOOD_WAIT, "model": None}]}), "snapshot wait 0: model must be a string, not null"),
+    "checkpoint wait missing reason": (
+        row("checkpoint", data={"waits": [{k: v for k, v in GOOD_WAIT.items() if k != "reason"}]}),
+        "snapshot wait 0: reason is missing",
+    ),
+    "checkpoint wait set_at negative": (row("checkpoint", data={"waits": [{**GOOD_WAIT, "set_at": -1}]}), "snapshot wait 0: set_at is missing or out of range"),
+    "checkpoint wait with a long deadline": (
+        row("checkpoint", data={"waits": [{**GOOD_WAIT, "until": LONG}]}),
+        f"snapshot wait 0: until is not null or an instant in range: {LONG!r}"[:300],
+    ),
+    "checkpoint with one long-named wait twice": (
+        row("checkpoint", data={"waits": [{**GOOD_WAIT, "agent": "a" * 100, "model": "m" * 200}] * 2}),
+        f"snapshot wait 1: ({'a' * 100!r}, {'m' * 200!r}) is listed twice"[:300],
+    ),
+}
+
+
+@pytest.mark.parametrize("shape", PROBLEMS)
+def test_a_malformed_row_says_which_row_and_what_is_wrong(shape: str) -> None:
+    bad, problem = PROBLEMS[shape]
+    with pytest.raises(Malformed) as caught:
+        entry_parse(bad)
+    assert (caught.value.row_id, caught.value.problem) == (1, problem)
+    assert str(caught.value) == f"journal row 1: {problem}"
+    book = journal_reduce([row("set", until_ms=5000), {**bad, "id": 2}])
+    assert book.unreadable == Unreadable(row_id=2, problem=problem)
+    assert book.unreadable.describe() == f"row 2: {problem}"
+    assert book.unknown("ada", "m1")
+
+
+def test_a_read_failure_without_a_row_is_described_by_its_problem_alone() -> None:
+    assert Unreadable(row_id=None, problem="the journal could not be read").describe() == "the journal could not be read"
+    assert Unreadable(row_id=0, problem="bad").describe() == "row 0: bad"
+
+
+@pytest.mark.parametrize("value", ["ada", "a" * 100, "Ada Lovelace", "mödel-ünïcode", " ada "])
+def test_a_usable_name_has_no_problem(value: str) -> None:
+    assert name_problem(value, limit=100) is None
+
+
+def test_every_model_is_a_name_only_where_it_means_every_model() -> None:
+    assert name_problem("*", limit=100) == '"*" is not a name here'
+    assert name_problem("*", limit=100, every_model=True) is None
+    assert name_problem("**", limit=100) is None
+
+
+# --- well-formed rows, read whole -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fields", "entry"),
+    [
+        pytest.param(
+            {"id": 7, "until_ms": 5000, "reason": "429 from the provider", "at_ms": NOW + 5},
+            Entry(kind="set", agent="ada", model="m1", until=5000, reason="429 from the provider", at=NOW + 5, id=7),
+            id="set",
+        ),
+        pytest.param(
+            {"id": 8, "until_ms": None, "reason": "", "at_ms": 0},
+            Entry(kind="set", agent="ada", model="m1", until=None, reason="", at=0.0, id=8),
+            id="set-indefinite-at-zero",
+        ),
+        pytest.param(
+            {"until_ms": 0, "at_ms": MAX_INSTANT_MS},
+            Entry(kind="set", agent="ada", model="m1", until=0, reason="r", at=float(MAX_INSTANT_MS), id=1),
+            id="set-edges-of-the-range",
+        ),
+        pytest.param(
+            {"until_ms": MAX_INSTANT_MS},
+            Entry(kind="set", agent="ada", model="m1", until=MAX_INSTANT_MS, reason="r", at=NOW, id=1),
+            id="set-until-the-largest-instant",
+        ),
+        pytest.param(
+            {"until_ms": 5000.0, "at_ms": 12},
+            Entry(kind="set", agent="ada", model="m1", until=5000, reason="r", at=12.0, id=1),
+            id="set-whole-float-until-and-int-at",
+        ),
+    ],
+)
+def test_a_set_row_reads_as_exactly_its_fields(fields: dict[str, Any], entry: Entry) -> None:
+    parsed = entry_parse(row("set", **fields))
+    assert parsed == entry
+    assert type(parsed.until) is type(entry.until) and type(parsed.at) is float
+
+
+def test_a_release_row_reads_as_its_agent_model_and_id() -> None:
+    assert entry_parse(row("release", id=9, model="m2")) == Entry(kind="release", agent="ada", model="m2", id=9)
+    assert entry_parse(row("release", id=10, model="*")) == Entry(kind="release", agent="ada", model="*", id=10)
+
+
+def test_a_checkpoint_row_reads_as_its_snapshot_and_round_trips_with_wait_snapshot() -> None:
+    waits = (
+        Wait(agent="ada", model="m1", until=9000, reason="429", set_at=NOW),
+        Wait(agent="ada", model="m2", until=None, reason="retry-after: never", set_at=0.0),
+        Wait(agent="bob", model="m1", until=MAX_INSTANT_MS, reason="", set_at=float(MAX_INSTANT_MS)),
+    )
+    data = {"waits": [wait_snapshot(w) for w in waits]}
+    assert data["waits"][0] == {"agent": "ada", "model": "m1", "until": 9000, "reason": "429", "set_at": NOW}
+    parsed = entry_parse(row("checkpoint", id=11, agent="ignored", model="ignored", data=data))
+    assert parsed == Entry(kind="checkpoint", agent="", model="", id=11, waits=waits)
+
+
+# --- the deadline rule, whole ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("stated", "deadline"),
+    [
+        pytest.param("5000", Deadline(until=None, over=False), id="a-string"),
+        pytest.param(True, Deadline(until=None, over=False), id="a-boolean"),
+        pytest.param(10**400, Deadline(until=None, over=False), id="an-int-too-large-for-a-float"),
+        pytest.param(-(10**400), Deadline(until=int(NOW), over=True), id="an-int-too-small-for-a-float"),
+        pytest.param(math.nan, Deadline(until=None, over=False), id="nan"),
+        pytest.param(math.inf, Deadline(until=None, over=False), id="inf"),
+        pytest.param(0, Deadline(until=int(NOW), over=True), id="zero"),
+        pytest.param(-5, Deadline(until=int(NOW), over=True), id="negative"),
+        pytest.param(MAX_INSTANT_MS, Deadline(until=None, over=False), id="past-the-largest-instant"),
+        pytest.param(sys.float_info.max, Deadline(until=None, over=False), id="the-largest-float"),
+        pytest.param(1000, Deadline(until=int(NOW) + 1000, over=False), id="a-second"),
+    ],
+)
+def test_the_deadline_rule_gives_exactly_this_deadline(stated: Any, deadline: Deadline) -> None:
+    assert wait_deadline(now_ms=NOW, retry_after_ms=stated) == deadline
+
+
+def test_a_wait_that_ends_exactly_at_the_largest_instant_is_an_instant() -> None:
+    assert wait_deadline(now_ms=MAX_INSTANT_MS - 1000, retry_after_ms=1000) == Deadline(until=MAX_INSTANT_MS, over=False)
+    assert wait_deadline(now_ms=MAX_INSTANT_MS - 1000, retry_after_ms=1000.5) == Deadline(until=None, over=False)
+
+
+# --- the book, beyond lookups -----------------------------------------------------------------
+
+
+def checkpoint(*waits: Wait) -> Entry:
+    return Entry(kind="checkpoint", agent="", model="", waits=waits)
+
+
+def test_a_set_records_its_wait_whole() -> None:
+    book = WaitBook()
+    assert book.apply(set_("ada", "m1", 5000, at=NOW + 3, reason="429")) == Applied(changed=True)
+    assert book.lookup("ada", "m1") == Wait(agent="ada", model="m1", until=5000, reason="429", set_at=NOW + 3, source="recorded")
+    assert book.apply(set_("ada", "m1", 4000)) == Applied(changed=False)
+    book.apply(set_("ada", "m2", 5000), source="pending")
+    assert book.lookup("ada", "m2").source == "pending"  # type: ignore[union-attr]
+
+
+def test_releasing_what_is_not_held_lifts_nothing_and_keeps_no_empty_agent() -> None:
+    book = WaitBook()
+    assert book.apply(release("ada", "m1")) == Applied(lifted=())
+    assert book.apply(release("ada", "*")) == Applied(lifted=())
+    book.apply(set_("ada", "m1", 5000))
+    book.apply(set_("bob", "m1", 5000))
+    assert book.apply(release("ada", "m2")) == Applied(lifted=())
+    book.apply(release("ada", "m1"))
+    assert list(book.waits) == ["bob"]  # an agent whose last wait went is no longer listed
+    assert book.agent_binding("ada", NOW) == []
+
+
+def test_a_checkpoint_makes_unreadable_records_readable_again() -> None:
+    book = journal_reduce([row("pause", id=1), row("release", id=2, model="*"), row("release", id=3, agent="bob", model="m1")])
+    assert not book.readable and book.known_agents == {"ada"} and book.known_pairs == {("bob", "m1")}
+    kept = Wait(agent="cy", model="m1", until=9000, reason="r", set_at=NOW)
+    assert book.apply(checkpoint(kept)) == Applied(changed=True)
+    assert book.readable and book.unreadable is None
+    assert book.known_agents == set() and book.known_pairs == set()
+    assert not book.unknown("ada", "m1") and not book.unknown("dee", "m1")
+    assert book.waits == {"cy": {"m1": kept}}
+
+
+def test_pending_acts_apply_over_an_unreadable_book_keeping_what_it_knows() -> None:
+    durable = journal_reduce([row("set", id=1, model="m3", until_ms=9000), row("pause", id=2), row("release", id=3, agent="bob", model="*"),
+                              row("release", id=4, agent="cy", model="m1")])
+    binding = pending_overlay(durable, [release("dee", "m1")])
+    assert binding.unreadable == durable.unreadable == Unreadable(row_id=2, problem="unknown kind 'pause'")
+    assert binding.known_agents == {"bob"} and binding.known_pairs == {("cy", "m1"), ("dee", "m1")}
+    assert binding.lookup("ada", "m3") == durable.lookup("ada", "m3")
+    assert not binding.unknown("bob", "m9") and binding.unknown("ada", "m1")
+    # ... and the durable book is left as it was
+    assert durable.known_agents == {"bob"} and durable.known_pairs == {("cy", "m1")}
+    binding.apply(release("ada", "m3"))
+    assert durable.lookup("ada", "m3") is not None
+
+
+def test_binding_lists_every_wait_that_binds_now_and_agent_binding_one_agents() -> None:
+    book = WaitBook()
+    for agent, model, until in [("ada", "m1", 5000), ("ada", "m2", None), ("ada", "m3", 4000), ("bob", "m1", 6000)]:
+        book.apply(set_(agent, model, until))
+    def pairs(waits: Any) -> list[tuple[str, str]]:
+        return sorted((w.agent, w.model) for w in waits)
+    assert pairs(book.binding(3999)) == [("ada", "m1"), ("ada", "m2"), ("ada", "m3"), ("bob", "m1")]
+    assert pairs(book.binding(4000)) == [("ada", "m1"), ("ada", "m2"), ("bob", "m1")]
+    assert pairs(book.binding(6000)) == [("ada", "m2")]
+    assert pairs(book.agent_binding("ada", 4999)) == [("ada", "m1"), ("ada", "m2")]
+    assert pairs(book.agent_binding("ada", 5000)) == [("ada", "m2")]
+    assert pairs(book.agent_binding("bob", 5999)) == [("bob", "m1")]
+    assert book.agent_binding("cy", 0) == []
