@@ -226,3 +226,76 @@ def test_bounded_data_cuts_keys_and_nesting() -> None:
 def test_bounded_data_leaves_small_data_as_it_was() -> None:
     data = {"turn": 7, "error": {"type": "server", "message": "HTTP 503", "http_status": 503, "retry_after_ms": None}, "tags": ["a", "b"]}
     assert bound_data(data) == data
+
+
+def _marker(omitted: int, total: int) -> str:
+    return f" …[{omitted} of {total} characters omitted]… "
+
+
+def reference_bound(text: str, limit: int) -> str:
+    """The rule by search: keep the most characters ``keep`` such that ``keep`` plus the marker
+    stating ``len(text) - keep`` fits in ``limit``; head gets the odd one."""
+    total = len(text)
+    if total <= limit:
+        return text
+    keep = next((k for k in range(limit, -1, -1) if k + len(_marker(total - k, total)) <= limit), 0)
+    tail = text[total - keep // 2 :] if keep // 2 else ""
+    return text[: (keep + 1) // 2] + _marker(total - keep, total) + tail
+
+
+@pytest.mark.parametrize("limit", [40, 60, 128])
+def test_the_cut_keeps_the_most_text_the_limit_allows_for_every_length_across_digit_changes(limit: int) -> None:
+    # Where the omitted count gains a digit, two counts can each be stated truthfully (one more
+    # character left out, one more digit in the marker): the cut keeps the extra character.
+    for length in range(limit + 1, 1_200):
+        text = text_of(length)
+        assert bound_text(text, limit) == reference_bound(text, limit), length
+
+
+def test_a_limit_too_small_for_the_marker_keeps_the_marker_alone() -> None:
+    assert bound_text(text_of(100), 5) == _marker(100, 100)
+    assert bound_text(text_of(100), 0) == _marker(100, 100)
+
+
+@pytest.mark.parametrize("kept", [1, 2, 3])
+def test_a_limit_just_over_the_marker_keeps_the_head_first_then_the_tail(kept: int) -> None:
+    text = text_of(1_000)
+    limit = len(_marker(1_000 - kept, 1_000)) + kept
+    result = bound_text(text, limit)
+    assert result == text[: (kept + 1) // 2] + _marker(1_000 - kept, 1_000) + (text[-(kept // 2) :] if kept // 2 else "")
+    assert len(result) == limit
+
+
+@pytest.mark.parametrize("high", ["\ud800", "\udbff"])
+def test_a_lone_high_surrogate_at_the_end_of_the_head_is_dropped(high: str) -> None:
+    text = "ab" + high + "z" * 1_000  # the head keeps 3 characters
+    limit = len(_marker(1_000, 1_003)) + 5
+    head, _, _, _ = parts(bound_text(text, limit))
+    assert head == "ab"
+
+
+@pytest.mark.parametrize("low", ["\udc00", "\udfff"])
+def test_a_lone_low_surrogate_at_the_start_of_the_tail_is_dropped(low: str) -> None:
+    text = "z" * 1_000 + low + "ab"  # the tail keeps 3 characters
+    limit = len(_marker(997, 1_003)) + 6
+    _, _, _, tail = parts(bound_text(text, limit))
+    assert tail == "ab"
+
+
+@pytest.mark.parametrize("edge", ["\ud7ff", "\ue000", "\udc00"])
+def test_a_character_just_outside_the_high_surrogates_stays_at_the_end_of_the_head(edge: str) -> None:
+    text = "ab" + edge + "z" * 1_000
+    limit = len(_marker(1_000, 1_003)) + 5
+    head, _, _, _ = parts(bound_text(text, limit))
+    assert head == "ab" + edge
+
+
+def test_a_no_break_space_in_a_requester_is_kept() -> None:
+    assert clean_requester("ops\u00a0team") == "ops\u00a0team"
+    assert clean_requester("ops\u009fteam") == "ops team"
+
+
+def test_bounded_data_keeps_exactly_100_entries_whole() -> None:
+    data = {f"k{i}": i for i in range(DATA_ITEMS_LIMIT)}
+    assert bound_data(data) == data
+    assert bound_data(list(range(DATA_ITEMS_LIMIT))) == list(range(DATA_ITEMS_LIMIT))
