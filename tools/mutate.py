@@ -32,6 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+import psycopg
+from psycopg import sql
+
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "mutants"
 EQUIVALENTS = ROOT / "tools" / "mutate_equivalents.md"
@@ -133,11 +136,15 @@ def own_database(env: dict[str, str]) -> dict[str, str]:
     if not url:
         return env
     parts = urlsplit(url)
-    name = parts.path.lstrip("/") or "agentops"
-    return {**env, "DATABASE_URL": urlunsplit(parts._replace(path=f"/{name}_mutmut"))}
+    name = f"{parts.path.lstrip('/') or 'agentops'}_mutmut"
+    # Django connects to the database it is given, too, not only to the test database.
+    with psycopg.connect(urlunsplit(parts._replace(path="/postgres")), autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return {**env, "DATABASE_URL": urlunsplit(parts._replace(path=f"/{name}"))}
 
 
-def run(core: Core, *, equivalents: set[str], survivors_diff: bool) -> Score | None:
+def run(core: Core, *, env: dict[str, str], equivalents: set[str], survivors_diff: bool) -> Score | None:
     here = stage(core)
     mutmut = Path(sys.executable).parent / "mutmut"
     log = here / "mutmut.log"
@@ -148,7 +155,7 @@ def run(core: Core, *, equivalents: set[str], survivors_diff: bool) -> Score | N
             cwd=here,
             stdout=out,
             stderr=subprocess.STDOUT,
-            env=own_database({**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}),
+            env=env,
         )
     seconds = time.monotonic() - started
     meta = here / "mutants" / (core.module + ".meta")
@@ -212,10 +219,11 @@ def main(argv: list[str]) -> int:
         parser.error(f"unknown cores: {', '.join(unknown)}")
     chosen = [by_name[name] for name in args.cores] if args.cores else list(CORES)
     equivalents = listed_equivalents()
+    env = own_database({**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
     scores, failed = [], []
     for core in chosen:
         print(f"mutating {core.module} ({core.what}) against {', '.join(core.tests)} ...", flush=True)
-        score = run(core, equivalents=equivalents, survivors_diff=args.survivors)
+        score = run(core, env=env, equivalents=equivalents, survivors_diff=args.survivors)
         if score is None:
             failed.append(core.name)
         else:
