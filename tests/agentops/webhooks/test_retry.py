@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agentops.webhooks.retry import Next, attempt_verdict, backoff_ms, retry_after_ms
+from agentops.webhooks.retry import Next, Verdict, attempt_verdict, backoff_ms, retry_after_ms
 
 NOW = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -88,3 +88,39 @@ def test_a_retry_countdown_is_cut_to_half_the_brokers_visibility_timeout(setting
 
 def test_an_unreadable_retry_after_falls_back_to_the_backoff() -> None:
     assert verdict(429, retry_after="later") == (Next.RETRY, 1000)
+
+
+# The reason is what the attempt's last error, the endpoint's disabled reason and the log say.
+@pytest.mark.parametrize(
+    ("status", "error", "attempt", "expected"),
+    [
+        pytest.param(200, "", 1, Verdict(Next.DELIVERED, "HTTP 200"), id="200"),
+        pytest.param(299, "", 1, Verdict(Next.DELIVERED, "HTTP 299"), id="299"),
+        pytest.param(300, "", 1, Verdict(Next.FAIL, "HTTP 300: redirects are not followed; point the endpoint at the final URL"), id="300"),
+        pytest.param(399, "", 1, Verdict(Next.FAIL, "HTTP 399: redirects are not followed; point the endpoint at the final URL"), id="399"),
+        pytest.param(400, "", 1, Verdict(Next.FAIL, "HTTP 400: the receiver refused the message; not retried"), id="400"),
+        pytest.param(410, "", 1, Verdict(Next.DISABLE, "HTTP 410 Gone: the receiver says this endpoint is gone; it was disabled"), id="410"),
+        pytest.param(499, "", 1, Verdict(Next.FAIL, "HTTP 499: the receiver refused the message; not retried"), id="499"),
+        pytest.param(500, "", 1, Verdict(Next.RETRY, "HTTP 500; retrying", delay_ms=1000), id="500"),
+        pytest.param(429, "", 5, Verdict(Next.GIVE_UP, "HTTP 429; gave up after 5 attempt(s)"), id="429-last"),
+        pytest.param(None, "ConnectError", 1, Verdict(Next.RETRY, "ConnectError; retrying", delay_ms=1000), id="no-answer"),
+        pytest.param(None, "", 1, Verdict(Next.RETRY, "no answer; retrying", delay_ms=1000), id="no-answer-unnamed"),
+        pytest.param(None, "ReadTimeout", 6, Verdict(Next.GIVE_UP, "ReadTimeout; gave up after 6 attempt(s)"), id="no-answer-past-the-last"),
+    ],
+)
+def test_each_verdict_says_why(status: int | None, error: str, attempt: int, expected: Verdict) -> None:
+    assert attempt_verdict(
+        status_code=status, error=error, attempt=attempt, max_attempts=5, base_ms=1000, max_ms=60_000, jitter=0.0, now=NOW,
+    ) == expected
+
+
+def test_without_an_error_named_no_answer_says_so() -> None:
+    v = attempt_verdict(status_code=None, attempt=1, max_attempts=5, base_ms=1000, max_ms=60_000, jitter=0.0, now=NOW)
+    assert v.reason == "no answer; retrying"
+
+
+def test_a_retry_after_counts_only_on_an_answer() -> None:
+    """With no answer there are no headers to read; a retry-after passed anyway is not a floor."""
+    v = attempt_verdict(status_code=None, error="ConnectError", retry_after="30", attempt=1, max_attempts=5,
+                        base_ms=1000, max_ms=60_000, jitter=0.0, now=NOW)
+    assert v == Verdict(Next.RETRY, "ConnectError; retrying", delay_ms=1000)
