@@ -39,7 +39,7 @@ class Strict(BaseModel):
 
 class ProviderIn(Strict):
     name: Name
-    kind: Literal["openai", "anthropic"]
+    kind: Literal["openai", "anthropic", "openai-responses"]
     base_url: Annotated[str, Field(max_length=500), AfterValidator(_http_url)]
     api_key_env: Annotated[str, Field(max_length=100, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] | None = None
 
