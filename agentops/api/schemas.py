@@ -148,6 +148,13 @@ class CallError(BaseModel):
     retry_after_ms: float | None
 
 
+class CallUsage(BaseModel):
+    input_tokens: int | None
+    output_tokens: int | None
+    reasoning_tokens: int | None
+    cached_input_tokens: int | None
+
+
 class CallOut(BaseModel):
     id: int
     kind: str
@@ -165,6 +172,7 @@ class CallOut(BaseModel):
     bound_deadline: datetime | None
     cut_lateness_ms: float | None
     error: CallError | None
+    usage: CallUsage
 
 
 class TurnOutput(BaseModel):

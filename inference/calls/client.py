@@ -24,7 +24,7 @@ from .adapters import Adapter, WireRequest
 from .bounds import Bound, BoundsSettings, CallState, Deadline, describe_cut, next_deadline
 from .classify import classify_exception, classify_http
 from .sse import SseParser
-from .types import CallOutput, ProviderError
+from .types import CallOutput, ProviderError, TokenUsage
 
 # The admin's picture of a call keeps when the first MARKS_HEAD and the last MARKS_TAIL model
 # events (and keepalives) arrived: a bounded record however long the stream runs.
@@ -75,6 +75,9 @@ class CallResult:
     bound: Bound | None = None
     bound_deadline: float | None = None
     lateness_ms: float | None = None
+    # The token counts the provider reported (a completed call's, or what a stream that did
+    # not complete had reported by its end); each None when not reported.
+    usage: TokenUsage = field(default_factory=TokenUsage)
 
 
 DeltaHook = Callable[[str], Awaitable[None]]
@@ -208,6 +211,8 @@ async def perform_call(
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
     timeline.ended = now_ms()
+    reported = result.output.usage if result.output is not None else reader.output().usage if streamed else {}
+    result.usage = adapter.usage(reported if isinstance(reported, dict) else {})
     return result
 
 

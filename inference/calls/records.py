@@ -60,4 +60,5 @@ def call_record(call: InferenceCall, result: CallResult) -> None:
         error=result.error.as_dict() if result.error else None,
         # Both callers run the call under bounds_settings(): the bounds as they stood.
         marks=call_marks(t, bounds_settings()),
+        **result.usage.as_dict(),
     )

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..classify import classify_frame
 from ..sse import SseEvent
-from ..types import CallOutput, CompiledRequest, Progress
+from ..types import CallOutput, CompiledRequest, Progress, TokenUsage, token_count, token_detail
 from .base import WireRequest, parse_arguments
 
 _THINKING_DELTAS = frozenset({"response.reasoning_summary_text.delta", "response.reasoning_text.delta"})
@@ -112,6 +112,14 @@ class ResponsesAdapter:
 
     def reader(self) -> ResponsesStreamReader:
         return ResponsesStreamReader()
+
+    def usage(self, raw: dict[str, Any]) -> TokenUsage:
+        return TokenUsage(
+            input_tokens=token_count(raw.get("input_tokens")),
+            output_tokens=token_count(raw.get("output_tokens")),
+            reasoning_tokens=token_detail(raw, "output_tokens_details", "reasoning_tokens"),
+            cached_input_tokens=token_detail(raw, "input_tokens_details", "cached_tokens"),
+        )
 
 
 class ResponsesStreamReader:
