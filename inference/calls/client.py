@@ -87,6 +87,10 @@ AbortHook = Callable[[Callable[[], None]], None]
 # Called when the call is sent and when its first content arrives, so in-flight calls can be
 # shown live; the final timeline is recorded by the caller from the result.
 MilestoneHook = Callable[[str, "Timeline"], Awaitable[None]]
+# Sees the provider's response as it arrives, before it is read under the bounds, for a caller
+# that relays it (the drop-in endpoints): ``("sse", SseEvent)`` for each event or comment,
+# ``("body", bytes)`` for a whole body, ``("error_body", (status, headers, bytes))``.
+WireHook = Callable[[str, Any], Awaitable[None]]
 
 
 async def perform_call(
@@ -99,6 +103,7 @@ async def perform_call(
     on_delta: DeltaHook | None = None,
     on_abortable: AbortHook | None = None,
     on_milestone: MilestoneHook | None = None,
+    on_wire: WireHook | None = None,
     client: httpx.AsyncClient | None = None,
 ) -> CallResult:
     """Make one call and read it under the bounds. Pass a shared ``client``: building one
@@ -107,7 +112,7 @@ async def perform_call(
         async with httpx.AsyncClient(timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S)) as own:
             return await perform_call(
                 adapter=adapter, wire=wire, streamed=streamed, max_tokens=max_tokens, bounds=bounds,
-                on_delta=on_delta, on_abortable=on_abortable, on_milestone=on_milestone, client=own,
+                on_delta=on_delta, on_abortable=on_abortable, on_milestone=on_milestone, on_wire=on_wire, client=own,
             )
     timeline = Timeline(sent=now_ms())
     loop = asyncio.get_running_loop()
@@ -181,16 +186,27 @@ async def perform_call(
                         if size >= ERROR_BODY_CAP:
                             break
                     body = b"".join(chunks)[:ERROR_BODY_CAP]
+                    if on_wire is not None:
+                        await on_wire("error_body", (resp.status_code, dict(resp.headers), body))
                     await handle(("error_body", resp.status_code, dict(resp.headers), body))
                 elif streamed:
                     parser = SseParser()
                     async for line in resp.aiter_lines():
                         event = parser.feed_line(line.rstrip("\r\n"))
-                        if event is not None and await handle(("sse", event)):
+                        if event is None:
+                            continue
+                        if done.done():
+                            return
+                        if on_wire is not None:
+                            await on_wire("sse", event)
+                        if await handle(("sse", event)):
                             return
                     await handle(("eof",))
                 else:
-                    await handle(("body", await resp.aread()))
+                    data = await resp.aread()
+                    if on_wire is not None and not done.done():
+                        await on_wire("body", data)
+                    await handle(("body", data))
         except httpx.HTTPError as exc:
             await handle(("exc", exc))
 

@@ -1,0 +1,178 @@
+"""``POST /v1/chat/completions``, ``POST /v1/messages`` and ``POST /v1/responses``: the drop-in
+endpoints (DESIGN §14, API.md "Drop-in endpoints").
+
+An official SDK pointed here with an agentops API token as its key (``Authorization: Bearer``
+or ``x-api-key``) and an agent's name as ``model`` gets the agent's provider and model, as an
+auxiliary call (``inference.turns.dropin``): admission, the progress bounds, classification,
+the provider's stated waits recorded, a call row. Streams are relayed event by event as they
+arrive, keepalives included; a cut ends the stream with an error event naming the bound.
+Errors come in the endpoint's own format, so the SDK raises its usual exceptions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from django.core.exceptions import RequestDataTooBig
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBase,
+    JsonResponse,
+    StreamingHttpResponse,
+)
+from django.views.decorators.csrf import csrf_exempt
+
+from agentops.exceptions import NotFound
+from agentops.models import Agent, ApiToken
+from agentops.selectors import agent_get
+from agentops.text import bound_text
+from agentops.tokens import api_token_check
+from inference.calls.client import CallResult
+from inference.calls.sse import SseEvent
+from inference.turns.dropin import DropinCall, in_thread, stated_wait_s
+
+from .formats import ANTHROPIC, FORMATS, OPENAI, RESPONSES, Format, sse_bytes
+
+# A provider's error body up to this size is passed through as it came; a larger one is
+# replaced by the format's error with the classified (bounded) message.
+PASSTHROUGH_CAP = 64 * 1024
+# The provider's response headers a passed-through error keeps.
+PASSED_HEADERS = ("retry-after", "retry-after-ms", "x-request-id", "request-id")
+STREAM_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+@csrf_exempt
+async def chat_completions(request: HttpRequest) -> HttpResponseBase:
+    return await serve(request, OPENAI)
+
+
+@csrf_exempt
+async def messages(request: HttpRequest) -> HttpResponseBase:
+    return await serve(request, ANTHROPIC)
+
+
+@csrf_exempt
+async def responses(request: HttpRequest) -> HttpResponseBase:
+    return await serve(request, RESPONSES)
+
+
+def error(fmt: Format, status: int, message: str, *, code: str | None = None, extra: dict[str, Any] | None = None, headers: dict[str, str] | None = None) -> HttpResponse:
+    return JsonResponse(fmt.error_body(status, message, code=code, extra=extra), status=status, headers=headers)
+
+
+def presented_token(request: HttpRequest) -> str:
+    """The API key as either SDK sends it: ``Authorization: Bearer`` or ``x-api-key``."""
+    authorization = request.headers.get("Authorization", "")
+    scheme, _, value = authorization.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    return request.headers.get("X-Api-Key", "").strip()
+
+
+def agent_for(token: ApiToken, name: str) -> Agent:
+    """The agent ``model`` names, looked up as the ``complete`` endpoint looks its agent up
+    (so whatever scopes that lookup scopes this one)."""
+    return agent_get(name=name)
+
+
+async def serve(request: HttpRequest, fmt: Format) -> HttpResponseBase:
+    if request.method != "POST":
+        return error(fmt, 405, f"method {request.method} is not allowed here: use POST {fmt.path}")
+    token_text = presented_token(request)
+    token = await in_thread(api_token_check, token_text) if token_text else None
+    if token is None:
+        return error(fmt, 401, "a valid agentops API token is required as the API key (Authorization: Bearer <token> or x-api-key: <token>)")
+    try:
+        raw = request.body
+    except RequestDataTooBig:
+        return error(fmt, 413, "body: the request body is too large")
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return error(fmt, 400, "body: not valid JSON", extra={"param": "body"})
+    if not isinstance(body, dict):
+        return error(fmt, 400, "body: must be a JSON object", extra={"param": "body"})
+    model = body.get("model")
+    if not isinstance(model, str) or not model.strip():
+        return error(fmt, 400, "model: required, the name of an agent", extra={"param": "model"})
+    if "stream" in body and not isinstance(body["stream"], bool):
+        return error(fmt, 400, "stream: must be true or false", extra={"param": "stream"})
+    try:
+        agent = await in_thread(agent_for, token, model)
+    except NotFound:
+        return error(fmt, 404, f"model: no agent named {bound_text(model, 200)!r}", extra={"param": "model"})
+    kind = agent.provider.kind
+    if kind != fmt.kind:
+        right = FORMATS.get(kind)
+        where = f"send it to POST {right.path}" if right else "no drop-in endpoint serves it"
+        label = right.label if right else kind
+        return error(fmt, 400, f"model: agent {agent.name!r} speaks the {label} format, not {fmt.label}: {where}", extra={"param": "model"})
+    call = DropinCall(agent=agent, body=body, headers={k.lower(): v for k, v in request.headers.items()})
+    deferred = await call.admit()
+    if deferred is not None:
+        headers: dict[str, str] = {}
+        seconds = stated_wait_s(deferred.retry_after_ms)
+        if seconds is not None and deferred.retry_after_ms is not None:
+            headers = {"retry-after": seconds, "retry-after-ms": str(round(deferred.retry_after_ms))}
+        extra = {"provider_admission": "deferred", "retryable": True, "retry_after_ms": deferred.retry_after_ms, "until": deferred.until}
+        return error(fmt, 429, deferred.message, extra=extra, headers=headers)
+    call.start()
+    kind_seen, value = await call.queue.get()
+    if kind_seen == "sse":
+        return StreamingHttpResponse(relay(call, fmt, value), content_type="text/event-stream; charset=utf-8", headers=STREAM_HEADERS)
+    wire: tuple[str, Any] | None = None
+    while kind_seen != "end":
+        wire = (kind_seen, value)
+        kind_seen, value = await call.queue.get()
+    return answer(fmt, value, wire)
+
+
+def answer(fmt: Format, result: CallResult | None, wire: tuple[str, Any] | None) -> HttpResponse:
+    """The whole response of a call that sent no stream: the provider's body as it came, its
+    error passed through, or the format's error for a cut or a failure of its own."""
+    if result is None:
+        return error(fmt, 503, "the call could not be made or recorded (the database is unavailable)")
+    if result.outcome == "completed" and wire is not None and wire[0] == "body":
+        return HttpResponse(wire[1], status=200, content_type="application/json")
+    if wire is not None and wire[0] == "error_body":
+        status, headers, data = wire[1]
+        kept = {name: headers[name] for name in PASSED_HEADERS if name in headers}
+        if len(data) <= PASSTHROUGH_CAP:
+            return HttpResponse(data, status=status, content_type=headers.get("content-type", "application/json"), headers=kept)
+        message = result.error.message if result.error else f"HTTP {status}"
+        return error(fmt, status, message, headers=kept)
+    failure = result.error
+    message = failure.message if failure else "the call did not complete"
+    if result.outcome == "cut" and result.bound is not None:
+        return error(fmt, 504, message, code=result.bound.value, extra={"bound": result.bound.value})
+    return error(fmt, 502, message, extra={"provider_error": failure.as_dict() if failure else None})
+
+
+async def relay(call: DropinCall, fmt: Format, first: SseEvent) -> AsyncIterator[bytes]:
+    """The provider's events as they arrive; then, for a cut or a stream that broke off, one
+    error event in the format's shape (a provider's own error event was relayed as it came)."""
+    ended = False
+    try:
+        yield sse_bytes(first)
+        while True:
+            kind, value = await call.queue.get()
+            if kind == "sse":
+                yield sse_bytes(value)
+                continue
+            if kind != "end":
+                continue
+            ended = True
+            result: CallResult | None = value
+            if result is None:
+                yield fmt.stream_error("the call could not be recorded (the database is unavailable)", code="unavailable")
+            elif result.outcome == "cut" and result.bound is not None and result.error is not None:
+                yield fmt.stream_error(result.error.message, code=result.bound.value)
+            elif result.error is not None and result.error.type == "network":
+                yield fmt.stream_error(result.error.message, code="network")
+            return
+    finally:
+        if not ended:
+            call.abort()  # the client went away: the call ends, recorded as aborted
