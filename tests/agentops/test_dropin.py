@@ -274,3 +274,21 @@ def test_the_responses_endpoint_serves_responses_agents(server: str, user_token:
     events = [e.type for e in client.responses.create(model=agent.name, input="hi", stream=True)]
     assert events[0] == "response.created" and events[-1] == "response.completed"
     assert "response.reasoning_summary_text.delta" in events
+
+
+def test_a_client_that_goes_away_ends_the_call(server: str, user_token: str, standin: str, make_agent: Any) -> None:
+    agent = make_agent(model="endless:interval_ms=20")
+    body = {"model": agent.name, "messages": USER, "stream": True}
+    with httpx.Client(timeout=10) as client, client.stream(
+        "POST", f"{server}/v1/chat/completions", json=body, headers={"authorization": f"Bearer {user_token}"}
+    ) as response:
+        assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+        lines = []
+        for line in response.iter_lines():
+            lines.append(line)
+            if len(lines) >= 10:
+                break
+    assert any("word0" in line for line in lines)
+    call = wait_for(lambda: InferenceCall.objects.filter(agent=agent, outcome__isnull=False).first(), what="the call's row")
+    assert call.outcome == "aborted"
+    wait_for(lambda: httpx.get(f"{standin}/_standin/open").json() == {"open": 0}, timeout=5, what="the provider stream to close")
