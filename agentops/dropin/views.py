@@ -32,7 +32,8 @@ from agentops.text import bound_text
 from agentops.tokens import api_token_check
 from inference.calls.client import CallResult
 from inference.calls.sse import SseEvent
-from inference.turns.dropin import DropinCall, in_thread, stated_wait_s
+from inference.turns.dropin import DropinCall, stated_wait_s
+from inference.turns.on_loop import in_thread
 
 from .formats import ANTHROPIC, FORMATS, OPENAI, RESPONSES, Format, sse_bytes
 

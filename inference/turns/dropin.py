@@ -17,17 +17,12 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
-import httpx
-from asgiref.sync import sync_to_async
-from django.db import connection
 from django.utils import timezone
 
-from agentops.background import CONNECT_TIMEOUT_S
 from agentops.models import Agent
 from inference.calls.adapters import build_wire
 from inference.calls.client import CallResult, perform_call
@@ -40,42 +35,13 @@ from inference.models import InferenceCall
 from waits.admission import admission_check, remaining_ms
 from waits.services import wait_record
 
-T = TypeVar("T")
+from .on_loop import in_thread, loop_http
 
 # The field that bounds a reply's length in each wire format's request.
 MAX_TOKENS_FIELD = {"openai": "max_tokens", "anthropic": "max_tokens", "openai-responses": "max_output_tokens"}
 # Request headers of the client's that go on to the provider (the Anthropic SDK's version and
 # betas; everything else, its key above all, stays here).
 FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
-
-_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = weakref.WeakKeyDictionary()
-
-
-def loop_http() -> httpx.AsyncClient:
-    """The HTTP client of the running event loop (one per loop: a client is bound to it)."""
-    loop = asyncio.get_running_loop()
-    client = _clients.get(loop)
-    if client is None:
-        client = httpx.AsyncClient(
-            timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=100),
-        )
-        _clients[loop] = client
-    return client
-
-
-async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """``fn`` off the event loop, its database connection given back when it returns."""
-
-    def run() -> T:
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            if not connection.in_atomic_block:
-                connection.close()
-
-    return await sync_to_async(run)()
-
 
 @dataclass(frozen=True)
 class Deferred:

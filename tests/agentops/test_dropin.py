@@ -5,10 +5,6 @@ settings) with an agentops token as the SDK's key."""
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -20,7 +16,8 @@ import pytest
 
 from agentops.models import Agent, Provider
 from inference.models import InferenceCall
-from tests.conftest import BASE_DIR, LOG_DIR, _database_url, wait_for
+from tests.agentops.live_asgi import asgi_server
+from tests.conftest import wait_for
 from tests.factories import AgentFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(90)]
@@ -35,33 +32,7 @@ USER: Any = [{"role": "user", "content": "hi"}]
 
 @pytest.fixture(scope="module")
 def server(django_db_setup: None, django_db_blocker: Any) -> Iterator[str]:
-    """The service's ASGI app under uvicorn on the test database. Yields its base URL."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    LOG_DIR.mkdir(parents=True, exist_ok=True)
-    env = dict(
-        os.environ, DATABASE_URL=_database_url(), DJANGO_SETTINGS_MODULE="agentops.settings",
-        AGENTOPS_INFERENCE_BOUNDS=json.dumps(BOUNDS), PGOPTIONS="-c deadlock_timeout=100ms",
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "agentops.asgi:application", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
-        cwd=BASE_DIR, env=env, stdout=open(LOG_DIR / "dropin-server.log", "w"), stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        assert proc.poll() is None, f"the server exited; see {LOG_DIR / 'dropin-server.log'}"
-        try:
-            httpx.get(f"{base}/health", timeout=1)
-        except httpx.HTTPError:
-            return False
-        return True
-
-    wait_for(up, timeout=60, what="the ASGI server to answer")
-    yield base
-    proc.terminate()
-    proc.wait(timeout=20)
+    yield from asgi_server("dropin", {"AGENTOPS_INFERENCE_BOUNDS": json.dumps(BOUNDS)})
 
 
 @pytest.fixture
