@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
@@ -32,7 +33,7 @@ from agentops.text import bound_text
 from agentops.tokens import api_token_check
 from inference.calls.client import CallResult
 from inference.calls.sse import SseEvent
-from inference.turns.dropin import DropinCall, stated_wait_s
+from inference.turns.dropin import Deferred, DropinCall, stated_wait_s
 from inference.turns.on_loop import in_thread
 
 from .formats import ANTHROPIC, FORMATS, OPENAI, RESPONSES, Format, sse_bytes
@@ -79,47 +80,80 @@ def agent_for(token: ApiToken, name: str) -> Agent:
     return agent_get(name=name)
 
 
-async def serve(request: HttpRequest, fmt: Format) -> HttpResponseBase:
-    if request.method != "POST":
-        return error(fmt, 405, f"method {request.method} is not allowed here: use POST {fmt.path}")
-    token_text = presented_token(request)
-    token = await in_thread(api_token_check, token_text) if token_text else None
-    if token is None:
-        return error(fmt, 401, "a valid agentops API token is required as the API key (Authorization: Bearer <token> or x-api-key: <token>)")
+@dataclass
+class Looked:
+    """What one trip to the database found: the token, the agent, the call and its admission."""
+
+    token: ApiToken | None = None
+    agent: Agent | None = None
+    call: DropinCall | None = None
+    deferred: Deferred | None = None
+
+
+def look_up(token_text: str, body: dict[str, Any] | None, fmt: Format, headers: dict[str, str]) -> Looked:
+    """The token, then (for a well-formed body) the agent ``model`` names and, when it speaks
+    this endpoint's format, the admission of its call: all in one thread hop."""
+    looked = Looked(token=api_token_check(token_text) if token_text else None)
+    if looked.token is None or body is None:
+        return looked
+    try:
+        looked.agent = agent_for(looked.token, body["model"])
+    except NotFound:
+        return looked
+    if looked.agent.provider.kind == fmt.kind:
+        looked.call = DropinCall(agent=looked.agent, body=body, headers=headers)
+        looked.deferred = looked.call.admit()
+    return looked
+
+
+def parse(request: HttpRequest) -> tuple[dict[str, Any] | None, tuple[int, str, str] | None]:
+    """The body as a JSON object, or the problem with it (status, message, field)."""
     try:
         raw = request.body
     except RequestDataTooBig:
-        return error(fmt, 413, "body: the request body is too large")
+        return None, (413, "body: the request body is too large", "body")
     try:
         body = json.loads(raw)
     except ValueError:
-        return error(fmt, 400, "body: not valid JSON", extra={"param": "body"})
+        return None, (400, "body: not valid JSON", "body")
     if not isinstance(body, dict):
-        return error(fmt, 400, "body: must be a JSON object", extra={"param": "body"})
+        return None, (400, "body: must be a JSON object", "body")
     model = body.get("model")
     if not isinstance(model, str) or not model.strip():
-        return error(fmt, 400, "model: required, the name of an agent", extra={"param": "model"})
+        return None, (400, "model: required, the name of an agent", "model")
     if "stream" in body and not isinstance(body["stream"], bool):
-        return error(fmt, 400, "stream: must be true or false", extra={"param": "stream"})
-    try:
-        agent = await in_thread(agent_for, token, model)
-    except NotFound:
-        return error(fmt, 404, f"model: no agent named {bound_text(model, 200)!r}", extra={"param": "model"})
-    kind = agent.provider.kind
-    if kind != fmt.kind:
-        right = FORMATS.get(kind)
+        return None, (400, "stream: must be true or false", "stream")
+    return body, None
+
+
+async def serve(request: HttpRequest, fmt: Format) -> HttpResponseBase:
+    if request.method != "POST":
+        return error(fmt, 405, f"method {request.method} is not allowed here: use POST {fmt.path}")
+    body, problem = parse(request)
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    looked = await in_thread(look_up, presented_token(request), body, fmt, headers)
+    if looked.token is None:
+        return error(fmt, 401, "a valid agentops API token is required as the API key (Authorization: Bearer <token> or x-api-key: <token>)")
+    if problem is not None or body is None:
+        status, message, field = problem or (400, "body: missing", "body")
+        return error(fmt, status, message, extra={"param": field})
+    agent = looked.agent
+    if agent is None:
+        return error(fmt, 404, f"model: no agent named {bound_text(body['model'], 200)!r}", extra={"param": "model"})
+    call = looked.call
+    if call is None:
+        right = FORMATS.get(agent.provider.kind)
         where = f"send it to POST {right.path}" if right else "no drop-in endpoint serves it"
-        label = right.label if right else kind
+        label = right.label if right else agent.provider.kind
         return error(fmt, 400, f"model: agent {agent.name!r} speaks the {label} format, not {fmt.label}: {where}", extra={"param": "model"})
-    call = DropinCall(agent=agent, body=body, headers={k.lower(): v for k, v in request.headers.items()})
-    deferred = await call.admit()
+    deferred = looked.deferred
     if deferred is not None:
-        headers: dict[str, str] = {}
+        held: dict[str, str] = {}
         seconds = stated_wait_s(deferred.retry_after_ms)
         if seconds is not None and deferred.retry_after_ms is not None:
-            headers = {"retry-after": seconds, "retry-after-ms": str(round(deferred.retry_after_ms))}
+            held = {"retry-after": seconds, "retry-after-ms": str(round(deferred.retry_after_ms))}
         extra = {"provider_admission": "deferred", "retryable": True, "retry_after_ms": deferred.retry_after_ms, "until": deferred.until}
-        return error(fmt, 429, deferred.message, extra=extra, headers=headers)
+        return error(fmt, 429, deferred.message, extra=extra, headers=held)
     call.start()
     kind_seen, value = await call.queue.get()
     if kind_seen == "sse":

@@ -28,7 +28,7 @@ from inference.calls.adapters import build_wire
 from inference.calls.client import CallResult, perform_call
 from inference.calls.config import bounds_settings
 from inference.calls.events import dashboard_call_ended, dashboard_call_started
-from inference.calls.records import call_record, ms_to_dt
+from inference.calls.records import call_fields, call_record, ms_to_dt
 from inference.calls.run import call_deferred
 from inference.calls.types import CompiledRequest
 from inference.models import InferenceCall
@@ -61,9 +61,13 @@ def request_max_tokens(kind: str, body: dict[str, Any]) -> int | None:
 
 
 class DropinCall:
-    """One drop-in call. ``admit()``, then ``start()``; read ``queue`` until ``("end",
-    result)``: before it come ``("sse", event)``, ``("body", bytes)`` and ``("error_body",
-    (status, headers, bytes))`` as the provider sent them."""
+    """One drop-in call. ``admit()`` (in a thread), then ``start()`` (on the loop); read
+    ``queue`` until ``("end", result)``: before it come ``("sse", event)``, ``("body",
+    bytes)`` and ``("error_body", (status, headers, bytes))`` as the provider sent them.
+
+    A streamed call's row is written before it is sent (the dashboard shows it in flight) and
+    completed when it ends; a call that is not streamed has its row written once, when it
+    ends, with its outcome."""
 
     def __init__(self, *, agent: Agent, body: dict[str, Any], headers: dict[str, str]) -> None:
         kind = agent.provider.kind
@@ -80,11 +84,9 @@ class DropinCall:
         self._aborts: list[Callable[[], None]] = []
         self._task: asyncio.Task[None] | None = None
 
-    async def admit(self) -> Deferred | None:
-        """None when the call may go out; else the hold (its ``deferred`` row is written)."""
-        return await in_thread(self._admit)
-
-    def _admit(self) -> Deferred | None:
+    def admit(self) -> Deferred | None:
+        """None when the call may go out; else the hold (its ``deferred`` row is written).
+        Reads the database: call it in a thread."""
         model = self.agent.model
         now_ms = time.time() * 1000
         hold = admission_check(agent=self.agent, model=model, now_ms=now_ms)
@@ -108,11 +110,23 @@ class DropinCall:
 
     async def _run(self) -> None:
         try:
-            self.call = await in_thread(self._row)
-            self.result = await self._perform()
-            await in_thread(self._record, self.call, self.result)
+            if self.streamed:
+                self.call = await in_thread(self._row)
+                self.result = await self._perform()
+                await in_thread(self._record, self.call, self.result)
+            else:
+                self.result = await self._perform()
+                self.call = await in_thread(self._record_once, self.result)
         finally:
             self.queue.put_nowait(("end", self.result))
+
+    def _record_once(self, result: CallResult) -> InferenceCall:
+        call = InferenceCall.objects.create(
+            agent=self.agent, kind=InferenceCall.Kind.AUXILIARY, model=self.agent.model, streamed=False,
+            max_tokens=self.max_tokens, **call_fields(result),
+        )
+        self._after(call, result)
+        return call
 
     def _row(self) -> InferenceCall:
         call = InferenceCall.objects.create(
@@ -139,6 +153,10 @@ class DropinCall:
 
     def _record(self, call: InferenceCall, result: CallResult) -> None:
         call_record(call, result)
+        self._after(call, result)
+
+    def _after(self, call: InferenceCall, result: CallResult) -> None:
+        """A stated wait recorded for (agent, model); the dashboard told the call ended."""
         error = result.error
         if error is not None and error.retry_after_ms is not None:
             model = self.agent.model
