@@ -11,7 +11,9 @@ Errors come in the endpoint's own format, so the SDK raises its usual exceptions
 
 from __future__ import annotations
 
+import hashlib
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -90,16 +92,41 @@ class Looked:
     deferred: Deferred | None = None
 
 
+# Tokens and agents found are kept this long in the process's memory, so a steady client costs
+# no query for them: a revoked token, a disposed or changed agent reach these endpoints within
+# this many seconds. What was not found is never kept.
+CACHE_S = 2.0
+_tokens: dict[str, tuple[float, ApiToken]] = {}
+_agents: dict[tuple[int, str], tuple[float, Agent]] = {}
+CACHE_LIMIT = 10_000
+
+
+def _cached(cache: dict[Any, tuple[float, Any]], key: Any, find: Any) -> Any:
+    now = time.monotonic()
+    hit = cache.get(key)
+    if hit is not None and now - hit[0] < CACHE_S:
+        return hit[1]
+    value = find()
+    if value is not None:
+        if len(cache) >= CACHE_LIMIT:
+            cache.clear()
+        cache[key] = (now, value)
+    return value
+
+
 def look_up(token_text: str, body: dict[str, Any] | None, fmt: Format, headers: dict[str, str]) -> Looked:
     """The token, then (for a well-formed body) the agent ``model`` names and, when it speaks
     this endpoint's format, the admission of its call: all in one thread hop."""
-    looked = Looked(token=api_token_check(token_text) if token_text else None)
-    if looked.token is None or body is None:
+    key = hashlib.sha256(token_text.encode()).hexdigest()  # the token itself is not kept
+    token = _cached(_tokens, key, lambda: api_token_check(token_text)) if token_text else None
+    looked = Looked(token=token)
+    if token is None or body is None:
         return looked
     try:
-        looked.agent = agent_for(looked.token, body["model"])
+        looked.agent = _cached(_agents, (token.pk, body["model"]), lambda: agent_for(token, body["model"]))
     except NotFound:
         return looked
+    assert looked.agent is not None
     if looked.agent.provider.kind == fmt.kind:
         looked.call = DropinCall(agent=looked.agent, body=body, headers=headers)
         looked.deferred = looked.call.admit()

@@ -263,3 +263,17 @@ def test_a_client_that_goes_away_ends_the_call(server: str, user_token: str, sta
     call = wait_for(lambda: InferenceCall.objects.filter(agent=agent, outcome__isnull=False).first(), what="the call's row")
     assert call.outcome == "aborted"
     wait_for(lambda: httpx.get(f"{standin}/_standin/open").json() == {"open": 0}, timeout=5, what="the provider stream to close")
+
+
+def test_a_revoked_token_is_refused_within_the_cache_time(server: str, user_token: str, make_agent: Any) -> None:
+    from django.utils import timezone
+
+    from agentops.models import ApiToken
+
+    agent = make_agent()
+    client = openai.OpenAI(base_url=f"{server}/v1", api_key=user_token, max_retries=0, timeout=20)
+    client.chat.completions.create(model=agent.name, messages=USER)
+    ApiToken.objects.filter(name="test-user").update(revoked_at=timezone.now())
+    time.sleep(2.1)  # the drop-in endpoints keep a token found for 2 s
+    with pytest.raises(openai.AuthenticationError):
+        client.chat.completions.create(model=agent.name, messages=USER)
