@@ -13,8 +13,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection
-
 from agentops.exceptions import CallTimedOut, ProviderFailed, RateLimited
 from agentops.models import Agent
 from inference.calls.adapters import build_wire
@@ -22,7 +20,7 @@ from inference.calls.client import CallResult, perform_call
 from inference.calls.config import bounds_settings
 from inference.calls.events import dashboard_call_ended
 from inference.calls.records import call_fields, ms_to_dt
-from inference.calls.run import call_deferred, call_run
+from inference.calls.run import call_deferred
 from inference.calls.types import CompiledRequest, Message
 from inference.models import InferenceCall
 from waits.admission import admission_check, remaining_ms
@@ -35,14 +33,6 @@ from .on_loop import in_thread, loop_http
 class AuxMessage:
     participant: str
     content: str
-
-
-def auxiliary_complete_in_thread(**kwargs: Any) -> dict[str, Any]:
-    """``auxiliary_complete`` for a worker thread of its own: gives its connection back."""
-    try:
-        return auxiliary_complete(**kwargs)
-    finally:
-        connection.close()
 
 
 def _admit(agent: Agent, model: str, max_tokens: int | None) -> None:
@@ -67,22 +57,11 @@ def _request(agent: Agent, messages: list[AuxMessage], model: str, max_tokens: i
     )
 
 
-def auxiliary_complete(*, agent: Agent, messages: list[AuxMessage], model: str | None, max_tokens: int | None) -> dict[str, Any]:
-    """Make one non-streamed auxiliary call. Blocks the calling thread until it ends (run it
-    off the event loop). Returns ``{content, stop_reason, call}`` (``call`` the recorded row).
-    Raises RateLimited (deferred or refused), CallTimedOut, ProviderFailed."""
-    model = model or agent.model
-    _admit(agent, model, max_tokens)
-    request = _request(agent, messages, model, max_tokens)
-    call, result = call_run(agent=agent, request=request, kind=InferenceCall.Kind.AUXILIARY)
-    if result.outcome == "completed" and result.output is not None:
-        call.refresh_from_db()
-    return _outcome(agent, model, call, result)
-
-
 async def auxiliary_complete_on_loop(*, agent: Agent, messages: list[AuxMessage], model: str | None, max_tokens: int | None) -> dict[str, Any]:
-    """``auxiliary_complete`` for an async view: the call runs on the request's own event loop,
-    and no database connection is held while it does. The row is written once, with the
+    """Make one non-streamed auxiliary call, for an async view: the call runs on the request's
+    own event loop, and no database connection is held while it does. Returns ``{content,
+    stop_reason, call}`` (``call`` the recorded row); raises RateLimited (deferred or
+    refused), CallTimedOut, ProviderFailed. The row is written once, with the
     outcome (so an auxiliary call made here is not among the dashboard's calls in flight; it
     shows as it ends)."""
     model = model or agent.model
