@@ -11,6 +11,7 @@ Errors come in the endpoint's own format, so the SDK raises its usual exceptions
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import time
@@ -182,13 +183,17 @@ async def serve(request: HttpRequest, fmt: Format) -> HttpResponseBase:
         extra = {"provider_admission": "deferred", "retryable": True, "retry_after_ms": deferred.retry_after_ms, "until": deferred.until}
         return error(fmt, 429, deferred.message, extra=extra, headers=held)
     call.start()
-    kind_seen, value = await call.queue.get()
-    if kind_seen == "sse":
-        return StreamingHttpResponse(relay(call, fmt, value), content_type="text/event-stream; charset=utf-8", headers=STREAM_HEADERS)
-    wire: tuple[str, Any] | None = None
-    while kind_seen != "end":
-        wire = (kind_seen, value)
+    try:
         kind_seen, value = await call.queue.get()
+        if kind_seen == "sse":
+            return StreamingHttpResponse(relay(call, fmt, value), content_type="text/event-stream; charset=utf-8", headers=STREAM_HEADERS)
+        wire: tuple[str, Any] | None = None
+        while kind_seen != "end":
+            wire = (kind_seen, value)
+            kind_seen, value = await call.queue.get()
+    except asyncio.CancelledError:
+        call.abort()  # the client went away before the answer: the call ends, recorded as aborted
+        raise
     return answer(fmt, value, wire)
 
 

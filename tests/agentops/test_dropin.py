@@ -277,3 +277,13 @@ def test_a_revoked_token_is_refused_within_the_cache_time(server: str, user_toke
     time.sleep(2.1)  # the drop-in endpoints keep a token found for 2 s
     with pytest.raises(openai.AuthenticationError):
         client.chat.completions.create(model=agent.name, messages=USER)
+
+
+def test_a_client_that_goes_away_before_the_answer_ends_the_call(server: str, user_token: str, make_agent: Any) -> None:
+    agent = make_agent(model="hang", max_tokens=None)  # its whole-call bound is 3 s
+    body = {"model": agent.name, "messages": USER}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{server}/v1/chat/completions", json=body, headers={"authorization": f"Bearer {user_token}"}, timeout=httpx.Timeout(10, read=0.8))
+    call = wait_for(lambda: InferenceCall.objects.filter(agent=agent, outcome__isnull=False).first(), timeout=10, what="the call's row")
+    assert call.outcome == "aborted"
+    assert call.ended_at is not None and call.sent_at is not None and (call.ended_at - call.sent_at).total_seconds() < 2.5
