@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint bench mutate screenshots clean-var
+.PHONY: install run test lint bench bench-dropin mutate screenshots clean-var
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "agentops needs Python 3.11 or newer")'
@@ -34,6 +34,11 @@ bench: $(STAMP)
 # ARGS="journal text" runs some cores; ARGS="--survivors journal" also prints what survives.
 mutate: $(STAMP)
 	$(BIN)/python -m agentops.launcher exec -- $(BIN)/python tools/mutate.py $(ARGS)
+
+# The drop-in endpoint against LiteLLM's proxy (README, Performance). LiteLLM is no dependency:
+# LITELLM_BIN names its command in a venv of its own, outside the repository.
+bench-dropin: $(STAMP)
+	LITELLM_BIN=$(LITELLM_BIN) $(BIN)/python -m agentops.launcher exec -- $(BIN)/python bench/dropin_bench.py
 
 # The README's pictures under docs/, from a live server in headless Chromium (docs/screenshots.py).
 screenshots: $(STAMP)

@@ -25,6 +25,8 @@ from inference.models import InferenceCall, Turn
 from waits.clock import clock_ms
 from waits.selectors import binding_waits
 
+# The token counts of a call row (``<type>_tokens``), as the ``type`` label of agentops_tokens.
+TOKEN_TYPES: tuple[str, ...] = ("input", "output", "reasoning", "cached_input")
 CUT_LATENESS_BUCKETS_MS: tuple[float, ...] = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000)
 
 IN_FLIGHT = "in_flight"  # the outcome label of a call that has none yet
@@ -47,6 +49,7 @@ class DatabaseCollector(Collector):
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
         yield from self._calls()
+        yield self._tokens()
         yield self._probes()
         yield self._cut_lateness()
         yield from self._waits()
@@ -70,6 +73,19 @@ class DatabaseCollector(Collector):
             "agentops_auxiliary_deferred", "Auxiliary calls deferred because the agent's model was held by a provider wait.",
             value=deferred,
         )
+
+    def _tokens(self) -> CounterMetricFamily:
+        tokens = CounterMetricFamily(
+            "agentops_tokens", "Tokens the providers reported, by agent, model, call kind and type (input, output, reasoning, cached_input); calls that reported none add nothing.",
+            labels=["agent", "model", "kind", "type"],
+        )
+        sums = {kind: Sum(f"{kind}_tokens") for kind in TOKEN_TYPES}
+        rows = InferenceCall.objects.values("agent__name", "model", "kind").annotate(**sums).order_by("agent__name", "model", "kind")
+        for row in rows:
+            for kind in TOKEN_TYPES:
+                if row[kind] is not None:
+                    tokens.add_metric([row["agent__name"], row["model"], row["kind"], kind], row[kind])
+        return tokens
 
     def _probes(self) -> CounterMetricFamily:
         probes = CounterMetricFamily(
@@ -142,7 +158,8 @@ class DatabaseCollector(Collector):
 
 @require_safe
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    """The Prometheus scrape target. No auth: it carries counts, never names or text."""
+    """The Prometheus scrape target. No auth: it carries counts (labelled with agents' and
+    models' names), never text."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(DatabaseCollector(now_ms=clock_ms()))
     # The classic text format, which every Prometheus reads (our names need none of 1.0.0's escaping).

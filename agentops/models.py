@@ -9,6 +9,7 @@ class Provider(models.Model):
     class Kind(models.TextChoices):
         OPENAI = "openai", "OpenAI chat-completions compatible"
         ANTHROPIC = "anthropic", "Anthropic messages"
+        OPENAI_RESPONSES = "openai-responses", "OpenAI Responses API"
 
     name = models.CharField(max_length=100, unique=True)
     kind = models.CharField(max_length=20, choices=Kind.choices)

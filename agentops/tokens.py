@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import time
 
 from django.utils import timezone
 
 from .models import ApiToken
 
 TOKEN_PREFIX = "ao_"
+# A token's last_used_at is written on its first use in a process and then at most once per
+# this many seconds: not one UPDATE per request.
+LAST_USED_EVERY_S = 30.0
+_last_written: dict[int, float] = {}
 
 
 def _hash(token: str) -> str:
@@ -24,10 +29,15 @@ def api_token_create(*, name: str, operator: bool) -> tuple[ApiToken, str]:
 
 
 def api_token_check(token: str) -> ApiToken | None:
-    """The live token row for ``token``, or None."""
+    """The live token row for ``token``, or None. Its ``last_used_at`` is at most
+    ``LAST_USED_EVERY_S`` behind its latest use."""
     if not token or len(token) > 200:
         return None
     row = ApiToken.objects.filter(token_hash=_hash(token), revoked_at__isnull=True).first()
     if row is not None:
-        ApiToken.objects.filter(pk=row.pk).update(last_used_at=timezone.now())
+        now = time.monotonic()
+        last = _last_written.get(row.pk)
+        if last is None or now - last >= LAST_USED_EVERY_S:
+            _last_written[row.pk] = now
+            ApiToken.objects.filter(pk=row.pk).update(last_used_at=timezone.now())
     return row

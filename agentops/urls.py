@@ -4,6 +4,7 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import path, re_path
 
 from agentops.api.routes import api, health_payload
+from agentops.dropin import views as dropin
 from agentops.metrics import metrics_view
 from agentops.views import dashboard_view
 
@@ -16,6 +17,10 @@ def health(request: HttpRequest) -> JsonResponse:
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
+    # The drop-in endpoints (DESIGN §14): where an official SDK's base URL points.
+    path("v1/chat/completions", dropin.chat_completions),
+    path("v1/messages", dropin.messages),
+    path("v1/responses", dropin.responses),
     path("health", health),
     path("metrics", metrics_view),
     path("dashboard/", dashboard_view, name="dashboard"),

@@ -23,14 +23,26 @@ def _picture(call: InferenceCall | None, *, small: bool) -> SafeString:
     return mark_safe(call_timeline_svg(call, small=small))
 
 
+def tokens_shown(call: InferenceCall) -> str:
+    """``in / out`` tokens, ``-`` for a count not reported (never shown as 0)."""
+    def shown(value: int | None) -> str:
+        return "-" if value is None else str(value)
+
+    return f"{shown(call.input_tokens)} / {shown(call.output_tokens)}"
+
+
 class InferenceCallInline(admin.TabularInline):
     model = InferenceCall
     extra = 0
     can_delete = False
     show_change_link = True
     # The picture first: the instants are on the call's own page (the "View" link).
-    fields = ("timeline", "kind", "outcome", "bound", "lateness", "model_events", "keepalives", "model")
+    fields = ("timeline", "kind", "outcome", "bound", "lateness", "model_events", "keepalives", "tokens", "model")
     readonly_fields = fields
+
+    @admin.display(description="tokens in / out")
+    def tokens(self, obj: InferenceCall) -> str:
+        return tokens_shown(obj)
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -60,7 +72,7 @@ class TurnAdmin(ReadOnlyAdmin):
 
 @admin.register(InferenceCall)
 class InferenceCallAdmin(ReadOnlyAdmin):
-    list_display = ("id", "agent", "turn", "kind", "model", "streamed", "outcome", "bound", "model_events", "keepalives", "sent_at")
+    list_display = ("id", "agent", "turn", "kind", "model", "streamed", "outcome", "bound", "model_events", "keepalives", "tokens", "sent_at")
     list_filter = ("kind", "outcome", "bound", "streamed")
     fieldsets = (
         (None, {"fields": ("timeline",)}),
@@ -69,9 +81,14 @@ class InferenceCallAdmin(ReadOnlyAdmin):
             "sent_at", "headers_at", "first_event_at", "thinking_started_at", "first_content_at", "last_event_at",
             "ended_at", "model_events", "keepalives", "bound", "bound_deadline", "cut_lateness_ms",
         )}),
+        ("Token usage (empty: not reported)", {"fields": ("input_tokens", "output_tokens", "reasoning_tokens", "cached_input_tokens")}),
     )
     readonly_fields = ("timeline",)
 
     @admin.display(description="timeline")
     def timeline(self, obj: InferenceCall) -> SafeString:
         return _picture(obj, small=False)
+
+    @admin.display(description="tokens in / out")
+    def tokens(self, obj: InferenceCall) -> str:
+        return tokens_shown(obj)

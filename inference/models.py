@@ -104,6 +104,12 @@ class InferenceCall(models.Model):
     # A probe's verdict once the breaker has read it (breaker.services.breaker_probe_end):
     # answered, refused, unclear, set_aside, withdrawn or aborted. Empty for other calls.
     probe_verdict = models.CharField(max_length=20, blank=True, default="")
+    # Token usage as the provider reported it (inference.calls.adapters, each format's usage);
+    # null when it reported none, never 0 in its place. Input counts cached input too.
+    input_tokens = models.PositiveBigIntegerField(null=True, blank=True)
+    output_tokens = models.PositiveBigIntegerField(null=True, blank=True)
+    reasoning_tokens = models.PositiveBigIntegerField(null=True, blank=True)
+    cached_input_tokens = models.PositiveBigIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

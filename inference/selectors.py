@@ -85,6 +85,17 @@ def call_out(call: InferenceCall) -> dict[str, Any]:
         "bound_deadline": call.bound_deadline,
         "cut_lateness_ms": call.cut_lateness_ms,
         "error": call.error,
+        "usage": call_usage(call),
+    }
+
+
+def call_usage(call: InferenceCall) -> dict[str, int | None]:
+    """The call's token usage as reported; each count None when the provider reported none."""
+    return {
+        "input_tokens": call.input_tokens,
+        "output_tokens": call.output_tokens,
+        "reasoning_tokens": call.reasoning_tokens,
+        "cached_input_tokens": call.cached_input_tokens,
     }
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from asgiref.sync import sync_to_async
 from django.db import connection
 from django.http import HttpRequest
 from ninja import NinjaAPI, Query, Schema, Status
@@ -13,7 +12,8 @@ from agentops.models import HistoryRow, Provider
 from agentops.selectors import agent_get, history_row_out
 from inference import selectors as turn_selectors
 from inference.turns import services as turn_services
-from inference.turns.auxiliary import AuxMessage, auxiliary_complete_in_thread
+from inference.turns.auxiliary import AuxMessage, auxiliary_complete_on_loop
+from inference.turns.on_loop import in_thread
 
 from . import errors
 from .alerts_routes import router as alerts_router
@@ -156,13 +156,11 @@ def turn_cancel(request: HttpRequest, turn_id: int) -> dict:
     response={200: CompleteOut, 429: ErrorOut, 502: ErrorOut, 504: ErrorOut, **ERRORS},
 )
 async def agent_complete(request: HttpRequest, name: str, payload: CompleteIn) -> dict:
-    # Async, and the call itself runs off the request's thread: a long provider call must not
-    # hold the one thread Django runs sync views on.
-    agent = await sync_to_async(agent_get)(name=name)
+    # Async, and the call runs on the request's own event loop: a long provider call holds no
+    # thread and no database connection (each read or write gives its connection back).
+    agent = await in_thread(agent_get, name=name)
     messages = [AuxMessage(participant=m.participant, content=m.content) for m in payload.messages]
-    done = await sync_to_async(auxiliary_complete_in_thread, thread_sensitive=False)(
-        agent=agent, messages=messages, model=payload.model, max_tokens=payload.max_tokens
-    )
+    done = await auxiliary_complete_on_loop(agent=agent, messages=messages, model=payload.model, max_tokens=payload.max_tokens)
     return {**done, "call": turn_selectors.call_out(done["call"])}
 
 

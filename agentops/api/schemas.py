@@ -39,7 +39,7 @@ class Strict(BaseModel):
 
 class ProviderIn(Strict):
     name: Name
-    kind: Literal["openai", "anthropic"]
+    kind: Literal["openai", "anthropic", "openai-responses"]
     base_url: Annotated[str, Field(max_length=500), AfterValidator(_http_url)]
     api_key_env: Annotated[str, Field(max_length=100, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] | None = None
 
@@ -148,6 +148,13 @@ class CallError(BaseModel):
     retry_after_ms: float | None
 
 
+class CallUsage(BaseModel):
+    input_tokens: int | None
+    output_tokens: int | None
+    reasoning_tokens: int | None
+    cached_input_tokens: int | None
+
+
 class CallOut(BaseModel):
     id: int
     kind: str
@@ -165,6 +172,7 @@ class CallOut(BaseModel):
     bound_deadline: datetime | None
     cut_lateness_ms: float | None
     error: CallError | None
+    usage: CallUsage
 
 
 class TurnOutput(BaseModel):

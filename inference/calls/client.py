@@ -24,7 +24,7 @@ from .adapters import Adapter, WireRequest
 from .bounds import Bound, BoundsSettings, CallState, Deadline, describe_cut, next_deadline
 from .classify import classify_exception, classify_http
 from .sse import SseParser
-from .types import CallOutput, ProviderError
+from .types import CallOutput, ProviderError, TokenUsage
 
 # The admin's picture of a call keeps when the first MARKS_HEAD and the last MARKS_TAIL model
 # events (and keepalives) arrived: a bounded record however long the stream runs.
@@ -75,6 +75,9 @@ class CallResult:
     bound: Bound | None = None
     bound_deadline: float | None = None
     lateness_ms: float | None = None
+    # The token counts the provider reported (a completed call's, or what a stream that did
+    # not complete had reported by its end); each None when not reported.
+    usage: TokenUsage = field(default_factory=TokenUsage)
 
 
 DeltaHook = Callable[[str], Awaitable[None]]
@@ -84,6 +87,10 @@ AbortHook = Callable[[Callable[[], None]], None]
 # Called when the call is sent and when its first content arrives, so in-flight calls can be
 # shown live; the final timeline is recorded by the caller from the result.
 MilestoneHook = Callable[[str, "Timeline"], Awaitable[None]]
+# Sees the provider's response as it arrives, before it is read under the bounds, for a caller
+# that relays it (the drop-in endpoints): ``("sse", SseEvent)`` for each event or comment,
+# ``("body", bytes)`` for a whole body, ``("error_body", (status, headers, bytes))``.
+WireHook = Callable[[str, Any], Awaitable[None]]
 
 
 async def perform_call(
@@ -96,6 +103,7 @@ async def perform_call(
     on_delta: DeltaHook | None = None,
     on_abortable: AbortHook | None = None,
     on_milestone: MilestoneHook | None = None,
+    on_wire: WireHook | None = None,
     client: httpx.AsyncClient | None = None,
 ) -> CallResult:
     """Make one call and read it under the bounds. Pass a shared ``client``: building one
@@ -104,7 +112,7 @@ async def perform_call(
         async with httpx.AsyncClient(timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S)) as own:
             return await perform_call(
                 adapter=adapter, wire=wire, streamed=streamed, max_tokens=max_tokens, bounds=bounds,
-                on_delta=on_delta, on_abortable=on_abortable, on_milestone=on_milestone, client=own,
+                on_delta=on_delta, on_abortable=on_abortable, on_milestone=on_milestone, on_wire=on_wire, client=own,
             )
     timeline = Timeline(sent=now_ms())
     loop = asyncio.get_running_loop()
@@ -178,16 +186,27 @@ async def perform_call(
                         if size >= ERROR_BODY_CAP:
                             break
                     body = b"".join(chunks)[:ERROR_BODY_CAP]
+                    if on_wire is not None:
+                        await on_wire("error_body", (resp.status_code, dict(resp.headers), body))
                     await handle(("error_body", resp.status_code, dict(resp.headers), body))
                 elif streamed:
                     parser = SseParser()
                     async for line in resp.aiter_lines():
                         event = parser.feed_line(line.rstrip("\r\n"))
-                        if event is not None and await handle(("sse", event)):
+                        if event is None:
+                            continue
+                        if done.done():
+                            return
+                        if on_wire is not None:
+                            await on_wire("sse", event)
+                        if await handle(("sse", event)):
                             return
                     await handle(("eof",))
                 else:
-                    await handle(("body", await resp.aread()))
+                    data = await resp.aread()
+                    if on_wire is not None and not done.done():
+                        await on_wire("body", data)
+                    await handle(("body", data))
         except httpx.HTTPError as exc:
             await handle(("exc", exc))
 
@@ -208,6 +227,8 @@ async def perform_call(
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
     timeline.ended = now_ms()
+    reported = result.output.usage if result.output is not None else reader.output().usage if streamed else {}
+    result.usage = adapter.usage(reported if isinstance(reported, dict) else {})
     return result
 
 

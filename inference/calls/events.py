@@ -59,7 +59,8 @@ def dashboard_call_started(*, call: InferenceCall, agent: str) -> None:
 
 
 def dashboard_call_ended(*, call: InferenceCall, agent: str, result: CallResult) -> None:
-    """``call.ended`` with the call's outcome and, for a cut, its bound and lateness."""
+    """``call.ended`` with the call's outcome, its token usage (each count null when not
+    reported) and, for a cut, its bound and lateness."""
     dashboard_publish({
         "type": "call.ended",
         "call": {
@@ -71,5 +72,6 @@ def dashboard_call_ended(*, call: InferenceCall, agent: str, result: CallResult)
             "bound": result.bound.value if result.bound else None,
             "cut_lateness_ms": result.lateness_ms,
             "ended_ms": result.timeline.ended or time.time() * 1000,
+            "usage": result.usage.as_dict(),
         },
     })

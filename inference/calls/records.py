@@ -40,24 +40,31 @@ def call_marks(t: Timeline, bounds: BoundsSettings | None) -> dict[str, Any]:
     }
 
 
-def call_record(call: InferenceCall, result: CallResult) -> None:
+def call_fields(result: CallResult) -> dict[str, Any]:
+    """What a call's row records of its result: the timeline, the outcome, the usage."""
     t = result.timeline
-    InferenceCall.objects.filter(pk=call.pk).update(
-        sent_at=ms_to_dt(t.sent),
-        headers_at=ms_to_dt(t.headers),
-        first_event_at=ms_to_dt(t.first_event),
-        first_content_at=ms_to_dt(t.first_content),
-        thinking_started_at=ms_to_dt(t.thinking_start),
-        last_event_at=ms_to_dt(t.last_event),
-        ended_at=ms_to_dt(t.ended),
-        model_events=t.model_events,
-        keepalives=t.keepalives,
-        outcome=result.outcome,
-        stop_reason=result.output.stop_reason if result.output else "",
-        bound=result.bound.value if result.bound else None,
-        bound_deadline=ms_to_dt(result.bound_deadline),
-        cut_lateness_ms=result.lateness_ms,
-        error=result.error.as_dict() if result.error else None,
-        # Both callers run the call under bounds_settings(): the bounds as they stood.
-        marks=call_marks(t, bounds_settings()),
-    )
+    return {
+        "sent_at": ms_to_dt(t.sent),
+        "headers_at": ms_to_dt(t.headers),
+        "first_event_at": ms_to_dt(t.first_event),
+        "first_content_at": ms_to_dt(t.first_content),
+        "thinking_started_at": ms_to_dt(t.thinking_start),
+        "last_event_at": ms_to_dt(t.last_event),
+        "ended_at": ms_to_dt(t.ended),
+        "model_events": t.model_events,
+        "keepalives": t.keepalives,
+        "outcome": result.outcome,
+        "stop_reason": result.output.stop_reason if result.output else "",
+        "bound": result.bound.value if result.bound else None,
+        "bound_deadline": ms_to_dt(result.bound_deadline),
+        "cut_lateness_ms": result.lateness_ms,
+        "error": result.error.as_dict() if result.error else None,
+        # Every caller runs the call under bounds_settings(): the bounds as they stood.
+        "marks": call_marks(t, bounds_settings()),
+        **result.usage.as_dict(),
+    }
+
+
+def call_record(call: InferenceCall, result: CallResult) -> None:
+    """Write the ended call's result to its row (written before the call was sent)."""
+    InferenceCall.objects.filter(pk=call.pk).update(**call_fields(result))

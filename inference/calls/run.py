@@ -1,8 +1,9 @@
 """Running one provider call on the process's engine loop while the calling thread waits.
 
-The one way every call is made: a turn's primary call (``inference.turns.drain``), the
-``complete`` endpoint's auxiliary call (``inference.turns.auxiliary``) and the breaker's probe
-(``breaker.probe_call``). The call's I/O (the socket, the stream reader, the deadline timer)
+How a turn's primary call (``inference.turns.drain``) and the breaker's probe
+(``breaker.probe_call``) are made. (The ``complete`` endpoint's and the drop-in endpoints'
+auxiliary calls run on their request's own event loop instead: ``inference.turns.auxiliary``,
+``inference.turns.dropin``.) The call's I/O (the socket, the stream reader, the deadline timer)
 runs as a coroutine on the process's one loop (``agentops.background``); the calling thread
 keeps the call's row, waits, keeps whatever it holds alive (``keep_going``) and can abort.
 """

@@ -61,6 +61,39 @@ class ProviderError:
         }
 
 
+@dataclass(frozen=True)
+class TokenUsage:
+    """A call's token counts as the provider reported them; None: not reported (never 0)."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    cached_input_tokens: int | None = None
+
+    def as_dict(self) -> dict[str, int | None]:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "reasoning_tokens": self.reasoning_tokens,
+            "cached_input_tokens": self.cached_input_tokens,
+        }
+
+
+def token_count(value: Any) -> int | None:
+    """A reported token count: a non-negative integer, else None (not reported)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if value != value or value < 0 or value == float("inf"):
+        return None
+    return int(value)
+
+
+def token_detail(usage: Any, section: str, name: str) -> int | None:
+    """``usage[section][name]`` as a token count (OpenAI's ``*_tokens_details``)."""
+    details = usage.get(section) if isinstance(usage, dict) else None
+    return token_count(details.get(name)) if isinstance(details, dict) else None
+
+
 @dataclass
 class CallOutput:
     """What a completed call produced, in provider-neutral blocks."""

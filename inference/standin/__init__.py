@@ -60,6 +60,22 @@ Endpoints
     (stop_reason + usage), ``message_stop``; ``ping`` and ``error`` events in
     the scenarios below.  Errors: ``{"type": "error", "error": {"type",
     "message"}, "request_id"}`` plus a ``request-id`` header.
+``POST /v1/responses`` (also ``POST /responses``)
+    The OpenAI Responses API (:mod:`inference.standin.responses_wire`).  The
+    request's ``input`` (a string, or items: messages and
+    ``function_call_output``) is read as the messages above.  Non-streamed: a
+    ``response`` object (``output`` items ``reasoning`` / ``message`` /
+    ``function_call``, ``usage`` with ``input_tokens_details.cached_tokens``
+    and ``output_tokens_details.reasoning_tokens``).  Streamed: ``event:`` +
+    ``data:`` frames ``response.created``, ``response.in_progress``,
+    ``response.output_item.added`` / ``.done``,
+    ``response.reasoning_summary_part.added``,
+    ``response.reasoning_summary_text.delta``, ``response.content_part.added``,
+    ``response.output_text.delta``, ``response.function_call_arguments.delta``
+    and ``response.completed`` (``response.incomplete`` at the output limit).
+    Keepalives: ``pings`` repeat ``response.in_progress``, ``empty-deltas``
+    are ``""`` text deltas.  The ``frame`` error form sends an ``error`` event
+    then ``response.failed``.  Errors are chat completions'.
 ``GET /_standin/health``
     ``{"ok": true}``.
 ``GET /_standin/requests``

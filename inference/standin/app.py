@@ -22,12 +22,14 @@ from .anthropic_wire import AnthropicWire
 from .exchange import Exchange, Receive, Scope, Send
 from .openai_wire import OpenAIWire
 from .playback import Wire, play_scenario
+from .responses_wire import ResponsesWire, as_messages
 from .scenarios import ScenarioError, parse_scenario
 from .wire import dumps
 
 MAX_RECORDED = 1000
 OPENAI_PATHS = frozenset({"/v1/chat/completions", "/chat/completions"})
 ANTHROPIC_PATHS = frozenset({"/v1/messages"})
+RESPONSES_PATHS = frozenset({"/v1/responses", "/responses"})
 SCENARIO_HEADER = "x-standin-scenario"
 
 
@@ -172,6 +174,8 @@ class StandinApp:
         wire: Wire
         if path in ANTHROPIC_PATHS:
             wire = AnthropicWire(body_dict)
+        elif path in RESPONSES_PATHS:
+            wire = ResponsesWire(body_dict)
         else:
             wire = OpenAIWire(body_dict)
 
@@ -182,7 +186,7 @@ class StandinApp:
             exchange.gone.set()
         fallback_status, fallback_message = 503, "The stand-in provider is shutting down."
         try:
-            if path not in OPENAI_PATHS and path not in ANTHROPIC_PATHS:
+            if path not in OPENAI_PATHS | ANTHROPIC_PATHS | RESPONSES_PATHS:
                 message = f"Invalid URL ({method} {path})"
                 await exchange.respond_json(404, wire.error_body(404, message))
             elif method != "POST":
@@ -200,7 +204,9 @@ class StandinApp:
                     await exchange.respond_json(400, wire.error_body(400, str(exc), param="model"))
                 else:
                     stream = bool(body_dict.get("stream"))
-                    await play_scenario(exchange, wire, scenario, body_dict, stream, self.counters)
+                    # The scenarios read a chat-shaped body; a Responses request's input is one.
+                    played = as_messages(body_dict) if path in RESPONSES_PATHS else body_dict
+                    await play_scenario(exchange, wire, scenario, played, stream, self.counters)
         except Exception as exc:  # a stand-in bug: make it visible, answer 500
             traceback.print_exc(file=sys.stderr)
             fallback_status = 500

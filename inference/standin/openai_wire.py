@@ -32,6 +32,7 @@ class OpenAIWire:
         self.include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
         self._tool_index = -1
         self._out_chars = 0
+        self._reasoning_chars = 0
 
     # -- ids, usage ---------------------------------------------------------
     def new_tool_id(self) -> str:
@@ -40,11 +41,13 @@ class OpenAIWire:
     def request_id_header(self) -> tuple[bytes, bytes]:
         return (b"x-request-id", random_id("req_", 32).encode())
 
-    def _usage(self, completion_tokens: int) -> dict[str, Any]:
+    def _usage(self, completion_tokens: int, reasoning_tokens: int = 0) -> dict[str, Any]:
         return {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": completion_tokens,
             "total_tokens": self.prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": reasoning_tokens},
         }
 
     # -- whole bodies -------------------------------------------------------
@@ -79,7 +82,9 @@ class OpenAIWire:
                     "finish_reason": _OPENAI_FINISH[reply.stop],
                 }
             ],
-            "usage": self._usage(estimate_tokens(out)),
+            "usage": self._usage(
+                estimate_tokens(out), estimate_tokens(reply.thinking) if reply.thinking else 0
+            ),
         }
 
     def error_body(
@@ -147,7 +152,9 @@ class OpenAIWire:
                 "model": self.model,
                 "system_fingerprint": "fp_standin",
                 "choices": [],
-                "usage": self._usage(tokens_for_chars(self._out_chars)),
+                "usage": self._usage(
+                    tokens_for_chars(self._out_chars), tokens_for_chars(self._reasoning_chars)
+                ),
             }
         )
 
@@ -159,6 +166,7 @@ class OpenAIWire:
 
     def thinking_delta(self, text: str) -> Frames:
         self._out_chars += len(text)
+        self._reasoning_chars += len(text)
         return [self._chunk({"reasoning_content": text})]
 
     def thinking_end(self, signature: str) -> Frames:

@@ -13,16 +13,20 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection
-
 from agentops.exceptions import CallTimedOut, ProviderFailed, RateLimited
 from agentops.models import Agent
-from inference.calls.records import ms_to_dt
-from inference.calls.run import call_deferred, call_run
+from inference.calls.adapters import build_wire
+from inference.calls.client import CallResult, perform_call
+from inference.calls.config import bounds_settings
+from inference.calls.events import dashboard_call_ended
+from inference.calls.records import call_fields, ms_to_dt
+from inference.calls.run import call_deferred
 from inference.calls.types import CompiledRequest, Message
 from inference.models import InferenceCall
 from waits.admission import admission_check, remaining_ms
 from waits.services import wait_record
+
+from .on_loop import in_thread, loop_http
 
 
 @dataclass(frozen=True)
@@ -31,19 +35,8 @@ class AuxMessage:
     content: str
 
 
-def auxiliary_complete_in_thread(**kwargs: Any) -> dict[str, Any]:
-    """``auxiliary_complete`` for a worker thread of its own: gives its connection back."""
-    try:
-        return auxiliary_complete(**kwargs)
-    finally:
-        connection.close()
-
-
-def auxiliary_complete(*, agent: Agent, messages: list[AuxMessage], model: str | None, max_tokens: int | None) -> dict[str, Any]:
-    """Make one non-streamed auxiliary call. Blocks the calling thread until it ends (run it
-    off the event loop). Returns ``{content, stop_reason, call}`` (``call`` the recorded row).
-    Raises RateLimited (deferred or refused), CallTimedOut, ProviderFailed."""
-    model = model or agent.model
+def _admit(agent: Agent, model: str, max_tokens: int | None) -> None:
+    """Raises RateLimited (deferred, with its ``deferred`` row written) when the model is held."""
     now_ms = time.time() * 1000
     hold = admission_check(agent=agent, model=model, now_ms=now_ms)
     if hold is not None:
@@ -55,13 +48,44 @@ def auxiliary_complete(*, agent: Agent, messages: list[AuxMessage], model: str |
             data={"retryable": True, "provider_admission": "deferred", "retry_after_ms": left,
                   "until": until.isoformat() if until else None},
         )
-    request = CompiledRequest(
+
+
+def _request(agent: Agent, messages: list[AuxMessage], model: str, max_tokens: int | None) -> CompiledRequest:
+    return CompiledRequest(
         model=model, system=agent.system, max_tokens=max_tokens or agent.max_tokens, stream=False,
         messages=[Message(role="user", blocks=[{"type": "text", "text": f"{m.participant}: {m.content}"}]) for m in messages],
     )
-    call, result = call_run(agent=agent, request=request, kind=InferenceCall.Kind.AUXILIARY)
+
+
+async def auxiliary_complete_on_loop(*, agent: Agent, messages: list[AuxMessage], model: str | None, max_tokens: int | None) -> dict[str, Any]:
+    """Make one non-streamed auxiliary call, for an async view: the call runs on the request's
+    own event loop, and no database connection is held while it does. Returns ``{content,
+    stop_reason, call}`` (``call`` the recorded row); raises RateLimited (deferred or
+    refused), CallTimedOut, ProviderFailed. The row is written once, with the
+    outcome (so an auxiliary call made here is not among the dashboard's calls in flight; it
+    shows as it ends)."""
+    model = model or agent.model
+    await in_thread(_admit, agent, model, max_tokens)
+    request = _request(agent, messages, model, max_tokens)
+    adapter, wire = build_wire(agent.provider, request)
+    result = await perform_call(
+        adapter=adapter, wire=wire, streamed=False, max_tokens=request.max_tokens, bounds=bounds_settings(), client=loop_http(),
+    )
+    return await in_thread(_record_once, agent, request, result)
+
+
+def _record_once(agent: Agent, request: CompiledRequest, result: CallResult) -> dict[str, Any]:
+    call = InferenceCall.objects.create(
+        agent=agent, kind=InferenceCall.Kind.AUXILIARY, model=request.model, streamed=False,
+        max_tokens=request.max_tokens, **call_fields(result),
+    )
+    dashboard_call_ended(call=call, agent=agent.name, result=result)
+    return _outcome(agent, request.model, call, result)
+
+
+def _outcome(agent: Agent, model: str, call: InferenceCall, result: CallResult) -> dict[str, Any]:
+    """The completion, or the error it raises (a stated wait recorded first)."""
     if result.outcome == "completed" and result.output is not None:
-        call.refresh_from_db()
         return {"content": result.output.text, "stop_reason": result.output.stop_reason, "call": call}
     error = result.error
     assert error is not None

@@ -73,6 +73,7 @@ def test_metrics_parse_need_no_token_and_name_every_family(db: None) -> None:
     samples, types = scrape()
     assert types == {
         "agentops_calls": "counter",
+        "agentops_tokens": "counter",
         "agentops_auxiliary_deferred": "counter",
         "agentops_probes": "counter",
         "agentops_cut_lateness_ms": "histogram",

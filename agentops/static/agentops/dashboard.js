@@ -137,6 +137,17 @@
     return cell;
   }
 
+  // A call's reported tokens; a count the provider did not report is not shown as 0.
+  function tokens(usage) {
+    if (!usage) return null;
+    const shown = (n) => (n === null || n === undefined ? "–" : String(n));
+    if (usage.input_tokens == null && usage.output_tokens == null) return el("div", { class: "sub tokens" }, "tokens not reported");
+    let text = shown(usage.input_tokens) + " in / " + shown(usage.output_tokens) + " out tokens";
+    if (usage.reasoning_tokens != null) text += " (" + usage.reasoning_tokens + " reasoning)";
+    if (usage.cached_input_tokens) text += ", " + usage.cached_input_tokens + " cached";
+    return el("div", { class: "sub tokens" }, text);
+  }
+
   function renderCalls() {
     const body = $("calls");
     body.replaceChildren();
@@ -163,7 +174,7 @@
         el("td", { class: "mono" }, c.model),
         el("td", {}, el("span", { class: "tag " + c.kind }, c.kind)),
         el("td", { class: "num" }, c.since_ms ? duration((c.ended_ms || now()) - c.since_ms) : ""),
-        el("td", {}, "ended: ", el("span", { class: "outcome outcome-" + c.outcome }, what)),
+        el("td", {}, "ended: ", el("span", { class: "outcome outcome-" + c.outcome }, what), tokens(c.usage)),
       ));
     }
     $("calls-count").textContent = state.calls.size;

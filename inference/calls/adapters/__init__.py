@@ -10,6 +10,7 @@ from ..types import CompiledRequest
 from .anthropic import AnthropicAdapter
 from .base import Adapter, StreamReader, WireRequest
 from .openai import OpenAIAdapter
+from .responses import ResponsesAdapter
 
 
 def build_wire(provider: Provider, request: CompiledRequest) -> tuple[Adapter, WireRequest]:
@@ -23,7 +24,9 @@ def build_wire(provider: Provider, request: CompiledRequest) -> tuple[Adapter, W
 def adapter_for(kind: str) -> Adapter:
     if kind == "anthropic":
         return AnthropicAdapter()
+    if kind == "openai-responses":
+        return ResponsesAdapter()
     return OpenAIAdapter()
 
 
-__all__ = ["Adapter", "AnthropicAdapter", "OpenAIAdapter", "StreamReader", "WireRequest", "adapter_for", "build_wire"]
+__all__ = ["Adapter", "AnthropicAdapter", "OpenAIAdapter", "ResponsesAdapter", "StreamReader", "WireRequest", "adapter_for", "build_wire"]

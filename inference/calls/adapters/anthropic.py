@@ -7,7 +7,7 @@ from typing import Any
 
 from ..classify import classify_frame
 from ..sse import SseEvent
-from ..types import CallOutput, CompiledRequest, Progress
+from ..types import CallOutput, CompiledRequest, Progress, TokenUsage, token_count
 from .base import WireRequest, parse_arguments
 
 ANTHROPIC_VERSION = "2023-06-01"
@@ -82,6 +82,19 @@ class AnthropicAdapter:
 
     def reader(self) -> AnthropicStreamReader:
         return AnthropicStreamReader()
+
+    def usage(self, raw: dict[str, Any]) -> TokenUsage:
+        # Anthropic's input_tokens leaves out the cache reads and writes: the input is the sum,
+        # as OpenAI counts it. Thinking is billed as output and not reported apart.
+        plain = token_count(raw.get("input_tokens"))
+        read = token_count(raw.get("cache_read_input_tokens"))
+        written = token_count(raw.get("cache_creation_input_tokens"))
+        return TokenUsage(
+            input_tokens=None if plain is None else plain + (read or 0) + (written or 0),
+            output_tokens=token_count(raw.get("output_tokens")),
+            reasoning_tokens=None,
+            cached_input_tokens=read,
+        )
 
 
 class AnthropicStreamReader:

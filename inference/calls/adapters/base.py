@@ -4,7 +4,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..sse import SseEvent
-from ..types import CallOutput, CompiledRequest, Progress
+from ..types import CallOutput, CompiledRequest, Progress, TokenUsage
 
 
 @dataclass
@@ -27,6 +27,9 @@ class Adapter(Protocol):
     def parse_body(self, data: Any) -> CallOutput: ...
 
     def reader(self) -> StreamReader: ...
+
+    def usage(self, raw: dict[str, Any]) -> TokenUsage:
+        """The wire format's usage object (a body's, or what a stream reported) as counts."""
 
 
 def parse_arguments(text: str) -> dict[str, Any]:

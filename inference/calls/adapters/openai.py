@@ -7,7 +7,7 @@ from typing import Any
 
 from ..classify import classify_frame
 from ..sse import SseEvent
-from ..types import CallOutput, CompiledRequest, Progress
+from ..types import CallOutput, CompiledRequest, Progress, TokenUsage, token_count, token_detail
 from .base import WireRequest, parse_arguments
 
 _FINISH = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens", "function_call": "tool_use"}
@@ -86,6 +86,15 @@ class OpenAIAdapter:
 
     def reader(self) -> OpenAIStreamReader:
         return OpenAIStreamReader()
+
+    def usage(self, raw: dict[str, Any]) -> TokenUsage:
+        # prompt_tokens counts the cached ones too; completion_tokens the reasoning ones.
+        return TokenUsage(
+            input_tokens=token_count(raw.get("prompt_tokens")),
+            output_tokens=token_count(raw.get("completion_tokens")),
+            reasoning_tokens=token_detail(raw, "completion_tokens_details", "reasoning_tokens"),
+            cached_input_tokens=token_detail(raw, "prompt_tokens_details", "cached_tokens"),
+        )
 
 
 class OpenAIStreamReader:

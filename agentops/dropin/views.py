@@ -1,0 +1,245 @@
+"""``POST /v1/chat/completions``, ``POST /v1/messages`` and ``POST /v1/responses``: the drop-in
+endpoints (DESIGN §14, API.md "Drop-in endpoints").
+
+An official SDK pointed here with an agentops API token as its key (``Authorization: Bearer``
+or ``x-api-key``) and an agent's name as ``model`` gets the agent's provider and model, as an
+auxiliary call (``inference.turns.dropin``): admission, the progress bounds, classification,
+the provider's stated waits recorded, a call row. Streams are relayed event by event as they
+arrive, keepalives included; a cut ends the stream with an error event naming the bound.
+Errors come in the endpoint's own format, so the SDK raises its usual exceptions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.exceptions import RequestDataTooBig
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBase,
+    JsonResponse,
+    StreamingHttpResponse,
+)
+from django.views.decorators.csrf import csrf_exempt
+
+from agentops.exceptions import NotFound
+from agentops.models import Agent, ApiToken
+from agentops.selectors import agent_get
+from agentops.text import bound_text
+from agentops.tokens import api_token_check
+from inference.calls.client import CallResult
+from inference.calls.sse import SseEvent
+from inference.turns.dropin import Deferred, DropinCall, stated_wait_s
+from inference.turns.on_loop import in_thread
+
+from .formats import ANTHROPIC, FORMATS, OPENAI, RESPONSES, Format, sse_bytes
+
+# A provider's error body up to this size is passed through as it came; a larger one is
+# replaced by the format's error with the classified (bounded) message.
+PASSTHROUGH_CAP = 64 * 1024
+# The provider's response headers a passed-through error keeps.
+PASSED_HEADERS = ("retry-after", "retry-after-ms", "x-request-id", "request-id")
+STREAM_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+@csrf_exempt
+async def chat_completions(request: HttpRequest) -> HttpResponseBase:
+    return await serve(request, OPENAI)
+
+
+@csrf_exempt
+async def messages(request: HttpRequest) -> HttpResponseBase:
+    return await serve(request, ANTHROPIC)
+
+
+@csrf_exempt
+async def responses(request: HttpRequest) -> HttpResponseBase:
+    return await serve(request, RESPONSES)
+
+
+def error(fmt: Format, status: int, message: str, *, code: str | None = None, extra: dict[str, Any] | None = None, headers: dict[str, str] | None = None) -> HttpResponse:
+    return JsonResponse(fmt.error_body(status, message, code=code, extra=extra), status=status, headers=headers)
+
+
+def presented_token(request: HttpRequest) -> str:
+    """The API key as either SDK sends it: ``Authorization: Bearer`` or ``x-api-key``."""
+    authorization = request.headers.get("Authorization", "")
+    scheme, _, value = authorization.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    return request.headers.get("X-Api-Key", "").strip()
+
+
+def agent_for(token: ApiToken, name: str) -> Agent:
+    """The agent ``model`` names, looked up as the ``complete`` endpoint looks its agent up
+    (so whatever scopes that lookup scopes this one)."""
+    return agent_get(name=name)
+
+
+@dataclass
+class Looked:
+    """What one trip to the database found: the token, the agent, the call and its admission."""
+
+    token: ApiToken | None = None
+    agent: Agent | None = None
+    call: DropinCall | None = None
+    deferred: Deferred | None = None
+
+
+# Tokens and agents found are kept this long in the process's memory, so a steady client costs
+# no query for them: a revoked token, a disposed or changed agent reach these endpoints within
+# this many seconds. What was not found is never kept.
+CACHE_S = 2.0
+_tokens: dict[str, tuple[float, ApiToken]] = {}
+_agents: dict[tuple[int, str], tuple[float, Agent]] = {}
+CACHE_LIMIT = 10_000
+
+
+def _cached(cache: dict[Any, tuple[float, Any]], key: Any, find: Any) -> Any:
+    now = time.monotonic()
+    hit = cache.get(key)
+    if hit is not None and now - hit[0] < CACHE_S:
+        return hit[1]
+    value = find()
+    if value is not None:
+        if len(cache) >= CACHE_LIMIT:
+            cache.clear()
+        cache[key] = (now, value)
+    return value
+
+
+def look_up(token_text: str, body: dict[str, Any] | None, fmt: Format, headers: dict[str, str]) -> Looked:
+    """The token, then (for a well-formed body) the agent ``model`` names and, when it speaks
+    this endpoint's format, the admission of its call: all in one thread hop."""
+    key = hashlib.sha256(token_text.encode()).hexdigest()  # the token itself is not kept
+    token = _cached(_tokens, key, lambda: api_token_check(token_text)) if token_text else None
+    looked = Looked(token=token)
+    if token is None or body is None:
+        return looked
+    try:
+        looked.agent = _cached(_agents, (token.pk, body["model"]), lambda: agent_for(token, body["model"]))
+    except NotFound:
+        return looked
+    assert looked.agent is not None
+    if looked.agent.provider.kind == fmt.kind:
+        looked.call = DropinCall(agent=looked.agent, body=body, headers=headers)
+        looked.deferred = looked.call.admit()
+    return looked
+
+
+def parse(request: HttpRequest) -> tuple[dict[str, Any] | None, tuple[int, str, str] | None]:
+    """The body as a JSON object, or the problem with it (status, message, field)."""
+    try:
+        raw = request.body
+    except RequestDataTooBig:
+        return None, (413, "body: the request body is too large", "body")
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return None, (400, "body: not valid JSON", "body")
+    if not isinstance(body, dict):
+        return None, (400, "body: must be a JSON object", "body")
+    model = body.get("model")
+    if not isinstance(model, str) or not model.strip():
+        return None, (400, "model: required, the name of an agent", "model")
+    if "stream" in body and not isinstance(body["stream"], bool):
+        return None, (400, "stream: must be true or false", "stream")
+    return body, None
+
+
+async def serve(request: HttpRequest, fmt: Format) -> HttpResponseBase:
+    if request.method != "POST":
+        return error(fmt, 405, f"method {request.method} is not allowed here: use POST {fmt.path}")
+    body, problem = parse(request)
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    looked = await in_thread(look_up, presented_token(request), body, fmt, headers)
+    if looked.token is None:
+        return error(fmt, 401, "a valid agentops API token is required as the API key (Authorization: Bearer <token> or x-api-key: <token>)")
+    if problem is not None or body is None:
+        status, message, field = problem or (400, "body: missing", "body")
+        return error(fmt, status, message, extra={"param": field})
+    agent = looked.agent
+    if agent is None:
+        return error(fmt, 404, f"model: no agent named {bound_text(body['model'], 200)!r}", extra={"param": "model"})
+    call = looked.call
+    if call is None:
+        right = FORMATS.get(agent.provider.kind)
+        where = f"send it to POST {right.path}" if right else "no drop-in endpoint serves it"
+        label = right.label if right else agent.provider.kind
+        return error(fmt, 400, f"model: agent {agent.name!r} speaks the {label} format, not {fmt.label}: {where}", extra={"param": "model"})
+    deferred = looked.deferred
+    if deferred is not None:
+        held: dict[str, str] = {}
+        seconds = stated_wait_s(deferred.retry_after_ms)
+        if seconds is not None and deferred.retry_after_ms is not None:
+            held = {"retry-after": seconds, "retry-after-ms": str(round(deferred.retry_after_ms))}
+        extra = {"provider_admission": "deferred", "retryable": True, "retry_after_ms": deferred.retry_after_ms, "until": deferred.until}
+        return error(fmt, 429, deferred.message, extra=extra, headers=held)
+    call.start()
+    try:
+        kind_seen, value = await call.queue.get()
+        if kind_seen == "sse":
+            return StreamingHttpResponse(relay(call, fmt, value), content_type="text/event-stream; charset=utf-8", headers=STREAM_HEADERS)
+        wire: tuple[str, Any] | None = None
+        while kind_seen != "end":
+            wire = (kind_seen, value)
+            kind_seen, value = await call.queue.get()
+    except asyncio.CancelledError:
+        call.abort()  # the client went away before the answer: the call ends, recorded as aborted
+        raise
+    return answer(fmt, value, wire)
+
+
+def answer(fmt: Format, result: CallResult | None, wire: tuple[str, Any] | None) -> HttpResponse:
+    """The whole response of a call that sent no stream: the provider's body as it came, its
+    error passed through, or the format's error for a cut or a failure of its own."""
+    if result is None:
+        return error(fmt, 503, "the call could not be made or recorded (the database is unavailable)")
+    if result.outcome == "completed" and wire is not None and wire[0] == "body":
+        return HttpResponse(wire[1], status=200, content_type="application/json")
+    if wire is not None and wire[0] == "error_body":
+        status, headers, data = wire[1]
+        kept = {name: headers[name] for name in PASSED_HEADERS if name in headers}
+        if len(data) <= PASSTHROUGH_CAP:
+            return HttpResponse(data, status=status, content_type=headers.get("content-type", "application/json"), headers=kept)
+        message = result.error.message if result.error else f"HTTP {status}"
+        return error(fmt, status, message, headers=kept)
+    failure = result.error
+    message = failure.message if failure else "the call did not complete"
+    if result.outcome == "cut" and result.bound is not None:
+        return error(fmt, 504, message, code=result.bound.value, extra={"bound": result.bound.value})
+    return error(fmt, 502, message, extra={"provider_error": failure.as_dict() if failure else None})
+
+
+async def relay(call: DropinCall, fmt: Format, first: SseEvent) -> AsyncIterator[bytes]:
+    """The provider's events as they arrive; then, for a cut or a stream that broke off, one
+    error event in the format's shape (a provider's own error event was relayed as it came)."""
+    ended = False
+    try:
+        yield sse_bytes(first)
+        while True:
+            kind, value = await call.queue.get()
+            if kind == "sse":
+                yield sse_bytes(value)
+                continue
+            if kind != "end":
+                continue
+            ended = True
+            result: CallResult | None = value
+            if result is None:
+                yield fmt.stream_error("the call could not be recorded (the database is unavailable)", code="unavailable")
+            elif result.outcome == "cut" and result.bound is not None and result.error is not None:
+                yield fmt.stream_error(result.error.message, code=result.bound.value)
+            elif result.error is not None and result.error.type == "network":
+                yield fmt.stream_error(result.error.message, code="network")
+            return
+    finally:
+        if not ended:
+            call.abort()  # the client went away: the call ends, recorded as aborted
