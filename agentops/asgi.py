@@ -5,6 +5,8 @@ import os
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings")
+# The web side's settings: a short wait for a database connection, so an outage answers 503 fast.
+os.environ.setdefault("AGENTOPS_PROCESS_ROLE", "web")
 django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402

@@ -67,17 +67,18 @@ def record_wait(turn: Turn, error: ProviderError, now_ms: float) -> bool:
     return recorded.binding
 
 
-def stated_wait(turn: Turn, error: ProviderError, now_ms: float) -> float | None:
+def stated_wait(turn: Turn, error: ProviderError, now_ms: float, *, recorded: bool | None = None) -> float | None:
     """What to do with a retryable failure's stated wait: None when it was recorded and binds
     (the turn will be held), else the ms to sleep before the next call (an ephemeral run's
     short wait, or own pacing when the wait was already over), or -1 when an ephemeral run
-    must end because the wait is longer than it sleeps."""
+    must end because the wait is longer than it sleeps. ``recorded``: the wait was already
+    handed to the journal as the call ended (whether it binds)."""
     wait = error.retry_after_ms if error.retry_after_ms is not None else 0.0
     if turn.agent.kind == Agent.Kind.EPHEMERAL:
         if math.isfinite(wait) and wait <= settings.AGENTOPS_EPHEMERAL_MAX_SLEEP_MS:
             return max(wait, 0.0)
         return -1
-    if record_wait(turn, error, now_ms):
+    if recorded if recorded is not None else record_wait(turn, error, now_ms):
         return None
     # The stated wait was already over: pace ourselves rather than call again at once.
     return settings.AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS if error.type == "rate_limit" else 1000.0
