@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import math
 import time
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.utils import timezone
 
 from agentops.models import Agent
 from agentops.text import NOTE_TEXT_LIMIT, bound_text
@@ -56,6 +58,19 @@ def pacing_left_ms(turn: Turn) -> float:
     pacing_end = ended_ms + settings.AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS
     lengthened = error.get("until_released") or (stated is not None and ended_ms + stated > pacing_end)
     return max(pacing_end - time.time() * 1000, 0.0) if lengthened else 0.0
+
+
+def next_call_at(*, agent: str, model: str) -> datetime:
+    """After a release: the earliest instant the next call for (agent, model) may go. Now,
+    unless the lifted wait was a 429's whose pacing still runs (``pacing_left_ms``) or an open
+    turn keeps a later instant of its own (``Turn.not_before``: a retry delay, a re-arm)."""
+    now = timezone.now()
+    left_ms = 0.0
+    for turn in Turn.objects.filter(agent__name=agent, agent__model=model, status__in=Turn.OPEN):
+        left_ms = max(left_ms, pacing_left_ms(turn))
+        if turn.not_before is not None:
+            left_ms = max(left_ms, (turn.not_before - now).total_seconds() * 1000)
+    return now + timedelta(milliseconds=left_ms)
 
 
 def record_wait(turn: Turn, error: ProviderError, now_ms: float) -> bool:
