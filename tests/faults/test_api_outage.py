@@ -27,6 +27,7 @@ def test_during_a_postgres_outage_the_api_answers_503_within_two_seconds_with_re
         answer = faults.api(method, path, body, timeout=15)
         took = time.monotonic() - started
         assert answer.status_code == 503, (method, path, answer.status_code, answer.text)
+        print(f"measure 4: {method} {path} answered {answer.status_code} in {took:.2f} s")
         assert took < PROMPT_S, (method, path, took)
         assert answer.json()["code"] == "unavailable"
         assert int(answer.headers["Retry-After"]) > 0
@@ -36,3 +37,18 @@ def test_during_a_postgres_outage_the_api_answers_503_within_two_seconds_with_re
     faults.start_postgres()
     back = wait_for(lambda: faults.api("GET", f"/turns/{turn}").status_code == 200, timeout=10, what="the API to answer again")
     assert back
+
+
+def test_during_a_redis_outage_a_submit_answers_503_within_two_seconds_and_reads_still_answer(faults: FaultStack) -> None:
+    turn = submit(faults, "outage-four-redis", "answer")
+    faults.stop_redis()
+    started = time.monotonic()
+    answer = faults.api("POST", "/agents/outage-four-redis/turns", {"messages": [{"participant": "alice", "content": "Hi"}]}, timeout=15)
+    took = time.monotonic() - started
+    print(f"measure 4: POST a turn with Redis down answered {answer.status_code} in {took:.2f} s")
+    assert answer.status_code == 503, answer.text
+    assert took < PROMPT_S
+    assert answer.json()["code"] == "unavailable" and int(answer.headers["Retry-After"]) > 0
+    assert faults.api("GET", f"/turns/{turn}").status_code == 200  # reads need only the database
+    health = httpx.get(f"{faults.web_url}/api/v1/health", timeout=15)
+    assert health.status_code == 200 and health.json()["status"] == "degraded" and health.json()["redis"] is False

@@ -28,10 +28,12 @@ def test_a_stated_wait_while_postgres_is_down_is_held_at_once_and_lands_in_the_j
     answered_at = provider_calls(standin, model)[0]["received_at"] + 2.0
     time.sleep(DOWN_S)
     faults.start_postgres()
+    back = time.monotonic()
     rows = wait_for(
         lambda: faults.sql("SELECT * FROM waits_waitjournalentry WHERE kind = 'set' AND agent = %s", "outage-one"),
         timeout=15, what="the stated wait to land in the journal",
     )
+    print(f"measure 1: the stated wait landed in the journal {time.monotonic() - back:.2f} s after PostgreSQL was back")
     assert len(rows) == 1
     # Decided when the answer arrived, not when the database came back.
     assert abs(rows[0]["until_ms"] / 1000 - (answered_at + 7200)) < 3
@@ -40,6 +42,7 @@ def test_a_stated_wait_while_postgres_is_down_is_held_at_once_and_lands_in_the_j
     # Past the lease and several sweeps: nothing calls the provider before the wait's end.
     time.sleep(LEASE_S + 3)
     assert len(provider_calls(standin, model)) == 1
+    print(f"measure 1: provider calls {len(provider_calls(standin, model))}")
     assert faults.sql("SELECT status FROM inference_turn WHERE id = %s", turn)[0]["status"] == "held"
 
 
@@ -51,12 +54,15 @@ def test_an_answer_received_while_postgres_is_down_is_stored_after_recovery_with
     faults.stop_postgres()
     time.sleep(DOWN_S)
     faults.start_postgres()
+    back = time.monotonic()
     for i, turn in enumerate(turns):
         done = wait_turn(faults, turn, ("succeeded", "failed", "exhausted"), timeout=30)
         assert done["status"] == "succeeded"
         assert done["output"]["content"] == f"outage-two-{i}"
+    print(f"measure 2: both answers stored {time.monotonic() - back:.2f} s after PostgreSQL was back")
     time.sleep(LEASE_S + 2)  # a second run of either turn would have called by now
     assert [len(provider_calls(standin, m)) for m in models] == [1, 1]
+    print("measure 2: provider calls 2 for 2 turns")
     calls = faults.sql("SELECT turn_id, outcome FROM inference_inferencecall WHERE turn_id = ANY(%s) ORDER BY id", turns)
     assert sorted((c["turn_id"], c["outcome"]) for c in calls) == [(t, "completed") for t in sorted(turns)]
 
@@ -79,6 +85,7 @@ def test_a_warm_shutdown_during_a_429_pacing_wait_keeps_the_pacing(faults: Fault
     assert done["status"] == "succeeded"
     calls = provider_calls(standin, model)
     assert len(calls) == 2
+    print(f"measure 3: next call {calls[1]['received_at'] - first:.2f} s after the 429 (floor {floor_s:g} s)")
     assert calls[1]["received_at"] - first >= floor_s, "the next worker called before the 429's pacing floor"
 
 
@@ -94,6 +101,6 @@ def test_after_recovery_the_live_workers_turns_resume_within_two_seconds(faults:
     for turn in turns:
         wait_turn(faults, turn, ("succeeded",), timeout=30)
     recovered_s = time.monotonic() - back
-    print(f"turns resumed {recovered_s:.2f} s after PostgreSQL was back")
+    print(f"measure 5: turns resumed {recovered_s:.2f} s after PostgreSQL was back")
     assert recovered_s < 2.0
     assert [len(provider_calls(standin, m)) for m in models] == [1, 1, 1]
