@@ -86,10 +86,10 @@ if AGENTOPS_PROCESS_ROLE == "web":
     _pool = DATABASES["default"]["OPTIONS"]["pool"]
     _pool["timeout"] = min(_pool["timeout"], AGENTOPS_WEB_DB_TIMEOUT_MS / 1000)
     DATABASES["default"]["OPTIONS"]["connect_timeout"] = 1
-# Reconnecting after an outage: the pool tries again every half second or so instead of
+# Reconnecting after an outage: the pool tries again every fifth of a second or so instead of
 # doubling its delay (1, 2, 4, 8 s ...), so work resumes within about a second of the
 # database being back (issue: turns resumed only when their lease lapsed).
-psycopg_pool_base.AttemptWithBackoff.INITIAL_DELAY = 0.5
+psycopg_pool_base.AttemptWithBackoff.INITIAL_DELAY = 0.2
 psycopg_pool_base.AttemptWithBackoff.DELAY_BACKOFF = 1.0
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -145,6 +145,10 @@ AGENTOPS_WEBHOOK_SWEEP_S = env_ms("AGENTOPS_WEBHOOK_SWEEP_MS", 30_000) / 1000
 
 # One worker at a time runs an agent's turns; it renews its lease every quarter of this.
 AGENTOPS_TURN_LEASE_MS = env_ms("AGENTOPS_TURN_LEASE_MS", 60_000)
+# A lapsed lease is taken over only once it has been lapsed this long, and not within this
+# long of the database (re)starting: a live worker cut off by an outage renews its lease
+# first (it retries every fraction of a second), so nobody calls again for its turns.
+AGENTOPS_TURN_LEASE_GRACE_MS = env_ms("AGENTOPS_TURN_LEASE_GRACE_MS", 3_000)
 
 # --- Celery -----------------------------------------------------------------
 CELERY_BROKER_URL = REDIS_URL

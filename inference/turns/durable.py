@@ -39,7 +39,7 @@ T = TypeVar("T")
 # Errors that mean "the database did not answer", not "the query is wrong": retried.
 UNREACHABLE = (OperationalError, InterfaceError)
 BACKOFF_FIRST_S = 0.05
-BACKOFF_MAX_S = 0.5
+BACKOFF_MAX_S = 0.25
 
 
 class LeaseLost(Exception):

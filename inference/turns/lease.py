@@ -28,7 +28,8 @@ _CLAIM_SQL = f"""
 INSERT INTO {AgentLease._meta.db_table} (agent_id, owner, until)
 VALUES (%s, %s, %s)
 ON CONFLICT (agent_id) DO UPDATE SET owner = EXCLUDED.owner, until = EXCLUDED.until
-WHERE {AgentLease._meta.db_table}.until < %s OR {AgentLease._meta.db_table}.owner = EXCLUDED.owner
+WHERE ({AgentLease._meta.db_table}.until < %s AND pg_postmaster_start_time() < %s)
+   OR {AgentLease._meta.db_table}.owner = EXCLUDED.owner
 RETURNING owner
 """
 
@@ -103,7 +104,10 @@ def lease_claim(agent_id: int, *, gate: AbstractContextManager[Any] | None = Non
     owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
     now = timezone.now()
     until = now + timedelta(milliseconds=settings.AGENTOPS_TURN_LEASE_MS)
+    # A lapsed lease is taken over only after a grace, and not within a grace of the database
+    # starting: its owner, if alive, renews it first once the database answers again.
+    grace_ago = now - timedelta(milliseconds=settings.AGENTOPS_TURN_LEASE_GRACE_MS)
     with connection.cursor() as cursor:
-        cursor.execute(_CLAIM_SQL, [agent_id, owner, until, now])
+        cursor.execute(_CLAIM_SQL, [agent_id, owner, until, grace_ago, grace_ago])
         row = cursor.fetchone()
     return TurnLease(agent_id, owner, gate=gate) if row else None

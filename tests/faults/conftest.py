@@ -83,16 +83,19 @@ class FaultStack:
         assert done.returncode == 0, done.stderr[-3000:]
         return done.stdout
 
-    def _spawn(self, name: str, cmd: list[str], extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    def _spawn(self, name: str, cmd: list[str], extra_env: dict[str, str] | None = None, *, replace_env: bool = False) -> subprocess.Popen[bytes]:
         LOG_DIR.mkdir(parents=True, exist_ok=True)
         log = open(LOG_DIR / f"faults-{name}.log", "w")
-        proc = subprocess.Popen(cmd, cwd=BASE_DIR, env={**self.env, **(extra_env or {})}, stdout=log, stderr=subprocess.STDOUT)
+        env = dict(extra_env or {}) if replace_env else {**self.env, **(extra_env or {})}
+        proc = subprocess.Popen(cmd, cwd=BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT)
         self.procs[name] = proc
         return proc
 
     def start_web(self) -> None:
         port = free_port(None)
-        self._spawn("web", [sys.executable, "-m", "uvicorn", "agentops.asgi:application", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"])
+        # The web process at the default pool timeout (10 s): its own short wait must make 503s fast.
+        web_env = {k: v for k, v in self.env.items() if k != "AGENTOPS_DB_POOL_TIMEOUT_MS"}
+        self._spawn("web", [sys.executable, "-m", "uvicorn", "agentops.asgi:application", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"], web_env, replace_env=True)
         self.web_url = f"http://127.0.0.1:{port}"
 
         def up() -> bool:
