@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.utils import timezone
 
 from inference.models import AgentLease
@@ -57,3 +58,16 @@ def test_once_the_database_answers_a_lease_that_could_not_be_renewed_is_renewed_
     lease.failing = True
     assert not lease.renew_if_due() and lease.lost
     assert AgentLease.objects.get(agent=agent).owner == "another-worker"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lapsed_lease_is_taken_over_only_after_the_grace_in_which_its_owner_would_renew_it() -> None:
+    agent = AgentFactory.create()
+    assert lease_claim(agent.pk) is not None
+    grace = timedelta(milliseconds=settings.AGENTOPS_TURN_LEASE_GRACE_MS)
+    assert grace > timedelta(0)
+    AgentLease.objects.filter(agent=agent).update(until=timezone.now() - grace / 2)  # lapsed, within the grace
+    assert lease_claim(agent.pk) is None
+    AgentLease.objects.filter(agent=agent).update(until=timezone.now() - grace - timedelta(seconds=1))
+    taken = lease_claim(agent.pk)
+    assert taken is not None and AgentLease.objects.get(agent=agent).owner == taken.owner
