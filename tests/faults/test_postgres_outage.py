@@ -104,3 +104,24 @@ def test_after_recovery_the_live_workers_turns_resume_within_two_seconds(faults:
     print(f"measure 5: turns resumed {recovered_s:.2f} s after PostgreSQL was back")
     assert recovered_s < 2.0
     assert [len(provider_calls(standin, m)) for m in models] == [1, 1, 1]
+
+
+def test_a_worker_killed_during_a_429_pacing_wait_leaves_the_pacing_to_the_worker_that_takes_the_turn_over(faults: FaultStack, standin: str) -> None:
+    floor_s = 20.0  # longer than the lease (8 s) and its grace (3 s): the takeover comes first
+    pacing = {"AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS": str(int(floor_s * 1000))}
+    faults.start_worker("w1", pacing)
+    model = "error:status=429,form=none,times=1,message=outage-three-kill"
+    turn = submit(faults, "outage-three-kill", model)
+    wait_for(
+        lambda: faults.sql("SELECT 1 FROM inference_turn WHERE id = %s AND not_before IS NOT NULL", turn),
+        what="the 429's pacing to be kept on the turn",
+    )
+    first = provider_calls(standin, model)[0]["received_at"]
+    faults.stop_process("w1", signal.SIGKILL)  # the turn stays running under a lease nobody renews
+    faults.start_worker("w2", pacing)
+    done = wait_turn(faults, turn, ("succeeded", "failed", "exhausted"), timeout=60)
+    assert done["status"] == "succeeded"
+    calls = provider_calls(standin, model)
+    assert len(calls) == 2
+    print(f"measure 3: after a kill -9, next call {calls[1]['received_at'] - first:.2f} s after the 429 (floor {floor_s:g} s)")
+    assert calls[1]["received_at"] - first >= floor_s, "the worker that took the turn over called before the 429's pacing floor"
