@@ -5,7 +5,16 @@ import os
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings")
-django_asgi_app = get_asgi_application()
+# The web side's settings: a short wait for a database connection, so an outage answers 503
+# fast. Read once, as the settings load; not left in the environment for child processes.
+_role_set = "AGENTOPS_PROCESS_ROLE" not in os.environ
+if _role_set:
+    os.environ["AGENTOPS_PROCESS_ROLE"] = "web"
+try:
+    django_asgi_app = get_asgi_application()
+finally:
+    if _role_set:
+        del os.environ["AGENTOPS_PROCESS_ROLE"]
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 

@@ -7,7 +7,7 @@ with the browser's clock, corrected by the snapshot's ``now_ms``.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
@@ -16,6 +16,7 @@ from django.db.models import Count, Q
 from breaker.models import BreakerState
 from inference.calls.events import call_live_out
 from inference.models import InferenceCall
+from inference.selectors import turns_waiting
 from waits.selectors import binding_waits
 
 from .live import REASON_LIMIT, hold_out
@@ -48,6 +49,8 @@ def dashboard_snapshot(*, now_ms: float) -> dict[str, Any]:
             for w in waits
         ],
         "journal_readable": readable,
+        # Turns whose next call waits (pacing after a 429, a retry delay, a re-arm), and why.
+        "waiting": turns_waiting(now=datetime.fromtimestamp(now_ms / 1000, tz=UTC)),
         "breakers": _breakers(),
         "alerts": [alert_json(a) for a in Alert.objects.order_by("-id")[:SNAPSHOT_ALERTS]],
     }

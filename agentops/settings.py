@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 import dj_database_url
+from psycopg_pool import base as psycopg_pool_base
 
 from .conf import env_bool, env_int, env_ms, env_ms_list, env_str
 
@@ -72,6 +73,24 @@ DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
     # is what bounds "the journal cannot be read, fail closed" (DESIGN §6.5).
     "timeout": env_ms("AGENTOPS_DB_POOL_TIMEOUT_MS", 10_000) / 1000,
 }
+# A pooled connection is checked before it is handed out, so the first query after the
+# database restarts gets a fresh connection, not the dead one (an error for nothing).
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# The web process answers 503 when the database is down, fast: a request waits for a
+# connection at most this long (well under the workers' pool timeout), and a connection
+# attempt gives up after AGENTOPS_DB_CONNECT_TIMEOUT_S.
+AGENTOPS_PROCESS_ROLE = env_str("AGENTOPS_PROCESS_ROLE", "")
+AGENTOPS_WEB_DB_TIMEOUT_MS = env_ms("AGENTOPS_WEB_DB_TIMEOUT_MS", 1_000)
+DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", env_int("AGENTOPS_DB_CONNECT_TIMEOUT_S", 2, minimum=1))
+if AGENTOPS_PROCESS_ROLE == "web":
+    _pool = DATABASES["default"]["OPTIONS"]["pool"]
+    _pool["timeout"] = min(_pool["timeout"], AGENTOPS_WEB_DB_TIMEOUT_MS / 1000)
+    DATABASES["default"]["OPTIONS"]["connect_timeout"] = 1
+# Reconnecting after an outage: the pool tries again every fifth of a second or so instead of
+# doubling its delay (1, 2, 4, 8 s ...), so work resumes within about a second of the
+# database being back (issue: turns resumed only when their lease lapsed).
+psycopg_pool_base.AttemptWithBackoff.INITIAL_DELAY = 0.2
+psycopg_pool_base.AttemptWithBackoff.DELAY_BACKOFF = 1.0
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -126,6 +145,10 @@ AGENTOPS_WEBHOOK_SWEEP_S = env_ms("AGENTOPS_WEBHOOK_SWEEP_MS", 30_000) / 1000
 
 # One worker at a time runs an agent's turns; it renews its lease every quarter of this.
 AGENTOPS_TURN_LEASE_MS = env_ms("AGENTOPS_TURN_LEASE_MS", 60_000)
+# A lapsed lease is taken over only once it has been lapsed this long, and not within this
+# long of the database (re)starting: a live worker cut off by an outage renews its lease
+# first (it retries every fraction of a second), so nobody calls again for its turns.
+AGENTOPS_TURN_LEASE_GRACE_MS = env_ms("AGENTOPS_TURN_LEASE_GRACE_MS", 3_000)
 
 # --- Celery -----------------------------------------------------------------
 CELERY_BROKER_URL = REDIS_URL

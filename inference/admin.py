@@ -14,6 +14,7 @@ from agentops.admin_base import ReadOnlyAdmin
 from .calls.timeline import call_timeline_svg
 from .calls.timeline_svg import fmt_ms
 from .models import InferenceCall, Turn
+from .selectors import turn_waiting
 
 
 def _picture(call: InferenceCall | None, *, small: bool) -> SafeString:
@@ -64,10 +65,16 @@ class InferenceCallInline(admin.TabularInline):
 
 @admin.register(Turn)
 class TurnAdmin(ReadOnlyAdmin):
-    list_display = ("id", "agent", "status", "attempts", "rounds", "created_at", "ended_at")
+    list_display = ("id", "agent", "status", "waiting", "attempts", "rounds", "created_at", "ended_at")
     list_filter = ("status", "agent")
     inlines = [InferenceCallInline]
     exclude = ("trigger_rows",)
+    readonly_fields = ("waiting",)
+
+    @admin.display(description="next call waits")
+    def waiting(self, obj: Turn) -> str:
+        until, reason = turn_waiting(obj)
+        return "-" if until is None else f"until {until:%Y-%m-%d %H:%M:%S} UTC: {reason}"
 
 
 @admin.register(InferenceCall)

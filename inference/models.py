@@ -40,6 +40,10 @@ class Turn(models.Model):
     # when a queued turn may run next. A queued turn is not run before ``not_before``.
     rearms = models.PositiveIntegerField(default=0)
     not_before = models.DateTimeField(null=True, blank=True)
+    # Why the turn's next call may not go before ``not_before`` (DESIGN §5.7, §6.8): "pacing
+    # after a 429", "retry 2 of 3 after server error", "re-armed". Kept with the instant, so
+    # whichever worker runs the turn next (after a hand-back, a crash, a release) honours it.
+    waiting_reason = models.CharField(max_length=200, blank=True, default="")
     claimed_by = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)

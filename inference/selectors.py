@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.db.models import Prefetch
+from django.utils import timezone
 
 from agentops.exceptions import NotFound
 from agentops.models import Agent
@@ -106,8 +108,31 @@ def turn_get(*, turn_id: int) -> Turn:
     return turn
 
 
+def turn_waiting(turn: Turn, *, now: datetime | None = None) -> tuple[datetime | None, str]:
+    """Until when an open turn's next call waits, and why (``pacing after a 429``, ``retry 2 of
+    3 after server error``, ``re-armed``): from ``Turn.not_before``, the instant the drain kept
+    before the wait. (None, "") when it does not wait."""
+    now = now or timezone.now()
+    if turn.status not in Turn.OPEN or turn.not_before is None or turn.not_before <= now:
+        return None, ""
+    return turn.not_before, turn.waiting_reason or "pacing"
+
+
+def turns_waiting(*, now: datetime, limit: int = 300) -> list[dict[str, Any]]:
+    """The open turns whose next call waits, soonest first (the dashboard's snapshot)."""
+    rows = Turn.objects.filter(status__in=Turn.OPEN, not_before__gt=now).select_related("agent").order_by("not_before")[:limit]
+    return [
+        {"turn": t.pk, "agent": t.agent.name, "status": t.status, "waiting_until_ms": t.not_before.timestamp() * 1000, "waiting_reason": turn_waiting(t, now=now)[1]}
+        for t in rows
+        if t.not_before is not None
+    ]
+
+
 def turn_out(turn: Turn) -> dict[str, Any]:
+    waiting_until, waiting_reason = turn_waiting(turn)
     return {
+        "waiting_until": waiting_until,
+        "waiting_reason": waiting_reason or None,
         "id": turn.pk,
         "agent": turn.agent.name,
         "status": turn.status,

@@ -18,6 +18,7 @@ from django.urls import URLPattern, path, reverse
 
 from agentops.admin_base import ReadOnlyAdmin
 from agentops.exceptions import AgentopsError
+from inference.turns.holds import next_call_at
 from inference.turns.queue import held_turns_wake  # an interface may wake turns
 
 from .clock import clock_ms
@@ -103,7 +104,9 @@ class BindingWaitAdmin(ReadOnlyAdmin):
                     error, status = exc.message, exc.status
                 else:
                     held_turns_wake(agent=agent)
-                    lifted = ", ".join(f"{r.model} ({r.release})" for r in receipts) or "no wait was binding"
+                    lifted = ", ".join(
+                        f"{r.model} ({r.release}; next call at {next_call_at(agent=r.agent, model=r.model):%H:%M:%S} UTC)" for r in receipts
+                    ) or "no wait was binding"
                     messages.success(request, f"Released {agent}: {lifted}.")
                     return HttpResponseRedirect(reverse("admin:waits_bindingwait_changelist"))
         waits: list[dict[str, Any]] = []

@@ -5,7 +5,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import kombu.exceptions
+import redis
 from django.core.exceptions import RequestDataTooBig
+from django.db import InterfaceError as DatabaseInterfaceError
+from django.db import OperationalError as DatabaseOperationalError
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -17,6 +21,27 @@ logger = logging.getLogger(__name__)
 
 def error_response(api: NinjaAPI, request: HttpRequest, status: int, code: str, message: str, data: dict[str, Any] | None = None) -> HttpResponse:
     return api.create_response(request, {"code": code, "message": message, "data": data or {}}, status=status)
+
+
+# A dependency that does not answer (PostgreSQL, Redis, the broker): the request may be tried
+# again, so the client is told so (503 with Retry-After), not that the service has a bug (500).
+UNAVAILABLE: tuple[type[Exception], ...] = (
+    DatabaseOperationalError, DatabaseInterfaceError, redis.ConnectionError, redis.TimeoutError, kombu.exceptions.OperationalError,
+)
+RETRY_AFTER_S = 5
+
+
+def unavailable_response(api: NinjaAPI, request: HttpRequest, exc: Exception) -> HttpResponse:
+    what = "the message broker" if isinstance(exc, kombu.exceptions.OperationalError) else (
+        "Redis" if isinstance(exc, redis.RedisError) else "the database"
+    )
+    logger.warning("%s %s: %s is unavailable (%s: %s)", request.method, request.path, what, type(exc).__name__, str(exc)[:200])
+    response = error_response(
+        api, request, 503, "unavailable", f"the service is temporarily unavailable ({what} does not answer); try again shortly",
+        {"retry_after_s": RETRY_AFTER_S},
+    )
+    response["Retry-After"] = str(RETRY_AFTER_S)
+    return response
 
 
 _PYDANTIC_BRANCHES = {"str", "int", "float", "bool", "none", "dict", "list"}
@@ -72,6 +97,12 @@ def install(api: NinjaAPI) -> None:
             # ninja's only 400 of its own: a body that is not JSON.
             return error_response(api, request, 400, "bad_request", "body: not valid JSON", {"field": "body"})
         return error_response(api, request, exc.status_code, "error", str(exc))
+
+    for unavailable in UNAVAILABLE:
+
+        @api.exception_handler(unavailable)
+        def _unavailable(request: HttpRequest, exc: Exception) -> HttpResponse:
+            return unavailable_response(api, request, exc)
 
     @api.exception_handler(Exception)
     def _unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:

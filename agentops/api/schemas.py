@@ -187,6 +187,9 @@ class TurnOut(BaseModel):
     status: str
     held_until: datetime | None
     hold_reason: str
+    # Why the next call waits (pacing after a 429, a retry delay, a re-arm), and until when.
+    waiting_until: datetime | None
+    waiting_reason: str | None
     attempts: int
     rounds: int
     output: TurnOutput | None

@@ -15,6 +15,7 @@ from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 
 from agentops.exceptions import bad_field
+from inference.turns.holds import next_call_at
 from inference.turns.queue import held_turns_wake  # an interface may wake turns
 from waits.clock import clock_ms
 from waits.selectors import binding_waits, journal_entries
@@ -61,6 +62,9 @@ class ReceiptOut(Schema):
     model: str
     until: datetime | None
     release: Literal["recorded", "pending", "in-process override"]
+    next_call_at: datetime | None = Field(
+        None, description="When the next call for (agent, model) may go: now, or after the pacing a lifted 429 still keeps.",
+    )
 
 
 class ReleaseOut(Schema):
@@ -119,7 +123,7 @@ def waits_release(request: HttpRequest) -> dict[str, Any]:
         via="api",
     )
     held_turns_wake(agent=str(body["agent"]))
-    return {"receipts": [r.out() for r in receipts]}
+    return {"receipts": [{**r.out(), "next_call_at": next_call_at(agent=r.agent, model=r.model)} for r in receipts]}
 
 
 @router.get("/journal", response={200: list[JournalEntryOut], **ERRORS})

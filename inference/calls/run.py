@@ -43,6 +43,8 @@ def call_run(
     waiting: Callable[[], AbstractContextManager[None]] = nullcontext,
     abort_on_shutdown: bool = True,
     turn_events: bool = False,
+    on_result: Callable[[CallResult], None] | None = None,
+    record: Callable[[Callable[[], None]], None] | None = None,
 ) -> tuple[InferenceCall, CallResult]:
     """Make one call under the bounds (``request.stream`` says streamed or not), with no
     retries, and record it on its ``InferenceCall`` row, which is written before the call is
@@ -55,7 +57,11 @@ def call_run(
     returns False, and, with ``abort_on_shutdown``, when the worker's warm shutdown begins (a
     turn's primary call is left to end: the worker waits for it). ``waiting`` wraps the wait
     (the drain lets other turns do their bookkeeping meanwhile). With ``turn_events``, the
-    turn's websocket gets ``call.started``, ``call.delta`` and ``call.ended``."""
+    turn's websocket gets ``call.started``, ``call.delta`` and ``call.ended``.
+
+    Decide before you write: ``on_result`` gets the result as soon as the call ends, before
+    any of it is written (a turn hands a stated wait to the journal there), and ``record``
+    runs the write of the call's row (a turn retries it while the database is down)."""
     adapter, wire = build_wire(agent.provider, request)
     call = InferenceCall.objects.create(
         turn=turn, agent=agent, kind=kind, model=request.model, streamed=request.stream,
@@ -110,7 +116,12 @@ def call_run(
             result = future.result()
     finally:
         lifecycle.forget(ended)
-    call_record(call, result)
+    if on_result is not None:
+        on_result(result)
+    if record is not None:
+        record(lambda: call_record(call, result))
+    else:
+        call_record(call, result)
     if turn_id is not None:
         broadcast_turn_event(turn_id, {"type": "call.ended", "turn": turn_id, "call": call.pk, "outcome": result.outcome})
     dashboard_call_ended(call=call, agent=agent.name, result=result)

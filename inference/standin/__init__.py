@@ -175,7 +175,7 @@ Scenarios
     and ``-inf`` allowed), ``code`` (provider code override), ``message``
     (default derived from the status), ``size`` (pad the message with
     ``" xxxx…"`` to at least this many characters, e.g. 1000000 for a 1 MB
-    error).  Forms (W = wait_ms, S = W/1000; numbers print as ``2000``,
+    error), ``delay_ms`` (wait before answering, default 0).  Forms (W = wait_ms, S = W/1000; numbers print as ``2000``,
     ``1.5``, ``-1``, ``nan``, ``inf``):
 
     * ``none`` — no retry hint.

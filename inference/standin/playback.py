@@ -344,6 +344,9 @@ async def _error(
         reply = Reply(text=default_answer_text(body), text_chunks=3)
         await _deliver(ex, wire, reply, stream, 0.01, 0.0)
         return
+    delay = sc.seconds("delay_ms")
+    if delay > 0:
+        await asyncio.sleep(delay)  # the answer is on its way: nothing is sent before it
     status = sc.get_int("status")
     form = sc.get_str("form")
     code = sc.get_opt_str("code")

@@ -129,6 +129,7 @@ def _error_params(default_status: int) -> dict[str, Param]:
         "code": Param(None, _nonempty_text, "non-empty text"),
         "message": Param(None, _text, "text"),
         "size": Param(None, _int(0), NONNEG),
+        "delay_ms": _nonneg(0),
     }
 
 

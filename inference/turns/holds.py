@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import math
 import time
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.utils import timezone
 
 from agentops.models import Agent
 from agentops.text import NOTE_TEXT_LIMIT, bound_text
@@ -58,6 +60,19 @@ def pacing_left_ms(turn: Turn) -> float:
     return max(pacing_end - time.time() * 1000, 0.0) if lengthened else 0.0
 
 
+def next_call_at(*, agent: str, model: str) -> datetime:
+    """After a release: the earliest instant the next call for (agent, model) may go. Now,
+    unless the lifted wait was a 429's whose pacing still runs (``pacing_left_ms``) or an open
+    turn keeps a later instant of its own (``Turn.not_before``: a retry delay, a re-arm)."""
+    now = timezone.now()
+    left_ms = 0.0
+    for turn in Turn.objects.filter(agent__name=agent, agent__model=model, status__in=Turn.OPEN):
+        left_ms = max(left_ms, pacing_left_ms(turn))
+        if turn.not_before is not None:
+            left_ms = max(left_ms, (turn.not_before - now).total_seconds() * 1000)
+    return now + timedelta(milliseconds=left_ms)
+
+
 def record_wait(turn: Turn, error: ProviderError, now_ms: float) -> bool:
     """Record the provider's stated wait for (agent, model). Returns whether it binds."""
     recorded = wait_record(
@@ -67,17 +82,18 @@ def record_wait(turn: Turn, error: ProviderError, now_ms: float) -> bool:
     return recorded.binding
 
 
-def stated_wait(turn: Turn, error: ProviderError, now_ms: float) -> float | None:
+def stated_wait(turn: Turn, error: ProviderError, now_ms: float, *, recorded: bool | None = None) -> float | None:
     """What to do with a retryable failure's stated wait: None when it was recorded and binds
     (the turn will be held), else the ms to sleep before the next call (an ephemeral run's
     short wait, or own pacing when the wait was already over), or -1 when an ephemeral run
-    must end because the wait is longer than it sleeps."""
+    must end because the wait is longer than it sleeps. ``recorded``: the wait was already
+    handed to the journal as the call ended (whether it binds)."""
     wait = error.retry_after_ms if error.retry_after_ms is not None else 0.0
     if turn.agent.kind == Agent.Kind.EPHEMERAL:
         if math.isfinite(wait) and wait <= settings.AGENTOPS_EPHEMERAL_MAX_SLEEP_MS:
             return max(wait, 0.0)
         return -1
-    if record_wait(turn, error, now_ms):
+    if recorded if recorded is not None else record_wait(turn, error, now_ms):
         return None
     # The stated wait was already over: pace ourselves rather than call again at once.
     return settings.AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS if error.type == "rate_limit" else 1000.0

@@ -235,6 +235,13 @@ def turn_hand_back(*, turn: Turn) -> bool:
     if handed:
         logger.warning("agent %s turn %s handed back: the worker is shutting down", turn.agent.name, turn.pk)
         _announce(turn.pk, Status.QUEUED)
+        # Its pacing (``not_before``) stays on the turn: the next worker runs it no earlier.
+        not_before = Turn.objects.filter(pk=turn.pk).values_list("not_before", flat=True).first()
+        left_s = (not_before - timezone.now()).total_seconds() if not_before is not None else 0.0
+        if left_s > 0:
+            schedule_drain(turn.agent_id, left_s)
+        else:
+            enqueue_drain(turn.agent_id)
     return handed
 
 
@@ -272,7 +279,7 @@ def turn_rearm(*, turn: Turn, error: ProviderError) -> bool:
     delay_ms = ladder[turn.rearms]
     not_before = timezone.now() + timedelta(milliseconds=delay_ms)
     rearmed = _move(
-        turn.pk, Status.QUEUED, among=[Status.RUNNING], rearms=F("rearms") + 1, not_before=not_before, error=error.as_dict(),
+        turn.pk, Status.QUEUED, among=[Status.RUNNING], rearms=F("rearms") + 1, not_before=not_before, waiting_reason="re-armed", error=error.as_dict(),
         hold_reason=f"re-armed after {error.type}: sent again at {not_before:%H:%M:%S} UTC ({turn.rearms + 1} of {len(ladder)})",
     )
     if rearmed:

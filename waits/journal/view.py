@@ -91,6 +91,12 @@ class Journal:
         # The binding book of the current state, for checks that find the lock taken. Set
         # under the lock before any query, so it never lacks an act made in this process.
         self._published: WaitBook | None = None
+        # True from the moment a read under the lock has seen rows newer than the published
+        # book until the book that has them is published: the published book is then no
+        # longer known to be current, so a check that finds the lock taken waits for it
+        # (fail closed without a window: an unreadable row seen by any thread of the process
+        # refuses the very next check).
+        self._superseded = False
 
     # --- reads ------------------------------------------------------------------------
 
@@ -105,11 +111,14 @@ class Journal:
         ``busy_wait_s()`` and then returns one that holds every model (fail closed)."""
         if self._published is not None:
             acquired = self._lock.acquire(blocking=False)
+            if not acquired and self._superseded:
+                # Newer rows are being read: wait for their book, as a first read is waited for.
+                acquired = self._lock.acquire(timeout=busy_wait_s())
         else:
             acquired = self._lock.acquire(timeout=busy_wait_s())
         if not acquired:
             published = self._published  # read after the try: it may have been published meanwhile
-            return published if published is not None else _busy_book()
+            return published if published is not None and not self._superseded else _busy_book()
         try:
             self._refresh(now_ms)
             return self._binding()
@@ -122,6 +131,7 @@ class Journal:
             assert s.durable is not None
             s.binding = pending_overlay(s.durable, (act.entry for act in s.pending.values()))
             self._published = s.binding
+            self._superseded = False
         return s.binding
 
     def _changed(self) -> None:
@@ -172,6 +182,7 @@ class Journal:
             newest = newest_id()
             if newest == s.last_id:
                 return
+            self._superseded = True  # rows past the published book exist: it is not current
             if newest < s.last_id:  # rows went missing (removed in SQL): read everything again
                 self._load(now_ms)
                 return
@@ -283,6 +294,7 @@ class Journal:
         with self._lock:
             self._s = _State()
             self._published = None
+            self._superseded = False
 
 
 class Session:

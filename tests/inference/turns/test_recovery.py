@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import signal
 import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.test import Client
 
 from agentops.models import HistoryRow
@@ -37,7 +39,9 @@ def test_a_turn_left_running_by_a_killed_worker_is_resumed_by_another(api: Clien
         time.sleep(0.1)
         # The dead worker's lease is still live: a sweep now must not run the turn twice.
         turns_sweep.delay()
-        wait_for(lambda: AgentLease.objects.filter(agent=agent, until__lt=_now()).exists(), timeout=5, what="the lease to lapse")
+        # Lapsed, and past the grace in which a live owner would have renewed it.
+        grace = timedelta(milliseconds=settings.AGENTOPS_TURN_LEASE_GRACE_MS)
+        wait_for(lambda: AgentLease.objects.filter(agent=agent, until__lt=_now() - grace).exists(), timeout=5 + grace.total_seconds(), what="the lease to lapse")
         turns_sweep.delay()
         turn = wait_turn(api, turn_id, {"succeeded", "failed"}, timeout=30)
     finally:

@@ -13,6 +13,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agentops.exceptions import AgentopsError
+from inference.turns.holds import next_call_at
 from inference.turns.queue import held_turns_wake  # an interface may wake turns
 from waits.journal import journal_pending
 from waits.services import wait_release
@@ -47,7 +48,8 @@ class Command(BaseCommand):
             self.stdout.write(f"No wait was binding for {options['agent']}; the release is recorded.")
         for receipt in receipts:
             until = receipt.as_json()["until"] or "until released"
-            self.stdout.write(f"released {receipt.agent} model {receipt.model} (held {until}): {receipt.release}")
+            next_call = next_call_at(agent=receipt.agent, model=receipt.model).isoformat()
+            self.stdout.write(f"released {receipt.agent} model {receipt.model} (held {until}): {receipt.release}; next call at {next_call}")
 
 
 def _os_user() -> str:

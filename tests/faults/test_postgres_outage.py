@@ -1,0 +1,127 @@
+"""PostgreSQL stopped and started under a live worker (issue 12, tests 1, 2, 3 and 5).
+
+Each test stops the throwaway cluster while a call is out, so the call's answer arrives while
+the database is down, and starts it again; the stand-in's record tells which calls reached the
+provider, and when."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from tests.conftest import wait_for
+
+from .conftest import FAULT_ENV, FaultStack, provider_calls, submit, wait_turn
+
+# How long the database stays down in these tests: longer than the answers take to arrive,
+# and longer than the lease (8 s), as in the outages that lost waits.
+DOWN_S = 9.0
+LEASE_S = int(FAULT_ENV["AGENTOPS_TURN_LEASE_MS"]) / 1000
+
+
+def test_a_stated_wait_while_postgres_is_down_is_held_at_once_and_lands_in_the_journal_after_recovery(faults: FaultStack, standin: str) -> None:
+    faults.start_worker("w1")
+    model = "error:status=429,form=retry-after,wait_ms=7200000,delay_ms=2000,message=outage-one"
+    turn = submit(faults, "outage-one", model)
+    wait_for(lambda: provider_calls(standin, model), what="the call to go out")
+    faults.stop_postgres()  # the 429 (retry-after: 7200) arrives about 2 s later
+    answered_at = provider_calls(standin, model)[0]["received_at"] + 2.0
+    time.sleep(DOWN_S)
+    faults.start_postgres()
+    back = time.monotonic()
+    rows = wait_for(
+        lambda: faults.sql("SELECT * FROM waits_waitjournalentry WHERE kind = 'set' AND agent = %s", "outage-one"),
+        timeout=15, what="the stated wait to land in the journal",
+    )
+    print(f"measure 1: the stated wait landed in the journal {time.monotonic() - back:.2f} s after PostgreSQL was back")
+    assert len(rows) == 1
+    # Decided when the answer arrived, not when the database came back.
+    assert abs(rows[0]["until_ms"] / 1000 - (answered_at + 7200)) < 3
+    held = wait_turn(faults, turn, ("held",), timeout=15)
+    assert held["hold_until"] is not None and held["hold_until"].timestamp() > time.time() + 7000
+    # Past the lease and several sweeps: nothing calls the provider before the wait's end.
+    time.sleep(LEASE_S + 3)
+    assert len(provider_calls(standin, model)) == 1
+    print(f"measure 1: provider calls {len(provider_calls(standin, model))}")
+    assert faults.sql("SELECT status FROM inference_turn WHERE id = %s", turn)[0]["status"] == "held"
+
+
+def test_an_answer_received_while_postgres_is_down_is_stored_after_recovery_with_one_call(faults: FaultStack, standin: str) -> None:
+    faults.start_worker("w1")
+    models = [f"answer:delay_ms=2000,text=outage-two-{i}" for i in range(2)]
+    turns = [submit(faults, f"outage-two-{i}", model) for i, model in enumerate(models)]
+    wait_for(lambda: all(provider_calls(standin, m) for m in models), what="both calls to go out")
+    faults.stop_postgres()
+    time.sleep(DOWN_S)
+    faults.start_postgres()
+    back = time.monotonic()
+    for i, turn in enumerate(turns):
+        done = wait_turn(faults, turn, ("succeeded", "failed", "exhausted"), timeout=30)
+        assert done["status"] == "succeeded"
+        assert done["output"]["content"] == f"outage-two-{i}"
+    print(f"measure 2: both answers stored {time.monotonic() - back:.2f} s after PostgreSQL was back")
+    time.sleep(LEASE_S + 2)  # a second run of either turn would have called by now
+    assert [len(provider_calls(standin, m)) for m in models] == [1, 1]
+    print("measure 2: provider calls 2 for 2 turns")
+    calls = faults.sql("SELECT turn_id, outcome FROM inference_inferencecall WHERE turn_id = ANY(%s) ORDER BY id", turns)
+    assert sorted((c["turn_id"], c["outcome"]) for c in calls) == [(t, "completed") for t in sorted(turns)]
+
+
+def test_a_warm_shutdown_during_a_429_pacing_wait_keeps_the_pacing(faults: FaultStack, standin: str) -> None:
+    floor_s = 8.0
+    pacing = {"AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS": str(int(floor_s * 1000))}
+    faults.start_worker("w1", pacing)
+    model = "error:status=429,form=none,times=1,message=outage-three"
+    turn = submit(faults, "outage-three", model)
+    wait_for(
+        lambda: faults.sql("SELECT 1 FROM inference_inferencecall WHERE turn_id = %s AND outcome = 'error'", turn),
+        what="the 429 to be recorded",
+    )
+    first = provider_calls(standin, model)[0]["received_at"]
+    time.sleep(0.5)
+    faults.stop_process("w1", signal.SIGTERM)  # warm shutdown: the turn is handed back
+    faults.start_worker("w2", pacing)
+    done = wait_turn(faults, turn, ("succeeded", "failed", "exhausted"), timeout=40)
+    assert done["status"] == "succeeded"
+    calls = provider_calls(standin, model)
+    assert len(calls) == 2
+    print(f"measure 3: next call {calls[1]['received_at'] - first:.2f} s after the 429 (floor {floor_s:g} s)")
+    assert calls[1]["received_at"] - first >= floor_s, "the next worker called before the 429's pacing floor"
+
+
+def test_after_recovery_the_live_workers_turns_resume_within_two_seconds(faults: FaultStack, standin: str) -> None:
+    faults.start_worker("w1")
+    models = [f"answer:delay_ms=1500,text=outage-five-{i}" for i in range(3)]
+    turns = [submit(faults, f"outage-five-{i}", model) for i, model in enumerate(models)]
+    wait_for(lambda: all(provider_calls(standin, m) for m in models), what="the calls to go out")
+    faults.stop_postgres()
+    time.sleep(DOWN_S)
+    faults.start_postgres()
+    back = time.monotonic()
+    for turn in turns:
+        wait_turn(faults, turn, ("succeeded",), timeout=30)
+    recovered_s = time.monotonic() - back
+    print(f"measure 5: turns resumed {recovered_s:.2f} s after PostgreSQL was back")
+    assert recovered_s < 2.0
+    assert [len(provider_calls(standin, m)) for m in models] == [1, 1, 1]
+
+
+def test_a_worker_killed_during_a_429_pacing_wait_leaves_the_pacing_to_the_worker_that_takes_the_turn_over(faults: FaultStack, standin: str) -> None:
+    floor_s = 20.0  # longer than the lease (8 s) and its grace (3 s): the takeover comes first
+    pacing = {"AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS": str(int(floor_s * 1000))}
+    faults.start_worker("w1", pacing)
+    model = "error:status=429,form=none,times=1,message=outage-three-kill"
+    turn = submit(faults, "outage-three-kill", model)
+    wait_for(
+        lambda: faults.sql("SELECT 1 FROM inference_turn WHERE id = %s AND not_before IS NOT NULL", turn),
+        what="the 429's pacing to be kept on the turn",
+    )
+    first = provider_calls(standin, model)[0]["received_at"]
+    faults.stop_process("w1", signal.SIGKILL)  # the turn stays running under a lease nobody renews
+    faults.start_worker("w2", pacing)
+    done = wait_turn(faults, turn, ("succeeded", "failed", "exhausted"), timeout=60)
+    assert done["status"] == "succeeded"
+    calls = provider_calls(standin, model)
+    assert len(calls) == 2
+    print(f"measure 3: after a kill -9, next call {calls[1]['received_at'] - first:.2f} s after the 429 (floor {floor_s:g} s)")
+    assert calls[1]["received_at"] - first >= floor_s, "the worker that took the turn over called before the 429's pacing floor"

@@ -1,0 +1,56 @@
+"""A turn says why it waits (issue 13, item 3): after a release that falls back to the 429's
+pacing, ``GET /turns/{id}`` shows ``waiting_until`` and ``waiting_reason``, and the release's
+receipt says when the next call may go (``next_call_at``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from django.test import Client, override_settings
+
+from agentops.models import Agent
+from inference.models import InferenceCall, Turn
+from tests.conftest import WorkerPool, wait_for, worker_pool
+
+FLOOR_S = 20.0
+
+
+@pytest.fixture(scope="module")
+def pacing_pool(django_db_setup: None, django_db_blocker: Any) -> Iterator[WorkerPool]:
+    yield from worker_pool(1, label="pace", extra_env={"AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS": str(int(FLOOR_S * 1000)), "AGENTOPS_WAIT_RECHECK_MS": "1000"})
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS=FLOOR_S * 1000)  # as the worker runs (one config in production)
+def test_after_a_release_the_turn_shows_it_waits_for_the_429_pacing_and_the_receipt_says_until_when(
+    pacing_pool: WorkerPool, make_agent: Callable[..., Agent], api: Client,
+) -> None:
+    pacing_pool.routed()
+    agent = make_agent(model="error:status=429,form=retry-after,wait_ms=600000,times=1")
+    submitted = api.post(f"/api/v1/agents/{agent.name}/turns", {"messages": [{"participant": "alice", "content": "Hi"}]}, content_type="application/json")
+    assert submitted.status_code in (200, 201, 202), submitted.content
+    turn_id = submitted.json()["id"]
+    wait_for(lambda: Turn.objects.filter(pk=turn_id, status=Turn.Status.HELD).exists(), what="the turn to be held")
+    before = api.get(f"/api/v1/turns/{turn_id}").json()
+    assert before["waiting_until"] is None and before["waiting_reason"] is None  # held: the hold says why
+    ended = InferenceCall.objects.get(turn_id=turn_id).ended_at
+    assert ended is not None
+    pacing_end = ended + timedelta(seconds=FLOOR_S)
+
+    released = api.post("/api/v1/waits/release", {"agent": agent.name, "reason": "test"}, content_type="application/json")
+    assert released.status_code == 200, released.content
+    (receipt,) = released.json()["receipts"]
+    assert abs((datetime.fromisoformat(receipt["next_call_at"]) - pacing_end).total_seconds()) < 1.0
+
+    def waiting() -> dict[str, Any] | None:
+        body: dict[str, Any] = api.get(f"/api/v1/turns/{turn_id}").json()
+        return body if body["waiting_until"] else None
+
+    seen = wait_for(waiting, timeout=10, what="the turn to say it waits")
+    assert seen["status"] == "running"
+    assert seen["waiting_reason"] == "pacing after a 429"
+    assert abs((datetime.fromisoformat(seen["waiting_until"]) - pacing_end).total_seconds()) < 1.0
+    assert api.post(f"/api/v1/turns/{turn_id}/cancel").status_code == 200
