@@ -8,6 +8,8 @@ from django.db.models import Prefetch
 
 from agentops.exceptions import NotFound
 from agentops.models import Agent
+from waits.clock import clock_ms
+from waits.selectors import binding_waits
 
 from .models import InferenceCall, Turn
 
@@ -46,8 +48,43 @@ def agent_failure_streak(agent: Agent) -> int:
     return int(BreakerState.objects.filter(agent=agent).values_list("streak", flat=True).first() or 0)
 
 
-def agent_out(agent: Agent) -> dict[str, Any]:
-    current = agent_current_turn(agent)
+def agent_status_of(current: Turn | None) -> str:
+    """The agent's ``status`` in API.md's words, from ``agent_current_turn``."""
+    return _AGENT_STATUS.get(current.status, "idle") if current else "idle"
+
+
+def agent_holds(agent: Agent) -> list[dict[str, Any]]:
+    """The waits that bind the agent now, in ``GET /waits``'s shape."""
+    return binding_waits(agent=agent.name, now_ms=clock_ms())[1]
+
+
+def agents_out(*, status: str | None = None) -> list[dict[str, Any]]:
+    """Every live agent in ``agent_out``'s shape, by name, optionally only those whose
+    ``status`` is ``status``: one read of the binding waits and of open turns for the lot."""
+    from breaker.models import BreakerState
+
+    agents = list(
+        Agent.objects.select_related("provider").filter(disposed_at__isnull=True).prefetch_related(agent_open_turns()).order_by("name")
+    )
+    streaks = dict(BreakerState.objects.filter(agent__in=agents).values_list("agent_id", "streak"))
+    by_agent: dict[str, list[dict[str, Any]]] = {}
+    for wait in binding_waits(now_ms=clock_ms())[1]:
+        by_agent.setdefault(wait["agent"], []).append(wait)
+    out = []
+    for agent in agents:
+        current = current_turn_of(agent.open_turns)  # type: ignore[attr-defined]
+        if status is not None and agent_status_of(current) != status:
+            continue
+        out.append(agent_out(agent, current=current, streak=int(streaks.get(agent.pk) or 0), holds=by_agent.get(agent.name, [])))
+    return out
+
+
+_UNSET: Any = object()
+
+
+def agent_out(agent: Agent, *, current: Turn | None = _UNSET, streak: int | None = None, holds: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    if current is _UNSET:
+        current = agent_current_turn(agent)
     return {
         "name": agent.name,
         "kind": agent.kind,
@@ -59,9 +96,9 @@ def agent_out(agent: Agent) -> dict[str, Any]:
         "thinking_budget": agent.thinking_budget,
         "stream": agent.stream,
         "tools": agent.tools,
-        "status": _AGENT_STATUS.get(current.status, "idle") if current else "idle",
-        "failure_streak": agent_failure_streak(agent),
-        "holds": [],
+        "status": agent_status_of(current),
+        "failure_streak": agent_failure_streak(agent) if streak is None else streak,
+        "holds": agent_holds(agent) if holds is None else holds,
         "current_turn": current.pk if current else None,
         "created_at": agent.created_at,
     }

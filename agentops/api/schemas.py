@@ -85,6 +85,9 @@ class WaitOut(BaseModel):
     source: str
 
 
+AgentStatus = Literal["idle", "queued", "running", "held", "requires_action"]
+
+
 class AgentOut(BaseModel):
     name: str
     kind: str
@@ -96,7 +99,7 @@ class AgentOut(BaseModel):
     thinking_budget: int | None
     stream: bool
     tools: list[dict[str, Any]]
-    status: Literal["idle", "queued", "running", "held", "requires_action"]
+    status: AgentStatus
     failure_streak: int
     holds: list[WaitOut]
     current_turn: int | None
