@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from inference.models import Turn
 
 admin.site.site_header = "agentops operations"
+admin.site.site_url = "/dashboard/"  # "View site": the live dashboard
 admin.site.site_title = "agentops"
 
 

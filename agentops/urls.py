@@ -4,6 +4,7 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import path, re_path
 
 from agentops.api.routes import api, health_payload
+from agentops.edge import favicon_view, root_view
 from agentops.metrics import metrics_view
 from agentops.views import dashboard_view
 
@@ -14,6 +15,8 @@ def health(request: HttpRequest) -> JsonResponse:
 
 
 urlpatterns = [
+    path("", root_view, name="root"),
+    path("favicon.ico", favicon_view),
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
     path("health", health),
