@@ -86,6 +86,12 @@ class WaitOut(BaseModel):
 
 
 AgentStatus = Literal["idle", "queued", "running", "held", "requires_action"]
+# The enums of inference.models, spelled out for the OpenAPI document (tests/agentops/test_openapi.py
+# checks they match the models' choices).
+TurnStatus = Literal["queued", "running", "held", "requires_action", "succeeded", "failed", "exhausted", "cancelled"]
+CallKind = Literal["primary", "auxiliary", "probe"]
+CallOutcome = Literal["completed", "cut", "error", "deferred", "aborted"]
+CallBound = Literal["before_content", "between_events", "flat", "absolute", "whole_call"]
 
 
 class AgentOut(BaseModel):
@@ -129,7 +135,7 @@ class TurnIn(Strict):
 
 class TurnAccepted(BaseModel):
     id: int
-    status: str
+    status: TurnStatus
     joined: bool
 
 
@@ -153,7 +159,7 @@ class CallError(BaseModel):
 
 class CallOut(BaseModel):
     id: int
-    kind: str
+    kind: CallKind
     model: str
     streamed: bool
     sent_at: datetime | None
@@ -163,8 +169,8 @@ class CallOut(BaseModel):
     ended_at: datetime | None
     model_events: int
     keepalives: int
-    outcome: str | None
-    bound: str | None
+    outcome: CallOutcome | None
+    bound: CallBound | None
     bound_deadline: datetime | None
     cut_lateness_ms: float | None
     error: CallError | None
@@ -179,7 +185,7 @@ class TurnOutput(BaseModel):
 class TurnOut(BaseModel):
     id: int
     agent: str
-    status: str
+    status: TurnStatus
     held_until: datetime | None
     hold_reason: str
     attempts: int
