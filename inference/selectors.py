@@ -8,6 +8,8 @@ from django.db.models import Prefetch
 
 from agentops.exceptions import NotFound
 from agentops.models import Agent
+from inference.calls.progress import call_progress_read
+from inference.calls.records import ms_to_dt
 from waits.clock import clock_ms
 from waits.selectors import binding_waits
 
@@ -104,8 +106,10 @@ def agent_out(agent: Agent, *, current: Turn | None = _UNSET, streak: int | None
     }
 
 
-def call_out(call: InferenceCall) -> dict[str, Any]:
-    return {
+def call_out(call: InferenceCall, *, progress: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A call as API.md shapes it. For a call in flight, ``progress`` (its live entry,
+    ``inference.calls.progress``) gives the counts so far and ``next_deadline``/``next_bound``."""
+    out = {
         "id": call.pk,
         "kind": call.kind,
         "model": call.model,
@@ -122,7 +126,29 @@ def call_out(call: InferenceCall) -> dict[str, Any]:
         "bound_deadline": call.bound_deadline,
         "cut_lateness_ms": call.cut_lateness_ms,
         "error": call.error,
+        "next_deadline": None,
+        "next_bound": None,
     }
+    if progress is not None and call.ended_at is None:
+        out.update({
+            "first_event_at": _dt(progress.get("first_event_ms")),
+            "first_content_at": _dt(progress.get("first_content_ms")),
+            "last_event_at": _dt(progress.get("last_event_ms")),
+            "model_events": int(progress.get("model_events") or 0),
+            "keepalives": int(progress.get("keepalives") or 0),
+            "next_deadline": _dt(progress.get("deadline_ms")),
+            "next_bound": progress.get("bound"),
+        })
+    return out
+
+
+def _dt(ms: Any) -> Any:
+    return ms_to_dt(ms) if isinstance(ms, int | float) else None
+
+
+def _calls_out(calls: list[InferenceCall]) -> list[dict[str, Any]]:
+    live = call_progress_read([c.pk for c in calls if c.ended_at is None])
+    return [call_out(c, progress=live.get(c.pk)) for c in calls]
 
 
 def turn_get(*, turn_id: int) -> Turn:
@@ -145,7 +171,7 @@ def turn_out(turn: Turn) -> dict[str, Any]:
         "note": turn.note.content if turn.note else None,
         "error": turn.error,
         "pending_tool_calls": turn.pending_tool_calls,
-        "calls": [call_out(c) for c in turn.calls.order_by("id")],
+        "calls": _calls_out(list(turn.calls.order_by("id"))),
         "created_at": turn.created_at,
         "ended_at": turn.ended_at,
     }

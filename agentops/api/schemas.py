@@ -174,6 +174,8 @@ class CallOut(BaseModel):
     bound_deadline: datetime | None
     cut_lateness_ms: float | None
     error: CallError | None
+    next_deadline: datetime | None = None
+    next_bound: CallBound | None = None
 
 
 class TurnOutput(BaseModel):

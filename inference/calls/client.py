@@ -84,6 +84,9 @@ AbortHook = Callable[[Callable[[], None]], None]
 # Called when the call is sent and when its first content arrives, so in-flight calls can be
 # shown live; the final timeline is recorded by the caller from the result.
 MilestoneHook = Callable[[str, "Timeline"], Awaitable[None]]
+# Called on the loop after each item that leaves the call going, with the timeline and the
+# deadline now armed: cheap (the caller throttles what it sends, ``inference.calls.progress``).
+ProgressHook = Callable[["Timeline", "Deadline | None"], None]
 
 
 async def perform_call(
@@ -96,6 +99,7 @@ async def perform_call(
     on_delta: DeltaHook | None = None,
     on_abortable: AbortHook | None = None,
     on_milestone: MilestoneHook | None = None,
+    on_progress: ProgressHook | None = None,
     client: httpx.AsyncClient | None = None,
 ) -> CallResult:
     """Make one call and read it under the bounds. Pass a shared ``client``: building one
@@ -104,7 +108,7 @@ async def perform_call(
         async with httpx.AsyncClient(timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S)) as own:
             return await perform_call(
                 adapter=adapter, wire=wire, streamed=streamed, max_tokens=max_tokens, bounds=bounds,
-                on_delta=on_delta, on_abortable=on_abortable, on_milestone=on_milestone, client=own,
+                on_delta=on_delta, on_abortable=on_abortable, on_milestone=on_milestone, on_progress=on_progress, client=own,
             )
     timeline = Timeline(sent=now_ms())
     loop = asyncio.get_running_loop()
@@ -162,6 +166,8 @@ async def perform_call(
             arm()
         if on_milestone is not None and not had_content and timeline.first_content is not None:
             await on_milestone("first_content", timeline)
+        if on_progress is not None:
+            on_progress(timeline, armed[1])
         return False
 
     async def pump() -> None:
