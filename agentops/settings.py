@@ -90,6 +90,7 @@ CHANNEL_LAYERS = {
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
+FORMAT_MODULE_PATH = ["agentops.formats"]  # instants to the second in the admin
 USE_I18N = False
 USE_TZ = True
 STATIC_URL = "static/"
