@@ -39,7 +39,7 @@ def _with_links(waits: list[dict[str, Any]]) -> list[dict[str, Any]]:
     names = {w["agent"] for w in waits}
     agents = dict(Agent.objects.filter(name__in=names, disposed_at__isnull=True).values_list("name", "pk"))
     turns: dict[int, int] = {}
-    order = {Turn.Status.HELD: 0, Turn.Status.RUNNING: 1, Turn.Status.QUEUED: 2, Turn.Status.REQUIRES_ACTION: 3}
+    order: dict[str, int] = {Turn.Status.HELD: 0, Turn.Status.RUNNING: 1, Turn.Status.QUEUED: 2, Turn.Status.REQUIRES_ACTION: 3}
     open_turns = Turn.objects.filter(agent_id__in=agents.values(), status__in=Turn.OPEN).values_list("agent_id", "pk", "status")
     for agent_id, turn_id, _status in sorted(open_turns, key=lambda t: (order.get(t[2], 9), t[1])):
         turns.setdefault(agent_id, turn_id)
