@@ -41,12 +41,12 @@ def _with_links(waits: list[dict[str, Any]]) -> list[dict[str, Any]]:
     turns: dict[int, int] = {}
     order: dict[str, int] = {Turn.Status.HELD: 0, Turn.Status.RUNNING: 1, Turn.Status.QUEUED: 2, Turn.Status.REQUIRES_ACTION: 3}
     open_turns = Turn.objects.filter(agent_id__in=agents.values(), status__in=Turn.OPEN).values_list("agent_id", "pk", "status")
-    for agent_id, turn_id, _status in sorted(open_turns, key=lambda t: (order.get(t[2], 9), t[1])):
-        turns.setdefault(agent_id, turn_id)
+    for owner, turn, _status in sorted(open_turns, key=lambda t: (order.get(t[2], 9), t[1])):
+        turns.setdefault(owner, turn)
     out = []
     for wait in waits:
-        agent_id = agents.get(wait["agent"])
-        turn_id = turns.get(agent_id) if agent_id is not None else None
+        agent_id: int | None = agents.get(wait["agent"])
+        turn_id: int | None = turns.get(agent_id) if agent_id is not None else None
         out.append({
             **wait,
             "until_ms": wait["until"].timestamp() * 1000 if wait["until"] else None,
