@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -36,6 +37,6 @@ def test_a_re_check_that_holds_a_turn_by_the_same_wait_logs_nothing_new(caplog: 
 
 
 def test_celerys_per_task_lines_are_off() -> None:
-    loggers = settings.LOGGING["loggers"]
+    loggers: Any = settings.LOGGING["loggers"]  # type: ignore[index]
     assert loggers["celery.app.trace"]["level"] == "WARNING"
     assert loggers["celery.worker.strategy"]["level"] == "WARNING"
