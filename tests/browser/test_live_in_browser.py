@@ -90,3 +90,26 @@ def test_a_receiving_calls_deadline_moves_on_the_dashboard(
     time.sleep(1.2)
     moved = wait_for(receiving, timeout=5, interval=0.1, what="the call still receiving")
     assert moved[0] > deadline
+
+
+def test_the_admin_lists_fit_a_1400_px_window(browser: WebDriver, live_server: Any, api: Client, make_agent: Any) -> None:
+    """No horizontal scroll on the lists an operator reads most, with long models and messages."""
+    from agentops.alerts import alert_raise
+
+    agent = make_agent(model=HELD_MODEL)
+    turn_id = submit(api, agent.name, ("alice", "hello"))["id"]
+    wait_turn(api, turn_id, {"held"}, timeout=15)
+    alert_raise(kind="provider-wait", agent=agent.name, model=agent.model, message="word " * 200)
+    User.objects.create_superuser("olga", password="a long operator password")
+    browser.set_window_size(1400, 1000)
+    log_in(browser, live_server.url, "olga", "/admin/")
+    for path in ("/admin/agentops/agent/", "/admin/inference/turn/", "/admin/inference/inferencecall/",
+                 "/admin/agentops/alert/", "/admin/waits/bindingwait/", "/admin/waits/waitjournalentry/"):
+        browser.get(f"{live_server.url}{path}")
+        wide = browser.execute_script(
+            "const t = document.querySelector('#result_list'); const c = t && t.closest('.results');"
+            "return [document.documentElement.scrollWidth, window.innerWidth, t ? t.scrollWidth : 0, c ? c.clientWidth : 0];"
+        )
+        page_width, window_width, table_width, box_width = wide
+        assert page_width <= window_width, (path, wide)
+        assert table_width <= box_width + 1, (path, wide)
