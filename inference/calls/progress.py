@@ -31,6 +31,9 @@ logger = logging.getLogger(__name__)
 PROGRESS_KEY: Final = "agentops:call-progress"
 PROGRESS_TTL_S: Final = 3600  # the hash goes once no process has written it for this long
 URGENT_GAP_S: Final = 0.05  # first events and first content: out within this
+# Each flush costs the loop that times the cuts about this much per call in it (encoding the
+# entries): with many calls in flight the interval stretches so that stays a small share.
+PER_CALL_S: Final = 0.002
 
 
 def progress_entry(*, call_id: int, agent: str, turn_id: int | None, timeline: Timeline, deadline: Deadline | None) -> dict[str, Any]:
@@ -61,16 +64,18 @@ class ProgressHub:
         self._last = 0.0
         self._redis: redis.asyncio.Redis | None = None
 
+    def _interval(self) -> float:
+        return max(settings.AGENTOPS_PROGRESS_INTERVAL_MS / 1000, len(self._pending) * PER_CALL_S)
+
     def update(self, entry: dict[str, Any], *, urgent: bool) -> None:
         self._pending[entry["id"]] = entry
-        interval = settings.AGENTOPS_PROGRESS_INTERVAL_MS / 1000
-        self._schedule(self._last + (URGENT_GAP_S if urgent else interval))
+        self._schedule(self._last + (URGENT_GAP_S if urgent else self._interval()))
 
     def ended(self, call_id: int) -> None:
         """The call is over (its row has the final counts): forget it, and drop its entry."""
         self._pending.pop(call_id, None)
         self._ended.add(call_id)
-        self._schedule(self._last + settings.AGENTOPS_PROGRESS_INTERVAL_MS / 1000)
+        self._schedule(self._last + self._interval())
 
     def _schedule(self, due: float) -> None:
         due = max(due, self.loop.time())
