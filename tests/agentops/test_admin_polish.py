@@ -85,3 +85,12 @@ def test_binding_waits_show_a_countdown_and_link_the_agent_and_its_turn(admin_cl
     assert f'href="/admin/inference/turn/{call.turn_id}/change/">turn {call.turn_id}</a>' in page
     assert "until released" in page
     assert "setInterval(tick, 1000)" in page
+
+
+def test_the_admins_own_date_fields_show_seconds() -> None:
+    """FORMAT_MODULE_PATH: every instant the admin renders by itself (e.g. ``headers_at``)."""
+    from datetime import UTC, datetime
+
+    from django.contrib.admin.utils import display_for_value
+
+    assert display_for_value(datetime(2027, 1, 15, 10, 0, 7, tzinfo=UTC), "-") == "2027-01-15 10:00:07 UTC"
