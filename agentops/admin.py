@@ -13,12 +13,15 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from .admin_base import ReadOnlyAdmin
+from .admin_display import when
 from .models import Agent, Alert, ApiToken, AuditEntry, HistoryRow, Provider
+from .wording import excerpt
 
 if TYPE_CHECKING:
     from inference.models import Turn
 
 admin.site.site_header = "agentops operations"
+admin.site.site_url = "/dashboard/"  # "View site": the live dashboard
 admin.site.site_title = "agentops"
 
 
@@ -165,14 +168,18 @@ class AlertAdmin(ReadOnlyAdmin):
     """Alerts are records; the one change an operator makes is to acknowledge them, which needs
     the ``agentops.acknowledge_alert`` permission."""
 
-    list_display = ("created_at", "kind", "agent", "model", "verdict", "short_message", "acknowledged_at", "acknowledged_by")
+    list_display = ("raised", "kind", "agent", "model", "verdict", "short_message", "acknowledged_at", "acknowledged_by")
     list_filter = ("kind", "verdict", ("acknowledged_at", admin.EmptyFieldListFilter))
     search_fields = ("agent", "model", "message")
     actions = ["acknowledge"]
 
+    @admin.display(description="raised", ordering="created_at")
+    def raised(self, obj: Alert) -> Any:
+        return when(obj.created_at)
+
     @admin.display(description="message")
     def short_message(self, obj: Alert) -> str:
-        return obj.message[:160]
+        return excerpt(obj.message, 160)
 
     def has_acknowledge_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("agentops.acknowledge_alert")

@@ -15,6 +15,7 @@ from django.db.models import Count, Q
 
 from breaker.models import BreakerState
 from inference.calls.events import call_live_out
+from inference.calls.progress import call_progress_read
 from inference.models import InferenceCall
 from inference.selectors import turns_waiting
 from waits.selectors import binding_waits
@@ -57,8 +58,18 @@ def dashboard_snapshot(*, now_ms: float) -> dict[str, Any]:
 
 
 def _calls_in_flight() -> list[dict[str, Any]]:
-    rows = InferenceCall.objects.filter(outcome__isnull=True).select_related("agent").order_by("id")[:SNAPSHOT_CALLS]
-    return [call_live_out(call, agent=call.agent.name) for call in rows]
+    """In-flight calls, each with its live progress when it has any (its counts, and its
+    nearest deadline now rather than as of its send)."""
+    rows = list(InferenceCall.objects.filter(outcome__isnull=True).select_related("agent").order_by("id")[:SNAPSHOT_CALLS])
+    live = call_progress_read([call.pk for call in rows])
+    out = []
+    for call in rows:
+        entry = call_live_out(call, agent=call.agent.name)
+        progress = live.get(call.pk)
+        if progress is not None:
+            entry.update({k: v for k, v in progress.items() if k not in ("id", "agent", "turn")})
+        out.append(entry)
+    return out
 
 
 def _breakers() -> list[dict[str, Any]]:

@@ -25,21 +25,30 @@ PY = sys.executable
 def _services(env: dict[str, str]) -> list[EmbeddedService]:
     started: list[EmbeddedService] = []
     if not env.get("DATABASE_URL"):
-        print("DATABASE_URL is not set: starting an embedded PostgreSQL under var/postgres", flush=True)
         pg = start_postgres(VAR_DIR)
+        _say(f"DATABASE_URL is not set: {_verb(pg)} the embedded PostgreSQL under var/postgres ({pg.url})")
         started.append(pg)
         env["DATABASE_URL"] = pg.url
     if not env.get("REDIS_URL"):
-        print("REDIS_URL is not set: starting an embedded Redis under var/redis", flush=True)
         try:
             rd = start_redis(VAR_DIR)
         except BaseException:
             for service in started:
                 service.stop()
             raise
+        _say(f"REDIS_URL is not set: {_verb(rd)} the embedded Redis under var/redis ({rd.url})")
         started.append(rd)
         env["REDIS_URL"] = rd.url
     return started
+
+
+def _say(message: str) -> None:
+    """The launcher's own messages go to stderr: stdout is the command's (``TOKEN=$(make token)``)."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def _verb(service: EmbeddedService) -> str:
+    return "using" if service.reused else "started"
 
 
 def _start_standin(env: dict[str, str], port: int) -> tuple[subprocess.Popen[str], str]:
@@ -108,7 +117,7 @@ def run(env: dict[str, str]) -> int:
         print(f"a process stopped on its own: {failed[0]}; stopping the rest", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("\nstopping…", flush=True)
+        _say("\nstopping…")
         return 0
     finally:
         _stop_children(children)

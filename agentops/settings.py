@@ -41,6 +41,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "agentops.edge.ApiEdgeMiddleware",
 ]
 
 ROOT_URLCONF = "agentops.urls"
@@ -99,12 +100,16 @@ CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", 
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "prefix": "agentops-ch"},
+        # A socket timeout longer than the layer's blocking pop (channels_redis waits 5 s per
+        # BZPOPMIN): redis-py 8's default, also 5 s, made every idle consumer's receive raise
+        # TimeoutError and close the socket with a traceback.
+        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15}], "prefix": "agentops-ch"},
     }
 }
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
+FORMAT_MODULE_PATH = ["agentops.formats"]  # instants to the second in the admin
 USE_I18N = False
 USE_TZ = True
 STATIC_URL = "static/"
@@ -117,6 +122,8 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("AGENTOPS_MAX_BODY_BYTES", 1_048_576, mini
 AGENTOPS_DEADLINE_RETRY_DELAY_MS = env_ms("AGENTOPS_DEADLINE_RETRY_DELAY_MS", 1000)
 AGENTOPS_WAIT_ALERT_MS = env_ms("AGENTOPS_WAIT_ALERT_MS", 3_600_000)
 AGENTOPS_WAIT_RECHECK_MS = env_ms("AGENTOPS_WAIT_RECHECK_MS", 30_000)
+# In-flight calls' live progress (counts, nearest deadline) goes out at most this often per process.
+AGENTOPS_PROGRESS_INTERVAL_MS = env_ms("AGENTOPS_PROGRESS_INTERVAL_MS", 250)
 AGENTOPS_EPHEMERAL_MAX_SLEEP_MS = env_ms("AGENTOPS_EPHEMERAL_MAX_SLEEP_MS", 600_000)
 AGENTOPS_BREAKER_THRESHOLD = env_int("AGENTOPS_BREAKER_THRESHOLD", 3, minimum=1)
 AGENTOPS_BREAKER_SHED_CAP = env_int("AGENTOPS_BREAKER_SHED_CAP", 3, minimum=1)
@@ -181,6 +188,14 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("AGENTOPS_LOG_LEVEL", "INFO")},
-    "loggers": {"httpx": {"level": "WARNING"}, "httpcore": {"level": "WARNING"}},
+    "loggers": {
+        "httpx": {"level": "WARNING"},
+        "httpcore": {"level": "WARNING"},
+        # Celery's "received" and "succeeded" lines for every task: an idle held turn's re-checks
+        # made hundreds a minute. The service logs each decision that matters (held, released,
+        # cut, failed, resumed) itself; task failures are still logged (at ERROR).
+        "celery.app.trace": {"level": "WARNING"},
+        "celery.worker.strategy": {"level": "WARNING"},
+    },
 }
 

@@ -5,6 +5,7 @@ from django.urls import path, re_path
 
 from agentops.api.routes import api, health_payload
 from agentops.dropin import views as dropin
+from agentops.edge import favicon_view, root_view
 from agentops.metrics import metrics_view
 from agentops.views import dashboard_view
 
@@ -15,6 +16,8 @@ def health(request: HttpRequest) -> JsonResponse:
 
 
 urlpatterns = [
+    path("", root_view, name="root"),
+    path("favicon.ico", favicon_view),
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
     # The drop-in endpoints (DESIGN §14): where an official SDK's base URL points.

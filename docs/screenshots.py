@@ -144,7 +144,7 @@ def asgi_server(transactional_db: None) -> Iterator[str]:
 def test_dashboard_png(workers: WorkerPool, browser: WebDriver, asgi_server: str, providers: dict[str, Any]) -> None:
     """docs/dashboard.png: the live dashboard as an operator sees it while `dashboard_demo`
     runs, a minute in: a stalled stream just cut at its before-content deadline and its fresh
-    call counting down, a long answer counting down to its absolute deadline, a 20-minute hold,
+    call counting down, a long answer counting down to its absolute deadline, a 2-hour hold and its alert,
     an agent hard down on its breaker with its probe refused, and the alerts."""
     from selenium.webdriver.common.by import By
 
@@ -155,6 +155,14 @@ def test_dashboard_png(workers: WorkerPool, browser: WebDriver, asgi_server: str
     browser.get(f"{asgi_server}{DASHBOARD_PATH}")
 
     def shown() -> bool:
+        from selenium.common.exceptions import StaleElementReferenceException
+
+        try:
+            return _shown()
+        except StaleElementReferenceException:  # live progress re-renders the calls under us
+            return False
+
+    def _shown() -> bool:
         conn = browser.find_element(By.ID, "conn").text
         calling = {e.text for e in browser.find_elements(By.CSS_SELECTOR, "#calls tr:not(.gone) .agent")}
         holds = len(browser.find_elements(By.CSS_SELECTOR, "#holds tr:not(.gone)"))

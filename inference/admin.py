@@ -10,6 +10,7 @@ from django.http import HttpRequest
 from django.utils.safestring import SafeString, mark_safe
 
 from agentops.admin_base import ReadOnlyAdmin
+from agentops.admin_display import error_html, when
 
 from .calls.timeline import call_timeline_svg
 from .calls.timeline_svg import fmt_ms
@@ -38,7 +39,7 @@ class InferenceCallInline(admin.TabularInline):
     can_delete = False
     show_change_link = True
     # The picture first: the instants are on the call's own page (the "View" link).
-    fields = ("timeline", "kind", "outcome", "bound", "lateness", "model_events", "keepalives", "tokens", "model")
+    fields = ("timeline", "kind", "outcome", "bound", "lateness", "error_text", "model_events", "keepalives", "tokens", "sent")
     readonly_fields = fields
 
     @admin.display(description="tokens in / out")
@@ -60,16 +61,41 @@ class InferenceCallInline(admin.TabularInline):
 
     @admin.display(description="cut lateness")
     def lateness(self, obj: InferenceCall) -> str:
-        return "-" if obj.cut_lateness_ms is None else fmt_ms(obj.cut_lateness_ms)
+        return _lateness(obj)
+
+    @admin.display(description="error")
+    def error_text(self, obj: InferenceCall) -> Any:
+        return error_html(obj.error, message_limit=160)
+
+    @admin.display(description="sent")
+    def sent(self, obj: InferenceCall) -> Any:
+        return when(obj.sent_at)
+
+
+def _lateness(obj: InferenceCall) -> str:
+    return "-" if obj.cut_lateness_ms is None else f"{fmt_ms(obj.cut_lateness_ms)} after its deadline"
 
 
 @admin.register(Turn)
 class TurnAdmin(ReadOnlyAdmin):
-    list_display = ("id", "agent", "status", "waiting", "attempts", "rounds", "created_at", "ended_at")
+    list_display = ("id", "agent", "status", "waiting", "attempts", "rounds", "created", "ended")
     list_filter = ("status", "agent")
+    list_select_related = ("agent",)
     inlines = [InferenceCallInline]
-    exclude = ("trigger_rows",)
-    readonly_fields = ("waiting",)
+    exclude = ("trigger_rows", "error")
+    readonly_fields = ("waiting", "error_text")
+
+    @admin.display(description="created", ordering="created_at")
+    def created(self, obj: Turn) -> Any:
+        return when(obj.created_at)
+
+    @admin.display(description="ended", ordering="ended_at")
+    def ended(self, obj: Turn) -> Any:
+        return when(obj.ended_at)
+
+    @admin.display(description="error")
+    def error_text(self, obj: Turn) -> Any:
+        return error_html(obj.error)
 
     @admin.display(description="next call waits")
     def waiting(self, obj: Turn) -> str:
@@ -79,18 +105,35 @@ class TurnAdmin(ReadOnlyAdmin):
 
 @admin.register(InferenceCall)
 class InferenceCallAdmin(ReadOnlyAdmin):
-    list_display = ("id", "agent", "turn", "kind", "model", "streamed", "outcome", "bound", "model_events", "keepalives", "tokens", "sent_at")
+    list_display = ("id", "agent", "turn", "kind", "model", "streamed", "outcome", "bound", "model_events", "keepalives", "tokens", "sent")
+    list_select_related = ("agent", "turn", "turn__agent")
     list_filter = ("kind", "outcome", "bound", "streamed")
     fieldsets = (
         (None, {"fields": ("timeline",)}),
-        ("Call", {"fields": ("turn", "agent", "kind", "model", "streamed", "max_tokens", "round", "outcome", "stop_reason", "error")}),
+        ("Call", {"fields": ("turn", "agent", "kind", "model", "streamed", "max_tokens", "round", "outcome", "stop_reason", "error_text")}),
         ("Timeline", {"fields": (
-            "sent_at", "headers_at", "first_event_at", "thinking_started_at", "first_content_at", "last_event_at",
-            "ended_at", "model_events", "keepalives", "bound", "bound_deadline", "cut_lateness_ms",
+            "sent", "headers_at", "first_event_at", "thinking_started_at", "first_content_at", "last_event_at",
+            "ended", "model_events", "keepalives", "bound", "bound_deadline", "lateness",
         )}),
         ("Token usage (empty: not reported)", {"fields": ("input_tokens", "output_tokens", "reasoning_tokens", "cached_input_tokens")}),
     )
-    readonly_fields = ("timeline",)
+    readonly_fields = ("timeline", "error_text", "sent", "ended", "lateness")
+
+    @admin.display(description="sent", ordering="sent_at")
+    def sent(self, obj: InferenceCall) -> Any:
+        return when(obj.sent_at)
+
+    @admin.display(description="ended")
+    def ended(self, obj: InferenceCall) -> Any:
+        return when(obj.ended_at)
+
+    @admin.display(description="cut lateness")
+    def lateness(self, obj: InferenceCall) -> str:
+        return _lateness(obj)
+
+    @admin.display(description="error")
+    def error_text(self, obj: InferenceCall) -> Any:
+        return error_html(obj.error)
 
     @admin.display(description="timeline")
     def timeline(self, obj: InferenceCall) -> SafeString:

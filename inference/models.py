@@ -54,7 +54,7 @@ class Turn(models.Model):
         indexes = [models.Index(fields=["agent", "status"])]
 
     def __str__(self) -> str:
-        return f"turn {self.pk} of {self.agent_id} ({self.status})"
+        return f"turn {self.pk} of {self.agent.name} ({self.status})"
 
 
 class InferenceCall(models.Model):

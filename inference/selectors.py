@@ -10,6 +10,10 @@ from django.utils import timezone
 
 from agentops.exceptions import NotFound
 from agentops.models import Agent
+from inference.calls.progress import call_progress_read
+from inference.calls.records import ms_to_dt
+from waits.clock import clock_ms
+from waits.selectors import binding_waits
 
 from .models import InferenceCall, Turn
 
@@ -48,8 +52,43 @@ def agent_failure_streak(agent: Agent) -> int:
     return int(BreakerState.objects.filter(agent=agent).values_list("streak", flat=True).first() or 0)
 
 
-def agent_out(agent: Agent) -> dict[str, Any]:
-    current = agent_current_turn(agent)
+def agent_status_of(current: Turn | None) -> str:
+    """The agent's ``status`` in API.md's words, from ``agent_current_turn``."""
+    return _AGENT_STATUS.get(current.status, "idle") if current else "idle"
+
+
+def agent_holds(agent: Agent) -> list[dict[str, Any]]:
+    """The waits that bind the agent now, in ``GET /waits``'s shape."""
+    return binding_waits(agent=agent.name, now_ms=clock_ms())[1]
+
+
+def agents_out(*, status: str | None = None) -> list[dict[str, Any]]:
+    """Every live agent in ``agent_out``'s shape, by name, optionally only those whose
+    ``status`` is ``status``: one read of the binding waits and of open turns for the lot."""
+    from breaker.models import BreakerState
+
+    agents = list(
+        Agent.objects.select_related("provider").filter(disposed_at__isnull=True).prefetch_related(agent_open_turns()).order_by("name")
+    )
+    streaks = dict(BreakerState.objects.filter(agent__in=agents).values_list("agent_id", "streak"))
+    by_agent: dict[str, list[dict[str, Any]]] = {}
+    for wait in binding_waits(now_ms=clock_ms())[1]:
+        by_agent.setdefault(wait["agent"], []).append(wait)
+    out = []
+    for agent in agents:
+        current = current_turn_of(agent.open_turns)  # type: ignore[attr-defined]
+        if status is not None and agent_status_of(current) != status:
+            continue
+        out.append(agent_out(agent, current=current, streak=int(streaks.get(agent.pk) or 0), holds=by_agent.get(agent.name, [])))
+    return out
+
+
+_UNSET: Any = object()
+
+
+def agent_out(agent: Agent, *, current: Turn | None = _UNSET, streak: int | None = None, holds: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    if current is _UNSET:
+        current = agent_current_turn(agent)
     return {
         "name": agent.name,
         "kind": agent.kind,
@@ -61,16 +100,18 @@ def agent_out(agent: Agent) -> dict[str, Any]:
         "thinking_budget": agent.thinking_budget,
         "stream": agent.stream,
         "tools": agent.tools,
-        "status": _AGENT_STATUS.get(current.status, "idle") if current else "idle",
-        "failure_streak": agent_failure_streak(agent),
-        "holds": [],
+        "status": agent_status_of(current),
+        "failure_streak": agent_failure_streak(agent) if streak is None else streak,
+        "holds": agent_holds(agent) if holds is None else holds,
         "current_turn": current.pk if current else None,
         "created_at": agent.created_at,
     }
 
 
-def call_out(call: InferenceCall) -> dict[str, Any]:
-    return {
+def call_out(call: InferenceCall, *, progress: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A call as API.md shapes it. For a call in flight, ``progress`` (its live entry,
+    ``inference.calls.progress``) gives the counts so far and ``next_deadline``/``next_bound``."""
+    out = {
         "id": call.pk,
         "kind": call.kind,
         "model": call.model,
@@ -88,17 +129,29 @@ def call_out(call: InferenceCall) -> dict[str, Any]:
         "cut_lateness_ms": call.cut_lateness_ms,
         "error": call.error,
         "usage": call_usage(call),
+        "next_deadline": None,
+        "next_bound": None,
     }
+    if progress is not None and call.ended_at is None:
+        out.update({
+            "first_event_at": _dt(progress.get("first_event_ms")),
+            "first_content_at": _dt(progress.get("first_content_ms")),
+            "last_event_at": _dt(progress.get("last_event_ms")),
+            "model_events": int(progress.get("model_events") or 0),
+            "keepalives": int(progress.get("keepalives") or 0),
+            "next_deadline": _dt(progress.get("deadline_ms")),
+            "next_bound": progress.get("bound"),
+        })
+    return out
 
 
-def call_usage(call: InferenceCall) -> dict[str, int | None]:
-    """The call's token usage as reported; each count None when the provider reported none."""
-    return {
-        "input_tokens": call.input_tokens,
-        "output_tokens": call.output_tokens,
-        "reasoning_tokens": call.reasoning_tokens,
-        "cached_input_tokens": call.cached_input_tokens,
-    }
+def _dt(ms: Any) -> Any:
+    return ms_to_dt(ms) if isinstance(ms, int | float) else None
+
+
+def _calls_out(calls: list[InferenceCall]) -> list[dict[str, Any]]:
+    live = call_progress_read([c.pk for c in calls if c.ended_at is None])
+    return [call_out(c, progress=live.get(c.pk)) for c in calls]
 
 
 def turn_get(*, turn_id: int) -> Turn:
@@ -144,7 +197,17 @@ def turn_out(turn: Turn) -> dict[str, Any]:
         "note": turn.note.content if turn.note else None,
         "error": turn.error,
         "pending_tool_calls": turn.pending_tool_calls,
-        "calls": [call_out(c) for c in turn.calls.order_by("id")],
+        "calls": _calls_out(list(turn.calls.order_by("id"))),
         "created_at": turn.created_at,
         "ended_at": turn.ended_at,
+    }
+
+
+def call_usage(call: InferenceCall) -> dict[str, int | None]:
+    """The call's token usage as reported; each count None when the provider reported none."""
+    return {
+        "input_tokens": call.input_tokens,
+        "output_tokens": call.output_tokens,
+        "reasoning_tokens": call.reasoning_tokens,
+        "cached_input_tokens": call.cached_input_tokens,
     }

@@ -31,6 +31,33 @@ from .services import wait_release
 RELEASE_PERMISSION = "waits.release_wait"
 
 
+def _with_links(waits: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each wait with the admin links of its agent and of the turn it holds (the agent's open
+    turn, held ones first), and its end in epoch ms for the page's countdown."""
+    from agentops.models import Agent
+    from inference.models import Turn
+
+    names = {w["agent"] for w in waits}
+    agents = dict(Agent.objects.filter(name__in=names, disposed_at__isnull=True).values_list("name", "pk"))
+    turns: dict[int, int] = {}
+    order: dict[str, int] = {Turn.Status.HELD: 0, Turn.Status.RUNNING: 1, Turn.Status.QUEUED: 2, Turn.Status.REQUIRES_ACTION: 3}
+    open_turns = Turn.objects.filter(agent_id__in=agents.values(), status__in=Turn.OPEN).values_list("agent_id", "pk", "status")
+    for owner, turn, _status in sorted(open_turns, key=lambda t: (order.get(t[2], 9), t[1])):
+        turns.setdefault(owner, turn)
+    out = []
+    for wait in waits:
+        agent_id: int | None = agents.get(wait["agent"])
+        turn_id: int | None = turns.get(agent_id) if agent_id is not None else None
+        out.append({
+            **wait,
+            "until_ms": wait["until"].timestamp() * 1000 if wait["until"] else None,
+            "agent_url": reverse("admin:agentops_agent_change", args=[agent_id]) if agent_id is not None else None,
+            "turn_id": turn_id,
+            "turn_url": reverse("admin:inference_turn_change", args=[turn_id]) if turn_id is not None else None,
+        })
+    return out
+
+
 @admin.register(WaitJournalEntry)
 class WaitJournalEntryAdmin(ReadOnlyAdmin):
     list_display = ("id", "kind", "agent", "model", "until_ms", "short_reason", "by", "at", "problem")
@@ -71,12 +98,14 @@ class BindingWaitAdmin(ReadOnlyAdmin):
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied
-        readable, waits = binding_waits(agent=request.GET.get("agent") or None, now_ms=clock_ms())
+        now_ms = clock_ms()
+        readable, waits = binding_waits(agent=request.GET.get("agent") or None, now_ms=now_ms)
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
             "title": "Binding waits",
-            "waits": waits,
+            "waits": _with_links(waits),
+            "now_ms": now_ms,
             "journal_readable": readable,
             "can_release": request.user.has_perm(RELEASE_PERMISSION),
             "every_model": EVERY_MODEL,

@@ -22,7 +22,9 @@ from agentops.exceptions import NotFound, bad_field
 from agentops.live import dashboard_hold_ended, dashboard_hold_started
 from agentops.models import Agent, AuditEntry
 from agentops.text import FAILURE_TEXT_LIMIT, bound_text, clean_requester
+from agentops.wording import duration_text, instant_text
 
+from .alerting import hold_already_alerted
 from .clock import clock_ms
 from .core import (
     AGENT_NAME_LIMIT,
@@ -115,10 +117,14 @@ def wait_record(*, agent: Agent, model: str, retry_after_ms: float, reason: str,
     with journal_session(now_ms=now_ms) as session:
         current = session.binding.lookup(agent.name, model)
         changed = set_changes(current, deadline.until)
-        level_before = hold_level(current.until, now_ms=now_ms, alert_ms=alert_ms) if current and wait_binds(current.until, now_ms) else 0
-        alert = changed and hold_level(deadline.until, now_ms=now_ms, alert_ms=alert_ms) > level_before
+        alert = (
+            changed and hold_level(deadline.until, now_ms=now_ms, alert_ms=alert_ms) > 0
+            and not hold_already_alerted(agent=agent.name, model=model, until=deadline.until)
+        )
         message = _wait_alert_message(agent=agent.name, model=model, until=deadline.until, stated=stated, reason=reason, now_ms=now_ms)
-        on_insert = _wait_alert_writer(agent=agent.name, model=model, until=deadline.until, stated=stated, reason=reason, message=message) if alert else None
+        on_insert = _wait_alert_writer(
+            agent=agent.name, model=model, until=deadline.until, stated=stated, reason=reason, message=message, now_ms=now_ms,
+        ) if alert else None
         recorded = session.append(entry, by="provider", on_insert=on_insert)
         held, until = _hold_of(session.binding, agent.name, model, now_ms)
 
@@ -156,15 +162,13 @@ def _stated_text(retry_after_ms: object) -> str:
         value = float(retry_after_ms)
     except OverflowError:
         return f"{str(retry_after_ms)[:20]}… ms (too large for an instant)"
-    return f"{value:g} ms" if math.isfinite(value) else f"{value} ms (not a finite number)"
+    return duration_text(value) if math.isfinite(value) else f"{value} ms (not a finite number)"
 
 
 def _until_text(until: int | None, now_ms: float) -> str:
     if until is None:
         return "until released"
-    seconds = (until - now_ms) / 1000
-    span = f"{seconds / 3600:.4g} h" if seconds >= 3600 else f"{seconds:.4g} s"
-    return f"until {ms_to_datetime(until).isoformat()} ({span} from now)"
+    return f"until {instant_text(until)} ({duration_text(until - now_ms)} from now)"
 
 
 def _release_how(agent: str, model: str) -> str:
@@ -181,7 +185,7 @@ def _wait_alert_message(*, agent: str, model: str, until: int | None, stated: st
     )
 
 
-def _wait_alert_writer(*, agent: str, model: str, until: int | None, stated: str, reason: str, message: str) -> OnInsert:
+def _wait_alert_writer(*, agent: str, model: str, until: int | None, stated: str, reason: str, message: str, now_ms: float) -> OnInsert:
     """The alert, written in the wait's own transaction: raised once, when the wait lands."""
 
     def write(state: str) -> None:
@@ -191,7 +195,7 @@ def _wait_alert_writer(*, agent: str, model: str, until: int | None, stated: str
                     kind="provider-wait", agent=agent, model=model, message=message,
                     data={
                         "until": ms_to_datetime(until).isoformat() if until is not None else None,
-                        "until_ms": until, "stated": stated, "reason": reason, "recorded": state,
+                        "until_ms": until, "at_ms": now_ms, "stated": stated, "reason": reason, "recorded": state,
                         "release": {"api": "POST /api/v1/waits/release", "admin": "Binding waits", "command": f"release_wait {agent} --model {model}"},
                     },
                 )

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, get_type_hints
+
 from django.db import connection
 from django.http import HttpRequest
 from ninja import NinjaAPI, Query, Schema, Status
+from ninja.pagination import LimitOffsetPagination, paginate
 
 from agentops import services
 from agentops.exceptions import bad_field
@@ -23,6 +27,7 @@ from .schemas import (
     AgentIn,
     AgentOut,
     AgentPatch,
+    AgentStatus,
     CompleteIn,
     CompleteOut,
     ErrorOut,
@@ -80,6 +85,25 @@ def provider_list(request: HttpRequest) -> list[dict[str, str]]:
 def agent_create(request: HttpRequest, payload: AgentIn) -> Status:
     agent = services.agent_create(**payload.model_dump())
     return Status(201, turn_selectors.agent_out(agent))
+
+
+class AgentsFilter(Schema):
+    status: AgentStatus | None = None
+
+
+def _annotations_resolved(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Resolve a view's annotations here: ``paginate`` wraps the view, and ninja would read
+    the string annotations against the wrapper's module instead of this one."""
+    func.__annotations__ = get_type_hints(func, include_extras=True)
+    return func
+
+
+@api.get("/agents", response={200: list[AgentOut], **ERRORS}, tags=["agents"])
+@paginate(LimitOffsetPagination)
+@_annotations_resolved
+def agent_list(request: HttpRequest, filters: Query[AgentsFilter]) -> list[dict]:
+    """Live agents by name, with status, failure streak and holds; ``?status=`` keeps one status."""
+    return turn_selectors.agents_out(status=filters.status)
 
 
 @api.get("/agents/{name}", response={200: AgentOut, **ERRORS}, tags=["agents"])

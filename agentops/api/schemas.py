@@ -85,6 +85,15 @@ class WaitOut(BaseModel):
     source: str
 
 
+AgentStatus = Literal["idle", "queued", "running", "held", "requires_action"]
+# The enums of inference.models, spelled out for the OpenAPI document (tests/agentops/test_openapi.py
+# checks they match the models' choices).
+TurnStatus = Literal["queued", "running", "held", "requires_action", "succeeded", "failed", "exhausted", "cancelled"]
+CallKind = Literal["primary", "auxiliary", "probe"]
+CallOutcome = Literal["completed", "cut", "error", "deferred", "aborted"]
+CallBound = Literal["before_content", "between_events", "flat", "absolute", "whole_call"]
+
+
 class AgentOut(BaseModel):
     name: str
     kind: str
@@ -96,7 +105,7 @@ class AgentOut(BaseModel):
     thinking_budget: int | None
     stream: bool
     tools: list[dict[str, Any]]
-    status: Literal["idle", "queued", "running", "held", "requires_action"]
+    status: AgentStatus
     failure_streak: int
     holds: list[WaitOut]
     current_turn: int | None
@@ -126,7 +135,7 @@ class TurnIn(Strict):
 
 class TurnAccepted(BaseModel):
     id: int
-    status: str
+    status: TurnStatus
     joined: bool
 
 
@@ -157,7 +166,7 @@ class CallUsage(BaseModel):
 
 class CallOut(BaseModel):
     id: int
-    kind: str
+    kind: CallKind
     model: str
     streamed: bool
     sent_at: datetime | None
@@ -167,12 +176,14 @@ class CallOut(BaseModel):
     ended_at: datetime | None
     model_events: int
     keepalives: int
-    outcome: str | None
-    bound: str | None
+    outcome: CallOutcome | None
+    bound: CallBound | None
     bound_deadline: datetime | None
     cut_lateness_ms: float | None
     error: CallError | None
     usage: CallUsage
+    next_deadline: datetime | None = None
+    next_bound: CallBound | None = None
 
 
 class TurnOutput(BaseModel):
@@ -184,7 +195,7 @@ class TurnOutput(BaseModel):
 class TurnOut(BaseModel):
     id: int
     agent: str
-    status: str
+    status: TurnStatus
     held_until: datetime | None
     hold_reason: str
     # Why the next call waits (pacing after a 429, a retry delay, a re-arm), and until when.

@@ -91,6 +91,9 @@ MilestoneHook = Callable[[str, "Timeline"], Awaitable[None]]
 # that relays it (the drop-in endpoints): ``("sse", SseEvent)`` for each event or comment,
 # ``("body", bytes)`` for a whole body, ``("error_body", (status, headers, bytes))``.
 WireHook = Callable[[str, Any], Awaitable[None]]
+# Called on the loop after each item that leaves the call going, with the timeline and the
+# deadline now armed: cheap (the caller throttles what it sends, ``inference.calls.progress``).
+ProgressHook = Callable[["Timeline", "Deadline | None"], None]
 
 
 async def perform_call(
@@ -104,6 +107,7 @@ async def perform_call(
     on_abortable: AbortHook | None = None,
     on_milestone: MilestoneHook | None = None,
     on_wire: WireHook | None = None,
+    on_progress: ProgressHook | None = None,
     client: httpx.AsyncClient | None = None,
 ) -> CallResult:
     """Make one call and read it under the bounds. Pass a shared ``client``: building one
@@ -112,7 +116,8 @@ async def perform_call(
         async with httpx.AsyncClient(timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S)) as own:
             return await perform_call(
                 adapter=adapter, wire=wire, streamed=streamed, max_tokens=max_tokens, bounds=bounds,
-                on_delta=on_delta, on_abortable=on_abortable, on_milestone=on_milestone, on_wire=on_wire, client=own,
+                on_delta=on_delta, on_abortable=on_abortable, on_milestone=on_milestone, on_wire=on_wire,
+                on_progress=on_progress, client=own,
             )
     timeline = Timeline(sent=now_ms())
     loop = asyncio.get_running_loop()
@@ -170,6 +175,8 @@ async def perform_call(
             arm()
         if on_milestone is not None and not had_content and timeline.first_content is not None:
             await on_milestone("first_content", timeline)
+        if on_progress is not None:
+            on_progress(timeline, armed[1])
         return False
 
     async def pump() -> None:

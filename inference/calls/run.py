@@ -25,9 +25,11 @@ from agentops.models import Agent
 from inference.models import InferenceCall, Turn
 
 from .adapters import build_wire
+from .bounds import Deadline
 from .client import CallResult, Timeline, perform_call
 from .config import bounds_settings
 from .events import dashboard_call_ended, dashboard_call_started
+from .progress import progress_entry, progress_hub
 from .records import call_record
 from .types import CompiledRequest
 
@@ -90,13 +92,26 @@ def call_run(
             if turn_id is not None:
                 publish_turn_event(turn_id, {"type": "call.delta", "turn": turn_id, "call": call.pk, "text": text})
 
+        hub = progress_hub()
+        firsts = [False, False]  # first event, first content: sent at once
+
+        def on_progress(timeline: Timeline, deadline: Deadline | None) -> None:
+            now_firsts = [timeline.first_event is not None, timeline.first_content is not None]
+            urgent = now_firsts != firsts
+            firsts[:] = now_firsts
+            hub.update(
+                progress_entry(call_id=call.pk, agent=agent.name, turn_id=call.turn_id, timeline=timeline, deadline=deadline),
+                urgent=urgent,
+            )
+
         try:
             return await perform_call(
                 adapter=adapter, wire=wire, streamed=request.stream, max_tokens=request.max_tokens,
                 bounds=bounds_settings(), client=engine.http, on_abortable=on_abortable,
-                on_milestone=on_milestone, on_delta=on_delta,
+                on_milestone=on_milestone, on_delta=on_delta, on_progress=on_progress,
             )
         finally:
+            hub.ended(call.pk)
             for stop_watching in unwatch:
                 stop_watching()
 

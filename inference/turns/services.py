@@ -223,9 +223,18 @@ def turn_hold(*, turn: Turn, until: datetime | None, reason: str) -> bool:
     no failure is counted and no note written (DESIGN §6.6). False if it moved meanwhile."""
     held = _move(turn.pk, Status.HELD, hold_until=until, hold_reason=reason)
     if held and turn.status != Status.HELD:
-        logger.info("agent %s turn %s held until %s: %s", turn.agent.name, turn.pk, until or "released", reason)
+        # The drain claims a held turn at each re-check and holds it again: one line per hold,
+        # not one per re-check (the same end and reason is the same hold).
+        if _HOLDS_LOGGED.get(turn.pk) != (until, reason):
+            if len(_HOLDS_LOGGED) > 10_000:
+                _HOLDS_LOGGED.clear()
+            _HOLDS_LOGGED[turn.pk] = (until, reason)
+            logger.info("agent %s turn %s held until %s: %s", turn.agent.name, turn.pk, until or "released", reason)
         _announce(turn.pk, Status.HELD, held_until=until.isoformat() if until else None)
     return held
+
+
+_HOLDS_LOGGED: dict[int, tuple[datetime | None, str]] = {}
 
 
 def turn_hand_back(*, turn: Turn) -> bool:

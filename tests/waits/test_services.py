@@ -27,11 +27,11 @@ def wait_alerts(agent: Agent) -> list[Alert]:
 # --- alerts ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("stated", "end"), [(24 * HOUR, "2027-01-16T08:00:00+00:00"), (1e20, "until released"), (math.nan, "until released")])
+@pytest.mark.parametrize(("stated", "end"), [(24 * HOUR, "until 2027-01-16 08:00:00 UTC (1 d from now)"), (1e20, "until released"), (math.nan, "until released")])
 def test_a_long_or_indefinite_wait_raises_one_alert_even_when_recorded_twice(agent: Agent, stated: float, end: str) -> None:
     first = wait_record(agent=agent, model="m1", retry_after_ms=stated, reason="429 quota window", now_ms=NOW)
     again = wait_record(agent=agent, model="m1", retry_after_ms=stated, reason="429 quota window", now_ms=NOW)
-    later = wait_record(agent=agent, model="m1", retry_after_ms=stated, reason="429 quota window", now_ms=NOW + 60_000)
+    later = wait_record(agent=agent, model="m1", retry_after_ms=stated, reason="429 quota window", now_ms=NOW + 1000)
     assert (first.alerted, again.alerted, later.alerted) == (True, False, False)
     alerts = wait_alerts(agent)
     assert len(alerts) == 1
@@ -57,9 +57,46 @@ def test_a_millisecond_over_the_alert_setting_alerts(agent: Agent, settings: Any
 def test_a_pacing_wait_that_grows_into_a_long_hold_alerts_and_an_indefinite_one_alerts_again(agent: Agent) -> None:
     assert not wait_record(agent=agent, model="m1", retry_after_ms=HOUR / 2, reason="429", now_ms=NOW).alerted
     assert wait_record(agent=agent, model="m1", retry_after_ms=2 * HOUR, reason="429", now_ms=NOW).alerted
-    assert not wait_record(agent=agent, model="m1", retry_after_ms=3 * HOUR, reason="429", now_ms=NOW).alerted
     assert wait_record(agent=agent, model="m1", retry_after_ms=math.inf, reason="429", now_ms=NOW).alerted
+    assert not wait_record(agent=agent, model="m1", retry_after_ms=math.nan, reason="429", now_ms=NOW + 5).alerted
     assert len(wait_alerts(agent)) == 2
+
+
+def test_a_re_hold_that_ends_no_later_than_a_second_after_the_alerted_hold_raises_no_new_alert(agent: Agent) -> None:
+    """The provider restating the same window (its Retry-After counting down) is one hold."""
+    assert wait_record(agent=agent, model="m1", retry_after_ms=2 * HOUR, reason="429", now_ms=NOW).alerted
+    for step in range(1, 5):  # four re-holds in seven minutes, each ending within a second of the first
+        now = NOW + step * 105_000
+        assert not wait_record(agent=agent, model="m1", retry_after_ms=2 * HOUR - step * 105_000 + 999, reason="429", now_ms=now).alerted
+    assert not wait_record(agent=agent, model="m1", retry_after_ms=HOUR + 1, reason="429", now_ms=NOW + 420_000).alerted
+    assert len(wait_alerts(agent)) == 1
+
+
+def test_a_re_hold_that_ends_later_than_the_alerted_hold_alerts_with_the_new_end(agent: Agent) -> None:
+    assert wait_record(agent=agent, model="m1", retry_after_ms=2 * HOUR, reason="429", now_ms=NOW).alerted
+    assert wait_record(agent=agent, model="m1", retry_after_ms=2 * HOUR, reason="429", now_ms=NOW + 1002).alerted
+    alerts = wait_alerts(agent)
+    assert len(alerts) == 2
+    assert alerts[1].data["until_ms"] == NOW + 1002 + 2 * HOUR
+
+
+def test_a_long_hold_after_the_alerted_one_ended_alerts_again(agent: Agent) -> None:
+    assert wait_record(agent=agent, model="m1", retry_after_ms=2 * HOUR, reason="429", now_ms=NOW).alerted
+    assert wait_record(agent=agent, model="m1", retry_after_ms=2 * HOUR, reason="429", now_ms=NOW + 2 * HOUR).alerted
+    assert len(wait_alerts(agent)) == 2
+
+
+def test_each_model_gets_its_own_alert(agent: Agent) -> None:
+    assert wait_record(agent=agent, model="m1", retry_after_ms=2 * HOUR, reason="429", now_ms=NOW).alerted
+    assert wait_record(agent=agent, model="m2", retry_after_ms=2 * HOUR, reason="429", now_ms=NOW).alerted
+
+
+def test_an_alert_words_the_stated_wait_and_its_end_as_people_read_them(agent: Agent) -> None:
+    wait_record(agent=agent, model="m1", retry_after_ms=7_200_000, reason="429", now_ms=NOW)
+    message = wait_alerts(agent)[0].message
+    assert "until 2027-01-15 10:00:00 UTC (2 h from now)" in message
+    assert "the provider asked to wait 2 h " in message
+    assert "e+0" not in message and "7.2" not in message
 
 
 def test_a_new_long_wait_after_a_release_alerts_again(agent: Agent) -> None:

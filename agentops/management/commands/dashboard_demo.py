@@ -22,8 +22,9 @@ LIVE_AGENTS = [
     ("live-stalled", "standin-openai", "pings:interval_ms=500", True),
     # a slow unstreamed answer: counts down to its whole-call deadline
     ("live-unstreamed", "standin-openai", "answer:delay_ms=40000", False),
-    # a 429 stating a 20 minute wait: a hold counting down, and a provider-wait alert
-    ("live-held", "standin-openai", "rate-limit:form=retry-after-ms,wait_ms=1200000", True),
+    # a 429 stating a 2 hour wait (longer than AGENTOPS_WAIT_ALERT_MS, 1 h): a hold counting
+    # down, and its provider-wait alert
+    ("live-held", "standin-openai", "rate-limit:form=retry-after-ms,wait_ms=7200000", True),
     # refused every time: the streak climbs to hard-down, the probe is refused too
     ("live-refused", "standin-anthropic", "refuse", True),
 ]

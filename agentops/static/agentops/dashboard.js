@@ -1,5 +1,5 @@
 // The live dashboard (DESIGN §9). Plain JS, no build step: it renders the snapshot embedded in
-// the page, opens /ws/dashboard and applies its events (snapshot, call.started, call.ended,
+// the page, opens /ws/dashboard and applies its events (snapshot, call.started, call.progress, call.ended,
 // hold.started, hold.ended, alert.raised). Countdowns tick every 250 ms against the server's
 // clock (the browser's clock corrected by each snapshot's now_ms).
 "use strict";
@@ -58,6 +58,16 @@
     return new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
   }
 
+  // At most `limit` characters, cut at a word boundary (as agentops.wording.excerpt).
+  function excerpt(text, limit) {
+    text = text.split(/\s+/).join(" ").trim();
+    if (text.length <= limit) return text;
+    let cut = text.slice(0, limit - 1);
+    const space = cut.lastIndexOf(" ");
+    if (space >= (limit - 1) / 2) cut = cut.slice(0, space);
+    return cut.replace(/[ ,;:.(-]+$/, "") + "…";
+  }
+
   function ago(ms) {
     const d = now() - ms;
     return d < 5000 ? "just now" : duration(d) + " ago";
@@ -102,6 +112,22 @@
       state.calls.set(e.call.id, e.call);
       state.gone.delete("call-" + e.call.id);
       renderCalls();
+    },
+    // Throttled progress of in-flight calls (a few a second at most): counts so far, and the
+    // nearest deadline now, which moves as model events arrive.
+    "call.progress": (e) => {
+      let changed = false;
+      for (const p of e.calls) {
+        const c = state.calls.get(p.id);
+        if (!c) continue; // already ended, or not shown
+        const moved = c.deadline_ms !== p.deadline_ms;
+        Object.assign(c, {
+          deadline_ms: p.deadline_ms, bound: p.bound, model_events: p.model_events, keepalives: p.keepalives,
+          first_event_ms: p.first_event_ms, first_content_ms: p.first_content_ms, last_event_ms: p.last_event_ms,
+        });
+        changed = changed || moved;
+      }
+      if (changed) renderCalls(); else tick();
     },
     "call.ended": (e) => {
       const row = Object.assign({}, state.calls.get(e.call.id) || {}, e.call);
@@ -190,18 +216,27 @@
 
   function callDeadlineCell(c) {
     if (c.deadline_ms == null) return el("td", { class: "sub" }, "bounds are off");
-    const cell = el("td", { "data-call": c.id });
+    const cell = el("td", { "data-call": c.id, "data-bound": c.bound || "", "data-deadline": c.deadline_ms });
     cell.append(el("div", { class: "countdown" }), el("div", { class: "bar" }, el("span")), el("div", { class: "sub" }));
     return cell;
   }
 
+  function progressNote(c) {
+    if (c.model_events == null) return "";
+    const parts = [c.model_events + " model event" + (c.model_events === 1 ? "" : "s"), c.keepalives + " keepalive" + (c.keepalives === 1 ? "" : "s")];
+    if (c.first_content_ms != null) parts.push("content since " + duration(now() - c.first_content_ms));
+    return parts.join(", ");
+  }
+
   function tickCall(cell, c, t) {
-    let text, cls, left, span, note = "";
+    let text, cls, left, span, note = progressNote(c);
+    cell.dataset.bound = c.bound || "";
+    cell.dataset.deadline = c.deadline_ms;
     if (t < c.deadline_ms) {
-      left = c.deadline_ms - t; span = c.deadline_ms - c.since_ms;
+      left = c.deadline_ms - t; span = Math.max(1, c.deadline_ms - (c.last_event_ms || c.since_ms));
       text = words(c.bound) + " in " + duration(left);
-      // Only the start and the end of a call are sent, not its stream: say what moves it.
-      if (c.bound === "before_content") note = "cut then unless content arrives first";
+      if (c.bound === "before_content") note = (note ? note + "; " : "") + "cut then unless content arrives first";
+      else if (c.bound === "between_events") note = (note ? note + "; " : "") + "moves with each model event";
     } else if (c.final_ms != null && c.final_ms > c.deadline_ms && t < c.final_ms) {
       // Past its first deadline and not cut: it is receiving model events.
       left = c.final_ms - t; span = c.final_ms - c.since_ms;
@@ -294,7 +329,7 @@
           a.model ? el("span", { class: "mono sub" }, a.model) : null,
           a.verdict ? el("span", { class: "tag" }, a.verdict) : null,
           el("span", { class: "when", "data-ago": at, title: a.created_at }, ago(at))),
-        el("div", { class: "msg" }, a.message.length > 400 ? a.message.slice(0, 400) + "…" : a.message),
+        el("div", { class: "msg", title: a.message }, excerpt(a.message, 400)),
         a.acknowledged_at ? el("div", { class: "sub" }, "acknowledged by " + (a.acknowledged_by || "someone")) : null,
       );
       a._fresh = false;

@@ -1,0 +1,64 @@
+"""The service's edge: what answers outside the routes themselves.
+
+* Under ``/api/``, an unknown route (404) or a method the route does not take (405) answers
+  API.md's error shape, ``{"code", "message", "data"}``, not Django's HTML or plain text.
+* ``/`` sends staff to the dashboard and everyone else to the API's interactive docs.
+* ``/favicon.ico``: a small icon, so browsers stop logging 404s.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.urls import reverse
+
+API_PREFIX = "/api/"
+
+FAVICON = (
+    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32">'
+    '<rect width="32" height="32" rx="6" fill="#264b5d"/>'
+    '<path d="M6 22 L12 12 L17 18 L21 9 L26 22" fill="none" stroke="#f5dd5d" stroke-width="3" '
+    'stroke-linecap="round" stroke-linejoin="round"/></svg>'
+)
+
+
+class ApiEdgeMiddleware:
+    """Turn the 404s and 405s Django and ninja produce under ``/api/`` into JSON errors."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if not request.path.startswith(API_PREFIX) or response.status_code not in (404, 405):
+            return response
+        if response.get("Content-Type", "").startswith("application/json"):
+            return response  # already the API's own error
+        if response.status_code == 404:
+            body = {"code": "not_found", "message": f"no API route {request.path}", "data": {"path": request.path}}
+            return JsonResponse(body, status=404)
+        allowed = [m.strip() for m in response.get("Allow", "").split(",") if m.strip()]
+        body = {
+            "code": "method_not_allowed",
+            "message": f"{request.method} is not allowed on {request.path}" + (f"; allowed: {', '.join(allowed)}" if allowed else ""),
+            "data": {"method": request.method, "allowed": allowed},
+        }
+        out = HttpResponse(json.dumps(body), status=405, content_type="application/json")
+        if allowed:
+            out["Allow"] = ", ".join(allowed)
+        return out
+
+
+def root_view(request: HttpRequest) -> HttpResponse:
+    """``/``: the dashboard for staff, the API docs for everyone else."""
+    if request.user.is_authenticated and request.user.is_staff:
+        return HttpResponseRedirect(reverse("dashboard"))
+    return HttpResponseRedirect("/api/v1/docs")
+
+
+def favicon_view(request: HttpRequest) -> HttpResponse:
+    response = HttpResponse(FAVICON, content_type="image/svg+xml")
+    response["Cache-Control"] = "public, max-age=86400"
+    return response
