@@ -7,7 +7,8 @@ from typing import Any
 from django.db.models import Prefetch
 
 from agentops.exceptions import NotFound
-from agentops.models import Agent
+from agentops.models import Agent, ApiToken
+from agentops.selectors import id_valid, visible_to
 
 from .models import InferenceCall, Turn
 
@@ -50,6 +51,7 @@ def agent_out(agent: Agent) -> dict[str, Any]:
     current = agent_current_turn(agent)
     return {
         "name": agent.name,
+        "project": agent.project.name,
         "kind": agent.kind,
         "provider": agent.provider.name,
         "model": agent.model,
@@ -89,8 +91,17 @@ def call_out(call: InferenceCall) -> dict[str, Any]:
 
 
 def turn_get(*, turn_id: int) -> Turn:
-    turn = Turn.objects.select_related("agent", "note").filter(pk=turn_id).first()
+    turn = Turn.objects.select_related("agent", "note").filter(pk=turn_id).first() if id_valid(turn_id) else None
     if turn is None:
+        raise NotFound(f"no turn with id {turn_id}", data={"field": "id"})
+    return turn
+
+
+def turn_for(*, token: ApiToken, turn_id: int) -> Turn:
+    """``turn_get`` as ``token`` may see it: another project's turn is not found, exactly as an
+    unknown id (see ``agentops.selectors.agent_for``)."""
+    turn = turn_get(turn_id=turn_id)
+    if not visible_to(token, turn.agent):
         raise NotFound(f"no turn with id {turn_id}", data={"field": "id"})
     return turn
 
