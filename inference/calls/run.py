@@ -81,7 +81,8 @@ def call_run(
 
     async def perform() -> CallResult:
         if refused is not None:
-            return CallResult(outcome="error", timeline=Timeline(sent=now_ms()), error=refused)
+            at = now_ms()
+            return CallResult(outcome="error", timeline=Timeline(sent=at, ended=at), error=refused)
         unwatch: list[Callable[[], None]] = []
 
         def on_abortable(abort: Callable[[], None]) -> None:
