@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint bench screenshots clean-var
+.PHONY: install run test fuzz lint bench screenshots clean-var
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "agentops needs Python 3.11 or newer")'
@@ -23,6 +23,10 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m agentops.launcher test -- $(ARGS)
+
+# The API fuzzed against its OpenAPI document at length (make test runs a bounded pass).
+fuzz: $(STAMP)
+	AGENTOPS_FUZZ_EXAMPLES=$${AGENTOPS_FUZZ_EXAMPLES:-300} $(BIN)/python -m agentops.launcher test -- tests/agentops/test_fuzz.py -q $(ARGS)
 
 # Benchmarks (results in README.md, Performance). Slow: minutes, not seconds.
 bench: $(STAMP)
