@@ -5,6 +5,7 @@ creation and again before every call; non-operator tokens see names and kinds on
 from __future__ import annotations
 
 import json
+import socket
 from typing import Any
 
 import pytest
@@ -126,14 +127,33 @@ def test_a_setting_changed_after_creation_is_honoured_at_the_next_call(
     assert len(standin_requests()) == 1
 
 
+NAME = "provider.example.test"
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_call_connects_to_the_checked_address_with_the_name_in_the_host_header(
-    api: Client, standin: str, standin_requests: Any
+    api: Client, standin: str, standin_requests: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    by_name = standin.replace("127.0.0.1", "localhost")
+    # DNS faked at the process edge: the name answers the stand-in's loopback address for the
+    # check, then an address where nothing listens (a rebinding). The call must go where the
+    # check looked, once, with the name in the Host header.
+    lookups: list[str] = []
+    real_getaddrinfo = socket.getaddrinfo
+
+    def getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if host != NAME:
+            return real_getaddrinfo(host, port, *args, **kwargs)
+        lookups.append(host)
+        address = "127.0.0.1" if len(lookups) == 1 else "127.0.0.2"
+        return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (address, int(port)))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    by_name = standin.replace("127.0.0.1", NAME)
     provider = Provider.objects.create(name="named", kind="openai", base_url=f"{by_name}/v1")
     agent: Agent = AgentFactory.create(provider=provider, model="answer")
-    assert complete(api, agent.name).status_code == 200
+    response = complete(api, agent.name)
+    assert response.status_code == 200, response.content
+    assert lookups == [NAME]
     [sent] = standin_requests()
     headers = {k.lower(): v for k, v in sent["headers"].items()}
     assert headers["host"] == by_name.removeprefix("http://")
