@@ -162,7 +162,7 @@ def test_a_body_over_the_limit_is_a_413(api: Client, agent: Agent) -> None:
 def test_a_lone_surrogate_in_a_release_is_a_400_and_later_acts_still_work_in_this_process(
     api: Client, agent: Agent, field: str
 ) -> None:
-    raw = '{"agent": "ada", "model": "m1", "%s": "ops \\ud800"}' % field
+    raw = '{"agent": "ada", "model": "m1", "' + field + '": "ops \\ud800"}'
     response = call(api, "POST", "/api/v1/waits/release", raw)
     assert_bad(response, field, "lone surrogates")
     assert journal_pending() == [] and not WaitJournalEntry.objects.exists() and not AuditEntry.objects.exists()
@@ -201,3 +201,26 @@ def test_joining_a_queued_turn_stops_at_100_messages_in_all_with_a_409_and_the_c
     assert "100" in over.json()["message"]
     turn = Turn.objects.get()
     assert turn.trigger_rows.count() == 100 and HistoryRow.objects.count() == 100
+
+
+# --- the OpenAPI document states the rules ------------------------------------------------
+
+
+def test_the_openapi_document_states_enums_patterns_limits_and_the_400_and_413_answers(api: Client) -> None:
+    doc = api.get("/api/v1/openapi.json").json()
+    schemas = doc["components"]["schemas"]
+    call = schemas["CallOut"]["properties"]
+    assert set(schemas[call["kind"]["$ref"].split("/")[-1]]["enum"]) == {"primary", "auxiliary", "probe"}
+    assert {"completed", "cut", "error", "aborted", "deferred"} <= set(schemas[call["outcome"]["anyOf"][0]["$ref"].split("/")[-1]]["enum"])
+    assert "whole_call" in schemas[call["bound"]["anyOf"][0]["$ref"].split("/")[-1]]["enum"]
+    status = schemas["TurnOut"]["properties"]["status"]["$ref"].split("/")[-1]
+    assert {"queued", "running", "held", "requires_action", "succeeded", "failed", "cancelled"} <= set(schemas[status]["enum"])
+    participant = schemas["MessageIn"]["properties"]["participant"]
+    assert participant["maxLength"] == 100 and "\\u202a-\\u202e" in participant["pattern"] and "\\x00" in participant["pattern"]
+    for path, operations in doc["paths"].items():
+        for method, operation in operations.items():
+            if path.endswith("/health"):
+                continue
+            assert {"400", "401"} <= set(operation["responses"]), (method, path)
+            if method in ("post", "patch"):
+                assert "413" in operation["responses"], (method, path)

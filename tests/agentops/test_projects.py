@@ -166,3 +166,27 @@ def test_an_agent_made_without_a_token_belongs_to_the_default_project(tokens: di
     assert agent.project.name == "default"
     assert ApiToken.objects.get(name="alpha-bot").project.name == "alpha"
     not_found_like_unknown(call(client(tokens["alpha"]), "GET", "/api/v1/agents/legacy"), "legacy")
+
+
+def test_the_admin_shows_each_agents_project_and_filters_by_it(tokens: dict[str, str], agents: dict[str, int], admin_client: Client) -> None:
+    from agentops.models import Project
+
+    page = admin_client.get("/admin/agentops/agent/")
+    assert page.status_code == 200
+    assert b"alpha" in page.content and b"beta" in page.content
+    alpha = Project.objects.get(name="alpha")
+    filtered = admin_client.get(f"/admin/agentops/agent/?project__id__exact={alpha.pk}")
+    assert b">a1<" in filtered.content and b">b1<" not in filtered.content
+
+
+def test_the_admin_refuses_a_provider_the_policy_refuses(admin_client: Client) -> None:
+    from agentops.models import Provider
+
+    form = {"name": "meta", "kind": "openai", "base_url": "http://169.254.169.254/", "api_key_env": "DATABASE_URL"}
+    page = admin_client.post("/admin/agentops/provider/add/", form)
+    assert page.status_code == 200 and b"cloud-metadata" in page.content
+    assert not Provider.objects.exists()
+    form["base_url"] = "http://127.0.0.1:9/v1"
+    page = admin_client.post("/admin/agentops/provider/add/", form)
+    assert page.status_code == 200 and b"AGENTOPS_PROVIDER_KEY_ENVS" in page.content
+    assert not Provider.objects.exists()
