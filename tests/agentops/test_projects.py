@@ -120,7 +120,7 @@ def test_another_projects_turn_answers_exactly_as_an_unknown_one(
     other = call(alpha, method, f"/api/v1/turns/{theirs}{suffix}", body)
     assert (unknown.status_code, other.status_code) == (404, 404)
     assert other.json() == {**unknown.json(), "message": f"no turn with id {theirs}"}
-    assert Turn.objects.get(pk=theirs).status == Turn.Status.QUEUED  # not cancelled
+    assert Turn.objects.get(pk=theirs).status != Turn.Status.CANCELLED
     assert call(client(tokens["beta"]), "GET", f"/api/v1/turns/{theirs}").status_code == 200
     assert call(client(tokens["operator"]), "GET", f"/api/v1/turns/{theirs}").status_code == 200
 
@@ -140,8 +140,10 @@ async def test_the_websocket_of_another_projects_turn_is_refused_as_unknown(toke
 
     assert await connect(tokens["alpha"], theirs) == (False, 4404)
     assert await connect(tokens["alpha"], theirs + 1000) == (False, 4404)
-    assert await connect(tokens["beta"], theirs) == (True, "queued")
-    assert await connect(tokens["operator"], theirs) == (True, "queued")
+    # accepted, with the turn's status first (a worker may have picked the turn up already)
+    for token in (tokens["beta"], tokens["operator"]):
+        connected, status = await connect(token, theirs)
+        assert connected and status in {s.value for s in Turn.Status}
     assert await connect(tokens["operator"], 2**70) == (False, 4404)
     await database_sync_to_async(Agent.objects.count)()
 
