@@ -26,7 +26,7 @@ test: $(STAMP)
 
 # The API fuzzed against its OpenAPI document at length (make test runs a bounded pass).
 fuzz: $(STAMP)
-	AGENTOPS_FUZZ_EXAMPLES=$${AGENTOPS_FUZZ_EXAMPLES:-300} $(BIN)/python -m agentops.launcher test -- tests/agentops/test_fuzz.py -q $(ARGS)
+	AGENTOPS_FUZZ_EXAMPLES=$${AGENTOPS_FUZZ_EXAMPLES:-1000} $(BIN)/python -m agentops.launcher test -- tests/agentops/test_fuzz.py -q $(ARGS)
 
 # Benchmarks (results in README.md, Performance). Slow: minutes, not seconds.
 bench: $(STAMP)

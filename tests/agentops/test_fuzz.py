@@ -2,7 +2,7 @@
 operator token and with a non-operator token, never answers a 5xx, and every answer conforms
 to the document (its status codes, content types and response schemas).
 
-Bounded for ``make test`` (``AGENTOPS_FUZZ_EXAMPLES`` examples per operation and token, 15 by
+Bounded for ``make test`` (``AGENTOPS_FUZZ_EXAMPLES`` examples per operation and token, 50 by
 default); ``make fuzz`` runs many more."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from agentops.services import history_append
 from agentops.tokens import api_token_create
 from tests.factories import AgentFactory
 
-EXAMPLES = int(os.environ.get("AGENTOPS_FUZZ_EXAMPLES", "15"))
+EXAMPLES = int(os.environ.get("AGENTOPS_FUZZ_EXAMPLES", "50"))
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance, response_schema_conformance]
 
 schema = schemathesis.openapi.from_wsgi("/api/v1/openapi.json", get_wsgi_application())
