@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 import schemathesis
-from schemathesis import GenerationMode
 from django.core.wsgi import get_wsgi_application
 from hypothesis import HealthCheck, settings
+from schemathesis import GenerationMode
 from schemathesis.checks import (
     content_type_conformance,
     not_a_server_error,
