@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint bench bench-dropin mutate screenshots clean-var token
+.PHONY: install run test fuzz lint bench bench-dropin mutate screenshots clean-var token
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "agentops needs Python 3.11 or newer")'
@@ -26,10 +26,14 @@ test: $(STAMP)
 
 # An API token, printed alone on stdout (the launcher's own lines go to stderr), for the
 # service `make run` runs: TOKEN=$(make -s token NAME=me OPERATOR=1). NAME defaults to "me";
-# OPERATOR=1 allows the operator endpoints.
+# OPERATOR=1 allows the operator endpoints; PROJECT=P puts the token in project P (default: default).
 NAME ?= me
 token: $(STAMP)
-	@$(BIN)/python -m agentops.launcher exec -- $(BIN)/python manage.py create_api_token '$(NAME)' $(if $(filter 1 yes true,$(OPERATOR)),--operator)
+	@$(BIN)/python -m agentops.launcher exec -- $(BIN)/python manage.py create_api_token '$(NAME)' $(if $(filter 1 yes true,$(OPERATOR)),--operator) $(if $(PROJECT),--project '$(PROJECT)')
+
+# The API fuzzed against its OpenAPI document at length (make test runs a bounded pass).
+fuzz: $(STAMP)
+	AGENTOPS_FUZZ_EXAMPLES=$${AGENTOPS_FUZZ_EXAMPLES:-1000} $(BIN)/python -m agentops.launcher test -- tests/agentops/test_fuzz.py -q $(ARGS)
 
 # Benchmarks (results in README.md, Performance). Slow: minutes, not seconds.
 bench: $(STAMP)

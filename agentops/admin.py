@@ -4,17 +4,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from django import forms
 from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from .admin_base import ReadOnlyAdmin
 from .admin_display import when
-from .models import Agent, Alert, ApiToken, AuditEntry, HistoryRow, Provider
+from .models import Agent, Alert, ApiToken, AuditEntry, HistoryRow, Project, Provider
+from .providers import provider_problem
+from .urlsafety import resolved_ahead
 from .wording import excerpt
 
 if TYPE_CHECKING:
@@ -25,9 +28,42 @@ admin.site.site_url = "/dashboard/"  # "View site": the live dashboard
 admin.site.site_title = "agentops"
 
 
+class ProviderForm(forms.ModelForm):
+    """The provider policy of the API (agentops.providers), for rows saved in the admin."""
+
+    class Meta:
+        model = Provider
+        fields = ("name", "kind", "base_url", "api_key_env")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if "base_url" in data and "api_key_env" in data:
+            refused = provider_problem(base_url=data["base_url"], api_key_env=data["api_key_env"] or "")
+            if refused:
+                self.add_error(refused[0], refused[1])
+        return data
+
+
 @admin.register(Provider)
 class ProviderAdmin(admin.ModelAdmin):
+    form = ProviderForm
     list_display = ("name", "kind", "base_url", "api_key_env", "created_at")
+    search_fields = ("name",)
+
+    def changeform_view(
+        self, request: HttpRequest, object_id: str | None = None, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        # The policy resolves the host: look it up before the transaction Django opens for
+        # the save, so no transaction waits on DNS (as the webhooks' admin does).
+        if request.method != "POST":
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        with resolved_ahead(request.POST.get("base_url", "")):
+            return super().changeform_view(request, object_id, form_url, extra_context)
+
+
+@admin.register(Project)
+class ProjectAdmin(admin.ModelAdmin):
+    list_display = ("name", "created_at")
     search_fields = ("name",)
 
 
@@ -37,8 +73,8 @@ class AgentAdmin(admin.ModelAdmin):
     annotated, its open turns prefetched, and the binding waits read once for the page (a
     journal read reduces the whole journal; once per row made a page of 100 agents crawl)."""
 
-    list_display = ("name", "kind", "provider", "model", "status", "failure_streak", "holds", "current_turn", "disposed_at")
-    list_filter = ("kind", "provider")
+    list_display = ("name", "project", "kind", "provider", "model", "status", "failure_streak", "holds", "current_turn", "disposed_at")
+    list_filter = ("project", "kind", "provider")
     search_fields = ("name", "model")
     readonly_fields = ("status", "failure_streak", "holds", "current_turn", "created_at", "disposed_at")
 
@@ -49,7 +85,7 @@ class AgentAdmin(admin.ModelAdmin):
         streak = BreakerState.objects.filter(agent=OuterRef("pk")).values("streak")[:1]
         return (
             super().get_queryset(request)
-            .select_related("provider")
+            .select_related("provider", "project")
             .annotate(breaker_streak=Coalesce(Subquery(streak), 0))
             .prefetch_related(agent_open_turns())
         )
@@ -152,7 +188,8 @@ class HistoryRowAdmin(ReadOnlyAdmin):
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(ReadOnlyAdmin):
-    list_display = ("name", "prefix", "operator", "created_at", "last_used_at", "revoked_at")
+    list_display = ("name", "project", "prefix", "operator", "created_at", "last_used_at", "revoked_at")
+    list_filter = ("project", "operator")
     exclude = ("token_hash",)
 
 

@@ -13,7 +13,9 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from agentops.dashboard import dashboard_snapshot
+from agentops.exceptions import NotFound
 from agentops.live import DASHBOARD_GROUP, turn_group
+from agentops.models import ApiToken
 from agentops.tokens import api_token_check
 
 
@@ -41,8 +43,8 @@ class TurnConsumer(ToleratesBadFrames):
 
     async def connect(self) -> None:
         query = parse_qs(self.scope.get("query_string", b"").decode(errors="replace"))
-        token = (query.get("token") or [""])[0]
-        if await database_sync_to_async(api_token_check)(token) is None:
+        token = await database_sync_to_async(api_token_check)((query.get("token") or [""])[0])
+        if token is None:
             await self.close(code=4401)
             return
         try:
@@ -50,7 +52,8 @@ class TurnConsumer(ToleratesBadFrames):
         except (KeyError, ValueError):
             await self.close(code=4404)
             return
-        status = await database_sync_to_async(_turn_status)(turn_id)
+        # Another project's turn is unknown to this token, exactly as a missing one.
+        status = await database_sync_to_async(_turn_status)(turn_id, token)
         if status is None:
             await self.close(code=4404)
             return
@@ -70,10 +73,13 @@ class TurnConsumer(ToleratesBadFrames):
         await self.send_json(message["event"])
 
 
-def _turn_status(turn_id: int) -> str | None:
-    from inference.models import Turn
+def _turn_status(turn_id: int, token: ApiToken) -> str | None:
+    from inference.selectors import turn_for
 
-    return Turn.objects.filter(pk=turn_id).values_list("status", flat=True).first()
+    try:
+        return str(turn_for(token=token, turn_id=turn_id).status)
+    except NotFound:
+        return None
 
 
 class DashboardConsumer(ToleratesBadFrames):

@@ -154,6 +154,8 @@ def main(argv: list[str]) -> int:
         print("usage: python -m agentops.launcher run | test [-- pytest args] | exec -- COMMAND...", file=sys.stderr)
         return 2
     env = dict(os.environ)
+    # The stand-in provider (make run, the tests) listens on loopback.
+    env.setdefault("AGENTOPS_PROVIDERS_ALLOW_PRIVATE", "true")
     VAR_DIR.mkdir(exist_ok=True)
     services = _services(env)
     # The launcher's own SIGTERM (from a supervisor) is handled like Ctrl-C.

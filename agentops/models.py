@@ -2,7 +2,27 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
+
+DEFAULT_PROJECT = "default"
+
+
+class Project(models.Model):
+    """A tenant: API tokens belong to one, and agents to the project of the token that created
+    them. A non-operator token sees only its own project's agents (API.md, Projects)."""
+
+    name = models.CharField(max_length=100, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def default_project_id() -> int:
+    """The ``default`` project (created by migration; created here if it was deleted)."""
+    return Project.objects.get_or_create(name=DEFAULT_PROJECT)[0].pk
 
 
 class Provider(models.Model):
@@ -29,6 +49,10 @@ class Agent(models.Model):
         EPHEMERAL = "ephemeral"
 
     name = models.CharField(max_length=100, unique=True)
+    # Names stay globally unique (the waits journal keys on the name); the project scopes who
+    # may see and act on the agent.
+    # Set on save when not given: the ``default`` project (no query when an Agent is built).
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="agents")
     kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.RESIDENT)
     provider = models.ForeignKey(Provider, on_delete=models.PROTECT, related_name="agents")
     model = models.CharField(max_length=200)
@@ -45,6 +69,11 @@ class Agent(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.project_id is None:
+            self.project_id = default_project_id()
+        super().save(*args, **kwargs)
 
 
 class HistoryRow(models.Model):
@@ -85,6 +114,8 @@ class ApiToken(models.Model):
     # sha256 of the token; the token itself is printed once and never stored.
     token_hash = models.CharField(max_length=64, unique=True)
     prefix = models.CharField(max_length=12)
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="tokens")
+    # An operator token sees and acts on every project.
     operator = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
@@ -92,6 +123,11 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.project_id is None:
+            self.project_id = default_project_id()
+        super().save(*args, **kwargs)
 
 
 class AuditEntry(models.Model):

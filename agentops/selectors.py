@@ -5,7 +5,37 @@ from __future__ import annotations
 from typing import Any
 
 from .exceptions import NotFound
-from .models import Agent, Alert, HistoryRow
+from .models import Agent, Alert, ApiToken, HistoryRow
+from .validation import text_problem
+
+ID_LIMIT = 2**63 - 1  # the largest id PostgreSQL's bigint holds
+
+
+def agent_for(*, token: ApiToken, name: str) -> Agent:
+    """The live agent named ``name`` as ``token`` may see it: the one lookup behind every
+    client-named agent (the API, the websocket). A non-operator token sees only its own
+    project's agents; another project's agent answers exactly as an unknown name does, so names
+    of other projects do not leak. A name that could not be stored (NUL, a lone surrogate, a
+    control) is unknown too."""
+    found = None
+    if isinstance(name, str) and len(name) <= 100 and text_problem(name, line=True) is None:
+        agents = Agent.objects.select_related("provider", "project").filter(name=name, disposed_at__isnull=True)
+        if not token.operator:
+            agents = agents.filter(project=token.project)
+        found = agents.first()
+    if found is None:
+        raise NotFound(f"no agent named {name!r}", data={"field": "name"})
+    return found
+
+
+def visible_to(token: ApiToken, agent: Agent) -> bool:
+    """Whether ``token`` may see ``agent`` (its project's, or any for an operator)."""
+    return bool(token.operator) or agent.project_id == token.project_id
+
+
+def id_valid(value: int) -> bool:
+    """Whether ``value`` can be a row id at all (a larger one would overflow the query)."""
+    return 0 < value <= ID_LIMIT
 
 
 def agent_get(*, name: str) -> Agent:

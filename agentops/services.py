@@ -9,10 +9,17 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max
 
 from .exceptions import Conflict, bad_field
-from .models import Agent, HistoryRow, Provider
+from .models import Agent, HistoryRow, Provider, default_project_id
+from .providers import provider_problem
 
 
 def provider_create(*, name: str, kind: str, base_url: str, api_key_env: str = "") -> Provider:
+    """Create a provider. Refused (BadRequest naming the field) when ``base_url`` breaks the
+    provider policy or ``api_key_env`` is not an allowed variable (``agentops.providers``).
+    Resolves the URL's host: call it outside a transaction."""
+    refused = provider_problem(base_url=base_url, api_key_env=api_key_env)
+    if refused:
+        raise bad_field(*refused)
     try:
         with transaction.atomic():
             return Provider.objects.create(name=name, kind=kind, base_url=base_url, api_key_env=api_key_env)
@@ -32,6 +39,7 @@ def agent_create(
     thinking_budget: int | None = None,
     stream: bool = True,
     tools: list[dict[str, Any]] | None = None,
+    project_id: int | None = None,
 ) -> Agent:
     provider_row = Provider.objects.filter(name=provider).first()
     if provider_row is None:
@@ -42,6 +50,7 @@ def agent_create(
                 name=name, kind=kind, provider=provider_row, model=model,
                 participant=participant or name, system=system, max_tokens=max_tokens,
                 thinking_budget=thinking_budget, stream=stream, tools=tools or [],
+                project_id=project_id if project_id is not None else default_project_id(),
             )
     except IntegrityError:
         raise Conflict(f"the agent name {name!r} is taken (names are never reused)", data={"field": "name"}) from None

@@ -150,6 +150,15 @@ AGENTOPS_WEBHOOK_RETRY_MAX_MS = env_ms("AGENTOPS_WEBHOOK_RETRY_MAX_MS", 30 * 60_
 AGENTOPS_WEBHOOK_MAX_ATTEMPTS = env_int("AGENTOPS_WEBHOOK_MAX_ATTEMPTS", 12, minimum=1)
 AGENTOPS_WEBHOOK_SWEEP_S = env_ms("AGENTOPS_WEBHOOK_SWEEP_MS", 30_000) / 1000
 
+# --- providers (API.md, Providers) -----------------------------------------
+# Provider URLs that resolve to private or loopback addresses (the stand-in, a local model
+# server) are refused unless this is set; link-local, multicast, reserved, unspecified and
+# cloud-metadata addresses are refused always.
+AGENTOPS_PROVIDERS_ALLOW_PRIVATE = env_bool("AGENTOPS_PROVIDERS_ALLOW_PRIVATE", False)
+# Comma-separated patterns (fnmatch) of the environment variables a provider may read its key
+# from; unset or empty: names ending in _API_KEY.
+AGENTOPS_PROVIDER_KEY_ENVS = env_str("AGENTOPS_PROVIDER_KEY_ENVS", "*_API_KEY")
+
 # One worker at a time runs an agent's turns; it renews its lease every quarter of this.
 AGENTOPS_TURN_LEASE_MS = env_ms("AGENTOPS_TURN_LEASE_MS", 60_000)
 # A lapsed lease is taken over only once it has been lapsed this long, and not within this

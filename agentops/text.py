@@ -68,6 +68,9 @@ def _strip_lone_surrogates(part: str) -> str:
 
 
 def clean_requester(value: str, limit: int = 200) -> str:
-    """Control characters become spaces; the result is stripped and bounded."""
-    cleaned = "".join(" " if (ord(ch) < 32 or 127 <= ord(ch) < 160) else ch for ch in value)
+    """Control characters become spaces and lone surrogates (which cannot be stored) U+FFFD;
+    the result is stripped and bounded."""
+    cleaned = "".join(
+        " " if (ord(ch) < 32 or 127 <= ord(ch) < 160) else "\ufffd" if 0xD800 <= ord(ch) <= 0xDFFF else ch for ch in value
+    )
     return cleaned.strip()[:limit].rstrip()

@@ -8,7 +8,7 @@ import time
 
 from django.utils import timezone
 
-from .models import ApiToken
+from .models import DEFAULT_PROJECT, ApiToken, Project
 
 TOKEN_PREFIX = "ao_"
 # A token's last_used_at is written on its first use in a process and then at most once per
@@ -21,10 +21,12 @@ def _hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def api_token_create(*, name: str, operator: bool) -> tuple[ApiToken, str]:
-    """Create a token; return the row and the token itself, which is never stored."""
+def api_token_create(*, name: str, operator: bool, project: str = DEFAULT_PROJECT) -> tuple[ApiToken, str]:
+    """Create a token in ``project`` (created if new); return the row and the token itself,
+    which is never stored."""
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    row = ApiToken.objects.create(name=name, token_hash=_hash(token), prefix=token[:10], operator=operator)
+    project_row, _ = Project.objects.get_or_create(name=project)
+    row = ApiToken.objects.create(name=name, token_hash=_hash(token), prefix=token[:10], operator=operator, project=project_row)
     return row, token
 
 
@@ -33,7 +35,7 @@ def api_token_check(token: str) -> ApiToken | None:
     ``LAST_USED_EVERY_S`` behind its latest use."""
     if not token or len(token) > 200:
         return None
-    row = ApiToken.objects.filter(token_hash=_hash(token), revoked_at__isnull=True).first()
+    row = ApiToken.objects.select_related("project").filter(token_hash=_hash(token), revoked_at__isnull=True).first()
     if row is not None:
         now = time.monotonic()
         last = _last_written.get(row.pk)

@@ -9,7 +9,8 @@ from django.db.models import Prefetch
 from django.utils import timezone
 
 from agentops.exceptions import NotFound
-from agentops.models import Agent
+from agentops.models import Agent, ApiToken
+from agentops.selectors import id_valid, visible_to
 from inference.calls.progress import call_progress_read
 from inference.calls.records import ms_to_dt
 from waits.clock import clock_ms
@@ -62,14 +63,18 @@ def agent_holds(agent: Agent) -> list[dict[str, Any]]:
     return binding_waits(agent=agent.name, now_ms=clock_ms())[1]
 
 
-def agents_out(*, status: str | None = None) -> list[dict[str, Any]]:
-    """Every live agent in ``agent_out``'s shape, by name, optionally only those whose
-    ``status`` is ``status``: one read of the binding waits and of open turns for the lot."""
+def agents_out(*, token: ApiToken, status: str | None = None, project: str | None = None) -> list[dict[str, Any]]:
+    """Every live agent ``token`` may see in ``agent_out``'s shape, by name, optionally only
+    those whose ``status`` is ``status`` and those of the project named ``project``: one read
+    of the binding waits and of open turns for the lot."""
     from breaker.models import BreakerState
 
-    agents = list(
-        Agent.objects.select_related("provider").filter(disposed_at__isnull=True).prefetch_related(agent_open_turns()).order_by("name")
-    )
+    found = Agent.objects.select_related("provider", "project").filter(disposed_at__isnull=True)
+    if not token.operator:
+        found = found.filter(project=token.project)
+    if project is not None:
+        found = found.filter(project__name=project)
+    agents = list(found.prefetch_related(agent_open_turns()).order_by("name"))
     streaks = dict(BreakerState.objects.filter(agent__in=agents).values_list("agent_id", "streak"))
     by_agent: dict[str, list[dict[str, Any]]] = {}
     for wait in binding_waits(now_ms=clock_ms())[1]:
@@ -91,6 +96,7 @@ def agent_out(agent: Agent, *, current: Turn | None = _UNSET, streak: int | None
         current = agent_current_turn(agent)
     return {
         "name": agent.name,
+        "project": agent.project.name,
         "kind": agent.kind,
         "provider": agent.provider.name,
         "model": agent.model,
@@ -155,7 +161,7 @@ def _calls_out(calls: list[InferenceCall]) -> list[dict[str, Any]]:
 
 
 def turn_get(*, turn_id: int) -> Turn:
-    turn = Turn.objects.select_related("agent", "note").filter(pk=turn_id).first()
+    turn = Turn.objects.select_related("agent", "note").filter(pk=turn_id).first() if id_valid(turn_id) else None
     if turn is None:
         raise NotFound(f"no turn with id {turn_id}", data={"field": "id"})
     return turn
@@ -179,6 +185,15 @@ def turns_waiting(*, now: datetime, limit: int = 300) -> list[dict[str, Any]]:
         for t in rows
         if t.not_before is not None
     ]
+
+
+def turn_for(*, token: ApiToken, turn_id: int) -> Turn:
+    """``turn_get`` as ``token`` may see it: another project's turn is not found, exactly as an
+    unknown id (see ``agentops.selectors.agent_for``)."""
+    turn = turn_get(turn_id=turn_id)
+    if not visible_to(token, turn.agent):
+        raise NotFound(f"no turn with id {turn_id}", data={"field": "id"})
+    return turn
 
 
 def turn_out(turn: Turn) -> dict[str, Any]:

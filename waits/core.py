@@ -131,6 +131,8 @@ def name_problem(value: object, *, limit: int, every_model: bool = False) -> str
         return "must not be empty"
     if any(unicodedata.category(ch) in ("Cc", "Zl", "Zp") for ch in value):
         return "must not contain control characters"
+    if any(unicodedata.category(ch) == "Cs" for ch in value):
+        return "must not contain lone surrogates (not valid Unicode text)"
     if len(value) > limit:
         return f"must be at most {limit} characters"
     if value == EVERY_MODEL and not every_model:

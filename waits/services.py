@@ -216,6 +216,7 @@ def wait_release(
     reason: Any = None,
     via: str,
     username: str = "",
+    caller: str = "",
     now_ms: float | None = None,
 ) -> list[Receipt]:
     """Release an agent's wait for one model, or for every model (``model`` None or ``*``).
@@ -223,8 +224,11 @@ def wait_release(
     Validates before changing anything: ``agent`` must name an agent that is not disposed or
     one with a listed (binding) wait, else NotFound; ``model`` must be a non-empty string
     without control characters, else BadRequest naming it (as for ``agent``, ``requester`` and
-    ``reason``). The requester is cleaned and bounded and the act is recorded as
-    ``api:<requester>``, ``admin:<username>`` or ``command:<requester>``. Writes an audit entry
+    ``reason``; the API refuses text that breaks ``agentops.validation`` before calling this,
+    and what reaches here is cleaned: controls become spaces, lone surrogates U+FFFD, so an
+    act can always be stored). The requester is cleaned and bounded and the act is recorded as
+    ``api:<caller>`` (the API token's name; the free-text requester goes into the audit entry's
+    data), ``admin:<username>`` or ``command:<requester>``. Writes an audit entry
     (``wait.release``) with the act and returns a receipt per lifted wait. A release only
     removes: it never lengthens a hold.
     """
@@ -241,7 +245,7 @@ def wait_release(
             raise bad_field("model", f'{problem} (omit model, or send "*", to release every model)')
     requester = _text_field("requester", requester, REQUESTER_LIMIT)
     reason = _text_field("reason", reason, RELEASE_REASON_LIMIT)
-    by = {"api": f"api:{requester}", "admin": f"admin:{clean_requester(username)}", "command": f"command:{requester}"}[via]
+    by = {"api": f"api:{clean_requester(caller or requester)}", "admin": f"admin:{clean_requester(username)}", "command": f"command:{requester}"}[via]
     now = clock_ms() if now_ms is None else now_ms
 
     if not Agent.objects.filter(name=agent, disposed_at__isnull=True).exists() and not journal_binding(now_ms=now).agent_binding(agent, now):
@@ -260,7 +264,7 @@ def wait_release(
                 },
             )
 
-        recorded = session.append(Entry(kind="release", agent=agent, model=model, at=now), by=by, on_insert=audit)
+        recorded = session.append(Entry(kind="release", agent=agent, model=model, reason=reason, at=now), by=by, on_insert=audit)
 
     state: ReleaseState = "recorded" if recorded else "pending"
     receipts = [Receipt(agent, m, until, state) for m, until in lifted]

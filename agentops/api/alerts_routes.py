@@ -19,7 +19,7 @@ from .schemas import ErrorOut
 
 router = Router(tags=["alerts"])
 
-ERRORS: dict[int, type] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut}
+ERRORS: dict[int, type] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut}
 
 ALERTS_LIMIT = 500  # newest first; older alerts stay in the admin and failures.log
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any
 
@@ -11,17 +10,18 @@ from django.http import HttpRequest
 from ninja import Router
 from pydantic import BaseModel
 
-from agentops.exceptions import bad_field
-from agentops.selectors import agent_get, history_row_out
+from agentops.exceptions import NotFound
+from agentops.selectors import agent_for, history_row_out, id_valid
 from breaker.selectors import breaker_out
 from breaker.services import history_row_restore
 
 from .auth import require_operator
+from .body import json_body, optional_line
 from .schemas import ErrorOut, HistoryRowOut, RestoreIn
 
 router = Router(tags=["breaker"])
 
-ERRORS: dict[int, type] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut}
+ERRORS: dict[int, type] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut}
 
 
 class ProbeOut(BaseModel):
@@ -41,8 +41,8 @@ class BreakerOut(BaseModel):
 
 @router.get("/agents/{name}/breaker", response={200: BreakerOut, **ERRORS})
 def agent_breaker(request: HttpRequest, name: str) -> dict[str, Any]:
-    require_operator(request)
-    return breaker_out(agent=agent_get(name=name))
+    token = require_operator(request)
+    return breaker_out(agent=agent_for(token=token, name=name))
 
 
 @router.post(
@@ -53,11 +53,10 @@ def agent_breaker(request: HttpRequest, name: str) -> dict[str, Any]:
 def history_restore(request: HttpRequest, name: str, row_id: int) -> dict[str, Any]:
     # The body is read raw so a non-string requester is a 400 naming it, not a 422.
     token = require_operator(request)
-    try:
-        body = json.loads(request.body) if request.body else {}
-    except (ValueError, UnicodeDecodeError):
-        raise bad_field("body", "not valid JSON") from None
-    if not isinstance(body, dict):
-        raise bad_field("body", "must be a JSON object {requester?}")
-    row = history_row_restore(agent_name=name, row_id=row_id, actor=f"api:{token.name}", requester=body.get("requester"))
+    agent = agent_for(token=token, name=name)
+    if not id_valid(row_id):
+        raise NotFound(f"row_id: agent {name!r} has no history row {row_id}", data={"field": "row_id"})
+    body = json_body(request, shape="{requester?}", required=False)
+    requester = optional_line(body, "requester", limit=1000)
+    row = history_row_restore(agent_name=agent.name, row_id=row_id, actor=f"api:{token.name}", requester=requester)
     return history_row_out(row)

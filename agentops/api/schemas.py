@@ -7,19 +7,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from agentops.validation import Line, json_problem
+from agentops.validation import Text as SafeText
+from inference.models import InferenceCall, Turn
+
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
-
-
-def _no_control(value: str) -> str:
-    if any((ord(ch) < 32 and ch not in "\n\t\r") or ord(ch) == 127 for ch in value):
-        raise ValueError("must not contain control characters")
-    return value
-
-
-def _single_line(value: str) -> str:
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
-        raise ValueError("must not contain control characters")
-    return value
 
 
 def _http_url(value: str) -> str:
@@ -28,9 +20,23 @@ def _http_url(value: str) -> str:
     return value
 
 
+# Every free string goes through agentops.validation (one validator, reused by every schema).
 Name = Annotated[str, Field(min_length=1, max_length=100, pattern=NAME_PATTERN)]
-Label = Annotated[str, Field(min_length=1, max_length=100), AfterValidator(_single_line)]
-Text = Annotated[str, Field(max_length=200_000), AfterValidator(_no_control)]
+Label = Annotated[Line, Field(min_length=1, max_length=100)]
+Text = Annotated[SafeText, Field(max_length=200_000)]
+ModelName = Annotated[Line, Field(min_length=1, max_length=200)]
+# Enums as enums in the OpenAPI document: the models' own choices.
+TurnStatus = Turn.Status
+CallKind = InferenceCall.Kind
+CallOutcome = InferenceCall.Outcome
+CallBound = InferenceCall.Bound
+
+
+def _schema_ok(value: dict[str, Any]) -> dict[str, Any]:
+    problem = json_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
 
 
 class Strict(BaseModel):
@@ -40,28 +46,29 @@ class Strict(BaseModel):
 class ProviderIn(Strict):
     name: Name
     kind: Literal["openai", "anthropic", "openai-responses"]
-    base_url: Annotated[str, Field(max_length=500), AfterValidator(_http_url)]
+    base_url: Annotated[Line, Field(max_length=500), AfterValidator(_http_url)]
     api_key_env: Annotated[str, Field(max_length=100, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] | None = None
 
 
 class ProviderOut(BaseModel):
     name: str
-    kind: str
-    base_url: str
-    api_key_env: str
+    kind: Literal["openai", "anthropic"]
+    # Operator tokens only; null for any other token.
+    base_url: str | None
+    api_key_env: str | None
 
 
 class ToolIn(Strict):
     name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
-    description: Annotated[str, Field(max_length=4000)] = ""
-    input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    description: Annotated[SafeText, Field(max_length=4000)] = ""
+    input_schema: Annotated[dict[str, Any], AfterValidator(_schema_ok)] = Field(default_factory=lambda: {"type": "object", "properties": {}})
 
 
 class AgentIn(Strict):
     name: Name
     kind: Literal["resident", "conversation", "ephemeral"] = "resident"
     provider: Name
-    model: Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_single_line)]
+    model: ModelName
     participant: Label | None = None
     system: Text = ""
     max_tokens: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
@@ -71,7 +78,7 @@ class AgentIn(Strict):
 
 
 class AgentPatch(Strict):
-    model: Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_single_line)] | None = None
+    model: ModelName | None = None
     system: Text | None = None
     max_tokens: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
 
@@ -86,17 +93,12 @@ class WaitOut(BaseModel):
 
 
 AgentStatus = Literal["idle", "queued", "running", "held", "requires_action"]
-# The enums of inference.models, spelled out for the OpenAPI document (tests/agentops/test_openapi.py
-# checks they match the models' choices).
-TurnStatus = Literal["queued", "running", "held", "requires_action", "succeeded", "failed", "exhausted", "cancelled"]
-CallKind = Literal["primary", "auxiliary", "probe"]
-CallOutcome = Literal["completed", "cut", "error", "deferred", "aborted"]
-CallBound = Literal["before_content", "between_events", "flat", "absolute", "whole_call"]
 
 
 class AgentOut(BaseModel):
     name: str
-    kind: str
+    project: str
+    kind: Literal["resident", "conversation", "ephemeral"]
     provider: str
     model: str
     participant: str
@@ -126,7 +128,7 @@ class HistoryRowOut(BaseModel):
 
 class MessageIn(Strict):
     participant: Label
-    content: Annotated[str, Field(min_length=1, max_length=200_000), AfterValidator(_no_control)]
+    content: Annotated[SafeText, Field(min_length=1, max_length=200_000)]
 
 
 class TurnIn(Strict):
@@ -140,8 +142,8 @@ class TurnAccepted(BaseModel):
 
 
 class ToolResultIn(Strict):
-    tool_call_id: Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_single_line)]
-    content: Annotated[str, Field(max_length=200_000), AfterValidator(_no_control)]
+    tool_call_id: ModelName
+    content: Text
 
 
 class ToolResultsIn(Strict):
@@ -227,12 +229,12 @@ class ErrorOut(BaseModel):
 
 
 class RestoreIn(Strict):
-    requester: Annotated[str, Field(max_length=1000)] | None = None
+    requester: Annotated[Line, Field(max_length=1000)] | None = None
 
 
 class CompleteIn(Strict):
     messages: Annotated[list[MessageIn], Field(min_length=1, max_length=100)]
-    model: Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_single_line)] | None = None
+    model: ModelName | None = None
     max_tokens: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
 
 

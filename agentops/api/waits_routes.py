@@ -7,26 +7,29 @@ instead of being coerced or reported as a schema error.
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from django.http import HttpRequest
 from ninja import Field, Query, Router, Schema
 
 from agentops.exceptions import bad_field
+from agentops.validation import Line, Text
 from inference.turns.holds import next_call_at
 from inference.turns.queue import held_turns_wake  # an interface may wake turns
 from waits.clock import clock_ms
 from waits.selectors import binding_waits, journal_entries
-from waits.services import wait_release
+from waits.services import RELEASE_REASON_LIMIT, REQUESTER_LIMIT, wait_release
 
 from .auth import require_operator
+from .body import json_body, optional_line, optional_text
 from .schemas import ErrorOut
 
 router = Router(tags=["waits"])
 
-ERRORS: dict[int, type] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut}
+ERRORS: dict[int, type] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 413: ErrorOut}
+AgentName = Annotated[Line, Field(max_length=100)]
+ModelName = Annotated[Line, Field(max_length=200)]
 
 
 class WaitOut(Schema):
@@ -44,17 +47,17 @@ class WaitsOut(Schema):
 
 
 class WaitsFilter(Schema):
-    agent: str | None = None
-    model: str | None = None
+    agent: AgentName | None = None
+    model: ModelName | None = None
 
 
 class ReleaseIn(Schema):
     """For the OpenAPI document only: the handler validates the raw body itself."""
 
-    agent: str
-    model: str | None = Field(None, description='A model name, or "*" (or omitted) for every model.')
-    requester: str | None = None
-    reason: str | None = None
+    agent: Annotated[Line, Field(min_length=1, max_length=100)]
+    model: Annotated[Line, Field(min_length=1, max_length=200, description='A model name, or "*" (or omitted) for every model.')] | None = None
+    requester: Annotated[Line, Field(max_length=200, description="Who asked for the release (free text, kept in the audit entry's data).")] | None = None
+    reason: Annotated[Text, Field(max_length=1000)] | None = None
 
 
 class ReceiptOut(Schema):
@@ -72,7 +75,7 @@ class ReleaseOut(Schema):
 
 
 class JournalFilter(Schema):
-    agent: str | None = None
+    agent: AgentName | None = None
     limit: int = Field(100, ge=1, le=1000)
 
 
@@ -104,23 +107,22 @@ def waits_list(request: HttpRequest, filters: Query[WaitsFilter]) -> dict[str, A
 )
 def waits_release(request: HttpRequest) -> dict[str, Any]:
     token = require_operator(request)
-    try:
-        body = json.loads(request.body or b"")
-    except (ValueError, UnicodeDecodeError):
-        raise bad_field("body", "not valid JSON") from None
-    if not isinstance(body, dict):
-        raise bad_field("body", "must be a JSON object {agent, model?, requester?, reason?}")
+    body = json_body(request, shape="{agent, model?, requester?, reason?}")
     if "agent" not in body:
         raise bad_field("agent", "is required")
     if "model" in body and body["model"] is None:
         raise bad_field("model", 'must be a non-empty string, not null (omit model, or send "*", to release every model)')
-    requester = body.get("requester")
+    # What could not be stored, or would mislead a reader, is refused before the act exists.
+    optional_line(body, "requester", limit=REQUESTER_LIMIT)
+    optional_text(body, "reason", limit=RELEASE_REASON_LIMIT)
+    # The act is the token's (api:<token name>); the free-text requester is kept as data.
     receipts = wait_release(
         agent=body["agent"],
         model=body.get("model"),
-        requester=token.name if requester is None else requester,
+        requester=body.get("requester"),
         reason=body.get("reason"),
         via="api",
+        caller=token.name,
     )
     held_turns_wake(agent=str(body["agent"]))
     return {"receipts": [{**r.out(), "next_call_at": next_call_at(agent=r.agent, model=r.model)} for r in receipts]}

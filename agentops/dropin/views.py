@@ -29,9 +29,9 @@ from django.http import (
 )
 from django.views.decorators.csrf import csrf_exempt
 
+from agentops import selectors
 from agentops.exceptions import NotFound
 from agentops.models import Agent, ApiToken
-from agentops.selectors import agent_get
 from agentops.text import bound_text
 from agentops.tokens import api_token_check
 from inference.calls.client import CallResult
@@ -78,9 +78,8 @@ def presented_token(request: HttpRequest) -> str:
 
 
 def agent_for(token: ApiToken, name: str) -> Agent:
-    """The agent ``model`` names, looked up as the ``complete`` endpoint looks its agent up
-    (so whatever scopes that lookup scopes this one)."""
-    return agent_get(name=name)
+    """The agent ``model`` names, as ``token`` may see it (another project's is not found)."""
+    return selectors.agent_for(token=token, name=name)
 
 
 @dataclass

@@ -19,11 +19,11 @@ from django.utils import timezone
 
 from agentops.admin_base import ReadOnlyAdmin
 from agentops.exceptions import AgentopsError
+from agentops.urlsafety import resolved_ahead, url_for_log
 
 from .models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
 from .services import webhook_delivery_resend
 from .signing import SECRET_PREFIX
-from .urlsafety import resolved_ahead, url_for_log
 
 RESEND_PERMISSION = "webhooks.resend_webhookdelivery"
 ENDPOINT_CHANGE_PERMISSION = "webhooks.change_webhookendpoint"

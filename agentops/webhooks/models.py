@@ -13,9 +13,9 @@ from django.core.exceptions import ValidationError
 from django.db import models
 
 from agentops.models import Alert
+from agentops.urlsafety import HostUnresolved, url_for_log, url_refusal
 
 from .signing import SECRET_PREFIX, message_id_generate, secret_bytes, secret_generate
-from .urlsafety import HostUnresolved, url_for_log, url_refusal
 
 
 def validate_webhook_url(value: str) -> None:

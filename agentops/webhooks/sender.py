@@ -13,8 +13,7 @@ from dataclasses import dataclass
 import httpx
 
 from agentops.text import bound_text
-
-from .urlsafety import IPAddress
+from agentops.urlsafety import IPAddress
 
 # What is kept of a receiver's answer: it is the receiver's text, of any size.
 EXCERPT_BYTES = 4096

@@ -26,13 +26,13 @@ from agentops.celery import task_send
 from agentops.exceptions import Conflict, NotFound
 from agentops.models import Alert, AuditEntry
 from agentops.text import bound_text
+from agentops.urlsafety import HostUnresolved, url_for_log, url_vet
 
 from .models import WebhookAttempt, WebhookCooldown, WebhookDelivery, WebhookEndpoint
 from .retry import Next, Verdict, attempt_verdict
 from .selectors import endpoints_for_kind
 from .sender import Answer, post_signed
 from .signing import signature
-from .urlsafety import HostUnresolved, url_for_log, url_vet
 
 logger = logging.getLogger(__name__)
 

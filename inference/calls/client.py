@@ -181,7 +181,7 @@ async def perform_call(
 
     async def pump() -> None:
         try:
-            async with client.stream("POST", wire.url, json=wire.body, headers=wire.headers) as resp:
+            async with client.stream("POST", wire.url, json=wire.body, headers=wire.headers, extensions=wire.extensions) as resp:
                 if await handle(("headers",)):
                     return
                 if resp.status_code >= 400:

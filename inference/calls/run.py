@@ -22,16 +22,19 @@ from agentops import lifecycle
 from agentops.background import background_loop
 from agentops.live import broadcast_turn_event, publish_turn_event
 from agentops.models import Agent
+from agentops.providers import base_url_vet, key_env_problem
+from agentops.text import bound_text
+from agentops.urlsafety import HostUnresolved, IPAddress
 from inference.models import InferenceCall, Turn
 
-from .adapters import build_wire
+from .adapters import WireRequest, build_wire, wire_pinned
 from .bounds import Deadline
-from .client import CallResult, Timeline, perform_call
+from .client import CallResult, Timeline, now_ms, perform_call
 from .config import bounds_settings
 from .events import dashboard_call_ended, dashboard_call_started
 from .progress import progress_entry, progress_hub
 from .records import call_record
-from .types import CompiledRequest
+from .types import CompiledRequest, ProviderError
 
 
 def call_run(
@@ -65,6 +68,10 @@ def call_run(
     any of it is written (a turn hands a stated wait to the journal there), and ``record``
     runs the write of the call's row (a turn retries it while the database is down)."""
     adapter, wire = build_wire(agent.provider, request)
+    # The provider policy again, before every call: the settings, or what the host resolves
+    # to, may have changed since the provider was created. A refused call ends at once, as an
+    # error (not retryable), with its row and its call.ended like any other.
+    wire, refused = provider_vetted(agent, wire)
     call = InferenceCall.objects.create(
         turn=turn, agent=agent, kind=kind, model=request.model, streamed=request.stream,
         max_tokens=request.max_tokens, round=turn.rounds if turn else 0, sent_at=timezone.now(),
@@ -77,6 +84,8 @@ def call_run(
     turn_id = turn.pk if turn is not None and turn_events else None
 
     async def perform() -> CallResult:
+        if refused is not None:
+            return refused
         unwatch: list[Callable[[], None]] = []
 
         def on_abortable(abort: Callable[[], None]) -> None:
@@ -141,6 +150,38 @@ def call_run(
         broadcast_turn_event(turn_id, {"type": "call.ended", "turn": turn_id, "call": call.pk, "outcome": result.outcome})
     dashboard_call_ended(call=call, agent=agent.name, result=result)
     return call, result
+
+
+def provider_vetted(agent: Agent, wire: WireRequest) -> tuple[WireRequest, CallResult | None]:
+    """The provider policy at call time (every call path asks it before sending): ``wire``
+    pinned to the address the check resolved, and None; or, when the policy refuses the call,
+    the result of a call that was never sent (an error, not retryable). Blocks on DNS: call
+    it off any event loop."""
+    checked = _provider_check(agent)
+    if isinstance(checked, ProviderError):
+        at = now_ms()
+        return wire, CallResult(outcome="error", timeline=Timeline(sent=at, ended=at), error=checked)
+    return (wire_pinned(wire, checked[0]) if checked else wire), None
+
+
+def _provider_check(agent: Agent) -> ProviderError | tuple[IPAddress, ...] | None:
+    """The provider policy at call time: the addresses to connect to, or the error that ends
+    the call without sending it (None: nothing to pin, e.g. the host is an address)."""
+    provider = agent.provider
+    try:
+        vetted = base_url_vet(provider.base_url, unresolved_refused=False)
+    except HostUnresolved as exc:
+        return ProviderError(type="network", message=bound_text(str(exc)), retryable=True)
+    problem = f"base_url: {vetted.refusal}" if vetted.refusal else None
+    key_problem = key_env_problem(provider.api_key_env)
+    if problem is None and key_problem:
+        problem = f"api_key_env: {key_problem}"
+    if problem is not None:
+        return ProviderError(
+            type="auth", provider_code="provider_refused", retryable=False,
+            message=bound_text(f"provider {provider.name!r} is refused by the service's provider policy, so no call was made: {problem}"),
+        )
+    return vetted.addresses or None
 
 
 def call_deferred(*, agent: Agent, kind: str, model: str, max_tokens: int | None, turn: Turn | None = None) -> InferenceCall:

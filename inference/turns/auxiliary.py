@@ -20,7 +20,7 @@ from inference.calls.client import CallResult, perform_call
 from inference.calls.config import bounds_settings
 from inference.calls.events import dashboard_call_ended
 from inference.calls.records import call_fields, ms_to_dt
-from inference.calls.run import call_deferred
+from inference.calls.run import call_deferred, provider_vetted
 from inference.calls.types import CompiledRequest, Message
 from inference.models import InferenceCall
 from waits.admission import admission_check, remaining_ms
@@ -68,7 +68,8 @@ async def auxiliary_complete_on_loop(*, agent: Agent, messages: list[AuxMessage]
     await in_thread(_admit, agent, model, max_tokens)
     request = _request(agent, messages, model, max_tokens)
     adapter, wire = build_wire(agent.provider, request)
-    result = await perform_call(
+    wire, refused = await in_thread(provider_vetted, agent, wire)
+    result = refused or await perform_call(
         adapter=adapter, wire=wire, streamed=False, max_tokens=request.max_tokens, bounds=bounds_settings(), client=loop_http(),
     )
     return await in_thread(_record_once, agent, request, result)

@@ -29,7 +29,7 @@ from inference.calls.client import CallResult, perform_call
 from inference.calls.config import bounds_settings
 from inference.calls.events import dashboard_call_ended, dashboard_call_started
 from inference.calls.records import call_fields, call_record, ms_to_dt
-from inference.calls.run import call_deferred
+from inference.calls.run import call_deferred, provider_vetted
 from inference.calls.types import CompiledRequest
 from inference.models import InferenceCall
 from waits.admission import admission_check, remaining_ms
@@ -140,6 +140,9 @@ class DropinCall:
         # The adapter's URL and headers (the provider's key), with the client's own body.
         request = CompiledRequest(model=self.agent.model, system="", messages=[], max_tokens=self.max_tokens, stream=self.streamed)
         adapter, wire = build_wire(self.agent.provider, request)
+        wire, refused = await in_thread(provider_vetted, self.agent, wire)
+        if refused is not None:
+            return refused
         wire.body = self.body
         wire.headers = {**wire.headers, **self.headers}
 

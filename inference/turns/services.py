@@ -38,6 +38,8 @@ from .queue import enqueue_drain, schedule_drain
 logger = logging.getLogger(__name__)
 
 Status = Turn.Status
+# The most messages one turn carries, joined ones included (API.md, Turns: 409 past it).
+TURN_MESSAGES_LIMIT: Final = 100
 
 # The moves a turn may make: from each status, the statuses it may go to. An ended turn
 # (succeeded, failed, exhausted, cancelled) never moves again.
@@ -118,12 +120,21 @@ def turn_submit(*, agent_id: int, messages: list[IncomingMessage]) -> tuple[Turn
         agent = Agent.objects.select_for_update().filter(pk=agent_id, disposed_at__isnull=True).first()
         if agent is None:
             raise NotFound("agent not found")
+        turn = Turn.objects.filter(agent=agent, status__in=Turn.JOINABLE).order_by("id").first()
+        joined = turn is not None
+        if turn is not None:
+            # A turn's prompt grows with every join: at most TURN_MESSAGES_LIMIT in all.
+            held = turn.trigger_rows.count()
+            if held + len(messages) > TURN_MESSAGES_LIMIT:
+                raise Conflict(
+                    f"messages: turn {turn.pk} already has {held} message(s); joining {len(messages)} more would pass "
+                    f"the limit of {TURN_MESSAGES_LIMIT} per turn (wait for it to start, then submit a new turn)",
+                    data={"field": "messages", "turn": turn.pk, "count": held, "adding": len(messages), "limit": TURN_MESSAGES_LIMIT},
+                )
         rows = [
             history_append(agent=agent, participant=m.participant, role=HistoryRow.Role.USER, content=m.content)
             for m in messages
         ]
-        turn = Turn.objects.filter(agent=agent, status__in=Turn.JOINABLE).order_by("id").first()
-        joined = turn is not None
         if turn is None:
             turn = Turn.objects.create(agent=agent, status=Status.QUEUED)
             _announce(turn.pk, turn.status)

@@ -287,3 +287,25 @@ def test_a_client_that_goes_away_before_the_answer_ends_the_call(server: str, us
     call = wait_for(lambda: InferenceCall.objects.filter(agent=agent, outcome__isnull=False).first(), timeout=10, what="the call's row")
     assert call.outcome == "aborted"
     assert call.ended_at is not None and call.sent_at is not None and (call.ended_at - call.sent_at).total_seconds() < 2.5
+
+
+def test_another_projects_agent_is_a_404_exactly_like_an_unknown_one(oai: openai.OpenAI, make_agent: Any) -> None:
+    from agentops.models import Project
+
+    theirs = make_agent(project=Project.objects.create(name="elsewhere"))
+    with pytest.raises(openai.NotFoundError) as hidden:
+        oai.chat.completions.create(model=theirs.name, messages=USER)
+    assert hidden.value.message == f"no agent named '{theirs.name}'"
+    assert not InferenceCall.objects.exists()
+
+
+def test_a_provider_the_policy_refuses_at_call_time_gets_no_request(oai: openai.OpenAI, make_agent: Any, standin_requests: Any) -> None:
+    agent = make_agent()
+    Provider.objects.filter(pk=agent.provider_id).update(api_key_env="DATABASE_URL")
+    with pytest.raises(openai.APIStatusError) as refused:
+        oai.chat.completions.create(model=agent.name, messages=USER)
+    assert refused.value.status_code == 502
+    assert "provider policy" in refused.value.message and "api_key_env" in refused.value.message
+    assert standin_requests() == []
+    call = only_call(agent)
+    assert call.outcome == "error" and call.error["provider_code"] == "provider_refused"

@@ -79,7 +79,9 @@ def test_release_without_a_model_or_with_star_releases_every_model(held_agent: A
     assert receipts[1]["until"] is None
     assert api.get("/api/v1/waits").json()["waits"] == []
     entry = AuditEntry.objects.get(action="wait.release")
-    assert (entry.actor, entry.reason, entry.target) == ("api:ops", "provider recovered", "ada/*")
+    # The actor is the calling token; the free-text requester is kept in the entry's data.
+    assert (entry.actor, entry.reason, entry.target) == ("api:test-operator", "provider recovered", "ada/*")
+    assert entry.data["requester"] == "ops"
 
 
 def test_release_of_one_model_returns_its_receipt(held_agent: Agent, api: Client) -> None:
@@ -132,7 +134,7 @@ def test_the_journal_lists_entries_newest_first_with_their_fields(held_agent: Ag
     assert [(e["kind"], e["agent"], e["model"]) for e in entries] == [("pause", "bob", "m1"), ("release", "ada", "m1"), ("set", "ada", "m2"), ("set", "ada", "m1")]
     assert {"id", "kind", "agent", "model", "until", "reason", "by", "at"} <= set(entries[0])
     assert entries[0]["id"] == bad and "unknown kind" in entries[0]["problem"]
-    assert entries[1]["by"] == "api:ops" and entries[1]["problem"] is None
+    assert entries[1]["by"] == "api:test-operator" and entries[1]["problem"] is None
     assert entries[2]["until"] is None and entries[3]["until"].endswith("Z")
     assert [e["kind"] for e in api.get("/api/v1/waits/journal?agent=ada&limit=2").json()] == ["release", "set"]
 

@@ -264,6 +264,8 @@ class Journal:
         recorded = act_write(act, replay=False)
         if recorded:
             self._poll(now_ms)
+        elif act.dropped:
+            self._forget_dropped()
         else:
             s.offered_at = now_ms
         return recorded
@@ -278,11 +280,20 @@ class Journal:
             if act.written:
                 continue
             if not act_write(act, replay=True):
+                if act.dropped:
+                    self._forget_dropped()
+                    continue  # dropped for good: the acts behind it are offered now
                 break
             wrote = True
         if wrote:
             self._poll(now_ms)
         return wrote
+
+    def _forget_dropped(self) -> None:
+        s = self._s
+        for act_id in [a.act_id for a in s.pending.values() if a.dropped]:
+            del s.pending[act_id]
+        self._changed()
 
     # --- process state ----------------------------------------------------------------
 

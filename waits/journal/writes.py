@@ -12,8 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DataError, connection, transaction
 
+from agentops.alerts import alert_raise
 from agentops.exceptions import Conflict
 
 from ..core import Entry, journal_reduce, wait_snapshot
@@ -44,11 +45,15 @@ class Act:
     on_insert: OnInsert | None = None
     written: bool = False  # committed, not yet seen by a read
     attempts: int = 0
+    dropped: bool = False  # refused for good (see ``act_write``): never offered again
 
 
 def act_write(act: Act, *, replay: bool) -> bool:
     """Insert ``act``'s row (idempotent on its ``act_id``). Returns whether it committed; a
-    database failure is logged and leaves the act to be offered again."""
+    database failure is logged and leaves the act to be offered again. A failure that no retry
+    can mend (the row's own data is refused: SQLSTATE class 22, or an error that is not the
+    database's) marks the act ``dropped``, with a log line and an alert: a pending act must
+    never block the acts behind it for good."""
     entry = act.entry
     act.attempts += 1
     try:
@@ -67,6 +72,10 @@ def act_write(act: Act, *, replay: bool) -> bool:
             # Not inserted: an earlier, ambiguous attempt did commit, with its side effects.
             if inserted and act.on_insert is not None:
                 act.on_insert("pending" if replay else "recorded")
+    except DataError as exc:
+        connection_recover()
+        _drop(act, exc)
+        return False
     except WRITE_ERRORS as exc:
         connection_recover()
         logger.warning(
@@ -76,6 +85,10 @@ def act_write(act: Act, *, replay: bool) -> bool:
             settings.AGENTOPS_WAIT_RECHECK_MS,
         )
         return False
+    except Exception as exc:  # not a database failure: retrying cannot mend it
+        connection_recover()
+        _drop(act, exc)
+        return False
     act.written = True
     if replay:
         logger.warning(
@@ -83,6 +96,27 @@ def act_write(act: Act, *, replay: bool) -> bool:
             entry.kind, entry.agent, entry.model, act.attempts,
         )
     return True
+
+
+def _drop(act: Act, exc: BaseException) -> None:
+    """Give up on ``act`` for good: log it and raise an alert (outside the act's rolled-back
+    transaction). The act no longer binds in this process."""
+    entry = act.entry
+    act.dropped = True
+    problem = f"{type(exc).__name__}: {str(exc)[:300]}"
+    message = (
+        f"A provider-waits act ({entry.kind} for agent {entry.agent!a} model {entry.model!a}) could not be recorded "
+        f"and was dropped: the database refused its data ({problem!a}). Acts after it are recorded as usual."
+    )
+    logger.error("provider-waits journal: %s", message)
+    try:
+        alert_raise(
+            kind="journal-act-dropped", agent=ascii(entry.agent)[1:-1][:100], model=ascii(entry.model)[1:-1][:200],
+            message=message, data={"kind": entry.kind, "by": ascii(act.by), "act_id": str(act.act_id), "error": problem.encode("ascii", "backslashreplace").decode()},
+        )
+    except Exception:  # the act is dropped either way; the log line above says so
+        connection_recover()
+        logger.exception("provider-waits journal: could not store the alert for a dropped act")
 
 
 def checkpoint_write(*, now_ms: float, by: str) -> int:

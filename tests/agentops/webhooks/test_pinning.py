@@ -20,10 +20,10 @@ import trustme
 from django.utils import timezone
 
 from agentops.models import Alert
+from agentops.urlsafety import IPAddress, url_vet
 from agentops.webhooks.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
 from agentops.webhooks.sender import post_signed
 from agentops.webhooks.services import alert_payload, webhook_delivery_attempt
-from agentops.webhooks.urlsafety import IPAddress, url_vet
 
 from .conftest import Receiver
 

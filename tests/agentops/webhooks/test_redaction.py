@@ -129,7 +129,7 @@ def test_the_admin_change_log_names_the_endpoint_without_its_credentials_or_quer
     ],
 )
 def test_the_logged_form_of_a_url_keeps_scheme_host_port_and_path_only(url: str, logged: str) -> None:
-    from agentops.webhooks.urlsafety import url_for_log
+    from agentops.urlsafety import url_for_log
 
     assert url_for_log(url) == logged
 

@@ -11,8 +11,8 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.test import Client
 
+from agentops.urlsafety import url_refusal
 from agentops.webhooks.models import WebhookEndpoint
-from agentops.webhooks.urlsafety import url_refusal
 
 pytestmark = pytest.mark.django_db
 

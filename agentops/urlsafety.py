@@ -1,10 +1,14 @@
-"""Which webhook URLs the service will send to, and where an attempt connects (DESIGN §8).
+"""Which URLs the service will send to, and where a request connects (DESIGN §8): the one
+resolver and address policy behind webhooks and providers.
 
-Only http and https. Unless ``AGENTOPS_WEBHOOKS_ALLOW_PRIVATE`` is set, a host must resolve to
-public addresses only: an endpoint that points at loopback, a private range, link-local (cloud
-metadata at 169.254.169.254), multicast, reserved or unspecified addresses would let whoever
-edits endpoints make the service probe its own network. The check runs when an endpoint is saved
-and again before every attempt, because what a name resolves to can change after it was saved.
+Only http and https. Unless private addresses are allowed (``AGENTOPS_WEBHOOKS_ALLOW_PRIVATE``,
+``AGENTOPS_PROVIDERS_ALLOW_PRIVATE``), a host must resolve to public addresses only: a URL that
+points at loopback, a private range, link-local (cloud metadata at 169.254.169.254), multicast,
+reserved or unspecified addresses would let whoever edits it make the service probe its own
+network. A policy may refuse some kinds even when private addresses are allowed
+(``always_refused``: providers never go to link-local, multicast, reserved, unspecified or
+cloud-metadata addresses). The check runs when a URL is saved and again before every request,
+because what a name resolves to can change after it was saved.
 
 An attempt resolves the host once (``url_vet``) and connects to the addresses it checked: if
 the sender let the HTTP client resolve the name again, a name that answered with a public
@@ -41,17 +45,38 @@ class Vetted:
     addresses: tuple[IPAddress, ...] = ()  # what the host resolved to, every one allowed
 
 
-def url_refusal(url: str, *, allow_private: bool) -> str | None:
+# Cloud metadata services (AWS, GCP and Azure at 169.254.169.254, AWS over IPv6, ECS task
+# metadata, Alibaba): refused wherever ``METADATA`` is in a policy's ``always_refused``.
+METADATA = "cloud-metadata"
+METADATA_ADDRESSES: frozenset[IPAddress] = frozenset(
+    ipaddress.ip_address(a) for a in ("169.254.169.254", "169.254.170.2", "fd00:ec2::254", "100.100.100.200")
+)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Who sends (for messages), the setting that allows private addresses, and the kinds of
+    address refused even then."""
+
+    who: str
+    setting: str
+    always_refused: frozenset[str] = frozenset()
+
+
+WEBHOOKS = Policy(who="webhooks", setting="AGENTOPS_WEBHOOKS_ALLOW_PRIVATE")
+
+
+def url_refusal(url: str, *, allow_private: bool, policy: Policy = WEBHOOKS) -> str | None:
     """Why the service must not send to ``url``, or None if it may. Resolves the host (blocking
     DNS: never call it inside a transaction, unless within ``resolved_ahead``) unless private
     addresses are allowed. Raises HostUnresolved when the host does not resolve."""
     _, refusal = _parts(url)
-    if refusal or allow_private:
+    if refusal or (allow_private and not policy.always_refused):
         return refusal
-    return url_vet(url, allow_private=False).refusal
+    return url_vet(url, allow_private=allow_private, policy=policy).refusal
 
 
-def url_vet(url: str, *, allow_private: bool) -> Vetted:
+def url_vet(url: str, *, allow_private: bool, policy: Policy = WEBHOOKS) -> Vetted:
     """Resolve ``url``'s host once and check every address it resolves to. A URL that may be
     sent to comes back with those addresses: connect to them, not to the name. Blocking DNS:
     never call it inside a transaction. Raises HostUnresolved when the host does not resolve."""
@@ -61,14 +86,17 @@ def url_vet(url: str, *, allow_private: bool) -> Vetted:
     assert parts is not None and parts.hostname
     host = parts.hostname
     addresses = _resolve(host, parts.port or (443 if parts.scheme.lower() == "https" else 80))
-    if not allow_private:
-        for address in addresses:
-            kind = _non_public(address)
-            if kind:
-                return Vetted(
-                    f"{host} resolves to {address}, a {kind} address; webhooks go to public addresses only "
-                    "(set AGENTOPS_WEBHOOKS_ALLOW_PRIVATE=true to allow private ones)"
-                )
+    for address in addresses:
+        kind = _non_public(address)
+        if METADATA in policy.always_refused and address in METADATA_ADDRESSES:
+            kind = METADATA
+        if kind in policy.always_refused:
+            return Vetted(f"{host} resolves to {address}, a {kind} address; {policy.who} never go to one")
+        if kind and not allow_private:
+            return Vetted(
+                f"{host} resolves to {address}, a {kind} address; {policy.who} go to public addresses only "
+                f"(set {policy.setting}=true to allow private ones)"
+            )
     return Vetted(None, tuple(addresses))
 
 

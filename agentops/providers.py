@@ -1,0 +1,75 @@
+"""What a provider row may point at and which secret it may send (API.md, Providers).
+
+- ``base_url``: http or https, no ``user:password@``, and a host that resolves only to
+  addresses the provider policy allows: never link-local, multicast, reserved, unspecified or
+  cloud-metadata; private and loopback only with ``AGENTOPS_PROVIDERS_ALLOW_PRIVATE=true``
+  (the stand-in provider in tests and ``make run`` listens on loopback). The resolver is the
+  webhooks' (``agentops.urlsafety``).
+- ``api_key_env``: the name of an environment variable the operator allows
+  (``AGENTOPS_PROVIDER_KEY_ENVS``, comma-separated; unset: any name ending in ``_API_KEY``), so
+  a provider row can never make the worker send ``DATABASE_URL`` or another secret as a key.
+
+Both are checked when a provider is created and again by the worker before every call (a
+setting can change, and what a name resolves to can too); a call then connects to the
+addresses that were checked.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from urllib.parse import urlsplit
+
+from django.conf import settings
+
+from .urlsafety import METADATA, HostUnresolved, Policy, Vetted, url_vet
+
+PROVIDERS = Policy(
+    who="providers",
+    setting="AGENTOPS_PROVIDERS_ALLOW_PRIVATE",
+    always_refused=frozenset({"link-local", "multicast", "reserved", "unspecified", METADATA}),
+)
+DEFAULT_KEY_ENVS = "*_API_KEY"
+
+
+def key_env_problem(name: str) -> str | None:
+    """Why a provider may not read its key from the variable ``name``, or None ("" is no key)."""
+    if not name:
+        return None
+    allowed = [p.strip() for p in (settings.AGENTOPS_PROVIDER_KEY_ENVS or DEFAULT_KEY_ENVS).split(",") if p.strip()]
+    if any(fnmatch.fnmatchcase(name, pattern) for pattern in allowed):
+        return None
+    return (
+        f"{name!r} is not a variable providers may read their key from "
+        f"(AGENTOPS_PROVIDER_KEY_ENVS allows {', '.join(allowed)})"
+    )
+
+
+def base_url_vet(url: str, *, unresolved_refused: bool = True) -> Vetted:
+    """Check ``url`` against the provider policy, resolving its host once (blocking DNS: call
+    it outside a transaction). A URL that may be called comes back with the addresses to
+    connect to. A host that does not resolve is refused (nothing could be called there), or
+    with ``unresolved_refused=False`` raises HostUnresolved (at call time DNS may be down for a
+    while: the call fails as a network error, and is retried)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        return Vetted(f"the URL does not parse: {exc}")
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+        return Vetted("must not carry credentials (user:password@); name the key's variable in api_key_env")
+    try:
+        return url_vet(url, allow_private=settings.AGENTOPS_PROVIDERS_ALLOW_PRIVATE, policy=PROVIDERS)
+    except HostUnresolved as exc:
+        if not unresolved_refused:
+            raise
+        return Vetted(str(exc)[:300])
+
+
+def provider_problem(*, base_url: str, api_key_env: str) -> tuple[str, str] | None:
+    """(field, problem) for the first rule a provider row breaks, or None."""
+    refusal = base_url_vet(base_url).refusal
+    if refusal:
+        return "base_url", refusal
+    problem = key_env_problem(api_key_env)
+    if problem:
+        return "api_key_env", problem
+    return None

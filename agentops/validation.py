@@ -1,0 +1,112 @@
+"""The one check of client text, applied once at the edge (API schemas, path and query
+parameters, the release service): what cannot be stored, or would mislead a reader, is refused
+with a 400 naming the field before anything changes.
+
+Every string: no NUL (PostgreSQL cannot store it), no lone surrogate (it cannot be encoded as
+UTF-8, so it cannot be stored or sent), no C0 control other than tab, newline and carriage
+return, no DEL, no C1 control (U+0080-U+009F). A *line* (a name, a participant, a label, a
+model) is stricter: no tab or newline either, no bidi embedding/override/isolate controls
+(they make a name read differently from what it is) and no line or paragraph separator
+(U+2028, U+2029), since lines are written into prompts, logs and the admin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated, Any, Final
+
+from pydantic import AfterValidator, Field
+
+# Bidi embeddings, overrides and isolates, and the marks (U+200E, U+200F, U+061C).
+BIDI_CONTROLS: Final = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c")
+LINE_SEPARATORS: Final = frozenset("\u2028\u2029")
+JSON_DEPTH_LIMIT: Final = 32  # nesting levels of a request body (and of a tool's input_schema)
+
+# The same rules as a JSON Schema pattern, for the OpenAPI document (clients and fuzzers read
+# it); the validators below are what the server enforces.
+TEXT_PATTERN: Final = "^[^\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f-\\x9f]*$"
+LINE_PATTERN: Final = (
+    "^[^\\x00-\\x1f\\x7f-\\x9f\\u200e\\u200f\\u061c\\u202a-\\u202e\\u2066-\\u2069\\u2028\\u2029]*$"
+)
+
+
+def text_problem(value: str, *, line: bool = False) -> str | None:
+    """Why ``value`` may not be accepted, or None. ``line``: the stricter rules of a name."""
+    for ch in value:
+        code = ord(ch)
+        if code == 0:
+            return "must not contain NUL characters"
+        if 0xD800 <= code <= 0xDFFF:
+            return "must not contain lone surrogates (not valid Unicode text)"
+        if code < 32:
+            if line or ch not in "\t\n\r":
+                return "must not contain control characters"
+        elif 0x7F <= code <= 0x9F:
+            return "must not contain control characters"
+        elif line and ch in BIDI_CONTROLS:
+            return "must not contain bidirectional text controls"
+        elif line and ch in LINE_SEPARATORS:
+            return "must not contain line or paragraph separators"
+    return None
+
+
+def storable(value: str) -> bool:
+    """Whether PostgreSQL can store ``value`` at all (no NUL, no lone surrogate)."""
+    return "\x00" not in value and not any(0xD800 <= ord(ch) <= 0xDFFF for ch in value)
+
+
+def _check_text(value: str) -> str:
+    problem = text_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+def _check_line(value: str) -> str:
+    problem = text_problem(value, line=True)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+def json_problem(value: Any, *, depth_limit: int = JSON_DEPTH_LIMIT) -> str | None:
+    """Why a JSON value (a tool's schema, a body) may not be accepted: a string or key that
+    breaks ``text_problem``, or nesting deeper than ``depth_limit``. Iterative: any depth."""
+    for item, depth in _walk(value):
+        if depth > depth_limit:
+            return f"must not nest deeper than {depth_limit} levels"
+        if isinstance(item, str):
+            problem = text_problem(item)
+            if problem:
+                return problem
+    return None
+
+
+def json_too_deep(value: Any, *, depth_limit: int = JSON_DEPTH_LIMIT) -> bool:
+    return any(depth > depth_limit for _, depth in _walk(value))
+
+
+def _walk(value: Any) -> Iterator[tuple[Any, int]]:
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        yield item, depth
+        if isinstance(item, dict):
+            for key, child in item.items():
+                yield key, depth + 1
+                stack.append((child, depth + 1))
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+
+
+def _check_json(value: Any) -> Any:
+    problem = json_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+# The types every schema uses. ``Line``: a one-line label; ``Text``: free text.
+Text = Annotated[str, AfterValidator(_check_text), Field(json_schema_extra={"pattern": TEXT_PATTERN})]
+Line = Annotated[str, AfterValidator(_check_line), Field(json_schema_extra={"pattern": LINE_PATTERN})]
+SafeJson = Annotated[Any, AfterValidator(_check_json)]
