@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 
+from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.http.response import HttpResponseBase
 from django.urls import reverse
+from django.utils.decorators import sync_and_async_middleware
 
 API_PREFIX = "/api/"
 
@@ -24,31 +28,42 @@ FAVICON = (
 )
 
 
-class ApiEdgeMiddleware:
-    """Turn the 404s and 405s Django and ninja produce under ``/api/`` into JSON errors."""
+@sync_and_async_middleware
+def api_edge_middleware(get_response: Callable[[HttpRequest], Any]) -> Callable[[HttpRequest], Any]:
+    """Turn the 404s and 405s Django and ninja produce under ``/api/`` into JSON errors. Async
+    capable: a sync-only middleware would run every async view (``complete``, the drop-in
+    endpoints) in a thread on a loop of its own, which ends with the view."""
+    if iscoroutinefunction(get_response):
 
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
+        async def edge_async(request: HttpRequest) -> HttpResponseBase:
+            return api_error_shaped(request, await get_response(request))
 
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        response = self.get_response(request)
-        if not request.path.startswith(API_PREFIX) or response.status_code not in (404, 405):
-            return response
-        if response.get("Content-Type", "").startswith("application/json"):
-            return response  # already the API's own error
-        if response.status_code == 404:
-            body = {"code": "not_found", "message": f"no API route {request.path}", "data": {"path": request.path}}
-            return JsonResponse(body, status=404)
-        allowed = [m.strip() for m in response.get("Allow", "").split(",") if m.strip()]
-        body = {
-            "code": "method_not_allowed",
-            "message": f"{request.method} is not allowed on {request.path}" + (f"; allowed: {', '.join(allowed)}" if allowed else ""),
-            "data": {"method": request.method, "allowed": allowed},
-        }
-        out = HttpResponse(json.dumps(body), status=405, content_type="application/json")
-        if allowed:
-            out["Allow"] = ", ".join(allowed)
-        return out
+        return edge_async
+
+    def edge(request: HttpRequest) -> HttpResponseBase:
+        return api_error_shaped(request, get_response(request))
+
+    return edge
+
+
+def api_error_shaped(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
+    if not request.path.startswith(API_PREFIX) or response.status_code not in (404, 405):
+        return response
+    if response.get("Content-Type", "").startswith("application/json"):
+        return response  # already the API's own error
+    if response.status_code == 404:
+        body = {"code": "not_found", "message": f"no API route {request.path}", "data": {"path": request.path}}
+        return JsonResponse(body, status=404)
+    allowed = [m.strip() for m in response.get("Allow", "").split(",") if m.strip()]
+    body = {
+        "code": "method_not_allowed",
+        "message": f"{request.method} is not allowed on {request.path}" + (f"; allowed: {', '.join(allowed)}" if allowed else ""),
+        "data": {"method": request.method, "allowed": allowed},
+    }
+    out = HttpResponse(json.dumps(body), status=405, content_type="application/json")
+    if allowed:
+        out["Allow"] = ", ".join(allowed)
+    return out
 
 
 def root_view(request: HttpRequest) -> HttpResponse:

@@ -41,7 +41,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "agentops.edge.ApiEdgeMiddleware",
+    "agentops.edge.api_edge_middleware",
 ]
 
 ROOT_URLCONF = "agentops.urls"
