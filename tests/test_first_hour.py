@@ -52,6 +52,16 @@ def test_make_token_without_operator_makes_a_token_refused_on_operator_endpoints
     assert client.get("/api/v1/waits").status_code == 403
 
 
+def test_make_token_with_a_project_makes_a_token_of_that_project() -> None:
+    from agentops.models import ApiToken
+    from agentops.tokens import api_token_check
+
+    (token,) = _make_token("NAME=billing-bot", "PROJECT=billing").stdout.splitlines()
+    found = api_token_check(token)
+    assert found is not None and found.project.name == "billing" and not found.operator
+    assert ApiToken.objects.get(name="billing-bot").project.name == "billing"
+
+
 def test_the_launchers_own_messages_go_to_stderr_and_stdout_is_the_commands() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "agentops.launcher", "exec", "--", sys.executable, "-c", "print('only this')"],

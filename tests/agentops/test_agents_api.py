@@ -85,3 +85,20 @@ def test_get_agents_refuses_a_bad_filter_with_400_naming_it(api: Client, agents:
 
 def test_get_agents_needs_a_token(agents: dict[str, Agent]) -> None:
     assert Client().get("/api/v1/agents").status_code == 401
+
+
+def test_get_agents_shows_a_client_only_its_projects_agents_and_filters_by_project(api: Client, agents: dict[str, Agent]) -> None:
+    from agentops.models import Project
+    from agentops.tokens import api_token_create
+
+    billing = Project.objects.create(name="billing")
+    AgentFactory.create(name="invoicer", provider=agents["ada"].provider, project=billing)
+    client = Client(headers={"Authorization": f"Bearer {api_token_create(name='billing-bot', operator=False, project='billing')[1]}"})
+    mine = client.get("/api/v1/agents").json()
+    assert (mine["count"], [a["name"] for a in mine["items"]]) == (1, ["invoicer"])
+    assert client.get("/api/v1/agents", {"project": "default"}).json() == {"items": [], "count": 0}
+    # An operator sees every project, and ?project= keeps one.
+    assert api.get("/api/v1/agents").json()["count"] == 5
+    only = api.get("/api/v1/agents", {"project": "billing"}).json()
+    assert [(a["name"], a["project"]) for a in only["items"]] == [("invoicer", "billing")]
+    assert api.get("/api/v1/agents", {"project": "bad\x00name"}).status_code == 400
