@@ -19,26 +19,19 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import httpx
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.test import Client
 
 from inference.models import InferenceCall
+from tests.agentops import live_asgi
 from tests.conftest import (
-    BASE_DIR,
-    LOG_DIR,
     WorkerPool,
-    _database_url,
     wait_for,
     worker_pool,
 )
@@ -110,34 +103,7 @@ DASHBOARD_PATH = "/dashboard/"
 def asgi_server(transactional_db: None) -> Iterator[str]:
     """uvicorn serving ``agentops.asgi:application`` on the test database and this Redis, in
     its own process. Yields its base URL."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    LOG_DIR.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, DATABASE_URL=_database_url(), DJANGO_SETTINGS_MODULE="agentops.settings")
-    log = open(LOG_DIR / "shots-uvicorn.log", "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "agentops.asgi:application", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
-        cwd=BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        assert proc.poll() is None, f"uvicorn exited; see {LOG_DIR / 'shots-uvicorn.log'}"
-        try:
-            return httpx.get(f"{base}/health", timeout=2).status_code < 500
-        except httpx.HTTPError:
-            return False
-
-    wait_for(up, timeout=30, what="uvicorn to answer")
-    yield base
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    log.close()
+    yield from live_asgi.asgi_server("shots")
 
 
 @pytest.mark.timeout(240)
