@@ -14,6 +14,7 @@
     offset: 0, // server clock minus browser clock
     calls: new Map(), // id -> call
     holds: new Map(), // agent \0 model -> hold
+    waiting: [], // turns whose next call waits for their pacing (the snapshot's)
     gone: new Map(), // key -> {kind: "call"|"hold", row, at}
     breakers: [],
     alerts: [], // newest first
@@ -82,6 +83,7 @@
     state.offset = snap.now_ms - Date.now();
     state.calls = new Map(snap.calls.map((c) => [c.id, c]));
     state.holds = new Map(snap.holds.map((h) => [holdKey(h), h]));
+    state.waiting = snap.waiting || [];
     for (const [key, g] of state.gone) {
       if ((g.kind === "call" && state.calls.has(g.row.id)) || (g.kind === "hold" && state.holds.has(key))) state.gone.delete(key);
     }
@@ -282,6 +284,19 @@
         el("td", {}, g.why),
       ));
     }
+    const waiting = $("waiting");
+    waiting.replaceChildren();
+    for (const w of state.waiting) {
+      if (w.waiting_until_ms <= now()) continue;
+      waiting.append(el("tr", {},
+        el("td", {}, el("span", { class: "agent" }, w.agent)),
+        el("td", { class: "mono" }, "#" + w.turn),
+        countdownCell(w.waiting_until_ms, state.offset + Date.now(), "in"),
+        el("td", {}, w.waiting_reason),
+      ));
+    }
+    $("waiting-count").textContent = waiting.children.length;
+    $("waiting-empty").hidden = waiting.children.length > 0;
     $("holds-count").textContent = state.holds.size;
     $("holds-empty").hidden = body.children.length > 0;
     $("journal-unreadable").hidden = state.journalReadable;
@@ -377,6 +392,10 @@
         state.gone.set(key, { kind: "hold", row: h, at: t, why: "the wait is over" });
         changed = true;
       }
+    }
+    if (state.waiting.some((w) => w.waiting_until_ms <= t)) {
+      state.waiting = state.waiting.filter((w) => w.waiting_until_ms > t);
+      changed = true;
     }
     if (changed) { renderCalls(); renderHolds(); return; }
     for (const cell of document.querySelectorAll("[data-since]")) cell.textContent = duration(t - Number(cell.dataset.since));
