@@ -224,7 +224,7 @@ def _durably(what: str, fn: Callable[[], T], lease: TurnLease | None) -> T:
 def _sleep_unless_cancelled(turn: Turn, seconds: float, lease: TurnLease) -> bool:
     """Wait before a retry, renewing the lease; False if the turn was cancelled meanwhile.
 
-    A cancel is noticed through the process's one cancel poller, not by polling the database
+    A cancel is noticed through the process's one abort subscription, not by polling the database
     from every waiting thread."""
     connection.close()  # back to the pool while this thread waits
     woken = threading.Event()  # by a cancel, or by the worker's warm shutdown
