@@ -33,9 +33,13 @@ KEEPALIVE_MS = 1000
 WINDOW = (1.0, 6.0)  # seconds after every stream is open: no call starts or ends in it
 
 
+# BENCH_DATABASE: another name when two checkouts bench on one server (each run empties it).
+BENCH_DATABASE = os.environ.get("BENCH_DATABASE", "agentops_bench")
+
+
 def bench_database_url() -> str:
     parts = urlsplit(os.environ["DATABASE_URL"])
-    return urlunsplit(parts._replace(path="/agentops_bench"))
+    return urlunsplit(parts._replace(path=f"/{BENCH_DATABASE}"))
 
 
 def start_standin() -> tuple[subprocess.Popen[str], str]:
@@ -221,9 +225,9 @@ def prepare_database() -> None:
 
     admin = urlsplit(os.environ["DATABASE_URL"])._replace(path="/postgres")
     with psycopg.connect(urlunsplit(admin), autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = 'agentops_bench'").fetchone()
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [BENCH_DATABASE]).fetchone()
         if not exists:
-            conn.execute("CREATE DATABASE agentops_bench")
+            conn.execute(f'CREATE DATABASE "{BENCH_DATABASE}"')
     subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=BASE_DIR, check=True, env=dict(os.environ, DATABASE_URL=bench_database_url()))
 
 
