@@ -118,7 +118,7 @@ def run_service(standin: str, n: int, before_content_ms: int) -> dict[str, float
     from django.db import connection
     from django.db.models import Q
 
-    from agentops.models import Agent, HistoryRow, Provider
+    from agentops.models import Agent, HistoryRow, Provider, default_project_id
     from inference.models import InferenceCall, Turn
     from inference.tasks import agent_drain
 
@@ -128,15 +128,17 @@ def run_service(standin: str, n: int, before_content_ms: int) -> dict[str, float
     Agent.objects.all().delete()
     Provider.objects.all().delete()
     provider = Provider.objects.create(name="standin", kind="openai", base_url=f"{standin}/v1")
+    project_id = default_project_id()  # bulk_create skips the save() that sets it
     agents = Agent.objects.bulk_create(
-        Agent(name=f"bench-{i}", provider=provider, model=f"pings:interval_ms={KEEPALIVE_MS}", participant=f"bench-{i}", max_tokens=256)
+        Agent(name=f"bench-{i}", project_id=project_id, provider=provider, model=f"pings:interval_ms={KEEPALIVE_MS}", participant=f"bench-{i}", max_tokens=256)
         for i in range(n)
     )
     HistoryRow.objects.bulk_create(HistoryRow(agent=a, seq=1, participant="alice", role="user", content="hold on") for a in agents)
     Turn.objects.bulk_create(Turn(agent=a, status=Turn.Status.QUEUED) for a in agents)
 
     bounds = {"progress_bounds": {"before_content_ms": before_content_ms}}
-    env = dict(os.environ, AGENTOPS_INFERENCE_BOUNDS=json.dumps(bounds), AGENTOPS_LOG_LEVEL="WARNING")
+    # The stand-in listens on loopback, which the provider policy refuses unless told.
+    env = dict(os.environ, AGENTOPS_INFERENCE_BOUNDS=json.dumps(bounds), AGENTOPS_LOG_LEVEL="WARNING", AGENTOPS_PROVIDERS_ALLOW_PRIVATE="true")
     worker = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "agentops", "worker", "-P", "threads", "-c", str(n + 8), "-Q", queue,
          "-l", "warning", "--without-gossip", "--without-mingle", "-n", f"bench-{os.getpid()}@bench"],
