@@ -20,11 +20,10 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 import httpx
-import redis.asyncio
+
+from .cancels import AbortWatcher
 
 T = TypeVar("T")
-# How often the process checks whether any of its calls' turns was cancelled.
-CANCEL_POLL_S = 0.25
 CONNECT_TIMEOUT_S = 30.0
 # HTTP connection pools per process (see BackgroundLoop.http).
 HTTP_POOLS = 32
@@ -41,8 +40,7 @@ class BackgroundLoop:
         self._http_lock = threading.Lock()
         self._outbox: asyncio.Queue[Coroutine[Any, Any, None]] = asyncio.Queue()
         self._sender: asyncio.Task[None] | None = None
-        self._watched: dict[str, Callable[[], None]] = {}
-        self._poller: asyncio.Task[None] | None = None
+        self._aborts: AbortWatcher | None = None
         self.thread = threading.Thread(target=self._run, name="agentops-background-loop", daemon=True)
         self.thread.start()
         self._ready.wait()
@@ -117,39 +115,15 @@ class BackgroundLoop:
         ]
 
     def watch_cancel(self, key: str, abort: Callable[[], None]) -> Callable[[], None]:
-        """Call ``abort`` (on the loop) once the Redis key ``key`` exists; returns an unwatch.
+        """Call ``abort`` (on the loop) once the Redis key ``key`` exists, set before or after
+        this call; returns an unwatch. The key must be set with ``agentops.cancels.abort_signal``,
+        which also publishes it: the process's one subscription hears it at once (see there).
+        Call from the loop."""
+        if self._aborts is None:
+            from django.conf import settings
 
-        One poller per process checks every watched key in a single MGET per interval, so a
-        thousand calls in flight cost one round trip, not a thousand. Call from the loop."""
-        self._watched[key] = abort
-        if self._poller is None or self._poller.done():
-            self._poller = self.loop.create_task(self._poll_cancels())
-
-        def unwatch() -> None:
-            self._watched.pop(key, None)
-
-        return unwatch
-
-    async def _poll_cancels(self) -> None:
-        from django.conf import settings
-
-        client = redis.asyncio.Redis.from_url(settings.REDIS_URL)
-        try:
-            while self._watched:
-                await asyncio.sleep(CANCEL_POLL_S)
-                keys = list(self._watched)
-                try:
-                    values = await client.mget(keys)
-                except redis.RedisError:
-                    continue  # the drain re-reads the turn's status after every call
-                for key, value in zip(keys, values, strict=True):
-                    if value is not None and (abort := self._watched.pop(key, None)) is not None:
-                        abort()
-        finally:
-            # Before the await below: a key watched while this poller closes its connection
-            # starts a new poller instead of waiting on one that has stopped polling.
-            self._poller = None
-            await client.aclose()
+            self._aborts = AbortWatcher(self.loop, lambda: str(settings.REDIS_URL))
+        return self._aborts.watch(key, abort)
 
 
 _loop: BackgroundLoop | None = None

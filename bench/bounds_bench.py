@@ -33,9 +33,13 @@ KEEPALIVE_MS = 1000
 WINDOW = (1.0, 6.0)  # seconds after every stream is open: no call starts or ends in it
 
 
+# BENCH_DATABASE: another name when two checkouts bench on one server (each run empties it).
+BENCH_DATABASE = os.environ.get("BENCH_DATABASE", "agentops_bench")
+
+
 def bench_database_url() -> str:
     parts = urlsplit(os.environ["DATABASE_URL"])
-    return urlunsplit(parts._replace(path="/agentops_bench"))
+    return urlunsplit(parts._replace(path=f"/{BENCH_DATABASE}"))
 
 
 def start_standin() -> tuple[subprocess.Popen[str], str]:
@@ -114,7 +118,7 @@ def run_service(standin: str, n: int, before_content_ms: int) -> dict[str, float
     from django.db import connection
     from django.db.models import Q
 
-    from agentops.models import Agent, HistoryRow, Provider
+    from agentops.models import Agent, HistoryRow, Provider, default_project_id
     from inference.models import InferenceCall, Turn
     from inference.tasks import agent_drain
 
@@ -124,15 +128,17 @@ def run_service(standin: str, n: int, before_content_ms: int) -> dict[str, float
     Agent.objects.all().delete()
     Provider.objects.all().delete()
     provider = Provider.objects.create(name="standin", kind="openai", base_url=f"{standin}/v1")
+    project_id = default_project_id()  # bulk_create skips the save() that sets it
     agents = Agent.objects.bulk_create(
-        Agent(name=f"bench-{i}", provider=provider, model=f"pings:interval_ms={KEEPALIVE_MS}", participant=f"bench-{i}", max_tokens=256)
+        Agent(name=f"bench-{i}", project_id=project_id, provider=provider, model=f"pings:interval_ms={KEEPALIVE_MS}", participant=f"bench-{i}", max_tokens=256)
         for i in range(n)
     )
     HistoryRow.objects.bulk_create(HistoryRow(agent=a, seq=1, participant="alice", role="user", content="hold on") for a in agents)
     Turn.objects.bulk_create(Turn(agent=a, status=Turn.Status.QUEUED) for a in agents)
 
     bounds = {"progress_bounds": {"before_content_ms": before_content_ms}}
-    env = dict(os.environ, AGENTOPS_INFERENCE_BOUNDS=json.dumps(bounds), AGENTOPS_LOG_LEVEL="WARNING")
+    # The stand-in listens on loopback, which the provider policy refuses unless told.
+    env = dict(os.environ, AGENTOPS_INFERENCE_BOUNDS=json.dumps(bounds), AGENTOPS_LOG_LEVEL="WARNING", AGENTOPS_PROVIDERS_ALLOW_PRIVATE="true")
     worker = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "agentops", "worker", "-P", "threads", "-c", str(n + 8), "-Q", queue,
          "-l", "warning", "--without-gossip", "--without-mingle", "-n", f"bench-{os.getpid()}@bench"],
@@ -221,9 +227,9 @@ def prepare_database() -> None:
 
     admin = urlsplit(os.environ["DATABASE_URL"])._replace(path="/postgres")
     with psycopg.connect(urlunsplit(admin), autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = 'agentops_bench'").fetchone()
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [BENCH_DATABASE]).fetchone()
         if not exists:
-            conn.execute("CREATE DATABASE agentops_bench")
+            conn.execute(f'CREATE DATABASE "{BENCH_DATABASE}"')
     subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=BASE_DIR, check=True, env=dict(os.environ, DATABASE_URL=bench_database_url()))
 
 

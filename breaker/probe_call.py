@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from agentops.models import Agent, HistoryRow
-from inference.calls.run import call_deferred, call_run
+from inference.calls.run import Holding, call_deferred, call_run
 from inference.calls.types import CompiledRequest, Message, ProviderError
 from inference.models import InferenceCall, Turn
 from waits.admission import admission_check
@@ -67,11 +67,11 @@ def probe_request(failed: CompiledRequest, participant: str) -> CompiledRequest:
 
 
 def probe_send(
-    *, turn: Turn, failed: CompiledRequest, ticket: ProbeTicket, keep_going: Callable[[], bool] | None = None,
+    *, turn: Turn, failed: CompiledRequest, ticket: ProbeTicket, holding: Holding | None = None,
     waiting: Callable[[], AbstractContextManager[None]] = nullcontext,
 ) -> ProbeOutcome:
     """Send the probe and wait for it (off any event loop, outside any transaction). Never
-    retried. A held model defers it without a call. ``keep_going`` and ``waiting`` are the
+    retried. A held model defers it without a call. ``holding`` and ``waiting`` are the
     drain's, for the time the probe is out."""
     agent = turn.agent
     if admission_check(agent=agent, model=failed.model, now_ms=time.time() * 1000) is not None:
@@ -79,7 +79,7 @@ def probe_send(
         return ProbeOutcome("deferred", None, deferred.pk)
     call, result = call_run(
         agent=agent, request=probe_request(failed, probe_participant(agent)), kind=InferenceCall.Kind.PROBE, turn=turn,
-        abort_key=probe_abort_key(ticket.probe_id), keep_going=keep_going, waiting=waiting,
+        abort_key=probe_abort_key(ticket.probe_id), holding=holding, waiting=waiting,
     )
     outcomes: dict[str, Literal["answered", "error", "cut", "aborted"]] = {
         "completed": "answered", "error": "error", "cut": "cut", "aborted": "aborted",

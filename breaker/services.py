@@ -17,6 +17,7 @@ from django.conf import settings
 from django.db import transaction
 
 from agentops.alerts import alert_raise
+from agentops.cancels import abort_signal
 from agentops.exceptions import Conflict, NotFound, bad_field
 from agentops.models import Agent, AuditEntry, HistoryRow
 from agentops.text import clean_requester
@@ -123,14 +124,11 @@ def probe_abort_key(probe_id: uuid.UUID) -> str:
 
 
 def _signal_abort(probe_id: uuid.UUID) -> None:
-    client = redis.Redis.from_url(settings.REDIS_URL)
     try:
-        client.set(probe_abort_key(probe_id), "1", ex=3600)
+        abort_signal(settings.REDIS_URL, probe_abort_key(probe_id))
     except redis.RedisError:
         # The probe's end still finds it withdrawn and ignores its answer; this only ends the call sooner.
         logger.warning("breaker: could not signal the withdrawal of probe %s to its call", probe_id, exc_info=True)
-    finally:
-        client.close()
 
 
 def _withdraw_locked(state: BreakerState, reason: str) -> bool:

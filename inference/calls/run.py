@@ -5,7 +5,8 @@ How a turn's primary call (``inference.turns.drain``) and the breaker's probe
 auxiliary calls run on their request's own event loop instead: ``inference.turns.auxiliary``,
 ``inference.turns.dropin``.) The call's I/O (the socket, the stream reader, the deadline timer)
 runs as a coroutine on the process's one loop (``agentops.background``); the calling thread
-keeps the call's row, waits, keeps whatever it holds alive (``keep_going``) and can abort.
+keeps the call's row, waits (woken by the call's end, or by the loss of what it holds:
+``holding``) and can abort.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from typing import Protocol
 
-from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
@@ -37,6 +38,18 @@ from .records import call_record
 from .types import CompiledRequest, ProviderError
 
 
+class Holding(Protocol):
+    """What a call is made under and must stop without (a turn's lease): kept alive by someone
+    else (the process's lease renewer), it wakes a waiting call when it is lost."""
+
+    @property
+    def lost(self) -> bool: ...
+
+    def wake_on_loss(self, event: threading.Event) -> Callable[[], None]:
+        """Set ``event`` once lost (at once if it is); returns the undo."""
+        ...
+
+
 def call_run(
     *,
     agent: Agent,
@@ -44,7 +57,7 @@ def call_run(
     kind: str,
     turn: Turn | None = None,
     abort_key: str | None = None,
-    keep_going: Callable[[], bool] | None = None,
+    holding: Holding | None = None,
     waiting: Callable[[], AbstractContextManager[None]] = nullcontext,
     abort_on_shutdown: bool = True,
     turn_events: bool = False,
@@ -58,8 +71,7 @@ def call_run(
     refresh it to read the recorded instants) and the result.
 
     The call is aborted (outcome ``aborted``) when the Redis key ``abort_key`` appears, when
-    ``keep_going`` (asked each time a quarter of the turn lease passes, e.g. to renew it)
-    returns False, and, with ``abort_on_shutdown``, when the worker's warm shutdown begins (a
+    ``holding`` is lost (the thread waits on no timer: the loss wakes it), and, with ``abort_on_shutdown``, when the worker's warm shutdown begins (a
     turn's primary call is left to end: the worker waits for it). ``waiting`` wraps the wait
     (the drain lets other turns do their bookkeeping meanwhile). With ``turn_events``, the
     turn's websocket gets ``call.started``, ``call.delta`` and ``call.ended``.
@@ -129,17 +141,18 @@ def call_run(
     future.add_done_callback(lambda _: ended.set())
     if abort_on_shutdown:
         lifecycle.wake_on_shutdown(ended)
+    unwake = holding.wake_on_loss(ended) if holding is not None else None
     try:
         with waiting():
-            while not ended.wait(settings.AGENTOPS_TURN_LEASE_MS / 4000):
-                if keep_going is not None and not keep_going():
-                    break
+            ended.wait()
             if not future.done():
                 for abort in aborts:
                     engine.loop.call_soon_threadsafe(abort)
             result = future.result()
     finally:
         lifecycle.forget(ended)
+        if unwake is not None:
+            unwake()
     if on_result is not None:
         on_result(result)
     if record is not None:

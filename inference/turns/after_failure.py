@@ -17,6 +17,7 @@ from breaker.probe_call import probe_send
 from breaker.probes import breaker_probe_begin, breaker_probe_end
 from breaker.services import breaker_note_failure
 from breaker.shedding import ShedResult, history_shed
+from inference.calls.run import Holding
 from inference.calls.types import CompiledRequest, ProviderError
 from inference.models import InferenceCall, Turn
 
@@ -26,19 +27,19 @@ logger = logging.getLogger(__name__)
 
 
 def breaker_after_failure(
-    *, turn: Turn, error: ProviderError, failed: CompiledRequest, keep_going: Callable[[], bool] | None = None,
+    *, turn: Turn, error: ProviderError, failed: CompiledRequest, holding: Holding | None = None,
     waiting: Callable[[], AbstractContextManager[None]] = nullcontext,
 ) -> None:
     """Tell the breaker about a turn that ended in failure (DESIGN §7): the streak and
     hard-down, then the probe (failures that may be the history's fault), a shed and one retry.
     Runs after the failure is recorded, outside any transaction: the probe is a network call.
-    ``keep_going`` and ``waiting`` are the drain's, for the time the probe is out."""
+    ``holding`` and ``waiting`` are the drain's, for the time the probe is out."""
     agent = turn.agent
     step = breaker_note_failure(agent=agent, failure_type=error.type, http_status=error.http_status)
     reason = f"{error.type} at HTTP {error.http_status}: the request kept being refused"
     if step.action == BreakerAction.PROBE:
         ticket = breaker_probe_begin(agent=agent)
-        probe = None if lifecycle.stopping.is_set() else probe_send(turn=turn, failed=failed, ticket=ticket, keep_going=keep_going, waiting=waiting)
+        probe = None if lifecycle.stopping.is_set() else probe_send(turn=turn, failed=failed, ticket=ticket, holding=holding, waiting=waiting)
         if probe is None or lifecycle.stopping.is_set():
             # Shutdown aborts probes: whatever came back decides nothing.
             verdict: Literal["answered", "refused", "unclear", "aborted"] = "aborted"

@@ -1,7 +1,7 @@
 """Running an agent's turns: one at a time per agent, across any number of workers (DESIGN §5.1).
 
 Exclusivity is the agent's turn lease (``inference.turns.lease``): a drain runs the agent's turns only
-while it holds the lease, renewing it as it goes. A worker that dies stops renewing; the lease
+while it holds the lease, which the process's one renewer keeps alive. A worker that dies stops renewing; the lease
 lapses and the next delivery (the beat sweep, or the broker redelivering the task) resumes the
 turn it left ``running``. A duplicate delivery finds the lease held, or the turn ended, and
 does nothing.
@@ -91,7 +91,8 @@ def agent_drain(agent_id: int) -> None:
     if lifecycle.stopping.is_set():
         return  # a worker shutting down takes no new turns; the sweep re-enqueues them
     with _BOOKKEEPING:
-        # Renewals happen while this thread has let go of the gate (it waits on a call).
+        # The renewer keeps the lease; a renewal this thread makes itself (while the database
+        # does not answer) is made with the gate let go.
         lease = lease_claim(agent_id, gate=_BOOKKEEPING)
         if lease is None:
             logger.debug("agent %s: another worker holds its turn lease", agent_id)
@@ -172,7 +173,7 @@ def turn_run(turn_id: int, lease: TurnLease) -> None:
                 )
                 _durably(f"call {call.pk}: record the empty stop", partial(InferenceCall.objects.filter(pk=call.pk).update, outcome=InferenceCall.Outcome.ERROR, error=error.as_dict()), lease)
                 if _durably(f"turn {turn_id}: fail", partial(turn_fail, turn=turn, error=error, status=Turn.Status.FAILED, timed_out_again=False), lease):
-                    breaker_after_failure(turn=turn, error=error, failed=request, keep_going=lease.renew_if_due, waiting=_released_bookkeeping)
+                    breaker_after_failure(turn=turn, error=error, failed=request, holding=lease, waiting=_released_bookkeeping)
                 return
             _durably(f"turn {turn_id}: store the answer", partial(turn_complete, turn=turn, output=output), lease)
             return
@@ -207,7 +208,7 @@ def turn_run(turn_id: int, lease: TurnLease) -> None:
             return
         status = Turn.Status.EXHAUSTED if decision.action is Action.EXHAUST else Turn.Status.FAILED
         if _durably(f"turn {turn_id}: end", partial(turn_fail, turn=turn, error=error, status=status, timed_out_again=decision.timed_out_again), lease):
-            breaker_after_failure(turn=turn, error=error, failed=request, keep_going=lease.renew_if_due, waiting=_released_bookkeeping)
+            breaker_after_failure(turn=turn, error=error, failed=request, holding=lease, waiting=_released_bookkeeping)
         return
 
 
@@ -222,22 +223,22 @@ def _durably(what: str, fn: Callable[[], T], lease: TurnLease | None) -> T:
 
 
 def _sleep_unless_cancelled(turn: Turn, seconds: float, lease: TurnLease) -> bool:
-    """Wait before a retry, renewing the lease; False if the turn was cancelled meanwhile.
+    """Wait before a retry (the process's renewer keeps the lease meanwhile); False if the
+    turn was cancelled or its lease lost meanwhile.
 
-    A cancel is noticed through the process's one cancel poller, not by polling the database
-    from every waiting thread."""
+    A cancel is noticed through the process's one abort subscription, and a lost lease through
+    the renewer, not by polling the database or the lease from every waiting thread."""
     connection.close()  # back to the pool while this thread waits
-    woken = threading.Event()  # by a cancel, or by the worker's warm shutdown
+    woken = threading.Event()  # by a cancel, the lease's loss, or the worker's warm shutdown
     loop = background_loop()
     unwatch = loop.submit(_watch(loop, cancel_key(turn), woken.set)).result()
     lifecycle.wake_on_shutdown(woken)
+    unwake = lease.wake_on_loss(woken)
     try:
         with _released_bookkeeping():
-            end = time.monotonic() + seconds
-            while (left := end - time.monotonic()) > 0:
-                if woken.wait(min(left, settings.AGENTOPS_TURN_LEASE_MS / 4000)) or not lease.renew_if_due():
-                    break
+            woken.wait(seconds)
     finally:
+        unwake()
         lifecycle.forget(woken)
         loop.loop.call_soon_threadsafe(unwatch)
     if lifecycle.stopping.is_set():
@@ -272,7 +273,7 @@ def _call_once(turn: Turn, lease: TurnLease, decided: dict[str, bool]) -> tuple[
     request = compile_request(agent, rows)
     call, result = call_run(
         agent=agent, request=request, kind=InferenceCall.Kind.PRIMARY, turn=turn, abort_key=cancel_key(turn),
-        keep_going=lease.renew_if_due, waiting=_released_bookkeeping, abort_on_shutdown=False, turn_events=True,
+        holding=lease, waiting=_released_bookkeeping, abort_on_shutdown=False, turn_events=True,
         on_result=on_result, record=lambda write: _durably(f"turn {turn.pk}: record its call", write, lease),
     )
     return result, call, request

@@ -3,6 +3,11 @@
 A claim is one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` statement, so two workers racing
 for the same agent cannot both win, and no connection or transaction is held while the turn
 runs (a call can last 75 minutes; a held connection per call would exhaust the database).
+
+Every lease a process holds is renewed by the process's one renewer thread (``LeaseRenewer``),
+in one statement each quarter lease, whatever the number of leases, and ahead of the turns'
+bookkeeping (it never waits for the drain's bookkeeping gate). A turn's thread asks its lease
+nothing while its call is out: the renewer wakes it if the lease is lost (``wake_on_loss``).
 """
 
 from __future__ import annotations
@@ -10,8 +15,10 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
 from typing import Any
@@ -34,9 +41,22 @@ RETURNING owner
 """
 
 
+_RENEW_SQL = f"""
+UPDATE {AgentLease._meta.db_table} AS lease SET until = %s
+FROM unnest(%s::bigint[], %s::text[]) AS mine(agent_id, owner)
+WHERE lease.agent_id = mine.agent_id AND lease.owner = mine.owner
+RETURNING lease.agent_id, lease.owner
+"""
+# While the database does not answer, the renewer tries again this often (the lease is renewed
+# well within the claim's grace once it is back).
+RENEW_RETRY_S = 0.2
+
+
 class TurnLease:
-    """A claimed lease. ``renew_if_due()`` keeps it; ``lost`` turns true if another worker took
-    it over (only possible after this one failed to renew in time)."""
+    """A claimed lease, kept by the process's renewer; ``lost`` turns true if another worker
+    took it over (only possible after this one failed to renew in time). ``renew_if_due()``
+    renews it from the asking thread when the renewer has not done so for a quarter lease, or
+    while the last renewal failed (bookkeeping waiting for the database asks at each try)."""
 
     def __init__(self, agent_id: int, owner: str, *, gate: AbstractContextManager[Any] | None = None) -> None:
         self.agent_id = agent_id
@@ -44,9 +64,46 @@ class TurnLease:
         self.lost = False
         self.failing = False  # the last renewal got no answer from the database
         self._renewed = time.monotonic()
-        # Held around the renewal's query. The drain passes its bookkeeping gate: a thousand
-        # waiting turns renewing at once would otherwise starve the loop that times the cuts.
+        # Held around a renewal this lease makes itself (not the renewer's): the drain passes
+        # its bookkeeping gate.
         self.gate = gate if gate is not None else nullcontext()
+        self._wakes: set[threading.Event] = set()
+        self._wakes_lock = threading.Lock()
+
+    def wake_on_loss(self, event: threading.Event) -> Callable[[], None]:
+        """Set ``event`` when the lease is lost (at once if it is); returns the undo."""
+        with self._wakes_lock:
+            self._wakes.add(event)
+            lost = self.lost
+        if lost:
+            event.set()
+
+        def forget() -> None:
+            with self._wakes_lock:
+                self._wakes.discard(event)
+
+        return forget
+
+    def _lose(self) -> None:
+        with self._wakes_lock:
+            was_lost, self.lost = self.lost, True
+            wakes = list(self._wakes)
+        if not was_lost:
+            logger.error("agent %s: the turn lease of %s was taken over; stopping this run", self.agent_id, self.owner)
+        for event in wakes:
+            event.set()
+
+    def _renewal_failed(self, exc: Exception) -> None:
+        expired = time.monotonic() - self._renewed >= settings.AGENTOPS_TURN_LEASE_MS / 1000
+        if not self.failing:
+            logger.warning("agent %s: could not renew the turn lease (%s)%s", self.agent_id, type(exc).__name__, "; it has expired" if expired else "")
+        self.failing = True
+
+    def _renewal_done(self, at: float) -> None:
+        if self.failing:
+            logger.warning("agent %s: the turn lease is renewed again after the database came back", self.agent_id)
+        self.failing = False
+        self._renewed = max(self._renewed, at)
 
     @property
     def duration(self) -> timedelta:
@@ -65,6 +122,7 @@ class TurnLease:
             return False
         if not self.failing and time.monotonic() - self._renewed < settings.AGENTOPS_TURN_LEASE_MS / 4000:
             return True
+        started = time.monotonic()
         try:
             with self.gate:
                 now = timezone.now()
@@ -74,22 +132,16 @@ class TurnLease:
             # The database did not answer (down, or no connection free within the pool's
             # timeout): the call goes on and the renewal is tried again at the next ask.
             connection.close()
-            expired = time.monotonic() - self._renewed >= settings.AGENTOPS_TURN_LEASE_MS / 1000
-            if not self.failing:
-                logger.warning("agent %s: could not renew the turn lease (%s)%s", self.agent_id, type(exc).__name__, "; it has expired" if expired else "")
-            self.failing = True
+            self._renewal_failed(exc)
             return True
         if not updated:
-            self.lost = True
-            logger.error("agent %s: the turn lease of %s was taken over; stopping this run", self.agent_id, self.owner)
+            self._lose()
             return False
-        if self.failing:
-            logger.warning("agent %s: the turn lease is renewed again after the database came back", self.agent_id)
-        self.failing = False
-        self._renewed = time.monotonic()
+        self._renewal_done(started)
         return True
 
     def release(self) -> None:
+        lease_renewer().forget(self)
         try:
             AgentLease.objects.filter(agent_id=self.agent_id, owner=self.owner).delete()
         except DatabaseError:
@@ -110,4 +162,94 @@ def lease_claim(agent_id: int, *, gate: AbstractContextManager[Any] | None = Non
     with connection.cursor() as cursor:
         cursor.execute(_CLAIM_SQL, [agent_id, owner, until, grace_ago, grace_ago])
         row = cursor.fetchone()
-    return TurnLease(agent_id, owner, gate=gate) if row else None
+    if not row:
+        return None
+    lease = TurnLease(agent_id, owner, gate=gate)
+    lease_renewer().keep(lease)
+    return lease
+
+
+class LeaseRenewer:
+    """Renews every lease this process holds, in one statement each quarter lease (or every
+    ``RENEW_RETRY_S`` while the database does not answer), on a thread of its own.
+
+    A renewal that fails because the database is down loses no lease, even past its deadline
+    (nobody can claim it while the database is down); the next try renews it by owner as soon
+    as the database answers. A lease whose row the statement does not find (another owner took
+    it, after this process failed to renew it in time) is lost, and its waiting call woken."""
+
+    def __init__(self) -> None:
+        self._leases: set[TurnLease] = set()
+        self._lock = threading.Lock()
+        self._failing = False
+        self._kick = threading.Event()
+        self.rounds = 0  # rounds tried, each one statement (for the process's metrics and tests)
+        self._thread = threading.Thread(target=self._run, name="agentops-lease-renewer", daemon=True)
+        self._thread.start()
+
+    def keep(self, lease: TurnLease) -> None:
+        with self._lock:
+            self._leases.add(lease)
+
+    def forget(self, lease: TurnLease) -> None:
+        with self._lock:
+            self._leases.discard(lease)
+
+    def renew_now(self) -> None:
+        """Wake the renewer for a round now (the next one follows a quarter lease after it)."""
+        self._kick.set()
+
+    def _run(self) -> None:
+        while True:
+            self._kick.wait(RENEW_RETRY_S if self._failing else settings.AGENTOPS_TURN_LEASE_MS / 4000)
+            self._kick.clear()
+            try:
+                self.renew_all()
+            except Exception:  # the thread must outlive anything one round meets
+                logger.exception("the turn lease renewer failed a round; it goes on")
+                self._failing = True
+
+    def renew_all(self) -> None:
+        """One round: every lease held and not lost, in one statement."""
+        with self._lock:
+            leases = [lease for lease in self._leases if not lease.lost]
+        if not leases:
+            self._failing = False
+            return
+        self.rounds += 1
+        started = time.monotonic()
+        until = timezone.now() + timedelta(milliseconds=settings.AGENTOPS_TURN_LEASE_MS)
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(_RENEW_SQL, [until, [lease.agent_id for lease in leases], [lease.owner for lease in leases]])
+                kept = {(int(agent_id), str(owner)) for agent_id, owner in cursor.fetchall()}
+        except DatabaseError as exc:
+            self._failing = True
+            for lease in leases:
+                lease._renewal_failed(exc)
+            return
+        finally:
+            connection.close()  # back to the pool until the next round
+        self._failing = False
+        for lease in leases:
+            if (lease.agent_id, lease.owner) in kept:
+                lease._renewal_done(started)
+                continue
+            with self._lock:
+                held = lease in self._leases  # not released while the statement ran
+            if held:
+                lease._lose()
+
+
+_renewer: LeaseRenewer | None = None
+_renewer_pid: int | None = None
+_renewer_lock = threading.Lock()
+
+
+def lease_renewer() -> LeaseRenewer:
+    """This process's renewer, started on first use (after any fork, so each child has its own)."""
+    global _renewer, _renewer_pid
+    with _renewer_lock:
+        if _renewer is None or _renewer_pid != os.getpid():
+            _renewer, _renewer_pid = LeaseRenewer(), os.getpid()
+        return _renewer

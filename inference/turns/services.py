@@ -23,6 +23,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from agentops.alerts import alert_raise
+from agentops.cancels import abort_signal
 from agentops.exceptions import BadRequest, Conflict, NotFound
 from agentops.failures import failures_log_write
 from agentops.live import broadcast_turn_event
@@ -88,20 +89,17 @@ def _announce(turn_id: int, status: str, **extra: Any) -> None:
 
 
 def cancel_key(turn: Turn) -> str:
-    """A Redis key a running call polls: set when its turn is cancelled. It names the turn's
+    """A Redis key a running call watches: set when its turn is cancelled. It names the turn's
     creation instant too, so a key left from a database that was since reset matches nothing."""
     return f"agentops:turn-cancel:{turn.pk}:{turn.created_at.timestamp():.6f}"
 
 
 def _signal_cancel(turn: Turn) -> None:
-    client = redis.Redis.from_url(settings.REDIS_URL)
     try:
-        client.set(cancel_key(turn), "1", ex=3600)
+        abort_signal(settings.REDIS_URL, cancel_key(turn))
     except redis.RedisError:
         # The drain also re-reads the turn's status after the call; this only speeds it up.
         logger.warning("turn %s: could not signal the cancel to its running call", turn.pk, exc_info=True)
-    finally:
-        client.close()
 
 
 # --- the API's writes ------------------------------------------------------------------------

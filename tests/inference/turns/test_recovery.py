@@ -75,3 +75,25 @@ def test_a_warm_shutdown_hands_a_turn_waiting_to_retry_back_without_a_call(api: 
     assert Turn.objects.get(pk=turn_id).status == "queued"
     assert len(standin_requests()) == 1
     assert not AgentLease.objects.filter(agent=agent).exists()
+
+
+def test_a_call_whose_lease_another_worker_took_is_aborted_at_the_renewers_next_round(api: Client, make_agent: Any, standin_requests: Any) -> None:
+    pool = WorkerPool(1, label="overtaken", extra_env={"AGENTOPS_TURN_LEASE_MS": "1000"})  # a round every 250 ms
+    try:
+        agent = make_agent(model="endless:interval_ms=50")
+        turn_id = submit(api, agent.name, ("alice", "go on forever"))["id"]
+        wait_for(standin_requests, what="the call to reach the provider")
+        AgentLease.objects.filter(agent=agent).update(owner="another-worker")  # as after a takeover
+        taken = time.time()
+        call = wait_for(lambda: InferenceCall.objects.filter(agent=agent, outcome__isnull=False).first(), timeout=10, what="the call to end")
+    finally:
+        pool.stop()
+        celery_app.conf.task_default_queue = pool.previous_queue
+    assert call.outcome == "aborted" and call.ended_at is not None
+    assert call.ended_at.timestamp() - taken < 1.0  # within a round (250 ms) and the abort
+    # The run stopped without touching what is now the other owner's: the turn and its lease.
+    assert Turn.objects.get(pk=turn_id).status == "running"
+    assert AgentLease.objects.get(agent=agent).owner == "another-worker"
+    assert InferenceCall.objects.filter(agent=agent).count() == 1
+    Turn.objects.filter(pk=turn_id).update(status="cancelled")
+    AgentLease.objects.all().delete()

@@ -145,6 +145,21 @@ def test_a_running_turn_is_cancelled_and_not_retried(api: Client, make_agent: An
     assert InferenceCall.objects.filter(agent=agent).count() == 1
 
 
+def test_a_cancel_reaches_the_running_call_within_a_short_bound(api: Client, make_agent: Any, standin_requests: Any) -> None:
+    """The cancel is pushed to the worker holding the call, not found by its next poll (the
+    old poller looked every 250 ms): from the cancel request to the call's end, well under that."""
+    agent = make_agent(model="endless:interval_ms=20")
+    accepted = submit(api, agent.name, ("alice", "go on forever"))
+    wait_for(standin_requests, what="the call to reach the provider")
+    time.sleep(0.3)  # content flowing
+    asked = time.time()
+    assert api.post(f"/api/v1/turns/{accepted['id']}/cancel").status_code == 200
+    call = wait_for(lambda: InferenceCall.objects.filter(agent=agent, outcome__isnull=False).first(), what="the call to end")
+    assert call.outcome == "aborted" and call.ended_at is not None
+    took = call.ended_at.timestamp() - asked
+    assert took < 0.15, f"the cancel took {took * 1000:.0f} ms to abort the call"
+
+
 def test_an_auth_failure_fails_the_turn_with_a_note(api: Client, make_agent: Any) -> None:
     agent = make_agent(model="auth")
     accepted = submit(api, agent.name, ("alice", "hi"))
