@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from ..classify import classify_frame
 from ..sse import SseEvent
 from ..types import CallOutput, CompiledRequest, Progress, TokenUsage, token_count
-from .base import WireRequest, parse_arguments
+from .base import WireRequest, event_object, parse_arguments
 
 ANTHROPIC_VERSION = "2023-06-01"
 # The messages API requires max_tokens; this is used when the agent sets none.
@@ -104,13 +103,8 @@ class AnthropicStreamReader:
         self._usage: dict[str, Any] = {}
 
     def feed(self, event: SseEvent, now_ms: float) -> list[Progress]:
-        if event.comment or not event.data.strip():
-            return [Progress(model_event=False)]
-        try:
-            data = json.loads(event.data)
-        except ValueError:
-            return [Progress(model_event=False)]
-        if not isinstance(data, dict):
+        data = event_object(event)
+        if data is None:
             return [Progress(model_event=False)]
         kind = data.get("type") or event.event
         if kind == "error":

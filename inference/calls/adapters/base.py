@@ -34,6 +34,20 @@ class Adapter(Protocol):
         """The wire format's usage object (a body's, or what a stream reported) as counts."""
 
 
+def event_object(event: SseEvent) -> dict[str, Any] | None:
+    """An SSE event's JSON object, or None for a keepalive: a comment, an empty event, data
+    that is not JSON or not an object (none of them a model event)."""
+    import json
+
+    if event.comment or not event.data.strip():
+        return None
+    try:
+        value = json.loads(event.data)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def parse_arguments(text: str) -> dict[str, Any]:
     import json
 

@@ -8,7 +8,7 @@ from typing import Any
 from ..classify import classify_frame
 from ..sse import SseEvent
 from ..types import CallOutput, CompiledRequest, Progress, TokenUsage, token_count, token_detail
-from .base import WireRequest, parse_arguments
+from .base import WireRequest, event_object, parse_arguments
 
 _FINISH = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens", "function_call": "tool_use"}
 
@@ -108,15 +108,10 @@ class OpenAIStreamReader:
         self._thinking_started = False
 
     def feed(self, event: SseEvent, now_ms: float) -> list[Progress]:
-        if event.comment or not event.data.strip():
-            return [Progress(model_event=False)]
-        if event.data.strip() == "[DONE]":
+        if not event.comment and event.data.strip() == "[DONE]":
             return [Progress(model_event=False, done=True)]
-        try:
-            chunk = json.loads(event.data)
-        except ValueError:
-            return [Progress(model_event=False)]
-        if not isinstance(chunk, dict):
+        chunk = event_object(event)
+        if chunk is None:
             return [Progress(model_event=False)]
         if "error" in chunk:
             return [Progress(model_event=False, error=classify_frame(chunk, now_ms), done=True)]

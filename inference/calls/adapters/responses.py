@@ -18,7 +18,7 @@ from typing import Any
 from ..classify import classify_frame
 from ..sse import SseEvent
 from ..types import CallOutput, CompiledRequest, Progress, TokenUsage, token_count, token_detail
-from .base import WireRequest, parse_arguments
+from .base import WireRequest, event_object, parse_arguments
 
 _THINKING_DELTAS = frozenset({"response.reasoning_summary_text.delta", "response.reasoning_text.delta"})
 _MODEL_EVENTS = frozenset({
@@ -130,13 +130,8 @@ class ResponsesStreamReader:
         self._calls: dict[int, dict[str, Any]] = {}
 
     def feed(self, event: SseEvent, now_ms: float) -> list[Progress]:
-        if event.comment or not event.data.strip():
-            return [Progress(model_event=False)]
-        try:
-            data = json.loads(event.data)
-        except ValueError:
-            return [Progress(model_event=False)]
-        if not isinstance(data, dict):
+        data = event_object(event)
+        if data is None:
             return [Progress(model_event=False)]
         kind = data.get("type") or event.event
         if kind == "error":
