@@ -77,11 +77,6 @@ def presented_token(request: HttpRequest) -> str:
     return request.headers.get("X-Api-Key", "").strip()
 
 
-def agent_for(token: ApiToken, name: str) -> Agent:
-    """The agent ``model`` names, as ``token`` may see it (another project's is not found)."""
-    return selectors.agent_for(token=token, name=name)
-
-
 @dataclass
 class Looked:
     """What one trip to the database found: the token, the agent, the call and its admission."""
@@ -123,7 +118,7 @@ def look_up(token_text: str, body: dict[str, Any] | None, fmt: Format, headers: 
     if token is None or body is None:
         return looked
     try:
-        looked.agent = _cached(_agents, (token.pk, body["model"]), lambda: agent_for(token, body["model"]))
+        looked.agent = _cached(_agents, (token.pk, body["model"]), lambda: selectors.agent_for(token=token, name=body["model"]))
     except NotFound:
         return looked
     assert looked.agent is not None

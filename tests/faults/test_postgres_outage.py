@@ -46,14 +46,21 @@ def test_a_stated_wait_while_postgres_is_down_is_held_at_once_and_lands_in_the_j
     assert faults.sql("SELECT status FROM inference_turn WHERE id = %s", turn)[0]["status"] == "held"
 
 
-def test_an_answer_received_while_postgres_is_down_is_stored_after_recovery_with_one_call(faults: FaultStack, standin: str) -> None:
+def answers_out_through_an_outage(faults: FaultStack, standin: str, prefix: str, *, count: int, delay_ms: int) -> tuple[list[str], list[int]]:
+    """A worker's ``count`` turns whose answers take ``delay_ms``: once every call is out,
+    PostgreSQL stops for ``DOWN_S`` and starts again. Returns the models and the turns."""
     faults.start_worker("w1")
-    models = [f"answer:delay_ms=2000,text=outage-two-{i}" for i in range(2)]
-    turns = [submit(faults, f"outage-two-{i}", model) for i, model in enumerate(models)]
-    wait_for(lambda: all(provider_calls(standin, m) for m in models), what="both calls to go out")
+    models = [f"answer:delay_ms={delay_ms},text={prefix}-{i}" for i in range(count)]
+    turns = [submit(faults, f"{prefix}-{i}", model) for i, model in enumerate(models)]
+    wait_for(lambda: all(provider_calls(standin, m) for m in models), what="the calls to go out")
     faults.stop_postgres()
     time.sleep(DOWN_S)
     faults.start_postgres()
+    return models, turns
+
+
+def test_an_answer_received_while_postgres_is_down_is_stored_after_recovery_with_one_call(faults: FaultStack, standin: str) -> None:
+    models, turns = answers_out_through_an_outage(faults, standin, "outage-two", count=2, delay_ms=2000)
     back = time.monotonic()
     for i, turn in enumerate(turns):
         done = wait_turn(faults, turn, ("succeeded", "failed", "exhausted"), timeout=30)
@@ -90,13 +97,7 @@ def test_a_warm_shutdown_during_a_429_pacing_wait_keeps_the_pacing(faults: Fault
 
 
 def test_after_recovery_the_live_workers_turns_resume_within_two_seconds(faults: FaultStack, standin: str) -> None:
-    faults.start_worker("w1")
-    models = [f"answer:delay_ms=1500,text=outage-five-{i}" for i in range(3)]
-    turns = [submit(faults, f"outage-five-{i}", model) for i, model in enumerate(models)]
-    wait_for(lambda: all(provider_calls(standin, m) for m in models), what="the calls to go out")
-    faults.stop_postgres()
-    time.sleep(DOWN_S)
-    faults.start_postgres()
+    models, turns = answers_out_through_an_outage(faults, standin, "outage-five", count=3, delay_ms=1500)
     back = time.monotonic()
     for turn in turns:
         wait_turn(faults, turn, ("succeeded",), timeout=30)
