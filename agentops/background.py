@@ -1,11 +1,12 @@
 """The background loop: one asyncio event loop per process, in its own thread.
 
-Celery runs turns on a thread pool (``--pool threads``). Each task thread compiles its request
-and records results with the ORM, but the call itself (the socket, the stream reader, the
-deadline watcher) runs as a coroutine on this shared loop (``inference.calls.run``). So one process
-holds many calls at once at the cost of one coroutine each, not one process or one event loop
-each. Live events are sent from the same loop, over one channel-layer connection pool, instead
-of a new event loop and Redis connection per event.
+A worker runs each agent's turns as one coroutine on this loop (``inference.turns.drain``): the
+call itself (the socket, the stream reader, the deadline timer) and the waits between calls
+cost a coroutine each, not a thread. The ORM bookkeeping around them (claiming, compiling,
+recording) is blocking, so it runs in a small pool of threads (``bookkeeping``), whose size
+bounds how many turns touch the database at once however many calls are held. Live events are
+sent from the same loop, over one channel-layer connection pool, instead of a new event loop
+and Redis connection per event.
 """
 
 from __future__ import annotations
@@ -16,14 +17,16 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Coroutine
-from concurrent.futures import Future
-from typing import Any, TypeVar
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
+from typing import Any, ParamSpec, TypeVar
 
 import httpx
 
 from .cancels import AbortWatcher
 
 T = TypeVar("T")
+P = ParamSpec("P")
 CONNECT_TIMEOUT_S = 30.0
 # HTTP connection pools per process (see BackgroundLoop.http).
 HTTP_POOLS = 32
@@ -41,6 +44,9 @@ class BackgroundLoop:
         self._outbox: asyncio.Queue[Coroutine[Any, Any, None]] = asyncio.Queue()
         self._sender: asyncio.Task[None] | None = None
         self._aborts: AbortWatcher | None = None
+        self.bookkeeping_pool = ThreadPoolExecutor(
+            max_workers=int(os.environ.get("AGENTOPS_BOOKKEEPING_THREADS", "4")), thread_name_prefix="agentops-bookkeeping",
+        )
         self.thread = threading.Thread(target=self._run, name="agentops-background-loop", daemon=True)
         self.thread.start()
         self._ready.wait()
@@ -124,6 +130,47 @@ class BackgroundLoop:
 
             self._aborts = AbortWatcher(self.loop, lambda: str(settings.REDIS_URL))
         return self._aborts.watch(key, abort)
+
+
+class LoopWake:
+    """What a thread sets to wake a coroutine on the loop: ``set()`` from any thread (the lease
+    renewer, a warm shutdown, a cancel) resolves ``future``, which the coroutine awaits. It
+    stands where a thread would pass a ``threading.Event``."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self.future: asyncio.Future[None] = loop.create_future()
+
+    def set(self) -> None:
+        self._loop.call_soon_threadsafe(self._resolve)
+
+    def _resolve(self) -> None:
+        if not self.future.done():
+            self.future.set_result(None)
+
+
+async def bookkeeping(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """Run ``fn`` (blocking ORM work) in the process's bookkeeping pool and await it, from a
+    coroutine on the background loop. The thread gives its database connection back to the
+    pool when ``fn`` returns (a connection the database dropped is never kept)."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(background_loop().bookkeeping_pool, partial(_closing, fn, *args, **kwargs))
+
+
+async def blocking(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """Run ``fn`` on a thread of the loop's own and await it: for work that waits (the
+    breaker's probe, made by a thread waiting on this loop), kept out of the bookkeeping pool
+    so that it never holds a bookkeeping thread while it waits."""
+    return await asyncio.get_running_loop().run_in_executor(None, partial(_closing, fn, *args, **kwargs))
+
+
+def _closing(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    from django.db import connection
+
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        connection.close()
 
 
 _loop: BackgroundLoop | None = None

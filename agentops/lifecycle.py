@@ -1,16 +1,30 @@
 """A worker's warm shutdown, as one process-wide flag (DESIGN §6.10).
 
-Threads that wait (a retry delay) register an event here; shutdown sets them all, so a waiting
-turn is handed back at once instead of making its call on the way out.
+What waits (a turn's retry delay, a call that ends on shutdown) registers a wake here; shutdown
+sets them all, so a waiting turn is handed back at once instead of making its call on the way
+out. Work the process must finish before it exits (the turns running on the background loop,
+whose Celery tasks returned when they handed them over) is counted here: once shutdown begins,
+the process does not exit before that count is back to zero.
 """
 
 from __future__ import annotations
 
 import threading
+from typing import Protocol
 
 stopping = threading.Event()
-_waiters: set[threading.Event] = set()
+
+
+class Wake(Protocol):
+    """A ``threading.Event``, or what stands for one on the loop (``background.LoopWake``)."""
+
+    def set(self) -> None: ...
+
+
+_waiters: set[Wake] = set()
 _lock = threading.Lock()
+_running = 0
+_idle = threading.Condition(_lock)
 
 
 def shutdown_begin() -> None:
@@ -18,15 +32,37 @@ def shutdown_begin() -> None:
     with _lock:
         for event in _waiters:
             event.set()
+    # Not a daemon: the interpreter waits for it before it exits (and before its exit hooks).
+    threading.Thread(target=_wait_idle, name="agentops-shutdown-wait", daemon=False).start()
 
 
-def wake_on_shutdown(event: threading.Event) -> None:
+def wake_on_shutdown(event: Wake) -> None:
     with _lock:
         _waiters.add(event)
         if stopping.is_set():
             event.set()
 
 
-def forget(event: threading.Event) -> None:
+def forget(event: Wake) -> None:
     with _lock:
         _waiters.discard(event)
+
+
+def work_started() -> None:
+    """Count a piece of work (a turn's run) the process finishes before it exits."""
+    global _running
+    with _lock:
+        _running += 1
+
+
+def work_ended() -> None:
+    global _running
+    with _lock:
+        _running -= 1
+        if _running == 0:
+            _idle.notify_all()
+
+
+def _wait_idle() -> None:
+    with _lock:
+        _idle.wait_for(lambda: _running == 0)

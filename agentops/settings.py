@@ -173,10 +173,14 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-# Turns wait on the network, not the CPU: a thread per turn, with every call's I/O on one
-# asyncio loop per process (inference.engine), holds hundreds of calls in one process.
+# A worker's task threads only hand turns over to the process's background loop, where each
+# agent's run is a coroutine (inference.turns.drain): a few threads take turns from the broker
+# as fast as it hands them out, and the webhooks' deliveries run beside them.
 CELERY_WORKER_POOL = "threads"
-CELERY_WORKER_CONCURRENCY = env_int("AGENTOPS_WORKER_CONCURRENCY", 200, minimum=1)
+CELERY_WORKER_CONCURRENCY = env_int("AGENTOPS_WORKER_CONCURRENCY", 8, minimum=1)
+# How many agents' runs one worker process holds at once (each a coroutine, its call a socket);
+# past it, the worker takes no more turns from the broker until one ends.
+AGENTOPS_WORKER_TURNS = env_int("AGENTOPS_WORKER_TURNS", 10_000, minimum=1)
 CELERY_TASK_DEFAULT_QUEUE = env_str("AGENTOPS_CELERY_QUEUE", "agentops")
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Redis redelivers a task that is not acknowledged within the visibility timeout. A turn is

@@ -9,8 +9,6 @@ and when the drain loses the agent's turn lease. Its verdict is ``breaker.probes
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -66,20 +64,17 @@ def probe_request(failed: CompiledRequest, participant: str) -> CompiledRequest:
     return replace(failed, messages=[message], stream=False)
 
 
-def probe_send(
-    *, turn: Turn, failed: CompiledRequest, ticket: ProbeTicket, holding: Holding | None = None,
-    waiting: Callable[[], AbstractContextManager[None]] = nullcontext,
-) -> ProbeOutcome:
+def probe_send(*, turn: Turn, failed: CompiledRequest, ticket: ProbeTicket, holding: Holding | None = None) -> ProbeOutcome:
     """Send the probe and wait for it (off any event loop, outside any transaction). Never
-    retried. A held model defers it without a call. ``holding`` and ``waiting`` are the
-    drain's, for the time the probe is out."""
+    retried. A held model defers it without a call. ``holding`` is the drain's lease: the
+    probe is aborted if it is lost while the probe is out."""
     agent = turn.agent
     if admission_check(agent=agent, model=failed.model, now_ms=time.time() * 1000) is not None:
         deferred = call_deferred(agent=agent, kind=InferenceCall.Kind.PROBE, model=failed.model, max_tokens=failed.max_tokens, turn=turn)
         return ProbeOutcome("deferred", None, deferred.pk)
     call, result = call_run(
         agent=agent, request=probe_request(failed, probe_participant(agent)), kind=InferenceCall.Kind.PROBE, turn=turn,
-        abort_key=probe_abort_key(ticket.probe_id), holding=holding, waiting=waiting,
+        abort_key=probe_abort_key(ticket.probe_id), holding=holding,
     )
     outcomes: dict[str, Literal["answered", "error", "cut", "aborted"]] = {
         "completed": "answered", "error": "error", "cut": "cut", "aborted": "aborted",

@@ -1,26 +1,25 @@
-"""Running one provider call on the process's engine loop while the calling thread waits.
+"""Running one provider call on the process's background loop.
 
-How a turn's primary call (``inference.turns.drain``) and the breaker's probe
-(``breaker.probe_call``) are made. (The ``complete`` endpoint's and the drop-in endpoints'
-auxiliary calls run on their request's own event loop instead: ``inference.turns.auxiliary``,
-``inference.turns.dropin``.) The call's I/O (the socket, the stream reader, the deadline timer)
-runs as a coroutine on the process's one loop (``agentops.background``); the calling thread
-keeps the call's row, waits (woken by the call's end, or by the loss of what it holds:
-``holding``) and can abort.
+How a turn's primary call (``inference.turns.drain``, a coroutine on that loop) and the
+breaker's probe (``breaker.probe_call``, from a thread that waits) are made. (The ``complete``
+endpoint's and the drop-in endpoints' auxiliary calls run on their request's own event loop
+instead: ``inference.turns.auxiliary``, ``inference.turns.dropin``.) The call's I/O (the socket,
+the stream reader, the deadline timer) is a coroutine on the process's one loop
+(``agentops.background``); its row is written in the bookkeeping pool, before the call is sent
+and after it ends, and nothing waits on a thread while it is out: a cancel, the loss of what it
+is made under (``holding``) or a warm shutdown wakes it on the loop and aborts it.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
 from typing import Protocol
 
-from django.db import connection
 from django.utils import timezone
 
 from agentops import lifecycle
-from agentops.background import background_loop
+from agentops.background import LoopWake, background_loop, bookkeeping
+from agentops.lifecycle import Wake
 from agentops.live import broadcast_turn_event, publish_turn_event
 from agentops.models import Agent
 from agentops.providers import base_url_vet, key_env_problem
@@ -28,7 +27,7 @@ from agentops.text import bound_text
 from agentops.urlsafety import HostUnresolved, IPAddress
 from inference.models import InferenceCall, Turn
 
-from .adapters import WireRequest, build_wire, wire_pinned
+from .adapters import Adapter, WireRequest, build_wire, wire_pinned
 from .bounds import Deadline
 from .client import CallResult, Timeline, now_ms, perform_call
 from .config import bounds_settings
@@ -45,7 +44,7 @@ class Holding(Protocol):
     @property
     def lost(self) -> bool: ...
 
-    def wake_on_loss(self, event: threading.Event) -> Callable[[], None]:
+    def wake_on_loss(self, event: Wake) -> Callable[[], None]:
         """Set ``event`` once lost (at once if it is); returns the undo."""
         ...
 
@@ -58,7 +57,22 @@ def call_run(
     turn: Turn | None = None,
     abort_key: str | None = None,
     holding: Holding | None = None,
-    waiting: Callable[[], AbstractContextManager[None]] = nullcontext,
+) -> tuple[InferenceCall, CallResult]:
+    """``call_run_on_loop`` for a thread (the breaker's probe): blocks it until the call ends
+    and is recorded. Call it off the background loop and outside any transaction."""
+    return background_loop().submit(
+        call_run_on_loop(agent=agent, request=request, kind=kind, turn=turn, abort_key=abort_key, holding=holding)
+    ).result()
+
+
+async def call_run_on_loop(
+    *,
+    agent: Agent,
+    request: CompiledRequest,
+    kind: str,
+    turn: Turn | None = None,
+    abort_key: str | None = None,
+    holding: Holding | None = None,
     abort_on_shutdown: bool = True,
     turn_events: bool = False,
     on_result: Callable[[CallResult], None] | None = None,
@@ -66,19 +80,31 @@ def call_run(
 ) -> tuple[InferenceCall, CallResult]:
     """Make one call under the bounds (``request.stream`` says streamed or not), with no
     retries, and record it on its ``InferenceCall`` row, which is written before the call is
-    sent. Blocks the calling thread; call it off any event loop and outside any transaction,
-    after the admission check. Returns the row as created (``call_record`` wrote the rest:
+    sent. A coroutine on the background loop; ``agent`` comes with its provider loaded, and
+    the admission check was made. Returns the row as created (``call_record`` wrote the rest:
     refresh it to read the recorded instants) and the result.
 
     The call is aborted (outcome ``aborted``) when the Redis key ``abort_key`` appears, when
-    ``holding`` is lost (the thread waits on no timer: the loss wakes it), and, with ``abort_on_shutdown``, when the worker's warm shutdown begins (a
-    turn's primary call is left to end: the worker waits for it). ``waiting`` wraps the wait
-    (the drain lets other turns do their bookkeeping meanwhile). With ``turn_events``, the
-    turn's websocket gets ``call.started``, ``call.delta`` and ``call.ended``.
+    ``holding`` is lost, and, with ``abort_on_shutdown``, when the worker's warm shutdown
+    begins (a turn's primary call is left to end: the worker waits for it). With
+    ``turn_events``, the turn's websocket gets ``call.started``, ``call.delta`` and
+    ``call.ended``.
 
     Decide before you write: ``on_result`` gets the result as soon as the call ends, before
     any of it is written (a turn hands a stated wait to the journal there), and ``record``
-    runs the write of the call's row (a turn retries it while the database is down)."""
+    runs the write of the call's row (a turn retries it while the database is down); both run
+    in the bookkeeping pool."""
+    adapter, wire, call, refused = await bookkeeping(_call_begin, agent, request, kind, turn)
+    turn_id = turn.pk if turn is not None and turn_events else None
+    result = refused or await _perform(
+        adapter=adapter, wire=wire, call=call, agent=agent, request=request, turn_id=turn_id,
+        abort_key=abort_key, holding=holding, abort_on_shutdown=abort_on_shutdown,
+    )
+    await bookkeeping(_call_end, call, agent, result, turn_id, on_result, record)
+    return call, result
+
+
+def _call_begin(agent: Agent, request: CompiledRequest, kind: str, turn: Turn | None) -> tuple[Adapter, WireRequest, InferenceCall, CallResult | None]:
     adapter, wire = build_wire(agent.provider, request)
     # The provider policy again, before every call: the settings, or what the host resolves
     # to, may have changed since the provider was created. A refused call ends at once, as an
@@ -89,70 +115,13 @@ def call_run(
         max_tokens=request.max_tokens, round=turn.rounds if turn else 0, sent_at=timezone.now(),
     )
     dashboard_call_started(call=call, agent=agent.name)
-    if not connection.in_atomic_block:
-        connection.close()  # back to the pool for the duration of the call
-    engine = background_loop()
-    aborts: list[Callable[[], None]] = []
-    turn_id = turn.pk if turn is not None and turn_events else None
+    return adapter, wire, call, refused
 
-    async def perform() -> CallResult:
-        if refused is not None:
-            return refused
-        unwatch: list[Callable[[], None]] = []
 
-        def on_abortable(abort: Callable[[], None]) -> None:
-            aborts.append(abort)
-            if abort_key is not None:
-                unwatch.append(engine.watch_cancel(abort_key, abort))
-
-        async def on_milestone(name: str, timeline: Timeline) -> None:
-            if name == "sent" and turn_id is not None:
-                publish_turn_event(turn_id, {"type": "call.started", "turn": turn_id, "call": call.pk, "model": call.model, "streamed": call.streamed})
-
-        async def on_delta(text: str) -> None:
-            if turn_id is not None:
-                publish_turn_event(turn_id, {"type": "call.delta", "turn": turn_id, "call": call.pk, "text": text})
-
-        hub = progress_hub()
-        firsts = [False, False]  # first event, first content: sent at once
-
-        def on_progress(timeline: Timeline, deadline: Deadline | None) -> None:
-            now_firsts = [timeline.first_event is not None, timeline.first_content is not None]
-            urgent = now_firsts != firsts
-            firsts[:] = now_firsts
-            hub.update(
-                progress_entry(call_id=call.pk, agent=agent.name, turn_id=call.turn_id, timeline=timeline, deadline=deadline),
-                urgent=urgent,
-            )
-
-        try:
-            return await perform_call(
-                adapter=adapter, wire=wire, streamed=request.stream, max_tokens=request.max_tokens,
-                bounds=bounds_settings(), client=engine.http, on_abortable=on_abortable,
-                on_milestone=on_milestone, on_delta=on_delta, on_progress=on_progress,
-            )
-        finally:
-            hub.ended(call.pk)
-            for stop_watching in unwatch:
-                stop_watching()
-
-    future = engine.submit(perform())
-    ended = threading.Event()  # by the call's end, or by the worker's warm shutdown
-    future.add_done_callback(lambda _: ended.set())
-    if abort_on_shutdown:
-        lifecycle.wake_on_shutdown(ended)
-    unwake = holding.wake_on_loss(ended) if holding is not None else None
-    try:
-        with waiting():
-            ended.wait()
-            if not future.done():
-                for abort in aborts:
-                    engine.loop.call_soon_threadsafe(abort)
-            result = future.result()
-    finally:
-        lifecycle.forget(ended)
-        if unwake is not None:
-            unwake()
+def _call_end(
+    call: InferenceCall, agent: Agent, result: CallResult, turn_id: int | None,
+    on_result: Callable[[CallResult], None] | None, record: Callable[[Callable[[], None]], None] | None,
+) -> None:
     if on_result is not None:
         on_result(result)
     if record is not None:
@@ -162,7 +131,57 @@ def call_run(
     if turn_id is not None:
         broadcast_turn_event(turn_id, {"type": "call.ended", "turn": turn_id, "call": call.pk, "outcome": result.outcome})
     dashboard_call_ended(call=call, agent=agent.name, result=result)
-    return call, result
+
+
+async def _perform(
+    *, adapter: Adapter, wire: WireRequest, call: InferenceCall, agent: Agent, request: CompiledRequest,
+    turn_id: int | None, abort_key: str | None, holding: Holding | None, abort_on_shutdown: bool,
+) -> CallResult:
+    engine = background_loop()
+    undo: list[Callable[[], None]] = []
+
+    def on_abortable(abort: Callable[[], None]) -> None:
+        if abort_key is not None:
+            undo.append(engine.watch_cancel(abort_key, abort))
+        # Woken from another thread (the renewer that found the lease taken, a warm shutdown).
+        wake = LoopWake(engine.loop)
+        wake.future.add_done_callback(lambda _: abort())
+        if holding is not None:
+            undo.append(holding.wake_on_loss(wake))
+        if abort_on_shutdown:
+            lifecycle.wake_on_shutdown(wake)
+            undo.append(lambda: lifecycle.forget(wake))
+
+    async def on_milestone(name: str, timeline: Timeline) -> None:
+        if name == "sent" and turn_id is not None:
+            publish_turn_event(turn_id, {"type": "call.started", "turn": turn_id, "call": call.pk, "model": call.model, "streamed": call.streamed})
+
+    async def on_delta(text: str) -> None:
+        if turn_id is not None:
+            publish_turn_event(turn_id, {"type": "call.delta", "turn": turn_id, "call": call.pk, "text": text})
+
+    hub = progress_hub()
+    firsts = [False, False]  # first event, first content: sent at once
+
+    def on_progress(timeline: Timeline, deadline: Deadline | None) -> None:
+        now_firsts = [timeline.first_event is not None, timeline.first_content is not None]
+        urgent = now_firsts != firsts
+        firsts[:] = now_firsts
+        hub.update(
+            progress_entry(call_id=call.pk, agent=agent.name, turn_id=call.turn_id, timeline=timeline, deadline=deadline),
+            urgent=urgent,
+        )
+
+    try:
+        return await perform_call(
+            adapter=adapter, wire=wire, streamed=request.stream, max_tokens=request.max_tokens,
+            bounds=bounds_settings(), client=engine.http, on_abortable=on_abortable,
+            on_milestone=on_milestone, on_delta=on_delta, on_progress=on_progress,
+        )
+    finally:
+        hub.ended(call.pk)
+        for step in undo:
+            step()
 
 
 def provider_vetted(agent: Agent, wire: WireRequest) -> tuple[WireRequest, CallResult | None]:

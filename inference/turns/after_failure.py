@@ -5,8 +5,6 @@ retry. The breaker decides; this module carries its decisions out for the turn."
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
 from typing import Literal
 
 from django.db import transaction
@@ -26,20 +24,18 @@ from .services import turn_queue_retry
 logger = logging.getLogger(__name__)
 
 
-def breaker_after_failure(
-    *, turn: Turn, error: ProviderError, failed: CompiledRequest, holding: Holding | None = None,
-    waiting: Callable[[], AbstractContextManager[None]] = nullcontext,
-) -> None:
+def breaker_after_failure(*, turn: Turn, error: ProviderError, failed: CompiledRequest, holding: Holding | None = None) -> None:
     """Tell the breaker about a turn that ended in failure (DESIGN §7): the streak and
     hard-down, then the probe (failures that may be the history's fault), a shed and one retry.
     Runs after the failure is recorded, outside any transaction: the probe is a network call.
-    ``holding`` and ``waiting`` are the drain's, for the time the probe is out."""
+    ``holding`` is the drain's lease, for the time the probe is out. Blocks while the probe
+    is out: call it off the background loop."""
     agent = turn.agent
     step = breaker_note_failure(agent=agent, failure_type=error.type, http_status=error.http_status)
     reason = f"{error.type} at HTTP {error.http_status}: the request kept being refused"
     if step.action == BreakerAction.PROBE:
         ticket = breaker_probe_begin(agent=agent)
-        probe = None if lifecycle.stopping.is_set() else probe_send(turn=turn, failed=failed, ticket=ticket, holding=holding, waiting=waiting)
+        probe = None if lifecycle.stopping.is_set() else probe_send(turn=turn, failed=failed, ticket=ticket, holding=holding)
         if probe is None or lifecycle.stopping.is_set():
             # Shutdown aborts probes: whatever came back decides nothing.
             verdict: Literal["answered", "refused", "unclear", "aborted"] = "aborted"

@@ -1,35 +1,42 @@
 """Running an agent's turns: one at a time per agent, across any number of workers (DESIGN §5.1).
 
-Exclusivity is the agent's turn lease (``inference.turns.lease``): a drain runs the agent's turns only
-while it holds the lease, which the process's one renewer keeps alive. A worker that dies stops renewing; the lease
-lapses and the next delivery (the beat sweep, or the broker redelivering the task) resumes the
-turn it left ``running``. A duplicate delivery finds the lease held, or the turn ended, and
-does nothing.
+Exclusivity is the agent's turn lease (``inference.turns.lease``): a run takes the agent's turns
+only while it holds the lease, which the process's one renewer keeps alive. A worker that dies
+stops renewing; the lease lapses and the next delivery (the beat sweep, or the broker
+redelivering the task) resumes the turn it left ``running``. A duplicate delivery finds the
+lease held, or the turn ended, and does nothing.
+
+A worker runs each agent's turns as one coroutine on the process's background loop: the Celery
+task hands the agent over (``agent_drain``) and returns, so what a worker holds is bounded by
+``AGENTOPS_WORKER_TURNS``, not by its threads. The coroutine's call and its waits between calls
+cost a coroutine each; its ORM bookkeeping runs in the process's bookkeeping pool
+(``agentops.background.bookkeeping``), and the breaker's probe, which blocks, on a thread of
+the loop's own. A warm shutdown waits for every run to end (``agentops.lifecycle``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from concurrent.futures import Future
 from datetime import datetime
 from functools import partial
 from typing import TypeVar
 
 from django.conf import settings
-from django.db import connection
 from django.utils import timezone
 
 from agentops import lifecycle
-from agentops.background import BackgroundLoop, background_loop
+from agentops.background import LoopWake, background_loop, blocking, bookkeeping
 from agentops.models import Agent, HistoryRow
 from inference.calls.client import CallResult
 from inference.calls.compile import compile_request
-from inference.calls.run import call_run
+from inference.calls.run import call_run_on_loop
 from inference.calls.types import CompiledRequest, ProviderError
 from inference.models import InferenceCall, Turn
 
@@ -37,6 +44,7 @@ from .after_failure import breaker_after_failure
 from .durable import (
     LeaseLost,
     durably,
+    durably_on_loop,
     offer_pending_waits_until,
     pace,
     paced_left_ms,
@@ -70,53 +78,108 @@ def next_turn_id(agent_id: int, *, now: datetime) -> int | None:
     return int(first["id"])
 
 
-# Turn bookkeeping (ORM work) runs in at most this many threads of a process at once; the
-# other turns' threads wait on their calls without the GIL. So when a thousand calls are cut
-# together, their bookkeeping queues here instead of starving the loop that times the cuts.
-_BOOKKEEPING = threading.BoundedSemaphore(int(os.environ.get("AGENTOPS_BOOKKEEPING_THREADS", "2")))
+class _Runs:
+    """The agents whose turns run in this process (each with whether a delivery came while it
+    ran: it looks again before it ends), and the slots left of the process's capacity."""
+
+    def __init__(self, capacity: int) -> None:
+        self.slots = threading.BoundedSemaphore(capacity)
+        self.lock = threading.Lock()
+        self.again: dict[int, bool] = {}
 
 
-@contextmanager
-def _released_bookkeeping() -> Iterator[None]:
-    """Let other turns do their bookkeeping while this thread waits."""
-    _BOOKKEEPING.release()
-    try:
-        yield
-    finally:
-        _BOOKKEEPING.acquire()
+_runs: _Runs | None = None
+_runs_pid: int | None = None
+_runs_lock = threading.Lock()
+
+
+def _runs_here() -> _Runs:
+    global _runs, _runs_pid
+    with _runs_lock:
+        if _runs is None or _runs_pid != os.getpid():
+            _runs, _runs_pid = _Runs(settings.AGENTOPS_WORKER_TURNS), os.getpid()
+        return _runs
 
 
 def agent_drain(agent_id: int) -> None:
-    """Run the agent's queued turns in order while this invocation holds its lease."""
+    """Hand the agent's queued turns to the background loop to run in order, and return (the
+    Celery task's body). A run of the agent already going in this process is told to look
+    again before it ends instead. While the process runs ``AGENTOPS_WORKER_TURNS`` agents this
+    waits for one to end, so a full worker takes no more work from the broker."""
     if lifecycle.stopping.is_set():
         return  # a worker shutting down takes no new turns; the sweep re-enqueues them
-    with _BOOKKEEPING:
-        # The renewer keeps the lease; a renewal this thread makes itself (while the database
-        # does not answer) is made with the gate let go.
-        lease = lease_claim(agent_id, gate=_BOOKKEEPING)
-        if lease is None:
-            logger.debug("agent %s: another worker holds its turn lease", agent_id)
+    runs = _runs_here()
+    with runs.lock:
+        if agent_id in runs.again:
+            runs.again[agent_id] = True
             return
-        try:
-            while not lease.lost and not lifecycle.stopping.is_set():
-                turn_id = durably(f"agent {agent_id}: find its next turn", lambda: next_turn_id(agent_id, now=timezone.now()), lease, waiting=_released_bookkeeping)
-                if turn_id is None:
-                    break
-                # A database error before the call goes out runs the turn again from the
-                # top; every write after a call is made is retried where it is (durably).
-                durably(f"agent {agent_id}: run turn {turn_id}", partial(turn_run, turn_id, lease), lease, waiting=_released_bookkeeping)
-                if _turn_status(turn_id, lease) == Turn.Status.HELD:
-                    break  # its re-check is scheduled; the turns behind it wait with it
-        except LeaseLost:
-            logger.error("agent %s: the turn lease was taken over while the database was down; this run stops", agent_id)
-        finally:
-            lease.release()
-            connection.close()
-            # A run that ends, even one whose lease was taken, hands its stated waits to the
-            # journal: the run that takes over must not call before their end.
-            with _released_bookkeeping():
-                offer_pending_waits_until(time.monotonic() + settings.AGENTOPS_TURN_LEASE_MS / 1000)
-            connection.close()
+    while not runs.slots.acquire(timeout=0.5):
+        if lifecycle.stopping.is_set():
+            return
+    with runs.lock:
+        if agent_id in runs.again:  # handed over by another delivery meanwhile
+            runs.again[agent_id] = True
+            runs.slots.release()
+            return
+        runs.again[agent_id] = False
+    lifecycle.work_started()
+    background_loop().submit(_agent_runs(agent_id, runs)).add_done_callback(partial(_run_ended, agent_id, runs))
+
+
+def _run_ended(agent_id: int, runs: _Runs, future: Future[None]) -> None:
+    runs.slots.release()
+    lifecycle.work_ended()
+    if not future.cancelled() and (exc := future.exception()) is not None:
+        logger.error("agent %s: its run stopped on an error; the sweep hands it on", agent_id, exc_info=exc)
+
+
+async def _agent_runs(agent_id: int, runs: _Runs) -> None:
+    """Run the agent while it has turns; once more if a delivery came meanwhile."""
+    try:
+        while True:
+            idle = await _agent_run(agent_id)
+            with runs.lock:
+                if not (idle and runs.again.get(agent_id)):
+                    del runs.again[agent_id]
+                    return
+                runs.again[agent_id] = False
+    except BaseException:
+        with runs.lock:
+            runs.again.pop(agent_id, None)
+        raise
+
+
+async def _agent_run(agent_id: int) -> bool:
+    """Run the agent's queued turns in order while this run holds its lease. True when it
+    ran out of turns (not held by a wait, not stopped, not another worker's)."""
+    lease = await bookkeeping(lease_claim, agent_id)
+    if lease is None:
+        logger.debug("agent %s: another worker holds its turn lease", agent_id)
+        return False
+    idle = False
+    try:
+        while not lease.lost and not lifecycle.stopping.is_set():
+            turn_id = await _durably(f"agent {agent_id}: find its next turn", lambda: next_turn_id(agent_id, now=timezone.now()), lease)
+            if turn_id is None:
+                idle = True
+                break
+            # A database error before the call goes out runs the turn again from the top;
+            # every write after a call is made is retried where it is (durably).
+            await durably_on_loop(f"agent {agent_id}: run turn {turn_id}", partial(turn_run, turn_id, lease), lease)
+            if await _turn_status(turn_id, lease) == Turn.Status.HELD:
+                break  # its re-check is scheduled; the turns behind it wait with it
+    except LeaseLost:
+        logger.error("agent %s: the turn lease was taken over while the database was down; this run stops", agent_id)
+    finally:
+        await bookkeeping(_run_end, lease)
+    return idle
+
+
+def _run_end(lease: TurnLease) -> None:
+    lease.release()
+    # A run that ends, even one whose lease was taken, hands its stated waits to the journal:
+    # the run that takes over must not call before their end.
+    offer_pending_waits_until(time.monotonic() + settings.AGENTOPS_TURN_LEASE_MS / 1000)
 
 
 def _policy_settings() -> PolicySettings:
@@ -127,41 +190,28 @@ def _policy_settings() -> PolicySettings:
     )
 
 
-def turn_run(turn_id: int, lease: TurnLease) -> None:
+async def turn_run(turn_id: int, lease: TurnLease) -> None:
     """Run one turn's rounds until it succeeds, fails, needs tool results, is held by a
-    provider wait or is cancelled. Call only while holding the agent's turn lease."""
-    now = timezone.now()
-    held = Turn.objects.select_related("agent").filter(pk=turn_id, status=Turn.Status.HELD).first()
-    if held is not None and hold_if_waiting(held):
+    provider wait or is cancelled. Run only while holding the agent's turn lease."""
+    turn = await bookkeeping(_turn_start, turn_id, lease)
+    if turn is None:
         return
-    if not turn_claim(turn_id=turn_id, owner=lease.owner, now=now):
-        return
-    # A call still "in flight" now belonged to a worker that stopped mid-call (this drain holds
-    # the lease, so no one else is calling): record it as aborted, not leave it open forever.
-    InferenceCall.objects.filter(turn_id=turn_id, outcome__isnull=True).update(
-        outcome=InferenceCall.Outcome.ABORTED,
-        ended_at=now,
-        error=ProviderError(type="aborted", message="the worker making this call stopped before it ended").as_dict(),
-    )
-    turn = Turn.objects.select_related("agent").get(pk=turn_id)
-    if held is not None and (release_pacing_ms := pacing_left_ms(turn)) > paced_left_ms(turn):
-        # A release lifted a 429's wait: the next call still keeps the 429's own pacing.
-        pace(turn, delay_ms=release_pacing_ms, reason="pacing after a 429", lease=lease)
     # The pacing kept on the turn (a 429's, a retry delay, a re-arm) binds whichever worker
     # runs it, after a hand-back, a crash or a release.
-    if paced_left_ms(turn) > 0 and not _sleep_unless_cancelled(turn, paced_left_ms(turn) / 1000, lease):
+    if paced_left_ms(turn) > 0 and not await _sleep_unless_cancelled(turn, paced_left_ms(turn) / 1000, lease):
         return
     # The count of consecutive cuts starts at zero with each turn, except that a re-armed turn
     # gets no fresh call for a cut before one of its rounds has run (DESIGN §5.7).
     state = RetryState(consecutive_cuts=1 if turn.rearms else 0)
     rng = random.Random()
     while True:
-        turn = Turn.objects.select_related("agent__provider").get(pk=turn_id)
-        if turn.status != Turn.Status.RUNNING or hold_if_waiting(turn):
+        ready = await bookkeeping(_turn_ready, turn_id)
+        if ready is None:
             return
+        turn, request = ready
         decided: dict[str, bool] = {}
-        result, call, request = _call_once(turn, lease, decided)
-        if lease.lost or _turn_status(turn_id, lease) != Turn.Status.RUNNING:
+        result, call = await _call_once(turn, request, lease, decided)
+        if lease.lost or await _turn_status(turn_id, lease) != Turn.Status.RUNNING:
             return  # cancelled while the call was out (never turned into a retry), or lease lost
         if result.outcome == "completed" and result.output is not None:
             output = result.output
@@ -171,21 +221,21 @@ def turn_run(turn_id: int, lease: TurnLease) -> None:
                     provider_code="empty_length_stop",
                     message="the model stopped at its output limit with no text and no tool call; the same request would run away again",
                 )
-                _durably(f"call {call.pk}: record the empty stop", partial(InferenceCall.objects.filter(pk=call.pk).update, outcome=InferenceCall.Outcome.ERROR, error=error.as_dict()), lease)
-                if _durably(f"turn {turn_id}: fail", partial(turn_fail, turn=turn, error=error, status=Turn.Status.FAILED, timed_out_again=False), lease):
-                    breaker_after_failure(turn=turn, error=error, failed=request, holding=lease, waiting=_released_bookkeeping)
+                await _durably(f"call {call.pk}: record the empty stop", partial(InferenceCall.objects.filter(pk=call.pk).update, outcome=InferenceCall.Outcome.ERROR, error=error.as_dict()), lease)
+                if await _durably(f"turn {turn_id}: fail", partial(turn_fail, turn=turn, error=error, status=Turn.Status.FAILED, timed_out_again=False), lease):
+                    await blocking(breaker_after_failure, turn=turn, error=error, failed=request, holding=lease)
                 return
-            _durably(f"turn {turn_id}: store the answer", partial(turn_complete, turn=turn, output=output), lease)
+            await _durably(f"turn {turn_id}: store the answer", partial(turn_complete, turn=turn, output=output), lease)
             return
         error = result.error or ProviderError(type="unknown", message="the call failed without an error")
         now_ms = time.time() * 1000
         decision, state = decide(error, state, now_ms=now_ms, settings=_policy_settings(), jitter=rng.random())
         if decision.action is Action.HOLD:
-            delay_ms = stated_wait(turn, error, now_ms, recorded=decided.get("binding"))
+            delay_ms = await bookkeeping(stated_wait, turn, error, now_ms, recorded=decided.get("binding"))
             if delay_ms is None:
                 continue  # recorded: the admission check at the top of the loop holds the turn
             if delay_ms < 0:  # an ephemeral run's wait too long to sleep: it ends now
-                _durably(f"turn {turn_id}: end", partial(turn_fail, turn=turn, error=ephemeral_wait_error(error), status=Turn.Status.EXHAUSTED, timed_out_again=False), lease)
+                await _durably(f"turn {turn_id}: end", partial(turn_fail, turn=turn, error=ephemeral_wait_error(error), status=Turn.Status.EXHAUSTED, timed_out_again=False), lease)
                 return
             decision = Decision(Action.RETRY, delay_ms=delay_ms)
             why = "pacing after a 429" if error.type == "rate_limit" else "the provider's stated wait"
@@ -197,67 +247,91 @@ def turn_run(turn_id: int, lease: TurnLease) -> None:
                 turn.agent.name, turn_id, error.type, error.message[:200], decision.delay_ms,
             )
             # Kept on the turn before the wait: a worker that runs it next honours it too.
-            pace(turn, delay_ms=decision.delay_ms, reason=why, lease=lease, waiting=_released_bookkeeping)
-            if not _sleep_unless_cancelled(turn, decision.delay_ms / 1000, lease):
+            await bookkeeping(pace, turn, delay_ms=decision.delay_ms, reason=why, lease=lease)
+            if not await _sleep_unless_cancelled(turn, decision.delay_ms / 1000, lease):
                 return
             continue
         if error.retry_after_ms is not None and "binding" not in decided:
             # A terminal failure keeps its disposition; the wait it stated binds what follows.
-            record_wait(turn, error, now_ms)
-        if decision.action is Action.EXHAUST and error.type != "timeout" and _durably(f"turn {turn_id}: re-arm", partial(turn_rearm, turn=turn, error=error), lease):
+            await bookkeeping(record_wait, turn, error, now_ms)
+        if decision.action is Action.EXHAUST and error.type != "timeout" and await _durably(f"turn {turn_id}: re-arm", partial(turn_rearm, turn=turn, error=error), lease):
             return
         status = Turn.Status.EXHAUSTED if decision.action is Action.EXHAUST else Turn.Status.FAILED
-        if _durably(f"turn {turn_id}: end", partial(turn_fail, turn=turn, error=error, status=status, timed_out_again=decision.timed_out_again), lease):
-            breaker_after_failure(turn=turn, error=error, failed=request, holding=lease, waiting=_released_bookkeeping)
+        if await _durably(f"turn {turn_id}: end", partial(turn_fail, turn=turn, error=error, status=status, timed_out_again=decision.timed_out_again), lease):
+            await blocking(breaker_after_failure, turn=turn, error=error, failed=request, holding=lease)
         return
 
 
-def _turn_status(turn_id: int, lease: TurnLease | None = None) -> str:
-    return str(_durably(f"turn {turn_id}: read its status", lambda: Turn.objects.values_list("status", flat=True).get(pk=turn_id), lease))
+def _turn_start(turn_id: int, lease: TurnLease) -> Turn | None:
+    """Claim the turn for this run (a held one only once its wait is over), and close what a
+    stopped worker left open. The turn, or None when it is not this run's to go on with."""
+    now = timezone.now()
+    held = Turn.objects.select_related("agent").filter(pk=turn_id, status=Turn.Status.HELD).first()
+    if held is not None and hold_if_waiting(held):
+        return None
+    if not turn_claim(turn_id=turn_id, owner=lease.owner, now=now):
+        return None
+    # A call still "in flight" now belonged to a worker that stopped mid-call (this run holds
+    # the lease, so no one else is calling): record it as aborted, not leave it open forever.
+    InferenceCall.objects.filter(turn_id=turn_id, outcome__isnull=True).update(
+        outcome=InferenceCall.Outcome.ABORTED,
+        ended_at=now,
+        error=ProviderError(type="aborted", message="the worker making this call stopped before it ended").as_dict(),
+    )
+    turn = Turn.objects.select_related("agent").get(pk=turn_id)
+    if held is not None and (release_pacing_ms := pacing_left_ms(turn)) > paced_left_ms(turn):
+        # A release lifted a 429's wait: the next call still keeps the 429's own pacing.
+        pace(turn, delay_ms=release_pacing_ms, reason="pacing after a 429", lease=lease)
+    return turn
 
 
-def _durably(what: str, fn: Callable[[], T], lease: TurnLease | None) -> T:
+def _turn_ready(turn_id: int) -> tuple[Turn, CompiledRequest] | None:
+    """The running turn and its request compiled from its presented rows, at the last moment
+    before its call: None when it is no longer running, or the admission check holds it."""
+    turn = Turn.objects.select_related("agent__provider").get(pk=turn_id)
+    if turn.status != Turn.Status.RUNNING or hold_if_waiting(turn):
+        return None
+    rows = list(HistoryRow.objects.filter(agent=turn.agent, state=HistoryRow.State.PRESENTED).order_by("seq"))
+    return turn, compile_request(turn.agent, rows)
+
+
+async def _turn_status(turn_id: int, lease: TurnLease | None = None) -> str:
+    return str(await _durably(f"turn {turn_id}: read its status", lambda: Turn.objects.values_list("status", flat=True).get(pk=turn_id), lease))
+
+
+async def _durably(what: str, fn: Callable[[], T], lease: TurnLease | None) -> T:
     """Bookkeeping after a call: retried while the database is down (``durable.durably``),
-    letting other turns do theirs while this one waits."""
-    return durably(what, fn, lease, waiting=_released_bookkeeping)
+    in the bookkeeping pool."""
+    return await bookkeeping(durably, what, fn, lease)
 
 
-def _sleep_unless_cancelled(turn: Turn, seconds: float, lease: TurnLease) -> bool:
+async def _sleep_unless_cancelled(turn: Turn, seconds: float, lease: TurnLease) -> bool:
     """Wait before a retry (the process's renewer keeps the lease meanwhile); False if the
     turn was cancelled or its lease lost meanwhile.
 
     A cancel is noticed through the process's one abort subscription, and a lost lease through
-    the renewer, not by polling the database or the lease from every waiting thread."""
-    connection.close()  # back to the pool while this thread waits
-    woken = threading.Event()  # by a cancel, the lease's loss, or the worker's warm shutdown
-    loop = background_loop()
-    unwatch = loop.submit(_watch(loop, cancel_key(turn), woken.set)).result()
+    the renewer, not by polling the database or the lease from every waiting turn."""
+    engine = background_loop()
+    woken = LoopWake(engine.loop)  # by a cancel, the lease's loss, or the worker's warm shutdown
+    unwatch = engine.watch_cancel(cancel_key(turn), woken.set)
     lifecycle.wake_on_shutdown(woken)
     unwake = lease.wake_on_loss(woken)
     try:
-        with _released_bookkeeping():
-            woken.wait(seconds)
+        await asyncio.wait([woken.future], timeout=seconds)
     finally:
         unwake()
         lifecycle.forget(woken)
-        loop.loop.call_soon_threadsafe(unwatch)
+        unwatch()
     if lifecycle.stopping.is_set():
         # Warm shutdown: hand the turn back without a call; the next worker takes it, not
         # before the pacing kept on the turn.
-        _durably(f"turn {turn.pk}: hand back", lambda: turn_hand_back(turn=turn), lease)
-        connection.close()
+        await _durably(f"turn {turn.pk}: hand back", lambda: turn_hand_back(turn=turn), lease)
         return False
-    connection.close()
-    return not lease.lost and _turn_status(turn.pk, lease) == Turn.Status.RUNNING
+    return not lease.lost and await _turn_status(turn.pk, lease) == Turn.Status.RUNNING
 
 
-async def _watch(loop: BackgroundLoop, key: str, callback: Callable[[], None]) -> Callable[[], None]:
-    return loop.watch_cancel(key, callback)
-
-
-def _call_once(turn: Turn, lease: TurnLease, decided: dict[str, bool]) -> tuple[CallResult, InferenceCall, CompiledRequest]:
-    """Compile the turn's request from its presented rows and make the call, renewing the
-    lease while it is out (a lost lease aborts it, as does a cancel).
+async def _call_once(turn: Turn, request: CompiledRequest, lease: TurnLease, decided: dict[str, bool]) -> tuple[CallResult, InferenceCall]:
+    """Make the turn's call, aborted if its lease is lost or the turn cancelled.
 
     Decide before you write: a wait the provider stated goes to the journal's write path as
     soon as the call ends, before the call's row is written (``decided["binding"]``: whether
@@ -268,12 +342,9 @@ def _call_once(turn: Turn, lease: TurnLease, decided: dict[str, bool]) -> tuple[
         if error is not None and error.retry_after_ms is not None and turn.agent.kind != Agent.Kind.EPHEMERAL:
             decided["binding"] = record_wait(turn, error, time.time() * 1000)
 
-    agent = turn.agent
-    rows = list(HistoryRow.objects.filter(agent=agent, state=HistoryRow.State.PRESENTED).order_by("seq"))
-    request = compile_request(agent, rows)
-    call, result = call_run(
-        agent=agent, request=request, kind=InferenceCall.Kind.PRIMARY, turn=turn, abort_key=cancel_key(turn),
-        holding=lease, waiting=_released_bookkeeping, abort_on_shutdown=False, turn_events=True,
-        on_result=on_result, record=lambda write: _durably(f"turn {turn.pk}: record its call", write, lease),
+    call, result = await call_run_on_loop(
+        agent=turn.agent, request=request, kind=InferenceCall.Kind.PRIMARY, turn=turn, abort_key=cancel_key(turn),
+        holding=lease, abort_on_shutdown=False, turn_events=True,
+        on_result=on_result, record=lambda write: durably(f"turn {turn.pk}: record its call", write, lease),
     )
-    return result, call, request
+    return result, call

@@ -15,16 +15,17 @@ by whichever worker runs the turn next.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import datetime, timedelta
 from typing import TypeVar
 
 from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 
+from agentops.background import bookkeeping
 from inference.calls.types import ProviderError
 from inference.models import Turn
 from waits.journal import journal_pending, journal_session
@@ -53,13 +54,7 @@ def backoff_delays() -> Iterator[float]:
         delay = min(delay * 2, BACKOFF_MAX_S)
 
 
-def durably(
-    what: str,
-    fn: Callable[[], T],
-    lease: TurnLease | None,
-    *,
-    waiting: Callable[[], AbstractContextManager[None]] = nullcontext,
-) -> T:
+def durably(what: str, fn: Callable[[], T], lease: TurnLease | None) -> T:
     """Run ``fn`` (one idempotent piece of bookkeeping) until the database answers it.
 
     While the database is unreachable it is tried again after a backoff of at most
@@ -77,14 +72,37 @@ def durably(
             if failed_at is None:
                 failed_at = time.monotonic()
                 logger.warning("%s: the database did not answer (%s: %s); trying again until it does", what, type(exc).__name__, str(exc)[:200])
-            with waiting():
-                time.sleep(next(delays))
-                if lease is not None and not lease.renew_if_due():
-                    raise LeaseLost(what) from exc
+            time.sleep(next(delays))
+            if lease is not None and not lease.renew_if_due():
+                raise LeaseLost(what) from exc
             continue
         if failed_at is not None:
             logger.warning("%s: done after the database came back (%.1f s)", what, time.monotonic() - failed_at)
             offer_pending_waits()
+        return result
+
+
+async def durably_on_loop(what: str, step: Callable[[], Awaitable[T]], lease: TurnLease) -> T:
+    """``durably`` for a coroutine on the background loop (a turn's run, from the top): the
+    database not answering any of its bookkeeping runs it again after the backoff, without a
+    thread waiting meanwhile. Only for a step that is safe to run again: one that makes no
+    call before its last write that is not ``durably`` itself."""
+    failed_at: float | None = None
+    delays = backoff_delays()
+    while True:
+        try:
+            result = await step()
+        except UNREACHABLE as exc:
+            if failed_at is None:
+                failed_at = time.monotonic()
+                logger.warning("%s: the database did not answer (%s: %s); trying again until it does", what, type(exc).__name__, str(exc)[:200])
+            await asyncio.sleep(next(delays))
+            if not await bookkeeping(lease.renew_if_due):
+                raise LeaseLost(what) from exc
+            continue
+        if failed_at is not None:
+            logger.warning("%s: done after the database came back (%.1f s)", what, time.monotonic() - failed_at)
+            await bookkeeping(offer_pending_waits)
         return result
 
 
@@ -113,13 +131,13 @@ def offer_pending_waits_until(deadline_s: float) -> bool:
     return True
 
 
-def pace(turn: Turn, *, delay_ms: float, reason: str, lease: TurnLease | None, waiting: Callable[[], AbstractContextManager[None]] = nullcontext) -> datetime:
+def pace(turn: Turn, *, delay_ms: float, reason: str, lease: TurnLease | None) -> datetime:
     """Keep on the turn that its next call may not go before ``delay_ms`` from now, and why."""
     not_before = timezone.now() + timedelta(milliseconds=max(delay_ms, 0.0))
     durably(
         f"turn {turn.pk}: keep its next call's earliest instant",
         lambda: Turn.objects.filter(pk=turn.pk).update(not_before=not_before, waiting_reason=reason[:200]),
-        lease, waiting=waiting,
+        lease,
     )
     turn.not_before, turn.waiting_reason = not_before, reason[:200]
     return not_before

@@ -6,8 +6,8 @@ runs (a call can last 75 minutes; a held connection per call would exhaust the d
 
 Every lease a process holds is renewed by the process's one renewer thread (``LeaseRenewer``),
 in one statement each quarter lease, whatever the number of leases, and ahead of the turns'
-bookkeeping (it never waits for the drain's bookkeeping gate). A turn's thread asks its lease
-nothing while its call is out: the renewer wakes it if the lease is lost (``wake_on_loss``).
+bookkeeping (it never waits for the turns' bookkeeping pool). A turn asks its lease nothing
+while its call is out: the renewer wakes it if the lease is lost (``wake_on_loss``).
 """
 
 from __future__ import annotations
@@ -19,14 +19,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
-from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, connection
 from django.utils import timezone
 
+from agentops.lifecycle import Wake
 from inference.models import AgentLease
 
 logger = logging.getLogger(__name__)
@@ -58,19 +57,16 @@ class TurnLease:
     renews it from the asking thread when the renewer has not done so for a quarter lease, or
     while the last renewal failed (bookkeeping waiting for the database asks at each try)."""
 
-    def __init__(self, agent_id: int, owner: str, *, gate: AbstractContextManager[Any] | None = None) -> None:
+    def __init__(self, agent_id: int, owner: str) -> None:
         self.agent_id = agent_id
         self.owner = owner
         self.lost = False
         self.failing = False  # the last renewal got no answer from the database
         self._renewed = time.monotonic()
-        # Held around a renewal this lease makes itself (not the renewer's): the drain passes
-        # its bookkeeping gate.
-        self.gate = gate if gate is not None else nullcontext()
-        self._wakes: set[threading.Event] = set()
+        self._wakes: set[Wake] = set()
         self._wakes_lock = threading.Lock()
 
-    def wake_on_loss(self, event: threading.Event) -> Callable[[], None]:
+    def wake_on_loss(self, event: Wake) -> Callable[[], None]:
         """Set ``event`` when the lease is lost (at once if it is); returns the undo."""
         with self._wakes_lock:
             self._wakes.add(event)
@@ -124,10 +120,8 @@ class TurnLease:
             return True
         started = time.monotonic()
         try:
-            with self.gate:
-                now = timezone.now()
-                updated = AgentLease.objects.filter(agent_id=self.agent_id, owner=self.owner).update(until=now + self.duration)
-                connection.close()  # give the connection back to the pool while the call runs
+            now = timezone.now()
+            updated = AgentLease.objects.filter(agent_id=self.agent_id, owner=self.owner).update(until=now + self.duration)
         except DatabaseError as exc:
             # The database did not answer (down, or no connection free within the pool's
             # timeout): the call goes on and the renewal is tried again at the next ask.
@@ -150,9 +144,8 @@ class TurnLease:
             logger.warning("agent %s: could not release the turn lease; it lapses at its deadline", self.agent_id)
 
 
-def lease_claim(agent_id: int, *, gate: AbstractContextManager[Any] | None = None) -> TurnLease | None:
-    """Claim the agent's turn lease for this invocation, or None if a live one is held.
-    ``gate`` is held around each renewal's query (never taken by the caller at that time)."""
+def lease_claim(agent_id: int) -> TurnLease | None:
+    """Claim the agent's turn lease for this run, or None if a live one is held."""
     owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
     now = timezone.now()
     until = now + timedelta(milliseconds=settings.AGENTOPS_TURN_LEASE_MS)
@@ -164,7 +157,7 @@ def lease_claim(agent_id: int, *, gate: AbstractContextManager[Any] | None = Non
         row = cursor.fetchone()
     if not row:
         return None
-    lease = TurnLease(agent_id, owner, gate=gate)
+    lease = TurnLease(agent_id, owner)
     lease_renewer().keep(lease)
     return lease
 
