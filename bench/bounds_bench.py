@@ -1,15 +1,23 @@
 """Benchmark: one worker process holds N concurrent streamed calls that never send content.
 
-The stand-in sends only a keepalive every second on each stream. Every call must be cut at its
-before-content deadline. Measured, in one run on this machine:
+The stand-in sends only a keepalive every ``--keepalive-ms`` on each stream. Every call must be
+cut at its before-content deadline. Measured, in one run on this machine, against a bare
+asyncio + httpx reader of the same N streams measured in the same run (the baseline):
 - cut lateness (cut time - deadline) p50 / p99 / max, over every cut (each turn's call and its
   one fresh call);
-- worker CPU per 1,000 stream events in a steady window, against a bare asyncio + httpx reader
-  of the same N streams measured in the same run (the baseline), as a ratio;
-- the worker's peak RSS and the peak number of database connections to the bench database.
+- worker CPU per 1,000 stream events in a steady window (no call starts or ends in it; at
+  least two keepalive intervals long), and its ratio to the baseline's;
+- RSS per held stream (the worker's RSS with every stream open, less its RSS before the first
+  turn was handed to it, over N), beside the baseline's measured the same way;
+- the time to open all N streams (from the first turn handed to the worker; the baseline from
+  its start), its ratio to the baseline's, and the CPU each call start costs (CPU over that
+  time, over N), beside the baseline's;
+- the stand-in's CPU in the window (it must not be the limit), the worker's peak RSS and the
+  peak number of database connections to the bench database.
 
 Run: ``make bench`` (or ``python -m agentops.launcher exec -- python bench/bounds_bench.py``).
-Options: ``--calls 1000 --repeat 3 --before-content-ms 60000`` (long enough that every stream is open before the first cut).
+Options: ``--calls 1000 --keepalive-ms 1000 --repeat 3 --before-content-ms 60000`` (long enough
+that every stream is open before the first cut).
 """
 
 from __future__ import annotations
@@ -29,8 +37,19 @@ import psutil
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(BASE_DIR))
-KEEPALIVE_MS = 1000
-WINDOW = (1.0, 6.0)  # seconds after every stream is open: no call starts or ends in it
+# The measured window starts this long after every stream is open, and lasts at least this
+# long and two keepalive intervals (so every stream sends a keepalive in it).
+WINDOW_START_S, WINDOW_MIN_S = 1.0, 5.0
+
+
+def window(keepalive_ms: int) -> tuple[float, float]:
+    return WINDOW_START_S, WINDOW_START_S + max(WINDOW_MIN_S, 2 * keepalive_ms / 1000)
+
+
+def per_1000_events_ms(cpu_s: float, n: int, keepalive_ms: int) -> float:
+    start, end = window(keepalive_ms)
+    events = n * (end - start) * 1000 / keepalive_ms
+    return cpu_s * 1000 / events * 1000
 
 
 # BENCH_DATABASE: another name when two checkouts bench on one server (each run empties it).
@@ -56,8 +75,8 @@ def start_standin() -> tuple[subprocess.Popen[str], str]:
 
 BASELINE = r'''
 import asyncio, json, sys, time, httpx, resource
-url, n, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-body = {"model": "pings:interval_ms=%d", "stream": True, "max_tokens": 256, "messages": [{"role": "user", "content": "x"}]}
+url, n, seconds, keepalive_ms = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+body = {"model": f"pings:interval_ms={keepalive_ms}", "stream": True, "max_tokens": 256, "messages": [{"role": "user", "content": "x"}]}
 opened = 0
 async def one(client):
     global opened
@@ -74,40 +93,57 @@ async def one(client):
             except (asyncio.TimeoutError, StopAsyncIteration):
                 return
 async def main():
+    print(json.dumps({"started": time.time()}), flush=True)
+    await asyncio.sleep(1)  # the bench reads the RSS before any stream
+    started = time.time()
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=0)
     async with httpx.AsyncClient(timeout=None, limits=limits) as client:
         tasks = [asyncio.create_task(one(client)) for _ in range(n)]
         while opened < n:
             await asyncio.sleep(0.01)
-        print(json.dumps({"all_open": time.time()}), flush=True)
+        print(json.dumps({"all_open": time.time(), "started": started}), flush=True)
         await asyncio.gather(*tasks)
 asyncio.run(main())
-'''.replace("%d", str(KEEPALIVE_MS))
+'''
 
 
-def run_baseline(standin: str, n: int, seconds: float) -> dict[str, float]:
-    proc = subprocess.Popen([sys.executable, "-c", BASELINE, standin, str(n), str(seconds)], stdout=subprocess.PIPE, text=True)
+def run_baseline(standin: str, n: int, seconds: float, keepalive_ms: int) -> dict[str, float]:
+    proc = subprocess.Popen([sys.executable, "-c", BASELINE, standin, str(n), str(seconds), str(keepalive_ms)], stdout=subprocess.PIPE, text=True)
     ps = psutil.Process(proc.pid)
     assert proc.stdout is not None
-    all_open = json.loads(proc.stdout.readline())["all_open"]
-    cpu = _window_cpu(ps, all_open)
-    rss = ps.memory_info().rss
+    json.loads(proc.stdout.readline())
+    time.sleep(0.5)
+    rss_before, cpu_before = ps.memory_info().rss, _cpu(ps)
+    opened = json.loads(proc.stdout.readline())
+    rss_open, cpu_open = ps.memory_info().rss, _cpu(ps)
+    (cpu,) = _window_cpu(opened["all_open"], keepalive_ms, ps)
     proc.wait()
-    return {"cpu_per_1000_events_ms": cpu * 1000 / (n * (WINDOW[1] - WINDOW[0]) * 1000 / KEEPALIVE_MS) * 1000, "rss_mb": rss / 2**20}
+    return {
+        "cpu_per_1000_events_ms": per_1000_events_ms(cpu, n, keepalive_ms),
+        "rss_per_stream_kb": (rss_open - rss_before) / n / 1024,
+        "open_all_s": opened["all_open"] - opened["started"],
+        "cpu_per_call_start_ms": (cpu_open - cpu_before) / n * 1000,
+    }
 
 
-def _window_cpu(ps: psutil.Process, start: float) -> float:
-    time.sleep(max(start + WINDOW[0] - time.time(), 0))
-    before = ps.cpu_times()
-    time.sleep(WINDOW[1] - WINDOW[0])
-    after = ps.cpu_times()
-    return (after.user + after.system) - (before.user + before.system)
+def _cpu(ps: psutil.Process) -> float:
+    times = ps.cpu_times()
+    return float(times.user + times.system)
+
+
+def _window_cpu(start: float, keepalive_ms: int, *procs: psutil.Process) -> list[float]:
+    """The CPU seconds each of ``procs`` used in the window after ``start``."""
+    begin, end = window(keepalive_ms)
+    time.sleep(max(start + begin - time.time(), 0))
+    before = [_cpu(ps) for ps in procs]
+    time.sleep(end - begin)
+    return [_cpu(ps) - used for ps, used in zip(procs, before, strict=True)]
 
 
 # --- the service: one worker process, threads pool, the engine loop --------------------------
 
 
-def run_service(standin: str, n: int, before_content_ms: int) -> dict[str, float]:
+def run_service(standin: str, n: int, before_content_ms: int, keepalive_ms: int, standin_pid: int) -> dict[str, float]:
     import django
 
     os.environ["DATABASE_URL"] = bench_database_url()
@@ -130,7 +166,7 @@ def run_service(standin: str, n: int, before_content_ms: int) -> dict[str, float
     provider = Provider.objects.create(name="standin", kind="openai", base_url=f"{standin}/v1")
     project_id = default_project_id()  # bulk_create skips the save() that sets it
     agents = Agent.objects.bulk_create(
-        Agent(name=f"bench-{i}", project_id=project_id, provider=provider, model=f"pings:interval_ms={KEEPALIVE_MS}", participant=f"bench-{i}", max_tokens=256)
+        Agent(name=f"bench-{i}", project_id=project_id, provider=provider, model=f"pings:interval_ms={keepalive_ms}", participant=f"bench-{i}", max_tokens=256)
         for i in range(n)
     )
     HistoryRow.objects.bulk_create(HistoryRow(agent=a, seq=1, participant="alice", role="user", content="hold on") for a in agents)
@@ -140,7 +176,8 @@ def run_service(standin: str, n: int, before_content_ms: int) -> dict[str, float
     # The stand-in listens on loopback, which the provider policy refuses unless told.
     env = dict(os.environ, AGENTOPS_INFERENCE_BOUNDS=json.dumps(bounds), AGENTOPS_LOG_LEVEL="WARNING", AGENTOPS_PROVIDERS_ALLOW_PRIVATE="true")
     worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "agentops", "worker", "-P", "threads", "-c", str(n + 8), "-Q", queue,
+        # Started as the launcher starts it (its pool and capacity come from the settings).
+        [sys.executable, "-m", "celery", "-A", "agentops", "worker", "-Q", queue,
          "-l", "warning", "--without-gossip", "--without-mingle", "-n", f"bench-{os.getpid()}@bench"],
         cwd=BASE_DIR, env=env,
     )
@@ -148,6 +185,7 @@ def run_service(standin: str, n: int, before_content_ms: int) -> dict[str, float
     peak = {"rss": 0, "conns": 0}
     try:
         time.sleep(3)
+        rss_before, cpu_before = ps.memory_info().rss, _cpu(ps)
         for agent in agents:
             agent_drain.delay(agent.pk)
         # The window starts once the worker holds every first call's stream open (a row is
@@ -159,13 +197,15 @@ def run_service(standin: str, n: int, before_content_ms: int) -> dict[str, float
             _sample(ps, peak, connection)
             time.sleep(0.05)
         all_open = time.time()
-        profile = _profile_window(worker.pid, all_open)
-        cpu = _window_cpu(ps, all_open)
+        rss_open, cpu_open = ps.memory_info().rss, _cpu(ps)
+        profile = _profile_window(worker.pid, all_open, keepalive_ms)
+        cpu, standin_cpu = _window_cpu(all_open, keepalive_ms, ps, psutil.Process(standin_pid))
         if profile is not None:
             profile.wait()
-        window = (_dt(all_open + WINDOW[0]), _dt(all_open + WINDOW[1]))
+        begin, end = window(keepalive_ms)
+        measured = (_dt(all_open + begin), _dt(all_open + end))
         # Steady means no call started or ended inside the window: only keepalives arrived.
-        steady = not InferenceCall.objects.filter(Q(sent_at__range=window) | Q(ended_at__range=window)).exists()
+        steady = not InferenceCall.objects.filter(Q(sent_at__range=measured) | Q(ended_at__range=measured)).exists()
         _sample(ps, peak, connection)
         while Turn.objects.filter(status__in=Turn.OPEN).exists():
             _sample(ps, peak, connection)
@@ -177,28 +217,33 @@ def run_service(standin: str, n: int, before_content_ms: int) -> dict[str, float
     bounds_seen = set(InferenceCall.objects.values_list("bound", flat=True))
     lateness.sort()
     return {
-        "ramp_up_s": all_open - enqueued,
+        "open_all_s": all_open - enqueued,
+        "cpu_per_call_start_ms": (cpu_open - cpu_before) / n * 1000,
+        "rss_per_stream_kb": (rss_open - rss_before) / n / 1024,
         "window_steady": steady,
         "cuts": len(lateness),
         "all_cut_before_content": bounds_seen == {"before_content"} and len(lateness) == 2 * n,
         "lateness_p50_ms": statistics.median(lateness),
         "lateness_p99_ms": lateness[int(len(lateness) * 0.99) - 1],
         "lateness_max_ms": lateness[-1],
-        "cpu_per_1000_events_ms": cpu * 1000 / (n * (WINDOW[1] - WINDOW[0]) * 1000 / KEEPALIVE_MS) * 1000,
+        "cpu_per_1000_events_ms": per_1000_events_ms(cpu, n, keepalive_ms),
+        "standin_cores_in_window": standin_cpu / (end - begin),
+        "worker_cores_in_window": cpu / (end - begin),
         "peak_rss_mb": peak["rss"] / 2**20,
         "peak_db_connections": peak["conns"],
     }
 
 
-def _profile_window(pid: int, start: float) -> subprocess.Popen[bytes] | None:
+def _profile_window(pid: int, start: float, keepalive_ms: int) -> subprocess.Popen[bytes] | None:
     """With BENCH_PYSPY=<file>, record where the worker spends its CPU (GIL holders only) over
     the measured window, with py-spy (not a project dependency: pip install py-spy)."""
     out = os.environ.get("BENCH_PYSPY")
     if not out:
         return None
-    time.sleep(max(start + WINDOW[0] - time.time(), 0))
+    begin, end = window(keepalive_ms)
+    time.sleep(max(start + begin - time.time(), 0))
     return subprocess.Popen(
-        ["py-spy", "record", "--pid", str(pid), "--duration", str(int(WINDOW[1] - WINDOW[0])), "--gil", "--nonblocking",
+        ["py-spy", "record", "--pid", str(pid), "--duration", str(int(end - begin)), "--gil", "--nonblocking",
          "--format", "raw", "-o", out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
 
@@ -236,6 +281,7 @@ def prepare_database() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=1000)
+    parser.add_argument("--keepalive-ms", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3)
     # Long enough that every call is open before the first one is cut (the CPU window).
     parser.add_argument("--before-content-ms", type=int, default=60000)
@@ -245,23 +291,25 @@ def main() -> None:
     results: list[dict[str, float]] = []
     try:
         for run in range(args.repeat):
-            base = run_baseline(url, args.calls, args.before_content_ms / 1000)
-            service = _in_child(url, args.calls, args.before_content_ms)
-            service["baseline_cpu_per_1000_events_ms"] = base["cpu_per_1000_events_ms"]
+            base = run_baseline(url, args.calls, args.before_content_ms / 1000, args.keepalive_ms)
+            service = _in_child(url, args.calls, args.before_content_ms, args.keepalive_ms, standin.pid)
+            for key, value in base.items():
+                service[f"baseline_{key}"] = value
             service["cpu_ratio"] = service["cpu_per_1000_events_ms"] / base["cpu_per_1000_events_ms"]
+            service["open_all_ratio"] = service["open_all_s"] / base["open_all_s"]
             print(f"run {run + 1}: {json.dumps(service)}", flush=True)
             results.append(service)
     finally:
         standin.terminate()
     keys = [k for k in results[0] if isinstance(results[0][k], int | float) and not isinstance(results[0][k], bool)]
     flags = {k for k in results[0] if isinstance(results[0][k], bool)}
-    print(json.dumps({"calls": args.calls, "runs": args.repeat, "median": {k: statistics.median(r[k] for r in results) for k in keys},
+    print(json.dumps({"calls": args.calls, "keepalive_ms": args.keepalive_ms, "runs": args.repeat, "median": {k: statistics.median(r[k] for r in results) for k in keys},
                       **{k: all(r[k] for r in results) for k in flags}}, indent=2))
 
 
-def _in_child(url: str, n: int, before_content_ms: int) -> dict[str, float]:
+def _in_child(url: str, n: int, before_content_ms: int, keepalive_ms: int, standin_pid: int) -> dict[str, float]:
     """Each service run in a fresh interpreter, so Django state never carries over."""
-    code = f"import json, bench.bounds_bench as b; print('RESULT ' + json.dumps(b.run_service({url!r}, {n}, {before_content_ms})))"
+    code = f"import json, bench.bounds_bench as b; print('RESULT ' + json.dumps(b.run_service({url!r}, {n}, {before_content_ms}, {keepalive_ms}, {standin_pid})))"
     out = subprocess.run([sys.executable, "-c", code], cwd=BASE_DIR, capture_output=True, text=True, check=True).stdout
     return json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
 
