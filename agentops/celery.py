@@ -5,7 +5,7 @@ import os
 import threading
 
 from celery import Celery
-from celery.signals import worker_ready, worker_shutting_down
+from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings")
 
@@ -71,6 +71,15 @@ def _on_worker_shutting_down(**kwargs: object) -> None:
 
     _stop_announcing.set()
     shutdown_begin()
+
+
+@worker_shutdown.connect
+def _on_worker_shutdown(**kwargs: object) -> None:
+    """After a warm shutdown stopped the task pool: the turns its tasks handed to the loop
+    still run (a call out is left to end, a waiting turn is handed back); wait for them."""
+    from .lifecycle import wait_idle
+
+    wait_idle()
 
 
 # Young objects between cyclic collections (CPython's default is 700).

@@ -3,8 +3,8 @@
 What waits (a turn's retry delay, a call that ends on shutdown) registers a wake here; shutdown
 sets them all, so a waiting turn is handed back at once instead of making its call on the way
 out. Work the process must finish before it exits (the turns running on the background loop,
-whose Celery tasks returned when they handed them over) is counted here: once shutdown begins,
-the process does not exit before that count is back to zero.
+whose Celery tasks returned when they handed them over) is counted here: a worker's warm
+shutdown waits for that count to be back to zero (``wait_idle``) before the process exits.
 """
 
 from __future__ import annotations
@@ -32,8 +32,6 @@ def shutdown_begin() -> None:
     with _lock:
         for event in _waiters:
             event.set()
-    # Not a daemon: the interpreter waits for it before it exits (and before its exit hooks).
-    threading.Thread(target=_wait_idle, name="agentops-shutdown-wait", daemon=False).start()
 
 
 def wake_on_shutdown(event: Wake) -> None:
@@ -63,6 +61,8 @@ def work_ended() -> None:
             _idle.notify_all()
 
 
-def _wait_idle() -> None:
+def wait_idle() -> None:
+    """Return once no counted work is left. Call it before the process begins to exit: the
+    interpreter's exit stops the thread pools that work needs."""
     with _lock:
         _idle.wait_for(lambda: _running == 0)

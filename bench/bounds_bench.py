@@ -310,7 +310,10 @@ def main() -> None:
 def _in_child(url: str, n: int, before_content_ms: int, keepalive_ms: int, standin_pid: int) -> dict[str, float]:
     """Each service run in a fresh interpreter, so Django state never carries over."""
     code = f"import json, bench.bounds_bench as b; print('RESULT ' + json.dumps(b.run_service({url!r}, {n}, {before_content_ms}, {keepalive_ms}, {standin_pid})))"
-    out = subprocess.run([sys.executable, "-c", code], cwd=BASE_DIR, capture_output=True, text=True, check=True).stdout
+    done = subprocess.run([sys.executable, "-c", code], cwd=BASE_DIR, stdout=subprocess.PIPE, text=True)
+    if done.returncode:
+        raise SystemExit(f"the service run failed (exit {done.returncode}); its error is above")
+    out = done.stdout
     return json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
 
 

@@ -77,6 +77,29 @@ def test_a_warm_shutdown_hands_a_turn_waiting_to_retry_back_without_a_call(api: 
     assert not AgentLease.objects.filter(agent=agent).exists()
 
 
+def test_a_warm_shutdown_waits_for_a_call_that_is_out_and_stores_its_answer(api: Client, make_agent: Any, standin_requests: Any) -> None:
+    pool = WorkerPool(1, label="finishing")
+    try:
+        agent = make_agent(model="answer:delay_ms=2500")
+        turn_id = submit(api, agent.name, ("alice", "finish this"))["id"]
+        wait_for(standin_requests, what="the call to reach the provider")
+        sent = time.time()
+        pool.procs[0].send_signal(signal.SIGTERM)
+        pool.procs[0].wait(timeout=20)
+        exited = time.time()
+    finally:
+        pool.stop()
+        celery_app.conf.task_default_queue = pool.previous_queue
+    # The worker stayed until the call ended and its turn was recorded, then went.
+    assert Turn.objects.get(pk=turn_id).status == "succeeded"
+    assert HistoryRow.objects.filter(agent=agent, role="assistant").count() == 1
+    (call,) = InferenceCall.objects.filter(agent=agent)
+    assert call.outcome == "completed"
+    assert exited - sent >= 2.0
+    assert pool.procs[0].returncode == 0
+    assert not AgentLease.objects.filter(agent=agent).exists()
+
+
 def test_a_call_whose_lease_another_worker_took_is_aborted_at_the_renewers_next_round(api: Client, make_agent: Any, standin_requests: Any) -> None:
     pool = WorkerPool(1, label="overtaken", extra_env={"AGENTOPS_TURN_LEASE_MS": "1000"})  # a round every 250 ms
     try:
