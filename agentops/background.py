@@ -151,10 +151,22 @@ class LoopWake:
 
 async def bookkeeping(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """Run ``fn`` (blocking ORM work) in the process's bookkeeping pool and await it, from a
-    coroutine on the background loop. The thread gives its database connection back to the
-    pool when ``fn`` returns (a connection the database dropped is never kept)."""
+    coroutine on the background loop. The pool's few threads keep their database connection
+    from one piece of work to the next (taking one from the connection pool each time costs a
+    round trip for its health check); a connection is dropped when its work fails on it, so a
+    dead one is never used twice."""
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(background_loop().bookkeeping_pool, partial(_closing, fn, *args, **kwargs))
+    return await loop.run_in_executor(background_loop().bookkeeping_pool, partial(_keeping, fn, *args, **kwargs))
+
+
+def _keeping(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    from django.db import connection
+
+    try:
+        return fn(*args, **kwargs)
+    except BaseException:
+        connection.close()
+        raise
 
 
 async def blocking(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:

@@ -117,6 +117,7 @@ def run_baseline(standin: str, n: int, seconds: float, keepalive_ms: int) -> dic
     opened = json.loads(proc.stdout.readline())
     rss_open, cpu_open = ps.memory_info().rss, _cpu(ps)
     (cpu,) = _window_cpu(opened["all_open"], keepalive_ms, ps)
+    proc.kill()  # measured: its streams need not run out
     proc.wait()
     return {
         "cpu_per_1000_events_ms": per_1000_events_ms(cpu, n, keepalive_ms),
