@@ -15,24 +15,30 @@ concurrency, on a queue of its own). The provider policy allows loopback for the
 
 Each repeat measures, for streamed and non-streamed agents (the agent's ``stream``), with the
 stand-in's ``answer`` scenario (three short text deltas):
-- direct: N concurrent httpx calls from this process straight to the stand-in, calls/s;
+- direct: N concurrent httpx calls from this process straight to the stand-in, calls/s (what
+  the stand-in serves with a client that is not the service);
 - bare: N bare Celery tasks sent at once, each making the same call (the body and headers the
   service's worker sent, as the stand-in recorded them at warm-up) and pushing its end time
   onto a Redis list; tasks/s = N / (last ended - first sent);
 - turns: one short turn submitted to each of N agents, concurrently, through
   ``POST /api/v1/agents/{name}/turns``; turns/s = N / (last turn's ``ended_at`` - first submit,
   taken just before its POST); per turn, from the Turn and InferenceCall rows: submit to
-  succeeded p50/p99, created to sent, the call's sent to ended, call end to turn end;
-  the CPU time the stand-in, the worker and the web app used during the burst (psutil), and
-  the rest of the machine's;
+  succeeded p50/p99, submit to created, created to sent, the call's sent to ended, call end
+  to turn end; the CPU time the stand-in, the worker, the web app, beat, the bench database's
+  PostgreSQL backends and this process used during the burst (psutil), and the rest of the
+  machine's (other people's work on a shared machine shows there);
+- worker burst: one turn to each of N other agents queued in one commit by ``turn_submit``
+  (the function the API calls; the drains are sent on commit), so the worker's own rate shows
+  with the web app out of the way: turns/s = N / (last ``ended_at`` - the commit);
 - lone: ``--lone`` turns on one agent, each submitted once the one before has succeeded:
   (submit to the turn's ``ended_at``) - (its call's ``sent_at`` to ``ended_at``), p50/p99.
   "Submit" is this process's clock just before the POST and "succeeded" the turn's
   ``ended_at`` as the worker wrote it (same machine, same clock); client-observed times (a
   poll every 10 ms) are reported beside them.
-It then prints each run's values, the medians of the runs and the ratio turns/s : bare
-tasks/s, says whether the stand-in was the limit, and writes everything to
-``bench/results/turns-<UTC time>.json`` (not committed).
+It then prints each run's values, the medians of the runs and the ratios turns/s : bare
+tasks/s (API burst, the issue's number, and worker burst), says whether the stand-in was the
+limit (it is one process on one event loop: near a full core busy, or turns near its direct
+rate), and writes everything to ``bench/results/turns-<UTC time>.json`` (not committed).
 
 Run: ``make bench-turns`` (or ``python -m agentops.launcher exec -- python bench/turns_bench.py``).
 Options: ``--agents 200 --lone 30 --repeat 3 --timeout 300`` (seconds any one wait may take).
@@ -42,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import ctypes
 import json
 import math
@@ -55,11 +62,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -80,6 +87,8 @@ LONE_POLL_S = 0.01
 BURST_POLL_S = 0.25  # one count query per poll: the bench must not load the service it measures
 STANDIN_LIMIT_UTIL = 0.8  # of one core: the stand-in is one process with one event loop
 TAG = f"tbench-{os.getpid()}"
+T = TypeVar("T")
+DOING = ["starting"]  # what the bench is doing, for the message when it stops short
 
 
 class BenchError(Exception):
@@ -259,16 +268,33 @@ class Cpu:
         for name, proc in self.procs.items():
             times = proc.cpu_times()
             own[name] = times.user + times.system
+        own["postgres"] = sum(self._backends().values())
         machine = psutil.cpu_times()
         busy = sum(machine) - machine.idle - getattr(machine, "iowait", 0.0)
         return own, busy
 
+    def _backends(self) -> dict[int, float]:
+        """CPU seconds of the PostgreSQL backends on the bench database, by pid, since each
+        started: those alive now (a backend that ended meanwhile is not counted)."""
+        found = {}
+        for proc in psutil.process_iter(["name", "cmdline", "cpu_times"]):
+            cmdline = " ".join(proc.info["cmdline"] or [])
+            if cmdline.startswith("postgres:") and f" {BENCH_DATABASE} " in cmdline:
+                times = proc.info["cpu_times"]
+                found[proc.pid] = times.user + times.system if times else 0.0
+        self._seen = getattr(self, "_seen", {}) | found
+        return found
+
     def start(self) -> None:
         self._start = self._now()
+        self._at_start = dict(self._seen)
 
     def stop(self, wall_s: float, names: Sequence[str]) -> dict[str, float]:
         own, busy = self._now()
         used = {name: own[name] - self._start[0][name] for name in own}
+        # Backends that started meanwhile count from zero, those gone meanwhile not at all.
+        now = self._backends()
+        used["postgres"] = sum(cpu - self._at_start.get(pid, 0.0) for pid, cpu in now.items())
         out = {f"cpu_{name}_s": used[name] for name in names}
         out["cpu_others_s"] = max(busy - self._start[1] - sum(used.values()), 0.0)
         out["cpu_standin_util"] = used["standin"] / wall_s
@@ -287,13 +313,13 @@ def _ms(seconds: Sequence[float]) -> dict[str, float]:
     return {"p50": statistics.median(seconds) * 1000, "p99": quantile(seconds, 0.99) * 1000}
 
 
-def direct(wire: dict[str, Any], n: int, timeout: float) -> dict[str, float]:
+def direct(pids: dict[str, int], wire: dict[str, Any], n: int, timeout: float) -> dict[str, float]:
     """N concurrent calls from this process straight to the stand-in, on a fresh client."""
 
     async def main() -> tuple[float, list[tuple[float, float]]]:
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=n)
-        async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
-            async def one() -> tuple[float, float]:
+        async with _clients(timeout) as clients:
+            async def one(i: int) -> tuple[float, float]:
+                client = clients[i % len(clients)]
                 start = time.time()
                 if wire["body"]["stream"]:
                     async with client.stream("POST", wire["url"], headers=wire["headers"], json=wire["body"]) as response:
@@ -307,10 +333,39 @@ def direct(wire: dict[str, Any], n: int, timeout: float) -> dict[str, float]:
                 return start, time.time()
 
             first = time.time()
-            return first, await asyncio.gather(*(one() for _ in range(n)))
+            return first, await asyncio.gather(*(one(i) for i in range(n)))
 
-    first, spans = asyncio.run(main())
-    return {"direct_per_s": n / (max(e for _, e in spans) - first), "direct_call_p50_ms": statistics.median(e - s for s, e in spans) * 1000}
+    cpu = Cpu(pids)
+    cpu.start()
+    first, spans = _phase("direct calls", lambda: asyncio.run(main()))
+    wall = max(e for _, e in spans) - first
+    return {
+        "direct_per_s": n / wall, "direct_call_p50_ms": statistics.median(e - s for s, e in spans) * 1000,
+        "direct_cpu_standin_util": cpu.stop(wall, ["standin"])["cpu_standin_util"],
+    }
+
+
+@contextlib.asynccontextmanager
+async def _clients(timeout: float, **kwargs: Any) -> AsyncIterator[list[httpx.AsyncClient]]:
+    """As many clients as the service's worker has (agentops.background.HTTP_POOLS): one
+    httpx pool shared by hundreds of requests costs more than the calls themselves."""
+    from agentops.background import HTTP_POOLS
+
+    tls = httpx.create_ssl_context()  # one trust store for all: loading it costs more than a call
+    async with contextlib.AsyncExitStack() as stack:
+        yield [await stack.enter_async_context(httpx.AsyncClient(timeout=timeout, verify=tls, **kwargs)) for _ in range(HTTP_POOLS)]
+
+
+def _phase(what: str, fn: Callable[[], T]) -> T:
+    """``fn()``, its HTTP errors named as this phase's."""
+    try:
+        return fn()
+    except httpx.HTTPError as exc:
+        try:
+            where = f" ({exc.request.method} {exc.request.url})"
+        except RuntimeError:
+            where = ""
+        raise BenchError(f"{what}: {type(exc).__name__}: {exc or 'no message'}{where}") from None
 
 
 def bare_burst(service: Service, wire: dict[str, Any], n: int, key: str, queue: str, timeout: float) -> dict[str, float]:
@@ -345,11 +400,11 @@ async def _submit_all(base: str, token: str, names: Sequence[str], timeout: floa
     """One turn to each agent, all at once; a 503 (the web app's database wait, API.md) is
     sent again after a short pause, the submit time staying that of the first attempt."""
     headers = {"authorization": f"Bearer {token}"}
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=len(names))
     retries = 0
-    async with httpx.AsyncClient(base_url=f"{base}/api/v1", headers=headers, timeout=timeout, limits=limits) as client:
-        async def one(name: str) -> tuple[int, float, float]:
+    async with _clients(timeout, base_url=f"{base}/api/v1", headers=headers) as clients:
+        async def one(i: int, name: str) -> tuple[int, float, float]:
             nonlocal retries
+            client = clients[i % len(clients)]
             submitted = time.time()
             for _ in range(50):
                 response = await client.post(f"/agents/{name}/turns", json={"messages": [MESSAGE]})
@@ -361,43 +416,81 @@ async def _submit_all(base: str, token: str, names: Sequence[str], timeout: floa
                 raise BenchError(f"POST /agents/{name}/turns answered {response.status_code}: {response.text[:300]}")
             return int(response.json()["id"]), submitted, time.time() - submitted
 
-        done = await asyncio.gather(*(one(name) for name in names))
+        done = await asyncio.gather(*(one(i, name) for i, name in enumerate(names)))
     return {turn_id: submitted for turn_id, submitted, _ in done}, [latency for _, _, latency in done], retries
 
 
 def turns_burst(service: Service, token: str, names: Sequence[str], timeout: float) -> dict[str, float]:
-    from inference.models import Turn
-
+    """One turn to each agent through the API, all at once (the issue's end-to-end number)."""
     cpu = Cpu(service.processes)
     cpu.start()
-    submitted, post_latency, retries = asyncio.run(_submit_all(service.base, token, names, timeout))
+    submitted, post_latency, retries = _phase("the burst's submits", lambda: asyncio.run(_submit_all(service.base, token, names, timeout)))
+    first = min(submitted.values())
+    rows, wall, values = _burst_end(service, "API burst", submitted, first, timeout)
+    last_created = max(r["created"] for r in rows.values())
+    return {
+        "turns_per_s": len(rows) / wall,
+        "submit_to_succeeded_p50_ms": values["submit_to_succeeded"]["p50"],
+        "submit_to_succeeded_p99_ms": values["submit_to_succeeded"]["p99"],
+        "submit_to_created_p50_ms": values["submit_to_created"]["p50"],
+        "created_to_sent_p50_ms": values["created_to_sent"]["p50"],
+        "call_duration_p50_ms": values["call"]["p50"],
+        "call_end_to_turn_end_p50_ms": values["call_end_to_turn_end"]["p50"],
+        "call_end_to_turn_end_p99_ms": values["call_end_to_turn_end"]["p99"],
+        # How long the web app took to take them all, and how long the worker ran past that.
+        "submit_span_s": last_created - first,
+        "last_created_to_last_ended_s": max(r["ended"] for r in rows.values()) - last_created,
+        "submit_post_p50_ms": statistics.median(post_latency) * 1000,
+        "submit_post_max_ms": max(post_latency) * 1000,
+        "submit_503_retries": retries,
+        "calls_per_turn_max": max(r["calls"] for r in rows.values()),
+        **cpu.stop(wall, ["standin", "worker", "web", "beat", "bench", "postgres"]),
+    }
+
+
+def worker_burst(service: Service, names: Sequence[str], timeout: float) -> dict[str, float]:
+    """One turn to each agent queued in a single commit, by the service function the API calls
+    (``turn_submit``: its drains are enqueued on commit, all at once): the worker's own rate
+    with the web app out of the way, comparable to the bare tasks sent at once."""
+    from django.db import transaction
+
+    from agentops.models import Agent
+    from inference.turns.services import IncomingMessage, turn_submit
+
+    agent_ids = list(Agent.objects.filter(name__in=names).values_list("id", flat=True))
+    cpu = Cpu(service.processes)
+    cpu.start()
+    with transaction.atomic():
+        turns = [turn_submit(agent_id=a, messages=[IncomingMessage(**MESSAGE)])[0].pk for a in agent_ids]
+        first = time.time()  # the commit: the turns exist and their drains go out from here
+    rows, wall, values = _burst_end(service, "worker burst", dict.fromkeys(turns, first), first, timeout)
+    return {
+        "worker_turns_per_s": len(rows) / wall,
+        "worker_commit_to_succeeded_p50_ms": values["submit_to_succeeded"]["p50"],
+        "worker_commit_to_succeeded_p99_ms": values["submit_to_succeeded"]["p99"],
+        "worker_commit_to_sent_p50_ms": _ms([r["sent"] - first for r in rows.values()])["p50"],
+        "worker_call_duration_p50_ms": values["call"]["p50"],
+        "worker_call_end_to_turn_end_p50_ms": values["call_end_to_turn_end"]["p50"],
+        **{f"worker_{k}": v for k, v in cpu.stop(wall, ["standin", "worker", "postgres"]).items()},
+    }
+
+
+def _burst_end(service: Service, what: str, submitted: dict[int, float], first: float, timeout: float) -> tuple[dict[int, dict[str, float]], float, dict[str, dict[str, float]]]:
+    """Wait for every turn to end; their rows, first submit to last end, their timings."""
+    from inference.models import Turn
+
     ids = list(submitted)
 
     def all_ended() -> bool:
         return Turn.objects.filter(pk__in=ids, status__in=Turn.ENDED).count() == len(ids)
 
     try:
-        wait_until(f"{len(ids)} burst turns ended", all_ended, timeout, service.children, every=BURST_POLL_S)
+        wait_until(f"{what}: all {len(ids)} turns ended", all_ended, timeout, service.children, every=BURST_POLL_S)
     except BenchError as exc:
         statuses = Turn.objects.filter(pk__in=ids).values_list("status", flat=True)
         raise BenchError(f"{exc} (statuses: {_counts(statuses)})") from None
     rows = _turn_rows(ids)
-    wall = max(r["ended"] for r in rows.values()) - min(submitted.values())
-    values = _turn_values(rows, submitted)
-    return {
-        "turns_per_s": len(ids) / wall,
-        "submit_to_succeeded_p50_ms": values["submit_to_succeeded"]["p50"],
-        "submit_to_succeeded_p99_ms": values["submit_to_succeeded"]["p99"],
-        "created_to_sent_p50_ms": values["created_to_sent"]["p50"],
-        "call_duration_p50_ms": values["call"]["p50"],
-        "call_end_to_turn_end_p50_ms": values["call_end_to_turn_end"]["p50"],
-        "call_end_to_turn_end_p99_ms": values["call_end_to_turn_end"]["p99"],
-        "submit_post_p50_ms": statistics.median(post_latency) * 1000,
-        "submit_post_max_ms": max(post_latency) * 1000,
-        "submit_503_retries": retries,
-        "calls_per_turn_max": max(r["calls"] for r in rows.values()),
-        **cpu.stop(wall, ["standin", "worker", "web", "beat", "bench"]),
-    }
+    return rows, max(r["ended"] for r in rows.values()) - first, _turn_values(rows, submitted)
 
 
 def lone(service: Service, token: str, name: str, count: int, timeout: float) -> dict[str, float]:
@@ -524,37 +617,53 @@ def warm_up(service: Service, token: str, timeout: float) -> dict[str, dict[str,
 def one_run(service: Service, token: str, wires: dict[str, dict[str, Any]], run: int, args: argparse.Namespace, bare_queue: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for mode, stream in MODES.items():
-        names = [f"r{run}-{mode}-{i}" for i in range(args.agents)]
-        lone_name = f"r{run}-{mode}-lone"
-        api_create(service.base, token, "/agents", agent_bodies([*names, lone_name], stream), args.timeout)
-        values: dict[str, float] = {}
-        values.update(direct(wires[mode], args.agents, args.timeout))
-        time.sleep(1)
-        values.update(bare_burst(service, wires[mode], args.agents, f"{TAG}:{run}:{mode}", bare_queue, args.timeout))
-        time.sleep(1)
-        values.update(turns_burst(service, token, names, args.timeout))
-        time.sleep(1)
-        values.update(lone(service, token, lone_name, args.lone, args.timeout))
-        values["ratio_turns_to_bare"] = values["turns_per_s"] / values["bare_per_s"]
-        values["turns_to_direct"] = values["turns_per_s"] / values["direct_per_s"]
+        values = one_mode(service, token, wires[mode], f"run {run + 1}, {mode}", f"r{run}-{mode}", stream, args, bare_queue)
         out.update({f"{mode}.{k}": v for k, v in values.items()})
     return out
 
 
+def one_mode(service: Service, token: str, wire: dict[str, Any], label: str, prefix: str, stream: bool, args: argparse.Namespace, bare_queue: str) -> dict[str, float]:
+    names = [f"{prefix}-{i}" for i in range(args.agents)]
+    worker_names = [f"{prefix}-w{i}" for i in range(args.agents)]
+    lone_name = f"{prefix}-lone"
+
+    def create() -> dict[str, float]:
+        api_create(service.base, token, "/agents", agent_bodies([*names, *worker_names, lone_name], stream), args.timeout)
+        return {}
+
+    phases: list[tuple[str, Callable[[], dict[str, float]]]] = [
+        ("creating the agents", create),
+        ("direct calls", lambda: direct(service.processes, wire, args.agents, args.timeout)),
+        ("bare tasks", lambda: bare_burst(service, wire, args.agents, f"{TAG}:{prefix}", bare_queue, args.timeout)),
+        ("API burst", lambda: turns_burst(service, token, names, args.timeout)),
+        ("worker burst", lambda: worker_burst(service, worker_names, args.timeout)),
+        ("lone turns", lambda: lone(service, token, lone_name, args.lone, args.timeout)),
+    ]
+    values: dict[str, float] = {}
+    for what, phase in phases:
+        DOING[0] = f"{label}: {what}"
+        values.update(_phase(what, phase))
+        time.sleep(1)  # the service settles between phases
+    values["ratio_turns_to_bare"] = values["turns_per_s"] / values["bare_per_s"]
+    values["ratio_worker_turns_to_bare"] = values["worker_turns_per_s"] / values["bare_per_s"]
+    values["turns_to_direct"] = values["turns_per_s"] / values["direct_per_s"]
+    return values
+
+
 def standin_verdict(median: dict[str, float]) -> dict[str, str]:
+    """Whether the stand-in limited a burst: it is one process on one event loop, so a burst
+    it limited kept it near a full core busy, or ran near its own direct rate."""
     verdicts = {}
     for mode in MODES:
-        util = median[f"{mode}.cpu_standin_util"]
-        bare_util = median[f"{mode}.bare_cpu_standin_util"]
-        share = median[f"{mode}.turns_to_direct"]
-        limit = util >= STANDIN_LIMIT_UTIL or share >= 0.8
-        verdicts[mode] = (
-            f"the stand-in WAS the limit of the turn burst: it used {util:.0%} of a core, and the turns ran at {share:.0%} of its own direct rate"
-            if limit else
-            f"the stand-in was not the limit of the turn burst: it used {util:.0%} of a core, and the turns ran at {share:.0%} of its direct rate"
-        )
-        if bare_util >= STANDIN_LIMIT_UTIL:
-            verdicts[mode] += f"; it may have limited the bare tasks ({bare_util:.0%} of a core during theirs), which flatters the ratio"
+        util = {what: median[f"{mode}.{key}"] for what, key in
+                (("API burst", "cpu_standin_util"), ("worker burst", "worker_cpu_standin_util"), ("bare tasks", "bare_cpu_standin_util"))}
+        share = max(median[f"{mode}.turns_per_s"], median[f"{mode}.worker_turns_per_s"]) / median[f"{mode}.direct_per_s"]
+        busy = [what for what, u in util.items() if u >= STANDIN_LIMIT_UTIL]
+        used = ", ".join(f"{u:.0%} of a core during the {what}" for what, u in util.items())
+        if busy or share >= 0.8:
+            verdicts[mode] = f"the stand-in MAY HAVE BEEN THE LIMIT ({', '.join(busy) or 'the turns ran near its direct rate'}): it used {used}; the turns ran at {share:.0%} of its direct rate"
+        else:
+            verdicts[mode] = f"the stand-in was not the limit: it used {used}; the faster turn burst ran at {share:.0%} of its direct rate"
     return verdicts
 
 
@@ -591,19 +700,20 @@ def main() -> None:
 
         token = api_token_create(name=TAG, operator=True)[1]
         api_create(service.base, token, "/providers", [{"name": "standin", "kind": "openai", "base_url": f"{service.standin_url}/v1"}], args.timeout)
+        DOING[0] = "warming up"
         wires = warm_up(service, token, args.timeout)
         for mode in MODES:  # the bare worker's and this process's first calls, not measured
             bare_burst(service, wires[mode], 10, f"{TAG}:warm:{mode}", bare_queue, args.timeout)
-            direct(wires[mode], 10, args.timeout)
+            direct(service.processes, wires[mode], 10, args.timeout)
         for run in range(args.repeat):
             values = one_run(service, token, wires, run, args, bare_queue)
             print(f"run {run + 1}: {json.dumps({k: round(v, 3) for k, v in values.items()})}", flush=True)
             results.append(values)
         ok = True
-    except BenchError as exc:
-        raise SystemExit(f"turns bench: {exc}\n(the processes' logs: {logs})") from None
+    except (BenchError, httpx.HTTPError) as exc:
+        raise SystemExit(f"turns bench stopped while {DOING[0]}: {type(exc).__name__}: {exc}\n(the processes' logs: {logs})") from None
     except KeyboardInterrupt:
-        raise SystemExit(f"turns bench: interrupted (the processes' logs: {logs})") from None
+        raise SystemExit(f"turns bench: interrupted while {DOING[0]} (the processes' logs: {logs})") from None
     finally:
         children.stop()
         _redis_cleanup(service_queue, bare_queue)
@@ -644,14 +754,19 @@ def report(args: argparse.Namespace, results: list[dict[str, float]], pools: dic
     for mode in MODES:
         m = median
 
-        def runs(key: str, mode: str = mode) -> str:
-            return ", ".join(f"{r[f'{mode}.{key}']:.1f}" for r in results)
+        def runs(key: str, mode: str = mode, digits: int = 1) -> str:
+            return ", ".join(f"{r[f'{mode}.{key}']:.{digits}f}" for r in results)
 
-        print(f"{mode}: turns {m[f'{mode}.turns_per_s']:.1f}/s ({runs('turns_per_s')}), bare tasks {m[f'{mode}.bare_per_s']:.1f}/s ({runs('bare_per_s')}), "
-              f"direct {m[f'{mode}.direct_per_s']:.1f}/s; turns/bare {m[f'{mode}.ratio_turns_to_bare']:.2f} (target >= 0.5)")
-        print(f"  burst submit to succeeded p50 {m[f'{mode}.submit_to_succeeded_p50_ms']:.0f} ms, p99 {m[f'{mode}.submit_to_succeeded_p99_ms']:.0f} ms; "
+        print(f"{mode}: turns through the API {m[f'{mode}.turns_per_s']:.1f}/s ({runs('turns_per_s')}), bare tasks {m[f'{mode}.bare_per_s']:.1f}/s "
+              f"({runs('bare_per_s')}), direct calls {m[f'{mode}.direct_per_s']:.1f}/s ({runs('direct_per_s')})")
+        print(f"  turns/bare {m[f'{mode}.ratio_turns_to_bare']:.2f} ({runs('ratio_turns_to_bare', digits=2)}; target >= 0.5); "
+              f"turns queued in one commit {m[f'{mode}.worker_turns_per_s']:.1f}/s ({runs('worker_turns_per_s')}), /bare {m[f'{mode}.ratio_worker_turns_to_bare']:.2f} ({runs('ratio_worker_turns_to_bare', digits=2)})")
+        print(f"  API burst: submit to succeeded p50 {m[f'{mode}.submit_to_succeeded_p50_ms']:.0f} ms, p99 {m[f'{mode}.submit_to_succeeded_p99_ms']:.0f} ms; "
+              f"submit to created p50 {m[f'{mode}.submit_to_created_p50_ms']:.0f} ms (all taken in {m[f'{mode}.submit_span_s']:.1f} s, {m[f'{mode}.submit_503_retries']:.0f} 503s), "
               f"created to sent p50 {m[f'{mode}.created_to_sent_p50_ms']:.0f} ms, call p50 {m[f'{mode}.call_duration_p50_ms']:.1f} ms, "
               f"call end to turn end p50 {m[f'{mode}.call_end_to_turn_end_p50_ms']:.1f} ms")
+        print(f"  CPU during the API burst: worker {m[f'{mode}.cpu_worker_s']:.1f} s, web {m[f'{mode}.cpu_web_s']:.1f} s, stand-in {m[f'{mode}.cpu_standin_s']:.1f} s, "
+              f"postgres (bench db) {m[f'{mode}.cpu_postgres_s']:.1f} s, this bench {m[f'{mode}.cpu_bench_s']:.1f} s, the rest of the machine {m[f'{mode}.cpu_others_s']:.1f} s")
         print(f"  lone turn beyond its call p50 {m[f'{mode}.lone_beyond_call_p50_ms']:.1f} ms ({runs('lone_beyond_call_p50_ms')}), "
               f"p99 {m[f'{mode}.lone_beyond_call_p99_ms']:.1f} ms (target p50 <= 50 ms; submit before the POST to the turn's ended_at)")
         print(f"  {verdicts[mode]}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from typing import Any
 
@@ -20,13 +21,18 @@ from celery import Celery
 app = Celery("tbench_bare")
 app.conf.update(json.loads(os.environ.get("TBENCH_CELERY_CONF", "{}")))
 
-# One client for the process, shared by the pool's threads, with keep-alive connections like
-# the service's own (agentops.background: pooled clients, 200 keep-alive connections in all).
-_http = httpx.Client(
-    timeout=httpx.Timeout(60, connect=5),
-    limits=httpx.Limits(max_connections=None, max_keepalive_connections=200),
-)
+# A client per pool thread, its connection kept alive between tasks (the service keeps its
+# connections alive too: agentops.background, pooled clients). One client shared by hundreds
+# of threads would measure httpcore's pool lock, not the call.
+_local = threading.local()
 _redis: redis.Redis | None = None
+
+
+def _http() -> httpx.Client:
+    client: httpx.Client | None = getattr(_local, "client", None)
+    if client is None:
+        client = _local.client = httpx.Client(timeout=httpx.Timeout(60, connect=5))
+    return client
 
 
 def _results() -> redis.Redis:
@@ -42,12 +48,12 @@ def bare_call(key: str, index: int, url: str, headers: dict[str, str], body: dic
     then push ``{index, started, ended, status}`` (unix seconds) onto the Redis list ``key``."""
     started = time.time()
     if body.get("stream"):
-        with _http.stream("POST", url, headers=headers, json=body) as response:
+        with _http().stream("POST", url, headers=headers, json=body) as response:
             for _ in response.iter_lines():
                 pass
             status = response.status_code
     else:
-        response = _http.post(url, headers=headers, json=body)
+        response = _http().post(url, headers=headers, json=body)
         response.json()
         status = response.status_code
     ended = time.time()
