@@ -9,9 +9,11 @@ One run of this script starts, on a bench database (``BENCH_DATABASE``, default
 ``BENCH_REDIS_URL`` (default ``REDIS_URL``): its own stand-in provider, the web app (uvicorn on
 the ASGI app), ONE service worker and beat, started as ``agentops.launcher`` starts them
 (the worker without ``-P`` or ``-c``: its pool and concurrency are the settings'
-``CELERY_WORKER_POOL`` and ``CELERY_WORKER_CONCURRENCY``), and the bare worker
-(``bench/turns_bench_bare.py``: the service's Celery settings, hence the same pool and
-concurrency, on a queue of its own). The provider policy allows loopback for the stand-in.
+``CELERY_WORKER_POOL`` and ``CELERY_WORKER_CONCURRENCY``, e.g. ``AGENTOPS_WORKER_CONCURRENCY``;
+``make run``'s launcher passes ``-c 2``), and the bare worker (``bench/turns_bench_bare.py``:
+the service's Celery settings, hence the same pool and concurrency, on a queue of its own;
+the bench checks both workers' banners agree). The provider policy allows loopback for the
+stand-in. Every process stops when the bench ends, fails or is killed.
 
 Each repeat measures, for streamed and non-streamed agents (the agent's ``stream``), with the
 stand-in's ``answer`` scenario (three short text deltas):
@@ -22,7 +24,8 @@ stand-in's ``answer`` scenario (three short text deltas):
   onto a Redis list; tasks/s = N / (last ended - first sent);
 - turns: one short turn submitted to each of N agents, concurrently, through
   ``POST /api/v1/agents/{name}/turns``; turns/s = N / (last turn's ``ended_at`` - first submit,
-  taken just before its POST); per turn, from the Turn and InferenceCall rows: submit to
+  taken just before its POST; a 503, the web app's answer when its database pool is busy, is
+  sent again after 0.2 s and counted, the turn keeping its first submit time); per turn, from the Turn and InferenceCall rows: submit to
   succeeded p50/p99, submit to created, created to sent, the call's sent to ended, call end
   to turn end; the CPU time the stand-in, the worker, the web app, beat, the bench database's
   PostgreSQL backends and this process used during the burst (psutil), and the rest of the
@@ -173,7 +176,7 @@ def _read_line(proc: subprocess.Popen[str], timeout: float, what: str) -> str:
     with selectors.DefaultSelector() as sel:
         sel.register(proc.stdout, selectors.EVENT_READ)
         if not sel.select(timeout):
-            raise BenchError(f"{what} printed nothing within {timeout:.0f} s")
+            raise BenchError(f"{what} printed nothing within {timeout:g} s")
     return proc.stdout.readline().strip()
 
 
@@ -188,7 +191,7 @@ def wait_until(what: str, ready: Callable[[], bool], timeout: float, children: C
     while not ready():
         children.check()
         if time.monotonic() > end:
-            raise BenchError(f"{what}: not reached within {timeout:.0f} s")
+            raise BenchError(f"{what}: not reached within {timeout:g} s")
         time.sleep(every)
 
 
@@ -381,6 +384,7 @@ def bare_burst(service: Service, wire: dict[str, Any], n: int, key: str, queue: 
     first = time.time()
     for i in range(n):
         bare.app.send_task("tbench.bare_call", args=[key, i, wire["url"], wire["headers"], wire["body"]], queue=queue)
+    sent = time.time()
     wait_until(f"{n} bare tasks ended (Redis list {key})", lambda: results.llen(key) >= n, timeout, service.children, every=0.05)
     rows = [json.loads(raw) for raw in results.lrange(key, 0, -1)]
     results.delete(key)
@@ -388,11 +392,14 @@ def bare_burst(service: Service, wire: dict[str, Any], n: int, key: str, queue: 
     if bad:
         raise BenchError(f"{len(bad)} bare calls were not answered 200 (first: {bad[0]})")
     wall = max(r["ended"] for r in rows) - first
+    used = cpu.stop(wall, ["standin", "bare_worker"])
     return {
         "bare_per_s": n / wall,
+        "bare_send_span_s": sent - first,  # this process sending the N tasks, one after another
         "bare_sent_to_start_p50_ms": statistics.median(r["started"] - first for r in rows) * 1000,
         "bare_call_p50_ms": statistics.median(r["ended"] - r["started"] for r in rows) * 1000,
-        **{f"bare_{k}": v for k, v in cpu.stop(wall, ["standin", "bare_worker"]).items()},
+        "bare_cpu_per_task_ms": used["cpu_bare_worker_s"] / n * 1000,
+        **{f"bare_{k}": v for k, v in used.items()},
     }
 
 
@@ -463,15 +470,19 @@ def worker_burst(service: Service, names: Sequence[str], timeout: float) -> dict
     with transaction.atomic():
         turns = [turn_submit(agent_id=a, messages=[IncomingMessage(**MESSAGE)])[0].pk for a in agent_ids]
         first = time.time()  # the commit: the turns exist and their drains go out from here
+    sent = time.time()
     rows, wall, values = _burst_end(service, "worker burst", dict.fromkeys(turns, first), first, timeout)
+    used = cpu.stop(wall, ["standin", "worker", "postgres"])
     return {
         "worker_turns_per_s": len(rows) / wall,
+        "worker_send_span_s": sent - first,  # the commit and the N drains sent on it
+        "worker_cpu_per_turn_ms": used["cpu_worker_s"] / len(rows) * 1000,
         "worker_commit_to_succeeded_p50_ms": values["submit_to_succeeded"]["p50"],
         "worker_commit_to_succeeded_p99_ms": values["submit_to_succeeded"]["p99"],
         "worker_commit_to_sent_p50_ms": _ms([r["sent"] - first for r in rows.values()])["p50"],
         "worker_call_duration_p50_ms": values["call"]["p50"],
         "worker_call_end_to_turn_end_p50_ms": values["call_end_to_turn_end"]["p50"],
-        **{f"worker_{k}": v for k, v in cpu.stop(wall, ["standin", "worker", "postgres"]).items()},
+        **{f"worker_{k}": v for k, v in used.items()},
     }
 
 
@@ -511,7 +522,7 @@ def lone(service: Service, token: str, name: str, count: int, timeout: float) ->
             while (status := Turn.objects.values_list("status", flat=True).get(pk=turn_id)) not in Turn.ENDED:
                 if time.monotonic() > end:
                     service.children.check()
-                    raise BenchError(f"lone turn {i + 1} (turn {turn_id}) not ended within {timeout:.0f} s (status {status})")
+                    raise BenchError(f"lone turn {i + 1} (turn {turn_id}) not ended within {timeout:g} s (status {status})")
                 time.sleep(LONE_POLL_S)
             observed[turn_id] = time.time()
     rows = _turn_rows(list(submitted))
@@ -717,9 +728,20 @@ def main() -> None:
     finally:
         children.stop()
         _redis_cleanup(service_queue, bare_queue)
+        problems = _log_problems(logs)
         if ok:
             shutil.rmtree(logs, ignore_errors=True)
-    report(args, results, service.pools)
+    report(args, results, service.pools, problems)
+
+
+def _log_problems(logs: Path) -> dict[str, Any]:
+    """Per process log, how many lines say ERROR or Traceback, and the first few of them."""
+    found: dict[str, Any] = {}
+    for log in sorted(logs.glob("*.log")):
+        lines = [line for line in log.read_text(errors="replace").splitlines() if "ERROR" in line or "Traceback" in line]
+        if lines:
+            found[log.stem] = {"lines": len(lines), "first": [line[:300] for line in lines[:5]]}
+    return found
 
 
 def _redis_cleanup(*queues: str) -> None:
@@ -735,7 +757,7 @@ def _redis_cleanup(*queues: str) -> None:
         print(f"could not remove this run's Redis keys: {exc}", file=sys.stderr)
 
 
-def report(args: argparse.Namespace, results: list[dict[str, float]], pools: dict[str, str]) -> None:
+def report(args: argparse.Namespace, results: list[dict[str, float]], pools: dict[str, str], problems: dict[str, Any]) -> None:
     median = {k: statistics.median(r[k] for r in results) for k in results[0]}
     verdicts = standin_verdict(median)
     summary = {
@@ -746,6 +768,7 @@ def report(args: argparse.Namespace, results: list[dict[str, float]], pools: dic
         "worker_pool": pools, "cpus": os.cpu_count(),
         "lone_measured_as": "submit: this process's clock just before the POST; succeeded: the turn's ended_at (same clock)",
         "standin": verdicts,
+        "log_errors": problems,
         "median": median,
         "each_run": {k: [r[k] for r in results] for k in results[0]},
     }
@@ -765,11 +788,17 @@ def report(args: argparse.Namespace, results: list[dict[str, float]], pools: dic
               f"submit to created p50 {m[f'{mode}.submit_to_created_p50_ms']:.0f} ms (all taken in {m[f'{mode}.submit_span_s']:.1f} s, {m[f'{mode}.submit_503_retries']:.0f} 503s), "
               f"created to sent p50 {m[f'{mode}.created_to_sent_p50_ms']:.0f} ms, call p50 {m[f'{mode}.call_duration_p50_ms']:.1f} ms, "
               f"call end to turn end p50 {m[f'{mode}.call_end_to_turn_end_p50_ms']:.1f} ms")
+        print(f"  worker burst: commit to succeeded p50 {m[f'{mode}.worker_commit_to_succeeded_p50_ms']:.0f} ms, p99 {m[f'{mode}.worker_commit_to_succeeded_p99_ms']:.0f} ms; "
+              f"commit to sent p50 {m[f'{mode}.worker_commit_to_sent_p50_ms']:.0f} ms, call end to turn end p50 {m[f'{mode}.worker_call_end_to_turn_end_p50_ms']:.0f} ms; "
+              f"worker CPU {m[f'{mode}.worker_cpu_per_turn_ms']:.1f} ms a turn ({m[f'{mode}.worker_cpu_worker_s']:.1f} s in {args.agents / m[f'{mode}.worker_turns_per_s']:.1f} s), "
+              f"bare worker {m[f'{mode}.bare_cpu_per_task_ms']:.1f} ms a task")
         print(f"  CPU during the API burst: worker {m[f'{mode}.cpu_worker_s']:.1f} s, web {m[f'{mode}.cpu_web_s']:.1f} s, stand-in {m[f'{mode}.cpu_standin_s']:.1f} s, "
               f"postgres (bench db) {m[f'{mode}.cpu_postgres_s']:.1f} s, this bench {m[f'{mode}.cpu_bench_s']:.1f} s, the rest of the machine {m[f'{mode}.cpu_others_s']:.1f} s")
         print(f"  lone turn beyond its call p50 {m[f'{mode}.lone_beyond_call_p50_ms']:.1f} ms ({runs('lone_beyond_call_p50_ms')}), "
               f"p99 {m[f'{mode}.lone_beyond_call_p99_ms']:.1f} ms (target p50 <= 50 ms; submit before the POST to the turn's ended_at)")
         print(f"  {verdicts[mode]}")
+    for name, found in problems.items():
+        print(f"the {name} process logged {found['lines']} ERROR/Traceback lines, first: {found['first'][0]}")
     RESULTS_DIR.mkdir(exist_ok=True)
     out = RESULTS_DIR / f"turns-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
     out.write_text(json.dumps(summary, indent=2) + "\n")
