@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test fuzz lint bench bench-dropin mutate screenshots clean-var token
+.PHONY: install run test fuzz lint bench bench-dropin bench-turns mutate screenshots clean-var token
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "agentops needs Python 3.11 or newer")'
@@ -50,6 +50,11 @@ mutate: $(STAMP)
 # LITELLM_BIN names its command in a venv of its own, outside the repository.
 bench-dropin: $(STAMP)
 	LITELLM_BIN=$(LITELLM_BIN) $(BIN)/python -m agentops.launcher exec -- $(BIN)/python bench/dropin_bench.py
+
+# Turn throughput end to end against a bare Celery task making the same call, in the same run
+# (issue 15; bench/turns_bench.py). ARGS="--agents 200 --lone 30 --repeat 3". Results in bench/results/.
+bench-turns: $(STAMP)
+	$(BIN)/python -m agentops.launcher exec -- $(BIN)/python bench/turns_bench.py $(ARGS)
 
 # The README's pictures under docs/, from a live server in headless Chromium (docs/screenshots.py).
 screenshots: $(STAMP)
