@@ -4,18 +4,27 @@
   API.md's error shape, ``{"code", "message", "data"}``, not Django's HTML or plain text.
 * ``/`` sends staff to the dashboard and everyone else to the API's interactive docs.
 * ``/favicon.ico``: a small icon, so browsers stop logging 404s.
+* Sync views (a submit, the admin) hold a database connection while they run: at most as many
+  run at once as the connection pool holds, and the others wait their turn here. Otherwise a
+  burst larger than the pool waits for connections, past the pool's short timeout in the web
+  process (there so that an outage answers 503 fast), and gets 503s although the database
+  answers. Async views (``complete``, the drop-in endpoints) hold no connection while they
+  wait on the provider and are not counted.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.http.response import HttpResponseBase
-from django.urls import reverse
+from django.urls import Resolver404, resolve, reverse
 from django.utils.decorators import sync_and_async_middleware
 
 API_PREFIX = "/api/"
@@ -36,6 +45,9 @@ def api_edge_middleware(get_response: Callable[[HttpRequest], Any]) -> Callable[
     if iscoroutinefunction(get_response):
 
         async def edge_async(request: HttpRequest) -> HttpResponseBase:
+            if _holds_a_connection(request):
+                async with _sync_view_gate():
+                    return api_error_shaped(request, await get_response(request))
             return api_error_shaped(request, await get_response(request))
 
         return edge_async
@@ -44,6 +56,28 @@ def api_edge_middleware(get_response: Callable[[HttpRequest], Any]) -> Callable[
         return api_error_shaped(request, get_response(request))
 
     return edge
+
+
+_gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+
+
+def _sync_view_gate() -> asyncio.Semaphore:
+    """The running loop's gate (one per loop: a semaphore is bound to it)."""
+    loop = asyncio.get_running_loop()
+    gate = _gates.get(loop)
+    if gate is None:
+        # Two connections left over for the async views' short database work.
+        gate = _gates[loop] = asyncio.Semaphore(max(1, settings.DATABASES["default"]["OPTIONS"]["pool"]["max_size"] - 2))
+    return gate
+
+
+def _holds_a_connection(request: HttpRequest) -> bool:
+    """Whether the request's view is sync (it holds a database connection while it runs)."""
+    try:
+        view = resolve(request.path_info).func
+    except Resolver404:
+        return False
+    return not iscoroutinefunction(view)
 
 
 def api_error_shaped(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:

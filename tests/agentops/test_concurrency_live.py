@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from agentops.models import Agent
-from inference.models import InferenceCall
+from inference.models import InferenceCall, Turn
 from tests.agentops.live_asgi import asgi_server
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
@@ -47,3 +47,14 @@ def test_fifty_concurrent_drop_in_calls_all_succeed(server: str, user_token: str
     responses = asyncio.run(burst([(f"{server}/v1/chat/completions", body)] * IN_FLIGHT, user_token))
     assert [r.status_code for r in responses] == [200] * IN_FLIGHT, [r.text[:200] for r in responses if r.status_code != 200][:3]
     assert InferenceCall.objects.filter(agent=agent, outcome="completed").count() == IN_FLIGHT
+
+
+def test_a_hundred_concurrent_turn_submits_all_are_accepted(server: str, user_token: str, make_agent: Any) -> None:
+    # A submit is a sync view holding a connection while it runs: a burst larger than the pool
+    # waits for its turn at the door, not for a connection past the pool's timeout (a 503
+    # that would tell the client the database is down).
+    agents = [make_agent() for _ in range(IN_FLIGHT * 2)]
+    body = {"messages": [{"participant": "alice", "content": "hi"}]}
+    responses = asyncio.run(burst([(f"{server}/api/v1/agents/{a.name}/turns", body) for a in agents], user_token))
+    assert [r.status_code for r in responses] == [202] * len(agents), [r.text[:200] for r in responses if r.status_code != 202][:3]
+    assert Turn.objects.filter(agent__in=agents).count() == len(agents)
