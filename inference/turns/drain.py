@@ -60,8 +60,8 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def next_turn_id(agent_id: int, *, now: datetime) -> int | None:
-    """The agent's next turn to run, or None. Turns run in order: a turn waiting for tool
+def next_turn(agent_id: int, *, now: datetime) -> tuple[int, str] | None:
+    """The agent's next turn to run and its status, or None. Turns run in order: a turn waiting for tool
     results blocks the turns behind it (their request would carry a tool call without its
     result), and so does a queued turn that may not run before a later instant (a re-arm).
     A held turn is returned: running it starts with the admission check."""
@@ -75,7 +75,7 @@ def next_turn_id(agent_id: int, *, now: datetime) -> int | None:
         return None
     if first["status"] == Turn.Status.QUEUED and first["not_before"] is not None and first["not_before"] > now:
         return None
-    return int(first["id"])
+    return int(first["id"]), str(first["status"])
 
 
 class _Runs:
@@ -159,13 +159,14 @@ async def _agent_run(agent_id: int) -> bool:
     idle = False
     try:
         while not lease.lost and not lifecycle.stopping.is_set():
-            turn_id = await _durably(f"agent {agent_id}: find its next turn", lambda: next_turn_id(agent_id, now=timezone.now()), lease)
-            if turn_id is None:
+            found = await _durably(f"agent {agent_id}: find its next turn", lambda: next_turn(agent_id, now=timezone.now()), lease)
+            if found is None:
                 idle = True
                 break
+            turn_id, status = found
             # A database error before the call goes out runs the turn again from the top;
             # every write after a call is made is retried where it is (durably).
-            await durably_on_loop(f"agent {agent_id}: run turn {turn_id}", partial(turn_run, turn_id, lease), lease)
+            await durably_on_loop(f"agent {agent_id}: run turn {turn_id}", partial(turn_run, turn_id, status, lease), lease)
             if await _turn_status(turn_id, lease) == Turn.Status.HELD:
                 break  # its re-check is scheduled; the turns behind it wait with it
     except LeaseLost:
@@ -190,10 +191,11 @@ def _policy_settings() -> PolicySettings:
     )
 
 
-async def turn_run(turn_id: int, lease: TurnLease) -> None:
+async def turn_run(turn_id: int, status: str, lease: TurnLease) -> None:
     """Run one turn's rounds until it succeeds, fails, needs tool results, is held by a
-    provider wait or is cancelled. Run only while holding the agent's turn lease."""
-    turn = await bookkeeping(_turn_start, turn_id, lease)
+    provider wait or is cancelled. Run only while holding the agent's turn lease; ``status``
+    is the turn's as ``next_turn`` found it."""
+    turn = await bookkeeping(_turn_start, turn_id, status, lease)
     if turn is None:
         return
     # The pacing kept on the turn (a 429's, a retry delay, a re-arm) binds whichever worker
@@ -262,22 +264,24 @@ async def turn_run(turn_id: int, lease: TurnLease) -> None:
         return
 
 
-def _turn_start(turn_id: int, lease: TurnLease) -> Turn | None:
+def _turn_start(turn_id: int, status: str, lease: TurnLease) -> Turn | None:
     """Claim the turn for this run (a held one only once its wait is over), and close what a
     stopped worker left open. The turn, or None when it is not this run's to go on with."""
     now = timezone.now()
-    held = Turn.objects.select_related("agent").filter(pk=turn_id, status=Turn.Status.HELD).first()
+    held = Turn.objects.select_related("agent").filter(pk=turn_id, status=Turn.Status.HELD).first() if status == Turn.Status.HELD else None
     if held is not None and hold_if_waiting(held):
         return None
     if not turn_claim(turn_id=turn_id, owner=lease.owner, now=now):
         return None
     # A call still "in flight" now belonged to a worker that stopped mid-call (this run holds
     # the lease, so no one else is calling): record it as aborted, not leave it open forever.
-    InferenceCall.objects.filter(turn_id=turn_id, outcome__isnull=True).update(
-        outcome=InferenceCall.Outcome.ABORTED,
-        ended_at=now,
-        error=ProviderError(type="aborted", message="the worker making this call stopped before it ended").as_dict(),
-    )
+    # Only a turn left running has one (a queued or held turn's calls all ended).
+    if status == Turn.Status.RUNNING:
+        InferenceCall.objects.filter(turn_id=turn_id, outcome__isnull=True).update(
+            outcome=InferenceCall.Outcome.ABORTED,
+            ended_at=now,
+            error=ProviderError(type="aborted", message="the worker making this call stopped before it ended").as_dict(),
+        )
     turn = Turn.objects.select_related("agent").get(pk=turn_id)
     if held is not None and (release_pacing_ms := pacing_left_ms(turn)) > paced_left_ms(turn):
         # A release lifted a 429's wait: the next call still keeps the 429's own pacing.
