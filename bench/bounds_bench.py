@@ -17,7 +17,8 @@ asyncio + httpx reader of the same N streams measured in the same run (the basel
 
 Run: ``make bench`` (or ``python -m agentops.launcher exec -- python bench/bounds_bench.py``).
 Options: ``--calls 1000 --keepalive-ms 1000 --repeat 3 --before-content-ms 60000`` (long enough
-that every stream is open before the first cut).
+that every stream is open before the first cut), ``--first-cuts-only`` (each turn's first call
+only: the worker is killed once they are all cut).
 """
 
 from __future__ import annotations
@@ -144,7 +145,7 @@ def _window_cpu(start: float, keepalive_ms: int, *procs: psutil.Process) -> list
 # --- the service: one worker process, threads pool, the engine loop --------------------------
 
 
-def run_service(standin: str, n: int, before_content_ms: int, keepalive_ms: int, standin_pid: int) -> dict[str, float]:
+def run_service(standin: str, n: int, before_content_ms: int, keepalive_ms: int, standin_pid: int, first_cuts_only: bool = False) -> dict[str, float]:
     import django
 
     os.environ["DATABASE_URL"] = bench_database_url()
@@ -208,13 +209,19 @@ def run_service(standin: str, n: int, before_content_ms: int, keepalive_ms: int,
         # Steady means no call started or ended inside the window: only keepalives arrived.
         steady = not InferenceCall.objects.filter(Q(sent_at__range=measured) | Q(ended_at__range=measured)).exists()
         _sample(ps, peak, connection)
-        while Turn.objects.filter(status__in=Turn.OPEN).exists():
+        while (
+            InferenceCall.objects.filter(outcome="cut").count() < n if first_cuts_only else Turn.objects.filter(status__in=Turn.OPEN).exists()
+        ):
             _sample(ps, peak, connection)
             time.sleep(0.1)
     finally:
-        worker.terminate()
+        if first_cuts_only:
+            worker.kill()  # the fresh calls are not measured: a warm shutdown would wait for them
+        else:
+            worker.terminate()
         worker.wait(timeout=60)
-    lateness = [ms for ms in InferenceCall.objects.filter(outcome="cut").values_list("cut_lateness_ms", flat=True) if ms is not None]
+    cuts = InferenceCall.objects.filter(outcome="cut").order_by("ended_at")
+    lateness = [ms for ms in cuts.values_list("cut_lateness_ms", flat=True) if ms is not None][: n if first_cuts_only else None]
     bounds_seen = set(InferenceCall.objects.values_list("bound", flat=True))
     lateness.sort()
     return {
@@ -223,7 +230,9 @@ def run_service(standin: str, n: int, before_content_ms: int, keepalive_ms: int,
         "rss_per_stream_kb": (rss_open - rss_before) / n / 1024,
         "window_steady": steady,
         "cuts": len(lateness),
-        "all_cut_before_content": bounds_seen == {"before_content"} and len(lateness) == 2 * n,
+        # (With --first-cuts-only, the fresh calls were still out when the worker was killed.)
+        "all_cut_before_content": (bounds_seen <= {"before_content", None} if first_cuts_only else bounds_seen == {"before_content"})
+        and len(lateness) == (n if first_cuts_only else 2 * n),
         "lateness_p50_ms": statistics.median(lateness),
         "lateness_p99_ms": lateness[int(len(lateness) * 0.99) - 1],
         "lateness_max_ms": lateness[-1],
@@ -283,6 +292,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--keepalive-ms", type=int, default=1000)
+    # Measure the first call of each turn only (its cut), not the fresh call after it: a run
+    # at 10,000 streams then takes one before-content bound, not two.
+    parser.add_argument("--first-cuts-only", action="store_true")
     parser.add_argument("--repeat", type=int, default=3)
     # Long enough that every call is open before the first one is cut (the CPU window).
     parser.add_argument("--before-content-ms", type=int, default=60000)
@@ -293,7 +305,7 @@ def main() -> None:
     try:
         for run in range(args.repeat):
             base = run_baseline(url, args.calls, args.before_content_ms / 1000, args.keepalive_ms)
-            service = _in_child(url, args.calls, args.before_content_ms, args.keepalive_ms, standin.pid)
+            service = _in_child(url, args.calls, args.before_content_ms, args.keepalive_ms, standin.pid, args.first_cuts_only)
             for key, value in base.items():
                 service[f"baseline_{key}"] = value
             service["cpu_ratio"] = service["cpu_per_1000_events_ms"] / base["cpu_per_1000_events_ms"]
@@ -308,9 +320,9 @@ def main() -> None:
                       **{k: all(r[k] for r in results) for k in flags}}, indent=2))
 
 
-def _in_child(url: str, n: int, before_content_ms: int, keepalive_ms: int, standin_pid: int) -> dict[str, float]:
+def _in_child(url: str, n: int, before_content_ms: int, keepalive_ms: int, standin_pid: int, first_cuts_only: bool) -> dict[str, float]:
     """Each service run in a fresh interpreter, so Django state never carries over."""
-    code = f"import json, bench.bounds_bench as b; print('RESULT ' + json.dumps(b.run_service({url!r}, {n}, {before_content_ms}, {keepalive_ms}, {standin_pid})))"
+    code = f"import json, bench.bounds_bench as b; print('RESULT ' + json.dumps(b.run_service({url!r}, {n}, {before_content_ms}, {keepalive_ms}, {standin_pid}, {first_cuts_only})))"
     done = subprocess.run([sys.executable, "-c", code], cwd=BASE_DIR, stdout=subprocess.PIPE, text=True)
     if done.returncode:
         raise SystemExit(f"the service run failed (exit {done.returncode}); its error is above")
