@@ -213,9 +213,15 @@ async def turn_run(turn_id: int, status: str, lease: TurnLease) -> None:
         turn, request = ready
         decided: dict[str, bool] = {}
         result, call = await _call_once(turn, request, lease, decided)
-        if lease.lost or await _turn_status(turn_id, lease) != Turn.Status.RUNNING:
-            return  # cancelled while the call was out (never turned into a retry), or lease lost
-        if result.outcome == "completed" and result.output is not None:
+        if lease.lost:
+            return
+        completed = result.outcome == "completed" and result.output is not None
+        # A turn cancelled while the call was out is never turned into a retry. (An answer is
+        # stored only if the turn may still move: ``turn_complete`` and ``turn_fail`` check
+        # that under the row's lock, so a completed call needs no read of its own here.)
+        if not completed and await _turn_status(turn_id, lease) != Turn.Status.RUNNING:
+            return
+        if completed and result.output is not None:
             output = result.output
             if not output.text and not output.tool_calls and output.stop_reason == "max_tokens":
                 error = ProviderError(
