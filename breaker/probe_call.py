@@ -12,8 +12,9 @@ import time
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from agentops.background import background_loop
 from agentops.models import Agent, HistoryRow
-from inference.calls.run import Holding, call_deferred, call_run
+from inference.calls.run import Holding, call_deferred, call_run_on_loop
 from inference.calls.types import CompiledRequest, Message, ProviderError
 from inference.models import InferenceCall, Turn
 from waits.admission import admission_check
@@ -72,10 +73,10 @@ def probe_send(*, turn: Turn, failed: CompiledRequest, ticket: ProbeTicket, hold
     if admission_check(agent=agent, model=failed.model, now_ms=time.time() * 1000) is not None:
         deferred = call_deferred(agent=agent, kind=InferenceCall.Kind.PROBE, model=failed.model, max_tokens=failed.max_tokens, turn=turn)
         return ProbeOutcome("deferred", None, deferred.pk)
-    call, result = call_run(
+    call, result = background_loop().submit(call_run_on_loop(
         agent=agent, request=probe_request(failed, probe_participant(agent)), kind=InferenceCall.Kind.PROBE, turn=turn,
         abort_key=probe_abort_key(ticket.probe_id), holding=holding,
-    )
+    )).result()
     outcomes: dict[str, Literal["answered", "error", "cut", "aborted"]] = {
         "completed": "answered", "error": "error", "cut": "cut", "aborted": "aborted",
     }

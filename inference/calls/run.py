@@ -1,7 +1,7 @@
 """Running one provider call on the process's background loop.
 
 How a turn's primary call (``inference.turns.drain``, a coroutine on that loop) and the
-breaker's probe (``breaker.probe_call``, from a thread that waits) are made. (The ``complete``
+breaker's probe (``breaker.probe_call``, submitted to the loop by a thread that waits) are made. (The ``complete``
 endpoint's and the drop-in endpoints' auxiliary calls run on their request's own event loop
 instead: ``inference.turns.auxiliary``, ``inference.turns.dropin``.) The call's I/O (the socket,
 the stream reader, the deadline timer) is a coroutine on the process's one loop
@@ -47,22 +47,6 @@ class Holding(Protocol):
     def wake_on_loss(self, event: Wake) -> Callable[[], None]:
         """Set ``event`` once lost (at once if it is); returns the undo."""
         ...
-
-
-def call_run(
-    *,
-    agent: Agent,
-    request: CompiledRequest,
-    kind: str,
-    turn: Turn | None = None,
-    abort_key: str | None = None,
-    holding: Holding | None = None,
-) -> tuple[InferenceCall, CallResult]:
-    """``call_run_on_loop`` for a thread (the breaker's probe): blocks it until the call ends
-    and is recorded. Call it off the background loop and outside any transaction."""
-    return background_loop().submit(
-        call_run_on_loop(agent=agent, request=request, kind=kind, turn=turn, abort_key=abort_key, holding=holding)
-    ).result()
 
 
 async def call_run_on_loop(
