@@ -183,9 +183,10 @@ CELERY_WORKER_CONCURRENCY = env_int("AGENTOPS_WORKER_CONCURRENCY", 8, minimum=1)
 AGENTOPS_WORKER_TURNS = env_int("AGENTOPS_WORKER_TURNS", 10_000, minimum=1)
 CELERY_TASK_DEFAULT_QUEUE = env_str("AGENTOPS_CELERY_QUEUE", "agentops")
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-# Redis redelivers a task that is not acknowledged within the visibility timeout. A turn is
-# acknowledged when it ends, so the timeout must outlast the longest call (the absolute bound,
-# 75 minutes) plus the retry episode; otherwise a running turn would be delivered again.
+# Redis redelivers a task that is not acknowledged within the visibility timeout. A drain task
+# is acknowledged once it has handed its agent to the worker's loop; a task held for its
+# countdown (a held turn's re-check) is not acknowledged until it runs, and countdowns are
+# capped at half this timeout (agentops.celery.task_countdown_s).
 _ABSOLUTE_CEILING_MS = 75 * 60_000
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": math.ceil((_ABSOLUTE_CEILING_MS + AGENTOPS_RETRY_EPISODE_MS) / 1000) + 600,

@@ -2,9 +2,9 @@
 
 Exclusivity is the agent's turn lease (``inference.turns.lease``): a run takes the agent's turns
 only while it holds the lease, which the process's one renewer keeps alive. A worker that dies
-stops renewing; the lease lapses and the next delivery (the beat sweep, or the broker
-redelivering the task) resumes the turn it left ``running``. A duplicate delivery finds the
-lease held, or the turn ended, and does nothing.
+stops renewing; the lease lapses and the next delivery (the beat sweep) resumes the turn it
+left ``running``. A duplicate delivery to another worker finds the lease held, or the turn
+ended, and does nothing.
 
 A worker runs each agent's turns as one coroutine on the process's background loop: the Celery
 task hands the agent over (``agent_drain``) and returns, so what a worker holds is bounded by
