@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Generic, ParamSpec, TypeVar
 
 import httpx
 
@@ -185,23 +185,34 @@ def _closing(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         connection.close()
 
 
-_loop: BackgroundLoop | None = None
-_loop_pid: int | None = None
-_lock = threading.Lock()
+class PerProcess(Generic[T]):
+    """One ``factory()`` per process, made on first use and again after a fork (a child makes
+    its own: threads and loops do not survive a fork). Call it to get this process's one."""
+
+    def __init__(self, factory: Callable[[], T]) -> None:
+        self._factory = factory
+        self._made: T | None = None
+        self._pid: int | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self) -> T:
+        with self._lock:
+            if self._made is None or self._pid != os.getpid():
+                self._made, self._pid = self._factory(), os.getpid()
+            return self._made
+
+    def made(self) -> T | None:
+        """This process's one if it was made, without making it."""
+        return self._made if self._pid == os.getpid() else None
+
+
+# This process's loop, started on first use.
+background_loop = PerProcess(BackgroundLoop)
 
 
 def _flush_at_exit() -> None:
-    if _loop is not None and _loop_pid == os.getpid():
-        _loop.flush(EXIT_FLUSH_S)
+    if (loop := background_loop.made()) is not None:
+        loop.flush(EXIT_FLUSH_S)
 
 
 atexit.register(_flush_at_exit)
-
-
-def background_loop() -> BackgroundLoop:
-    """This process's loop, started on first use (after any fork, so each child has its own)."""
-    global _loop, _loop_pid
-    with _lock:
-        if _loop is None or _loop_pid != os.getpid():
-            _loop, _loop_pid = BackgroundLoop(), os.getpid()
-        return _loop

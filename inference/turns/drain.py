@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import random
 import threading
 import time
@@ -32,7 +31,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from agentops import lifecycle
-from agentops.background import LoopWake, background_loop, blocking, bookkeeping
+from agentops.background import LoopWake, PerProcess, background_loop, blocking, bookkeeping
 from agentops.models import Agent, HistoryRow
 from inference.calls.client import CallResult
 from inference.calls.compile import compile_request
@@ -88,17 +87,8 @@ class _Runs:
         self.again: dict[int, bool] = {}
 
 
-_runs: _Runs | None = None
-_runs_pid: int | None = None
-_runs_lock = threading.Lock()
-
-
-def _runs_here() -> _Runs:
-    global _runs, _runs_pid
-    with _runs_lock:
-        if _runs is None or _runs_pid != os.getpid():
-            _runs, _runs_pid = _Runs(settings.AGENTOPS_WORKER_TURNS), os.getpid()
-        return _runs
+# The runs of this process, with its capacity's slots.
+_runs_here = PerProcess(lambda: _Runs(settings.AGENTOPS_WORKER_TURNS))
 
 
 def agent_drain(agent_id: int) -> None:
@@ -305,7 +295,7 @@ def _turn_ready(turn_id: int) -> tuple[Turn, CompiledRequest] | None:
     return turn, compile_request(turn.agent, rows)
 
 
-async def _turn_status(turn_id: int, lease: TurnLease | None = None) -> str:
+async def _turn_status(turn_id: int, lease: TurnLease) -> str:
     return str(await _durably(f"turn {turn_id}: read its status", lambda: Turn.objects.values_list("status", flat=True).get(pk=turn_id), lease))
 
 

@@ -25,6 +25,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 from django.utils import timezone
 
+from agentops.background import PerProcess
 from agentops.lifecycle import Wake
 from inference.models import AgentLease
 
@@ -234,15 +235,5 @@ class LeaseRenewer:
                 lease._lose()
 
 
-_renewer: LeaseRenewer | None = None
-_renewer_pid: int | None = None
-_renewer_lock = threading.Lock()
-
-
-def lease_renewer() -> LeaseRenewer:
-    """This process's renewer, started on first use (after any fork, so each child has its own)."""
-    global _renewer, _renewer_pid
-    with _renewer_lock:
-        if _renewer is None or _renewer_pid != os.getpid():
-            _renewer, _renewer_pid = LeaseRenewer(), os.getpid()
-        return _renewer
+# This process's renewer, started on first use.
+lease_renewer = PerProcess(LeaseRenewer)
