@@ -103,8 +103,9 @@ def breaker_note_failure(*, agent: Agent, failure_type: str, http_status: int | 
 
 def breaker_note_success(*, agent: Agent) -> None:
     """A completed call ends the run of failures: the streak resets, the next run sheds afresh
-    under a new marker note and probes again, and a probe still out no longer counts."""
-    with transaction.atomic():
+    under a new marker note and probes again, and a probe still out no longer counts.
+    (Called inside the completed turn's transaction: it needs no savepoint of its own.)"""
+    with transaction.atomic(savepoint=False):
         state = BreakerState.objects.select_for_update().filter(agent_id=agent.pk).first()
         if state is None:
             return

@@ -28,6 +28,7 @@ from functools import partial
 from typing import TypeVar
 
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
 from agentops import lifecycle
@@ -59,22 +60,32 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+# The agent's first turn that is not ended, with its status and earliest instant: one
+# statement on the hot path of every run (hand-written: the ORM's query building costs more CPU
+# than the statement itself).
+_NEXT_TURN_SQL = f"""
+SELECT id, status, not_before FROM {Turn._meta.db_table}
+WHERE agent_id = %s AND status = ANY(%s) ORDER BY id LIMIT 1
+"""
+_NOT_ENDED = [Turn.Status.QUEUED, Turn.Status.RUNNING, Turn.Status.HELD, Turn.Status.REQUIRES_ACTION]
+
+
 def next_turn(agent_id: int, *, now: datetime) -> tuple[int, str] | None:
     """The agent's next turn to run and its status, or None. Turns run in order: a turn waiting for tool
     results blocks the turns behind it (their request would carry a tool call without its
     result), and so does a queued turn that may not run before a later instant (a re-arm).
     A held turn is returned: running it starts with the admission check."""
-    first = (
-        Turn.objects.filter(agent_id=agent_id, status__in=[Turn.Status.QUEUED, Turn.Status.RUNNING, Turn.Status.HELD, Turn.Status.REQUIRES_ACTION])
-        .order_by("id")
-        .values("id", "status", "not_before")
-        .first()
-    )
-    if first is None or first["status"] == Turn.Status.REQUIRES_ACTION:
+    with connection.cursor() as cursor:
+        cursor.execute(_NEXT_TURN_SQL, [agent_id, [str(s) for s in _NOT_ENDED]])
+        first = cursor.fetchone()
+    if first is None:
         return None
-    if first["status"] == Turn.Status.QUEUED and first["not_before"] is not None and first["not_before"] > now:
+    turn_id, status, not_before = first
+    if status == Turn.Status.REQUIRES_ACTION:
         return None
-    return int(first["id"]), str(first["status"])
+    if status == Turn.Status.QUEUED and not_before is not None and not_before > now:
+        return None
+    return int(turn_id), str(status)
 
 
 class _Runs:
@@ -156,8 +167,8 @@ async def _agent_run(agent_id: int) -> bool:
             turn_id, status = found
             # A database error before the call goes out runs the turn again from the top;
             # every write after a call is made is retried where it is (durably).
-            await durably_on_loop(f"agent {agent_id}: run turn {turn_id}", partial(turn_run, turn_id, status, lease), lease)
-            if await _turn_status(turn_id, lease) == Turn.Status.HELD:
+            ended = await durably_on_loop(f"agent {agent_id}: run turn {turn_id}", partial(turn_run, turn_id, status, lease), lease)
+            if not ended and await _turn_status(turn_id, lease) == Turn.Status.HELD:
                 break  # its re-check is scheduled; the turns behind it wait with it
     except LeaseLost:
         logger.error("agent %s: the turn lease was taken over while the database was down; this run stops", agent_id)
@@ -181,36 +192,40 @@ def _policy_settings() -> PolicySettings:
     )
 
 
-async def turn_run(turn_id: int, status: str, lease: TurnLease) -> None:
+async def turn_run(turn_id: int, status: str, lease: TurnLease) -> bool:
     """Run one turn's rounds until it succeeds, fails, needs tool results, is held by a
     provider wait or is cancelled. Run only while holding the agent's turn lease; ``status``
-    is the turn's as ``next_turn`` found it."""
-    turn = await bookkeeping(_turn_start, turn_id, status, lease)
-    if turn is None:
-        return
+    is the turn's as ``next_turn`` found it. True when this run ended the turn (or re-armed
+    it); False when it stopped for another reason (held, cancelled, handed back, not its own),
+    which its status tells."""
+    started = await bookkeeping(_turn_start, turn_id, status, lease)
+    if started is None:
+        return False
+    turn, ready = started
     # The pacing kept on the turn (a 429's, a retry delay, a re-arm) binds whichever worker
     # runs it, after a hand-back, a crash or a release.
-    if paced_left_ms(turn) > 0 and not await _sleep_unless_cancelled(turn, paced_left_ms(turn) / 1000, lease):
-        return
+    if ready is None and not await _sleep_unless_cancelled(turn, paced_left_ms(turn) / 1000, lease):
+        return False
     # The count of consecutive cuts starts at zero with each turn, except that a re-armed turn
     # gets no fresh call for a cut before one of its rounds has run (DESIGN §5.7).
     state = RetryState(consecutive_cuts=1 if turn.rearms else 0)
     rng = random.Random()
     while True:
-        ready = await bookkeeping(_turn_ready, turn_id)
         if ready is None:
-            return
-        turn, request = ready
+            ready = await bookkeeping(_turn_ready, turn_id)
+            if ready is None:
+                return False
+        (turn, request), ready = ready, None
         decided: dict[str, bool] = {}
         result, call = await _call_once(turn, request, lease, decided)
         if lease.lost:
-            return
+            return False
         completed = result.outcome == "completed" and result.output is not None
         # A turn cancelled while the call was out is never turned into a retry. (An answer is
         # stored only if the turn may still move: ``turn_complete`` and ``turn_fail`` check
         # that under the row's lock, so a completed call needs no read of its own here.)
         if not completed and await _turn_status(turn_id, lease) != Turn.Status.RUNNING:
-            return
+            return False
         if completed and result.output is not None:
             output = result.output
             if not output.text and not output.tool_calls and output.stop_reason == "max_tokens":
@@ -222,9 +237,9 @@ async def turn_run(turn_id: int, status: str, lease: TurnLease) -> None:
                 await _durably(f"call {call.pk}: record the empty stop", partial(InferenceCall.objects.filter(pk=call.pk).update, outcome=InferenceCall.Outcome.ERROR, error=error.as_dict()), lease)
                 if await _durably(f"turn {turn_id}: fail", partial(turn_fail, turn=turn, error=error, status=Turn.Status.FAILED, timed_out_again=False), lease):
                     await blocking(breaker_after_failure, turn=turn, error=error, failed=request, holding=lease)
-                return
+                return True
             await _durably(f"turn {turn_id}: store the answer", partial(turn_complete, turn=turn, output=output), lease)
-            return
+            return True
         error = result.error or ProviderError(type="unknown", message="the call failed without an error")
         now_ms = time.time() * 1000
         decision, state = decide(error, state, now_ms=now_ms, settings=_policy_settings(), jitter=rng.random())
@@ -234,7 +249,7 @@ async def turn_run(turn_id: int, status: str, lease: TurnLease) -> None:
                 continue  # recorded: the admission check at the top of the loop holds the turn
             if delay_ms < 0:  # an ephemeral run's wait too long to sleep: it ends now
                 await _durably(f"turn {turn_id}: end", partial(turn_fail, turn=turn, error=ephemeral_wait_error(error), status=Turn.Status.EXHAUSTED, timed_out_again=False), lease)
-                return
+                return True
             decision = Decision(Action.RETRY, delay_ms=delay_ms)
             why = "pacing after a 429" if error.type == "rate_limit" else "the provider's stated wait"
         else:
@@ -247,22 +262,23 @@ async def turn_run(turn_id: int, status: str, lease: TurnLease) -> None:
             # Kept on the turn before the wait: a worker that runs it next honours it too.
             await bookkeeping(pace, turn, delay_ms=decision.delay_ms, reason=why, lease=lease)
             if not await _sleep_unless_cancelled(turn, decision.delay_ms / 1000, lease):
-                return
+                return False
             continue
         if error.retry_after_ms is not None and "binding" not in decided:
             # A terminal failure keeps its disposition; the wait it stated binds what follows.
             await bookkeeping(record_wait, turn, error, now_ms)
         if decision.action is Action.EXHAUST and error.type != "timeout" and await _durably(f"turn {turn_id}: re-arm", partial(turn_rearm, turn=turn, error=error), lease):
-            return
+            return True
         status = Turn.Status.EXHAUSTED if decision.action is Action.EXHAUST else Turn.Status.FAILED
         if await _durably(f"turn {turn_id}: end", partial(turn_fail, turn=turn, error=error, status=status, timed_out_again=decision.timed_out_again), lease):
             await blocking(breaker_after_failure, turn=turn, error=error, failed=request, holding=lease)
-        return
+        return True
 
 
-def _turn_start(turn_id: int, status: str, lease: TurnLease) -> Turn | None:
+def _turn_start(turn_id: int, status: str, lease: TurnLease) -> tuple[Turn, tuple[Turn, CompiledRequest] | None] | None:
     """Claim the turn for this run (a held one only once its wait is over), and close what a
-    stopped worker left open. The turn, or None when it is not this run's to go on with."""
+    stopped worker left open. The turn and, unless its kept pacing must run out first, what
+    ``_turn_ready`` gives (both in this one hop); None when it is not this run's to go on with."""
     now = timezone.now()
     held = Turn.objects.select_related("agent").filter(pk=turn_id, status=Turn.Status.HELD).first() if status == Turn.Status.HELD else None
     if held is not None and hold_if_waiting(held):
@@ -278,17 +294,23 @@ def _turn_start(turn_id: int, status: str, lease: TurnLease) -> Turn | None:
             ended_at=now,
             error=ProviderError(type="aborted", message="the worker making this call stopped before it ended").as_dict(),
         )
-    turn = Turn.objects.select_related("agent").get(pk=turn_id)
+    turn = Turn.objects.select_related("agent__provider").get(pk=turn_id)
     if held is not None and (release_pacing_ms := pacing_left_ms(turn)) > paced_left_ms(turn):
         # A release lifted a 429's wait: the next call still keeps the 429's own pacing.
         pace(turn, delay_ms=release_pacing_ms, reason="pacing after a 429", lease=lease)
-    return turn
+    if paced_left_ms(turn) > 0:
+        return turn, None
+    ready = _ready(turn)
+    return (turn, ready) if ready is not None else None
 
 
 def _turn_ready(turn_id: int) -> tuple[Turn, CompiledRequest] | None:
     """The running turn and its request compiled from its presented rows, at the last moment
     before its call: None when it is no longer running, or the admission check holds it."""
-    turn = Turn.objects.select_related("agent__provider").get(pk=turn_id)
+    return _ready(Turn.objects.select_related("agent__provider").get(pk=turn_id))
+
+
+def _ready(turn: Turn) -> tuple[Turn, CompiledRequest] | None:
     if turn.status != Turn.Status.RUNNING or hold_if_waiting(turn):
         return None
     rows = list(HistoryRow.objects.filter(agent=turn.agent, state=HistoryRow.State.PRESENTED).order_by("seq"))

@@ -47,6 +47,8 @@ FROM unnest(%s::bigint[], %s::text[]) AS mine(agent_id, owner)
 WHERE lease.agent_id = mine.agent_id AND lease.owner = mine.owner
 RETURNING lease.agent_id, lease.owner
 """
+_RELEASE_SQL = f"DELETE FROM {AgentLease._meta.db_table} WHERE agent_id = %s AND owner = %s"
+
 # While the database does not answer, the renewer tries again this often (the lease is renewed
 # well within the claim's grace once it is back).
 RENEW_RETRY_S = 0.2
@@ -138,7 +140,8 @@ class TurnLease:
     def release(self) -> None:
         lease_renewer().forget(self)
         try:
-            AgentLease.objects.filter(agent_id=self.agent_id, owner=self.owner).delete()
+            with connection.cursor() as cursor:
+                cursor.execute(_RELEASE_SQL, [self.agent_id, self.owner])
         except DatabaseError:
             # Down: the lease lapses at its deadline and the sweep hands the agent on.
             connection.close()
