@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Max
 
+from . import rows
 from .exceptions import Conflict, bad_field
 from .models import Agent, HistoryRow, Provider, default_project_id
 from .providers import provider_problem
@@ -70,5 +70,7 @@ def agent_update(*, agent: Agent, changes: dict[str, Any]) -> Agent:
 def history_append(*, agent: Agent, participant: str, role: str, content: Any) -> HistoryRow:
     """Append one row at the next sequence number. Call inside a transaction that holds the
     agent's row lock (``Agent.objects.select_for_update()``), so two writers never collide."""
-    last = HistoryRow.objects.filter(agent=agent).aggregate(m=Max("seq"))["m"] or 0
-    return HistoryRow.objects.create(agent=agent, seq=last + 1, participant=participant, role=role, content=content)
+    # One statement (the sequence number is computed in the insert): every turn appends here.
+    next_seq = f"(SELECT COALESCE(MAX(seq), 0) + 1 FROM {HistoryRow._meta.db_table} WHERE agent_id = %s)"
+    row = HistoryRow(agent=agent, participant=participant, role=role, content=content)
+    return rows.insert(row, computed={"seq": (next_seq, [agent.pk])})

@@ -16,6 +16,7 @@ import redis
 from django.conf import settings
 from django.db import transaction
 
+from agentops import rows
 from agentops.alerts import alert_raise
 from agentops.cancels import abort_signal
 from agentops.exceptions import Conflict, NotFound, bad_field
@@ -106,9 +107,14 @@ def breaker_note_success(*, agent: Agent) -> None:
     under a new marker note and probes again, and a probe still out no longer counts.
     (Called inside the completed turn's transaction: it needs no savepoint of its own.)"""
     with transaction.atomic(savepoint=False):
-        state = BreakerState.objects.select_for_update().filter(agent_id=agent.pk).first()
-        if state is None:
+        # Hand-written (``agentops.rows``): every completed turn reads it, most find no row.
+        found = rows.instances(
+            f"SELECT {rows.columns(BreakerState, 'b')} FROM {BreakerState._meta.db_table} b WHERE b.agent_id = %s FOR UPDATE",
+            [agent.pk], BreakerState,
+        )
+        if not found:
             return
+        state = found[0]
         if state.streak != 0:
             state.streak = 0
             state.streak_version += 1

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+from agentops import rows
 from inference.models import InferenceCall
 
 from .bounds import BoundsSettings
@@ -67,4 +68,4 @@ def call_fields(result: CallResult) -> dict[str, Any]:
 
 def call_record(call: InferenceCall, result: CallResult) -> None:
     """Write the ended call's result to its row (written before the call was sent)."""
-    InferenceCall.objects.filter(pk=call.pk).update(**call_fields(result))
+    rows.update(InferenceCall, call.pk, **call_fields(result))

@@ -17,7 +17,7 @@ from typing import Protocol
 
 from django.utils import timezone
 
-from agentops import lifecycle
+from agentops import lifecycle, rows
 from agentops.background import LoopWake, background_loop, bookkeeping
 from agentops.lifecycle import Wake
 from agentops.live import broadcast_turn_event, publish_turn_event
@@ -94,10 +94,10 @@ def _call_begin(agent: Agent, request: CompiledRequest, kind: str, turn: Turn | 
     # to, may have changed since the provider was created. A refused call ends at once, as an
     # error (not retryable), with its row and its call.ended like any other.
     wire, refused = provider_vetted(agent, wire)
-    call = InferenceCall.objects.create(
+    call = rows.insert(InferenceCall(
         turn=turn, agent=agent, kind=kind, model=request.model, streamed=request.stream,
         max_tokens=request.max_tokens, round=turn.rounds if turn else 0, sent_at=timezone.now(),
-    )
+    ))
     dashboard_call_started(call=call, agent=agent.name)
     return adapter, wire, call, refused
 

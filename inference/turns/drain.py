@@ -24,16 +24,17 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from datetime import datetime
-from functools import partial
+from functools import cache, partial
+from types import SimpleNamespace
 from typing import TypeVar
 
 from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from agentops import lifecycle
+from agentops import lifecycle, rows
 from agentops.background import LoopWake, PerProcess, background_loop, blocking, bookkeeping
-from agentops.models import Agent, HistoryRow
+from agentops.models import Agent, HistoryRow, Provider
 from inference.calls.client import CallResult
 from inference.calls.compile import compile_request
 from inference.calls.run import call_run_on_loop
@@ -294,7 +295,7 @@ def _turn_start(turn_id: int, status: str, lease: TurnLease) -> tuple[Turn, tupl
             ended_at=now,
             error=ProviderError(type="aborted", message="the worker making this call stopped before it ended").as_dict(),
         )
-    turn = Turn.objects.select_related("agent__provider").get(pk=turn_id)
+    turn = _turn_loaded(turn_id)
     if held is not None and (release_pacing_ms := pacing_left_ms(turn)) > paced_left_ms(turn):
         # A release lifted a 429's wait: the next call still keeps the 429's own pacing.
         pace(turn, delay_ms=release_pacing_ms, reason="pacing after a 429", lease=lease)
@@ -307,14 +308,42 @@ def _turn_start(turn_id: int, status: str, lease: TurnLease) -> tuple[Turn, tupl
 def _turn_ready(turn_id: int) -> tuple[Turn, CompiledRequest] | None:
     """The running turn and its request compiled from its presented rows, at the last moment
     before its call: None when it is no longer running, or the admission check holds it."""
-    return _ready(Turn.objects.select_related("agent__provider").get(pk=turn_id))
+    return _ready(_turn_loaded(turn_id))
 
 
 def _ready(turn: Turn) -> tuple[Turn, CompiledRequest] | None:
     if turn.status != Turn.Status.RUNNING or hold_if_waiting(turn):
         return None
-    rows = list(HistoryRow.objects.filter(agent=turn.agent, state=HistoryRow.State.PRESENTED).order_by("seq"))
-    return turn, compile_request(turn.agent, rows)
+    presented = rows.instances(_sql().presented, [turn.agent_id, HistoryRow.State.PRESENTED.value], HistoryRow)
+    return turn, compile_request(turn.agent, presented)
+
+
+@cache
+def _sql() -> SimpleNamespace:
+    """The statements of a turn's start, hand-written (``agentops.rows``)."""
+    return SimpleNamespace(
+        turn=f"""
+            SELECT {rows.columns(Turn, "t")}, {rows.columns(Agent, "a")}, {rows.columns(Provider, "p")}
+            FROM {Turn._meta.db_table} t
+            JOIN {Agent._meta.db_table} a ON a.id = t.agent_id
+            JOIN {Provider._meta.db_table} p ON p.id = a.provider_id
+            WHERE t.id = %s""",
+        presented=f"""
+            SELECT {rows.columns(HistoryRow, "h")} FROM {HistoryRow._meta.db_table} h
+            WHERE h.agent_id = %s AND h.state = %s ORDER BY h.seq""",
+    )
+
+
+def _turn_loaded(turn_id: int) -> Turn:
+    """The turn with its agent and the agent's provider, in one statement."""
+    found = rows.fetch(_sql().turn, [turn_id], Turn, Agent, Provider)
+    if not found:
+        raise Turn.DoesNotExist(f"turn {turn_id}")
+    turn, agent, provider = found[0]
+    assert isinstance(turn, Turn) and isinstance(agent, Agent) and isinstance(provider, Provider)
+    agent.provider = provider
+    turn.agent = agent
+    return turn
 
 
 async def _turn_status(turn_id: int, lease: TurnLease) -> str:

@@ -21,6 +21,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from agentops import rows
 from agentops.alerts import alert_raise
 from agentops.cancels import abort_signal
 from agentops.exceptions import BadRequest, Conflict, NotFound
@@ -271,13 +272,29 @@ def turn_hand_back(*, turn: Turn) -> bool:
     return handed
 
 
+def _locked_with_agent(turn_id: int) -> Turn:
+    """The turn's row and its agent's (for the history's next sequence number), locked until
+    the transaction ends, in one hand-written statement (``agentops.rows``)."""
+    found = rows.fetch(
+        f"""SELECT {rows.columns(Turn, "t")}, {rows.columns(Agent, "a")}
+        FROM {Turn._meta.db_table} t JOIN {Agent._meta.db_table} a ON a.id = t.agent_id
+        WHERE t.id = %s FOR UPDATE""",
+        [turn_id], Turn, Agent,
+    )
+    if not found:
+        raise Turn.DoesNotExist(f"turn {turn_id}")
+    locked, agent = found[0]
+    assert isinstance(locked, Turn) and isinstance(agent, Agent)
+    locked.agent = agent
+    return locked
+
+
 def turn_complete(*, turn: Turn, output: CallOutput) -> None:
     """A completed call: store the assistant row, end the breaker's run of failures, and move
     the turn to ``requires_action`` (tool calls handed out) or ``succeeded``."""
     now = timezone.now()
     with transaction.atomic():
-        # The turn's row and its agent's (for the history's next sequence number), in one statement.
-        locked = Turn.objects.select_for_update().select_related("agent").get(pk=turn.pk)
+        locked = _locked_with_agent(turn.pk)
         if not _may_move(locked, Status.SUCCEEDED):  # cancelled while the call was out
             return
         agent = locked.agent
@@ -293,7 +310,10 @@ def turn_complete(*, turn: Turn, output: CallOutput) -> None:
         else:
             locked.status = Status.SUCCEEDED
             locked.ended_at = now
-        locked.save(update_fields=["output", "rounds", "error", "status", "pending_tool_calls", "ended_at"])
+        rows.update(
+            Turn, turn.pk, output=locked.output, rounds=locked.rounds, error=None, status=locked.status,
+            pending_tool_calls=locked.pending_tool_calls, ended_at=locked.ended_at,
+        )
         _announce(turn.pk, locked.status)
 
 
@@ -324,10 +344,10 @@ def turn_fail(*, turn: Turn, error: ProviderError, status: str, timed_out_again:
     False if it was no longer running (cancelled meanwhile)."""
     now = timezone.now()
     with transaction.atomic():
-        locked = Turn.objects.select_for_update().get(pk=turn.pk)
+        locked = _locked_with_agent(turn.pk)
         if not _may_move(locked, status):  # cancelled while the call was out
             return False
-        agent = Agent.objects.select_for_update().get(pk=turn.agent_id)
+        agent = locked.agent
         note = history_append(
             agent=agent, participant="agentops", role=HistoryRow.Role.SYSTEM_NOTE,
             content=failure_note_text(error, timed_out_again=timed_out_again),

@@ -99,9 +99,8 @@ def test_an_unreadable_journal_holds_every_turn_and_a_repair_resumes_it_without_
 
     from django.utils import timezone
 
-    from waits.models import WaitJournalEntry
-
     from waits.journal import JOURNAL_POLL_MS
+    from waits.models import WaitJournalEntry
 
     bad = WaitJournalEntry.objects.create(act_id=uuid.uuid4(), kind="pause", at=timezone.now())
     # A worker reads new rows at most every JOURNAL_POLL_MS: one that read the journal just
