@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import rows
 from .exceptions import NotFound
-from .models import Agent, Alert, ApiToken, HistoryRow
+from .models import Agent, Alert, ApiToken, HistoryRow, Project, Provider
 from .validation import text_problem
 
 ID_LIMIT = 2**63 - 1  # the largest id PostgreSQL's bigint holds
@@ -17,15 +18,25 @@ def agent_for(*, token: ApiToken, name: str) -> Agent:
     project's agents; another project's agent answers exactly as an unknown name does, so names
     of other projects do not leak. A name that could not be stored (NUL, a lone surrogate, a
     control) is unknown too."""
-    found = None
     if isinstance(name, str) and len(name) <= 100 and text_problem(name, line=True) is None:
-        agents = Agent.objects.select_related("provider", "project").filter(name=name, disposed_at__isnull=True)
+        # Hand-written (``agentops.rows``): every request that names an agent reads it.
+        sql = f"""
+            SELECT {rows.columns(Agent, "a")}, {rows.columns(Provider, "p")}, {rows.columns(Project, "j")}
+            FROM {Agent._meta.db_table} a
+            JOIN {Provider._meta.db_table} p ON p.id = a.provider_id
+            JOIN {Project._meta.db_table} j ON j.id = a.project_id
+            WHERE a.name = %s AND a.disposed_at IS NULL"""
+        params: list[Any] = [name]
         if not token.operator:
-            agents = agents.filter(project=token.project)
-        found = agents.first()
-    if found is None:
-        raise NotFound(f"no agent named {name!r}", data={"field": "name"})
-    return found
+            sql += " AND a.project_id = %s"
+            params.append(token.project_id)
+        found = rows.fetch(sql + " ORDER BY a.id LIMIT 1", params, Agent, Provider, Project)
+        if found:
+            agent, provider, project = found[0]
+            assert isinstance(agent, Agent) and isinstance(provider, Provider) and isinstance(project, Project)
+            agent.provider, agent.project = provider, project
+            return agent
+    raise NotFound(f"no agent named {name!r}", data={"field": "name"})
 
 
 def visible_to(token: ApiToken, agent: Agent) -> bool:

@@ -8,6 +8,7 @@ import time
 
 from django.utils import timezone
 
+from . import rows
 from .models import DEFAULT_PROJECT, ApiToken, Project
 
 TOKEN_PREFIX = "ao_"
@@ -35,11 +36,21 @@ def api_token_check(token: str) -> ApiToken | None:
     ``LAST_USED_EVERY_S`` behind its latest use."""
     if not token or len(token) > 200:
         return None
-    row = ApiToken.objects.select_related("project").filter(token_hash=_hash(token), revoked_at__isnull=True).first()
-    if row is not None:
-        now = time.monotonic()
-        last = _last_written.get(row.pk)
-        if last is None or now - last >= LAST_USED_EVERY_S:
-            _last_written[row.pk] = now
-            ApiToken.objects.filter(pk=row.pk).update(last_used_at=timezone.now())
+    # Hand-written (``agentops.rows``): every request reads it.
+    found = rows.fetch(
+        f"""SELECT {rows.columns(ApiToken, "t")}, {rows.columns(Project, "p")}
+        FROM {ApiToken._meta.db_table} t JOIN {Project._meta.db_table} p ON p.id = t.project_id
+        WHERE t.token_hash = %s AND t.revoked_at IS NULL""",
+        [_hash(token)], ApiToken, Project,
+    )
+    if not found:
+        return None
+    row, project = found[0]
+    assert isinstance(row, ApiToken) and isinstance(project, Project)
+    row.project = project
+    now = time.monotonic()
+    last = _last_written.get(row.pk)
+    if last is None or now - last >= LAST_USED_EVERY_S:
+        _last_written[row.pk] = now
+        ApiToken.objects.filter(pk=row.pk).update(last_used_at=timezone.now())
     return row

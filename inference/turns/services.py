@@ -13,6 +13,8 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cache
+from types import SimpleNamespace
 from typing import Any, Final
 
 import redis
@@ -114,11 +116,14 @@ class IncomingMessage:
 def turn_submit(*, agent_id: int, messages: list[IncomingMessage]) -> tuple[Turn, bool]:
     """Store the messages as presented rows and queue a turn, or join the agent's queued or
     held turn. Returns (turn, joined)."""
+    sql = _submit_sql()
     with transaction.atomic():
-        agent = Agent.objects.select_for_update().filter(pk=agent_id, disposed_at__isnull=True).first()
-        if agent is None:
+        agents = rows.instances(sql.agent, [agent_id], Agent)
+        if not agents:
             raise NotFound("agent not found")
-        turn = Turn.objects.filter(agent=agent, status__in=Turn.JOINABLE).order_by("id").first()
+        agent = agents[0]
+        joinable = rows.instances(sql.joinable, [agent_id, [str(s) for s in Turn.JOINABLE]], Turn)
+        turn = joinable[0] if joinable else None
         joined = turn is not None
         if turn is not None:
             # A turn's prompt grows with every join: at most TURN_MESSAGES_LIMIT in all.
@@ -129,17 +134,30 @@ def turn_submit(*, agent_id: int, messages: list[IncomingMessage]) -> tuple[Turn
                     f"the limit of {TURN_MESSAGES_LIMIT} per turn (wait for it to start, then submit a new turn)",
                     data={"field": "messages", "turn": turn.pk, "count": held, "adding": len(messages), "limit": TURN_MESSAGES_LIMIT},
                 )
-        rows = [
+        added = [
             history_append(agent=agent, participant=m.participant, role=HistoryRow.Role.USER, content=m.content)
             for m in messages
         ]
         if turn is None:
-            turn = Turn.objects.create(agent=agent, status=Status.QUEUED)
+            turn = rows.insert(Turn(agent=agent, status=Status.QUEUED))
             _announce(turn.pk, turn.status)
-        turn.trigger_rows.add(*rows)
+        with connection.cursor() as cursor:
+            cursor.executemany(sql.trigger, [(turn.pk, row.pk) for row in added])
         if turn.status == Status.QUEUED:
             enqueue_drain(agent.pk)
     return turn, joined
+
+
+@cache
+def _submit_sql() -> SimpleNamespace:
+    """``turn_submit``'s statements, hand-written (``agentops.rows``): every submit makes them."""
+    through = Turn.trigger_rows.through._meta
+    return SimpleNamespace(
+        agent=f"SELECT {rows.columns(Agent, 'a')} FROM {Agent._meta.db_table} a WHERE a.id = %s AND a.disposed_at IS NULL FOR UPDATE",
+        joinable=f"SELECT {rows.columns(Turn, 't')} FROM {Turn._meta.db_table} t WHERE t.agent_id = %s AND t.status = ANY(%s) ORDER BY t.id LIMIT 1",
+        # As ``trigger_rows.add``: a row already there is left as it is.
+        trigger=f"INSERT INTO {through.db_table} (turn_id, historyrow_id) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+    )
 
 
 def turn_tool_results(*, turn_id: int, results: list[dict[str, Any]]) -> Turn:
