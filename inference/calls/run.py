@@ -36,6 +36,10 @@ from .progress import progress_entry, progress_hub
 from .records import call_record
 from .types import CompiledRequest, ProviderError
 
+# What a call's start gives: its adapter, its wire request, its row, and the result of a call
+# the provider policy refused (None: send it).
+Begun = tuple[Adapter, WireRequest, InferenceCall, CallResult | None]
+
 
 class Holding(Protocol):
     """What a call is made under and must stop without (a turn's lease): kept alive by someone
@@ -61,6 +65,7 @@ async def call_run_on_loop(
     turn_events: bool = False,
     on_result: Callable[[CallResult], None] | None = None,
     record: Callable[[Callable[[], None]], None] | None = None,
+    begun: Begun | None = None,
 ) -> tuple[InferenceCall, CallResult]:
     """Make one call under the bounds (``request.stream`` says streamed or not), with no
     retries, and record it on its ``InferenceCall`` row, which is written before the call is
@@ -77,8 +82,13 @@ async def call_run_on_loop(
     Decide before you write: ``on_result`` gets the result as soon as the call ends, before
     any of it is written (a turn hands a stated wait to the journal there), and ``record``
     runs the write of the call's row (a turn retries it while the database is down); both run
-    in the bookkeeping pool."""
-    adapter, wire, call, refused = await bookkeeping(_call_begin, agent, request, kind, turn)
+    in the bookkeeping pool.
+
+    ``begun`` is what ``call_begin`` gave for this call, when the caller ran it in a hop of its
+    own bookkeeping just before (a turn does, with its claim); else it runs here."""
+    if begun is None:
+        begun = await bookkeeping(call_begin, agent, request, kind, turn)
+    adapter, wire, call, refused = begun
     turn_id = turn.pk if turn is not None and turn_events else None
     result = refused or await _perform(
         adapter=adapter, wire=wire, call=call, agent=agent, request=request, turn_id=turn_id,
@@ -88,7 +98,9 @@ async def call_run_on_loop(
     return call, result
 
 
-def _call_begin(agent: Agent, request: CompiledRequest, kind: str, turn: Turn | None) -> tuple[Adapter, WireRequest, InferenceCall, CallResult | None]:
+def call_begin(agent: Agent, request: CompiledRequest, kind: str, turn: Turn | None) -> Begun:
+    """Start a call, in the bookkeeping pool, just before it is sent: its wire request, the
+    provider policy, its row (``sent_at`` now) and the dashboard's ``call.started``."""
     adapter, wire = build_wire(agent.provider, request)
     # The provider policy again, before every call: the settings, or what the host resolves
     # to, may have changed since the provider was created. A refused call ends at once, as an

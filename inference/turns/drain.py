@@ -26,10 +26,10 @@ from concurrent.futures import Future
 from datetime import datetime
 from functools import cache, partial
 from types import SimpleNamespace
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from django.conf import settings
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.utils import timezone
 
 from agentops import lifecycle, rows
@@ -37,7 +37,7 @@ from agentops.background import LoopWake, PerProcess, background_loop, blocking,
 from agentops.models import Agent, HistoryRow, Provider
 from inference.calls.client import CallResult
 from inference.calls.compile import compile_request
-from inference.calls.run import call_run_on_loop
+from inference.calls.run import Begun, call_begin, call_run_on_loop
 from inference.calls.types import CompiledRequest, ProviderError
 from inference.models import InferenceCall, Turn
 
@@ -154,14 +154,18 @@ async def _agent_runs(agent_id: int, runs: _Runs) -> None:
 async def _agent_run(agent_id: int) -> bool:
     """Run the agent's queued turns in order while this run holds its lease. True when it
     ran out of turns (not held by a wait, not stopped, not another worker's)."""
-    lease = await bookkeeping(lease_claim, agent_id)
-    if lease is None:
+    claimed = await bookkeeping(_run_start, agent_id)
+    if claimed is None:
         logger.debug("agent %s: another worker holds its turn lease", agent_id)
         return False
+    lease, first = claimed
     idle = False
     try:
         while not lease.lost and not lifecycle.stopping.is_set():
-            found = await _durably(f"agent {agent_id}: find its next turn", lambda: next_turn(agent_id, now=timezone.now()), lease)
+            if first is not _NOT_LOOKED:
+                found, first = first, _NOT_LOOKED
+            else:
+                found = await _durably(f"agent {agent_id}: find its next turn", lambda: next_turn(agent_id, now=timezone.now()), lease)
             if found is None:
                 idle = True
                 break
@@ -176,6 +180,24 @@ async def _agent_run(agent_id: int) -> bool:
     finally:
         await bookkeeping(_run_end, lease)
     return idle
+
+
+# The first next turn of a run, when the hop that claimed the lease could not look for it.
+_NOT_LOOKED: Final = (-1, "")
+
+
+def _run_start(agent_id: int) -> tuple[TurnLease, tuple[int, str] | None] | None:
+    """Claim the agent's lease and, in the same hop, find its next turn: the lease and the turn
+    (``_NOT_LOOKED`` when the database failed after the claim: the run looks again, durably),
+    or None when another worker holds the lease."""
+    lease = lease_claim(agent_id)
+    if lease is None:
+        return None
+    try:
+        return lease, next_turn(agent_id, now=timezone.now())
+    except DatabaseError:
+        connection.close()  # as the bookkeeping pool drops a connection whose work failed on it
+        return lease, _NOT_LOOKED
 
 
 def _run_end(lease: TurnLease) -> None:
@@ -216,9 +238,9 @@ async def turn_run(turn_id: int, status: str, lease: TurnLease) -> bool:
             ready = await bookkeeping(_turn_ready, turn_id)
             if ready is None:
                 return False
-        (turn, request), ready = ready, None
+        (turn, request, begun), ready = ready, None
         decided: dict[str, bool] = {}
-        result, call = await _call_once(turn, request, lease, decided)
+        result, call = await _call_once(turn, request, begun, lease, decided)
         if lease.lost:
             return False
         completed = result.outcome == "completed" and result.output is not None
@@ -276,7 +298,11 @@ async def turn_run(turn_id: int, status: str, lease: TurnLease) -> bool:
         return True
 
 
-def _turn_start(turn_id: int, status: str, lease: TurnLease) -> tuple[Turn, tuple[Turn, CompiledRequest] | None] | None:
+# A turn ready for its call: the turn, its request and the call's start (``call_begin``).
+Ready = tuple[Turn, CompiledRequest, Begun]
+
+
+def _turn_start(turn_id: int, status: str, lease: TurnLease) -> tuple[Turn, Ready | None] | None:
     """Claim the turn for this run (a held one only once its wait is over), and close what a
     stopped worker left open. The turn and, unless its kept pacing must run out first, what
     ``_turn_ready`` gives (both in this one hop); None when it is not this run's to go on with."""
@@ -305,17 +331,20 @@ def _turn_start(turn_id: int, status: str, lease: TurnLease) -> tuple[Turn, tupl
     return (turn, ready) if ready is not None else None
 
 
-def _turn_ready(turn_id: int) -> tuple[Turn, CompiledRequest] | None:
-    """The running turn and its request compiled from its presented rows, at the last moment
-    before its call: None when it is no longer running, or the admission check holds it."""
+def _turn_ready(turn_id: int) -> Ready | None:
+    """The running turn, its request compiled from its presented rows and its call started
+    (``call_begin``), at the last moment before the call: None when it is no longer running,
+    or the admission check holds it."""
     return _ready(_turn_loaded(turn_id))
 
 
-def _ready(turn: Turn) -> tuple[Turn, CompiledRequest] | None:
+def _ready(turn: Turn) -> Ready | None:
     if turn.status != Turn.Status.RUNNING or hold_if_waiting(turn):
         return None
     presented = rows.instances(_sql().presented, [turn.agent_id, HistoryRow.State.PRESENTED.value], HistoryRow)
-    return turn, compile_request(turn.agent, presented)
+    request = compile_request(turn.agent, presented)
+    # The call's start (its row, sent_at now) in this same hop: it is sent as soon as this returns.
+    return turn, request, call_begin(turn.agent, request, InferenceCall.Kind.PRIMARY, turn)
 
 
 @cache
@@ -381,7 +410,7 @@ async def _sleep_unless_cancelled(turn: Turn, seconds: float, lease: TurnLease) 
     return not lease.lost and await _turn_status(turn.pk, lease) == Turn.Status.RUNNING
 
 
-async def _call_once(turn: Turn, request: CompiledRequest, lease: TurnLease, decided: dict[str, bool]) -> tuple[CallResult, InferenceCall]:
+async def _call_once(turn: Turn, request: CompiledRequest, begun: Begun, lease: TurnLease, decided: dict[str, bool]) -> tuple[CallResult, InferenceCall]:
     """Make the turn's call, aborted if its lease is lost or the turn cancelled.
 
     Decide before you write: a wait the provider stated goes to the journal's write path as
@@ -396,6 +425,6 @@ async def _call_once(turn: Turn, request: CompiledRequest, lease: TurnLease, dec
     call, result = await call_run_on_loop(
         agent=turn.agent, request=request, kind=InferenceCall.Kind.PRIMARY, turn=turn, abort_key=cancel_key(turn),
         holding=lease, abort_on_shutdown=False, turn_events=True,
-        on_result=on_result, record=lambda write: durably(f"turn {turn.pk}: record its call", write, lease),
+        on_result=on_result, record=lambda write: durably(f"turn {turn.pk}: record its call", write, lease), begun=begun,
     )
     return result, call
