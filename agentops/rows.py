@@ -48,6 +48,7 @@ def _converters(model: type[models.Model]) -> tuple[tuple[int, Any, tuple[Conver
     return tuple(out)
 
 
+@cache
 def columns(model: type[models.Model], alias: str) -> str:
     """The model's columns as a select list, in field order, qualified by ``alias``."""
     return ", ".join(f"{alias}.{connection.ops.quote_name(f.column)}" for f in _fields(model))

@@ -29,7 +29,7 @@ from types import SimpleNamespace
 from typing import Final, TypeVar
 
 from django.conf import settings
-from django.db import DatabaseError, connection
+from django.db import connection
 from django.utils import timezone
 
 from agentops import lifecycle, rows
@@ -43,6 +43,7 @@ from inference.models import InferenceCall, Turn
 
 from .after_failure import breaker_after_failure
 from .durable import (
+    UNREACHABLE,
     LeaseLost,
     durably,
     durably_on_loop,
@@ -188,16 +189,20 @@ _NOT_LOOKED: Final = (-1, "")
 
 def _run_start(agent_id: int) -> tuple[TurnLease, tuple[int, str] | None] | None:
     """Claim the agent's lease and, in the same hop, find its next turn: the lease and the turn
-    (``_NOT_LOOKED`` when the database failed after the claim: the run looks again, durably),
-    or None when another worker holds the lease."""
+    (``_NOT_LOOKED`` when the database did not answer after the claim: the run looks again,
+    durably), or None when another worker holds the lease. Any other error releases the lease
+    (the run has not started: its ``finally`` would not)."""
     lease = lease_claim(agent_id)
     if lease is None:
         return None
     try:
         return lease, next_turn(agent_id, now=timezone.now())
-    except DatabaseError:
+    except UNREACHABLE:
         connection.close()  # as the bookkeeping pool drops a connection whose work failed on it
         return lease, _NOT_LOOKED
+    except BaseException:
+        lease.release()
+        raise
 
 
 def _run_end(lease: TurnLease) -> None:
