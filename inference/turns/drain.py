@@ -69,7 +69,7 @@ _NEXT_TURN_SQL = f"""
 SELECT id, status, not_before FROM {Turn._meta.db_table}
 WHERE agent_id = %s AND status = ANY(%s) ORDER BY id LIMIT 1
 """
-_NOT_ENDED = [Turn.Status.QUEUED, Turn.Status.RUNNING, Turn.Status.HELD, Turn.Status.REQUIRES_ACTION]
+_OPEN = [str(s) for s in Turn.OPEN]
 
 
 def next_turn(agent_id: int, *, now: datetime) -> tuple[int, str] | None:
@@ -78,7 +78,7 @@ def next_turn(agent_id: int, *, now: datetime) -> tuple[int, str] | None:
     result), and so does a queued turn that may not run before a later instant (a re-arm).
     A held turn is returned: running it starts with the admission check."""
     with connection.cursor() as cursor:
-        cursor.execute(_NEXT_TURN_SQL, [agent_id, [str(s) for s in _NOT_ENDED]])
+        cursor.execute(_NEXT_TURN_SQL, [agent_id, _OPEN])
         first = cursor.fetchone()
     if first is None:
         return None

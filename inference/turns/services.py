@@ -152,11 +152,12 @@ def turn_submit(*, agent_id: int, messages: list[IncomingMessage]) -> tuple[Turn
 def _submit_sql() -> SimpleNamespace:
     """``turn_submit``'s statements, hand-written (``agentops.rows``): every submit makes them."""
     through = Turn.trigger_rows.through._meta
+    turn_column, row_column = (through.get_field(name).column for name in ("turn", "historyrow"))  # type: ignore[union-attr]
     return SimpleNamespace(
         agent=f"SELECT {rows.columns(Agent, 'a')} FROM {Agent._meta.db_table} a WHERE a.id = %s AND a.disposed_at IS NULL FOR UPDATE",
         joinable=f"SELECT {rows.columns(Turn, 't')} FROM {Turn._meta.db_table} t WHERE t.agent_id = %s AND t.status = ANY(%s) ORDER BY t.id LIMIT 1",
         # As ``trigger_rows.add``: a row already there is left as it is.
-        trigger=f"INSERT INTO {through.db_table} (turn_id, historyrow_id) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+        trigger=f"INSERT INTO {through.db_table} ({turn_column}, {row_column}) VALUES (%s, %s) ON CONFLICT DO NOTHING",
     )
 
 
