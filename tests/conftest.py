@@ -179,6 +179,16 @@ def workers(session_workers: WorkerPool) -> WorkerPool:
     return session_workers.routed()
 
 
+@pytest.fixture
+def no_workers() -> Iterator[None]:
+    """Turns submitted now wait in a queue no worker consumes: a test that commits turns only
+    to look at them (a websocket's first status) leaves the session's workers alone."""
+    previous = celery_app.conf.task_default_queue
+    celery_app.conf.task_default_queue = f"{QUEUE}-unconsumed"
+    yield
+    celery_app.conf.task_default_queue = previous
+
+
 @pytest.fixture(autouse=True)
 def _workers_settle(request: pytest.FixtureRequest) -> Iterator[None]:
     """After a test that used workers, wait until no worker holds a turn lease (it may still be
