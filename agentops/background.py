@@ -14,10 +14,12 @@ from __future__ import annotations
 import asyncio
 import atexit
 import os
+import ssl
 import sys
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from functools import partial
 from typing import Any, Generic, ParamSpec, TypeVar
 
@@ -28,8 +30,9 @@ from .cancels import AbortWatcher
 T = TypeVar("T")
 P = ParamSpec("P")
 CONNECT_TIMEOUT_S = 30.0
-# HTTP connection pools per process (see BackgroundLoop.http).
-HTTP_POOLS = 32
+# Calls in flight on one HTTP client, and idle connections it keeps (see BackgroundLoop.http_client).
+CALLS_PER_CLIENT = 32
+IDLE_PER_CLIENT = 8
 # How long a process that is exiting waits for its live events to go out.
 EXIT_FLUSH_S = 2.0
 
@@ -39,8 +42,8 @@ class BackgroundLoop:
         self.loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._http: list[httpx.AsyncClient] = []
-        self._http_next = 0
-        self._http_lock = threading.Lock()
+        self._http_calls: list[int] = []  # calls in flight on each of them
+        self._tls: ssl.SSLContext | None = None
         self._outbox: asyncio.Queue[Coroutine[Any, Any, None]] = asyncio.Queue()
         self._sender: asyncio.Task[None] | None = None
         self._aborts: AbortWatcher | None = None
@@ -92,33 +95,34 @@ class BackgroundLoop:
         """Schedule ``coro`` on the engine's loop; the caller waits on the returned future."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
-    @property
-    def http(self) -> httpx.AsyncClient:
-        """One of the process's HTTP clients, taken in turn, for use on the loop: no read timeout
-        (the progress bounds decide), a bounded connect.
+    @contextmanager
+    def http_client(self) -> Iterator[httpx.AsyncClient]:
+        """One of the process's HTTP clients for one call, on the loop: no read timeout (the
+        progress bounds decide), a bounded connect.
 
-        Several pools, not one: httpcore's pool walks every connection it holds each time a
-        request starts or a response closes, so one pool holding a thousand open streams made
-        every call start and every cut cost a thousand checks on the loop that times the cuts.
-        They share one TLS context (loading the trust store costs more than a whole stream)."""
-        if not self._http:
-            with self._http_lock:  # read from worker threads too (a call's arguments)
-                if not self._http:
-                    self._http = self._http_clients()
-        self._http_next = (self._http_next + 1) % HTTP_POOLS  # a lost race only skews the turn
-        return self._http[self._http_next]
-
-    @staticmethod
-    def _http_clients() -> list[httpx.AsyncClient]:
-        tls = httpx.create_ssl_context()
-        return [
-            httpx.AsyncClient(
-                verify=tls,
+        Several clients, each carrying at most ``CALLS_PER_CLIENT`` calls at once: httpcore's
+        pool walks every connection and request it holds each time a request starts or a
+        response closes, so one pool holding thousands of open streams made every call start
+        and every cut cost thousands of checks on the loop that times the cuts. A call takes
+        the first client with room, so a few calls at a time share one client and reuse its
+        idle connections, and a new client is made only when every one is full. They share one
+        TLS context (loading the trust store costs more than a whole stream). Call on the loop."""
+        index = next((i for i, calls in enumerate(self._http_calls) if calls < CALLS_PER_CLIENT), None)
+        if index is None:
+            if self._tls is None:
+                self._tls = httpx.create_ssl_context()
+            index = len(self._http)
+            self._http.append(httpx.AsyncClient(
+                verify=self._tls,
                 timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S),
-                limits=httpx.Limits(max_connections=None, max_keepalive_connections=200 // HTTP_POOLS),
-            )
-            for _ in range(HTTP_POOLS)
-        ]
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=IDLE_PER_CLIENT),
+            ))
+            self._http_calls.append(0)
+        self._http_calls[index] += 1
+        try:
+            yield self._http[index]
+        finally:
+            self._http_calls[index] -= 1
 
     def watch_cancel(self, key: str, abort: Callable[[], None]) -> Callable[[], None]:
         """Call ``abort`` (on the loop) once the Redis key ``key`` exists, set before or after

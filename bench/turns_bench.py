@@ -350,13 +350,11 @@ def direct(pids: dict[str, int], wire: dict[str, Any], n: int, timeout: float) -
 
 @contextlib.asynccontextmanager
 async def _clients(timeout: float, **kwargs: Any) -> AsyncIterator[list[httpx.AsyncClient]]:
-    """As many clients as the service's worker has (agentops.background.HTTP_POOLS): one
-    httpx pool shared by hundreds of requests costs more than the calls themselves."""
-    from agentops.background import HTTP_POOLS
-
+    """32 clients, taken in turn: one httpx pool shared by hundreds of requests costs more
+    than the calls themselves."""
     tls = httpx.create_ssl_context()  # one trust store for all: loading it costs more than a call
     async with contextlib.AsyncExitStack() as stack:
-        yield [await stack.enter_async_context(httpx.AsyncClient(timeout=timeout, verify=tls, **kwargs)) for _ in range(HTTP_POOLS)]
+        yield [await stack.enter_async_context(httpx.AsyncClient(timeout=timeout, verify=tls, **kwargs)) for _ in range(32)]
 
 
 def _phase(what: str, fn: Callable[[], T]) -> T:

@@ -169,11 +169,12 @@ async def _perform(
         )
 
     try:
-        return await perform_call(
-            adapter=adapter, wire=wire, streamed=request.stream, max_tokens=request.max_tokens,
-            bounds=bounds_settings(), client=engine.http, on_abortable=on_abortable,
-            on_milestone=on_milestone, on_delta=on_delta, on_progress=on_progress,
-        )
+        with engine.http_client() as client:
+            return await perform_call(
+                adapter=adapter, wire=wire, streamed=request.stream, max_tokens=request.max_tokens,
+                bounds=bounds_settings(), client=client, on_abortable=on_abortable,
+                on_milestone=on_milestone, on_delta=on_delta, on_progress=on_progress,
+            )
     finally:
         hub.ended(call.pk)
         for step in undo:
