@@ -381,7 +381,16 @@ def _turn_loaded(turn_id: int) -> Turn:
 
 
 async def _turn_status(turn_id: int, lease: TurnLease) -> str:
-    return str(await _durably(f"turn {turn_id}: read its status", lambda: Turn.objects.values_list("status", flat=True).get(pk=turn_id), lease))
+    return await _durably(f"turn {turn_id}: read its status", partial(_status_of, turn_id), lease)
+
+
+def _status_of(turn_id: int) -> str:
+    with connection.cursor() as cursor:  # hand-written: read after every turn a run leaves open
+        cursor.execute(f"SELECT status FROM {Turn._meta.db_table} WHERE id = %s", [turn_id])
+        found = cursor.fetchone()
+    if found is None:
+        raise Turn.DoesNotExist(f"turn {turn_id}")
+    return str(found[0])
 
 
 async def _durably(what: str, fn: Callable[[], T], lease: TurnLease | None) -> T:
