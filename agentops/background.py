@@ -30,9 +30,9 @@ from .cancels import AbortWatcher
 T = TypeVar("T")
 P = ParamSpec("P")
 CONNECT_TIMEOUT_S = 30.0
-# Calls in flight on one HTTP client, and idle connections it keeps (see BackgroundLoop.http_client).
+# Calls in flight on one HTTP client (see BackgroundLoop.http_client); it keeps as many idle
+# connections, so a burst after a burst reuses them.
 CALLS_PER_CLIENT = 32
-IDLE_PER_CLIENT = 8
 # How long a process that is exiting waits for its live events to go out.
 EXIT_FLUSH_S = 2.0
 
@@ -115,7 +115,7 @@ class BackgroundLoop:
             self._http.append(httpx.AsyncClient(
                 verify=self._tls,
                 timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S),
-                limits=httpx.Limits(max_connections=None, max_keepalive_connections=IDLE_PER_CLIENT),
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=CALLS_PER_CLIENT),
             ))
             self._http_calls.append(0)
         self._http_calls[index] += 1
