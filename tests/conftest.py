@@ -184,9 +184,12 @@ def no_workers() -> Iterator[None]:
     """Turns submitted now wait in a queue no worker consumes: a test that commits turns only
     to look at them (a websocket's first status) leaves the session's workers alone."""
     previous = celery_app.conf.task_default_queue
-    celery_app.conf.task_default_queue = f"{QUEUE}-unconsumed"
+    celery_app.conf.task_default_queue = unconsumed = f"{QUEUE}-unconsumed"
     yield
     celery_app.conf.task_default_queue = previous
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    client.delete(unconsumed)  # the turns' messages, left in the suite's Redis otherwise
+    client.close()
 
 
 @pytest.fixture(autouse=True)

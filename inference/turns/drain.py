@@ -70,6 +70,8 @@ SELECT id, status, not_before FROM {Turn._meta.db_table}
 WHERE agent_id = %s AND status = ANY(%s) ORDER BY id LIMIT 1
 """
 _OPEN = [str(s) for s in Turn.OPEN]
+# Hand-written: read after every call that did not complete, and after a run leaves a turn open.
+_STATUS_SQL = f"SELECT status FROM {Turn._meta.db_table} WHERE id = %s"
 
 
 def next_turn(agent_id: int, *, now: datetime) -> tuple[int, str] | None:
@@ -385,8 +387,8 @@ async def _turn_status(turn_id: int, lease: TurnLease) -> str:
 
 
 def _status_of(turn_id: int) -> str:
-    with connection.cursor() as cursor:  # hand-written: read after every turn a run leaves open
-        cursor.execute(f"SELECT status FROM {Turn._meta.db_table} WHERE id = %s", [turn_id])
+    with connection.cursor() as cursor:
+        cursor.execute(_STATUS_SQL, [turn_id])
         found = cursor.fetchone()
     if found is None:
         raise Turn.DoesNotExist(f"turn {turn_id}")
