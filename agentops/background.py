@@ -46,6 +46,7 @@ class BackgroundLoop:
         self._tls: ssl.SSLContext | None = None
         self._outbox: asyncio.Queue[Coroutine[Any, Any, None]] = asyncio.Queue()
         self._sender: asyncio.Task[None] | None = None
+        self._started: set[asyncio.Task[Any]] = set()  # the loop keeps only weak references
         self._aborts: AbortWatcher | None = None
         self.bookkeeping_pool = ThreadPoolExecutor(
             max_workers=int(os.environ.get("AGENTOPS_BOOKKEEPING_THREADS", "4")), thread_name_prefix="agentops-bookkeeping",
@@ -94,6 +95,19 @@ class BackgroundLoop:
     def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
         """Schedule ``coro`` on the engine's loop; the caller waits on the returned future."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def start(self, coro: Coroutine[Any, Any, T], on_done: Callable[[asyncio.Task[T]], None]) -> None:
+        """Run ``coro`` as a task on the loop, from any thread, and call ``on_done`` with it on
+        the loop when it ends; for work nobody waits on (an agent's run). Unlike ``submit``, no
+        thread-side future is chained to the task: that future, its condition and its callbacks
+        cost about a kilobyte on every call a worker holds."""
+        self.loop.call_soon_threadsafe(self._start, coro, on_done)
+
+    def _start(self, coro: Coroutine[Any, Any, T], on_done: Callable[[asyncio.Task[T]], None]) -> None:
+        task = self.loop.create_task(coro)
+        self._started.add(task)
+        task.add_done_callback(self._started.discard)
+        task.add_done_callback(on_done)
 
     @contextmanager
     def http_client(self) -> Iterator[httpx.AsyncClient]:

@@ -50,9 +50,25 @@ class Timeline:
     keepalives: int = 0
     last_event_was_thinking_start: bool = False
     event_marks: list[float] = field(default_factory=list)
-    event_tail: deque[float] = field(default_factory=lambda: deque(maxlen=MARKS_TAIL))
+    # The tails are made at the first mark past the head: most calls never need one, and an
+    # empty deque costs 600 bytes, on every stream a worker holds.
+    event_tail: deque[float] | tuple[()] = ()
     keepalive_marks: list[float] = field(default_factory=list)
-    keepalive_tail: deque[float] = field(default_factory=lambda: deque(maxlen=MARKS_TAIL))
+    keepalive_tail: deque[float] | tuple[()] = ()
+
+    def mark_event(self, now: float) -> None:
+        self.model_events += 1
+        if self.model_events <= MARKS_HEAD:
+            self.event_marks.append(now)
+        else:
+            self.event_tail = _tail_append(self.event_tail, now)
+
+    def mark_keepalive(self, now: float) -> None:
+        self.keepalives += 1
+        if self.keepalives <= MARKS_HEAD:
+            self.keepalive_marks.append(now)
+        else:
+            self.keepalive_tail = _tail_append(self.keepalive_tail, now)
 
     def state(self, *, streamed: bool, max_tokens: int | None) -> CallState:
         return CallState(
@@ -64,6 +80,13 @@ class Timeline:
             last_model_event=self.last_event,
             last_event_was_thinking_start=self.last_event_was_thinking_start,
         )
+
+
+def _tail_append(tail: deque[float] | tuple[()], now: float) -> deque[float]:
+    if not isinstance(tail, deque):
+        tail = deque(maxlen=MARKS_TAIL)
+    tail.append(now)
+    return tail
 
 
 @dataclass
@@ -290,8 +313,7 @@ async def _handle(
         if progress.error is not None:
             return CallResult(outcome="error", timeline=timeline, error=progress.error)
         if progress.model_event:
-            timeline.model_events += 1
-            (timeline.event_marks if timeline.model_events <= MARKS_HEAD else timeline.event_tail).append(now)
+            timeline.mark_event(now)
             if timeline.first_event is None:
                 timeline.first_event = now
             timeline.last_event = now
@@ -302,8 +324,7 @@ async def _handle(
             if progress.content and timeline.first_content is None:
                 timeline.first_content = now
         else:
-            timeline.keepalives += 1
-            (timeline.keepalive_marks if timeline.keepalives <= MARKS_HEAD else timeline.keepalive_tail).append(now)
+            timeline.mark_keepalive(now)
         if progress.text_delta and on_delta is not None:
             await on_delta(progress.text_delta)
         if progress.done:

@@ -22,7 +22,6 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from datetime import datetime
 from functools import cache, partial
 from types import SimpleNamespace
@@ -128,10 +127,10 @@ def agent_drain(agent_id: int) -> None:
             return
         runs.again[agent_id] = False
     lifecycle.work_started()
-    background_loop().submit(_agent_runs(agent_id, runs)).add_done_callback(partial(_run_ended, agent_id, runs))
+    background_loop().start(_agent_runs(agent_id, runs), partial(_run_ended, agent_id, runs))
 
 
-def _run_ended(agent_id: int, runs: _Runs, future: Future[None]) -> None:
+def _run_ended(agent_id: int, runs: _Runs, future: asyncio.Future[None]) -> None:
     runs.slots.release()
     lifecycle.work_ended()
     if not future.cancelled() and (exc := future.exception()) is not None:
@@ -239,7 +238,6 @@ async def turn_run(turn_id: int, status: str, lease: TurnLease) -> bool:
     # The count of consecutive cuts starts at zero with each turn, except that a re-armed turn
     # gets no fresh call for a cut before one of its rounds has run (DESIGN §5.7).
     state = RetryState(consecutive_cuts=1 if turn.rearms else 0)
-    rng = random.Random()
     while True:
         if ready is None:
             ready = await bookkeeping(_turn_ready, turn_id)
@@ -272,7 +270,7 @@ async def turn_run(turn_id: int, status: str, lease: TurnLease) -> bool:
             return True
         error = result.error or ProviderError(type="unknown", message="the call failed without an error")
         now_ms = time.time() * 1000
-        decision, state = decide(error, state, now_ms=now_ms, settings=_policy_settings(), jitter=rng.random())
+        decision, state = decide(error, state, now_ms=now_ms, settings=_policy_settings(), jitter=random.random())
         if decision.action is Action.HOLD:
             delay_ms = await bookkeeping(stated_wait, turn, error, now_ms, recorded=decided.get("binding"))
             if delay_ms is None:

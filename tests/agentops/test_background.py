@@ -1,9 +1,14 @@
 """The background loop's HTTP clients (``BackgroundLoop.http_client``): calls fill one client up
 to ``CALLS_PER_CLIENT`` before the next is used, so one held stream costs a pool walk over at
-most that many, and calls one after another share one client and its idle connections."""
+most that many, and calls one after another share one client and its idle connections; and the
+coroutines started on the loop (``BackgroundLoop.start``) nobody waits on."""
 
 from __future__ import annotations
 
+import asyncio
+import queue
+import threading
+import time
 from contextlib import ExitStack
 
 import httpx
@@ -26,3 +31,30 @@ def test_calls_fill_one_client_before_the_next_and_a_finished_call_frees_its_pla
             assert again is first and next_one is first  # calls one after another share one client
 
     engine.submit(scenario()).result(10)
+
+
+def test_a_started_coroutine_runs_to_its_end_and_its_task_is_handed_to_on_done_on_the_loop() -> None:
+    engine = BackgroundLoop()
+    ended: queue.Queue[tuple[asyncio.Task[str], bool]] = queue.Queue()
+    release = threading.Event()
+
+    async def work(fail: bool) -> str:
+        while not release.is_set():
+            await asyncio.sleep(0.01)
+        if fail:
+            raise ValueError("the work failed")
+        return "done"
+
+    def on_done(task: asyncio.Task[str]) -> None:
+        ended.put((task, threading.current_thread() is engine.thread))
+
+    engine.start(work(False), on_done)
+    engine.start(work(True), on_done)
+    time.sleep(0.1)
+    release.set()
+    outcomes = {}
+    for _ in range(2):
+        task, on_loop = ended.get(timeout=5)
+        assert on_loop
+        outcomes[repr(task.exception()) if task.exception() else task.result()] = True
+    assert set(outcomes) == {"done", "ValueError('the work failed')"}
