@@ -26,13 +26,14 @@ from typing import Any, Generic, ParamSpec, TypeVar
 import httpx
 
 from .cancels import AbortWatcher
+from .sockets import asyncio_transport
 
 T = TypeVar("T")
 P = ParamSpec("P")
 CONNECT_TIMEOUT_S = 30.0
 # Calls in flight on one HTTP client (see BackgroundLoop.http_client); it keeps as many idle
 # connections, so a burst after a burst reuses them.
-CALLS_PER_CLIENT = 32
+CALLS_PER_CLIENT = 8
 # How long a process that is exiting waits for its live events to go out.
 EXIT_FLUSH_S = 2.0
 
@@ -120,16 +121,18 @@ class BackgroundLoop:
         and every cut cost thousands of checks on the loop that times the cuts. A call takes
         the first client with room, so a few calls at a time share one client and reuse its
         idle connections, and a new client is made only when every one is full. They share one
-        TLS context (loading the trust store costs more than a whole stream). Call on the loop."""
+        TLS context (loading the trust store costs more than a whole stream), and their
+        connections are asyncio's own transports (``agentops.sockets``). Call on the loop."""
         index = next((i for i, calls in enumerate(self._http_calls) if calls < CALLS_PER_CLIENT), None)
         if index is None:
             if self._tls is None:
                 self._tls = httpx.create_ssl_context()
             index = len(self._http)
             self._http.append(httpx.AsyncClient(
-                verify=self._tls,
+                transport=asyncio_transport(
+                    verify=self._tls, limits=httpx.Limits(max_connections=None, max_keepalive_connections=CALLS_PER_CLIENT),
+                ),
                 timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S),
-                limits=httpx.Limits(max_connections=None, max_keepalive_connections=CALLS_PER_CLIENT),
             ))
             self._http_calls.append(0)
         self._http_calls[index] += 1

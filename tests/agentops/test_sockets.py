@@ -1,0 +1,166 @@
+"""The background loop's HTTP connections on asyncio's own transports (``agentops.sockets``),
+against real servers on loopback: plain and TLS streams, keep-alive reuse and a peer that closed
+an idle connection, the timeouts, a refused connect, a peer gone mid-stream, a body larger
+than the socket's buffers."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Awaitable, Callable
+
+import httpx
+import pytest
+import trustme
+
+from agentops.sockets import AsyncioStream, asyncio_transport
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=8)
+
+
+async def read_request(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")), 0)
+    return await reader.readexactly(length)
+
+
+def sse_answer(lines: list[bytes]) -> bytes:
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(line), line) for line in lines)
+    return b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n"
+
+
+async def serve(handler: Handler, tls: ssl.SSLContext | None = None) -> tuple[asyncio.Server, int]:
+    server = await asyncio.start_server(handler, "127.0.0.1", 0, ssl=tls)
+    return server, server.sockets[0].getsockname()[1]
+
+
+@pytest.fixture
+def authority() -> trustme.CA:
+    return trustme.CA()
+
+
+def client(verify: ssl.SSLContext | None = None, timeout: httpx.Timeout | None = None) -> httpx.AsyncClient:
+    transport = asyncio_transport(verify=verify or ssl.create_default_context(), limits=LIMITS)
+    return httpx.AsyncClient(transport=transport, timeout=timeout or httpx.Timeout(5))
+
+
+async def test_a_stream_arrives_line_by_line_on_an_asyncio_stream_and_the_next_request_reuses_it() -> None:
+    served: list[int] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        served.append(id(writer))
+        for _ in range(2):
+            await read_request(reader)
+            writer.write(sse_answer([b": keepalive\n\n", b"data: one\n\n", b"data: two\n\n"]))
+            await writer.drain()
+
+    server, port = await serve(handler)
+    async with server, client() as http:
+        streams = []
+        for _ in range(2):
+            async with http.stream("POST", f"http://127.0.0.1:{port}/v1", json={"a": 1}) as resp:
+                streams.append(resp.extensions["network_stream"])
+                lines = [line async for line in resp.aiter_lines()]
+            assert lines == [": keepalive", "", "data: one", "", "data: two", ""]
+        assert isinstance(streams[0], AsyncioStream) and streams[1] is streams[0]
+        assert len(served) == 1
+
+
+async def test_a_connection_the_peer_closed_while_idle_is_not_used_again() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await writer.drain()
+        writer.close()  # no keep-alive announced: the client finds out when it looks
+
+    server, port = await serve(handler)
+    async with server, client() as http:
+        first = await http.get(f"http://127.0.0.1:{port}/")
+        await asyncio.sleep(0.1)
+        second = await http.get(f"http://127.0.0.1:{port}/")
+        assert (first.text, second.text) == ("ok", "ok")
+        assert second.extensions["network_stream"] is not first.extensions["network_stream"]
+
+
+async def test_tls_verifies_the_certificate_against_the_name_and_streams_over_it(authority: trustme.CA) -> None:
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    authority.issue_cert("provider.test").configure_cert(server_tls)
+    trusting = ssl.create_default_context()
+    authority.configure_trust(trusting)
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(sse_answer([b"data: secret\n\n"]))
+        await writer.drain()
+
+    server, port = await serve(handler, server_tls)
+    async with server, client(trusting) as http:
+        url = f"https://127.0.0.1:{port}/v1"
+        async with http.stream("POST", url, json={}, extensions={"sni_hostname": "provider.test"}) as resp:
+            assert [line async for line in resp.aiter_lines()] == ["data: secret", ""]
+            assert resp.extensions["network_stream"].get_extra_info("ssl_object").server_hostname == "provider.test"
+    server, port = await serve(handler, server_tls)
+    async with server, client(trusting) as http:  # (a new client: the pool keys connections by address)
+        with pytest.raises(httpx.ConnectError, match="certificate"):
+            await http.post(f"https://127.0.0.1:{port}/v1", json={}, extensions={"sni_hostname": "other.test"})
+    async with client() as untrusting:  # the system's trust store does not know the test authority
+        server, port = await serve(handler, server_tls)
+        async with server:
+            with pytest.raises(httpx.ConnectError, match="certificate"):
+                await untrusting.post(f"https://127.0.0.1:{port}/v1", json={}, extensions={"sni_hostname": "provider.test"})
+
+
+async def test_a_silent_peer_times_the_read_out_and_a_refused_connect_is_a_connect_error() -> None:
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        await asyncio.sleep(10)
+
+    server, port = await serve(silent)
+    async with server, client(timeout=httpx.Timeout(5, read=0.2)) as http:
+        with pytest.raises(httpx.ReadTimeout):
+            await http.get(f"http://127.0.0.1:{port}/")
+    async with client() as http:
+        with pytest.raises(httpx.ConnectError):
+            await http.get(f"http://127.0.0.1:{port}/")  # the server is closed now
+
+
+async def test_a_peer_gone_mid_stream_ends_the_read_with_an_error_after_what_it_sent() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(sse_answer([b"data: one\n\n"])[:-5])  # no last chunk
+        await writer.drain()
+        writer.close()
+
+    server, port = await serve(handler)
+    got: list[str] = []
+    async with server, client() as http:
+        with pytest.raises(httpx.RemoteProtocolError):
+            async with http.stream("GET", f"http://127.0.0.1:{port}/") as resp:
+                async for line in resp.aiter_lines():
+                    got.append(line)
+    assert got[:1] == ["data: one"]
+
+
+async def test_a_body_larger_than_the_socket_buffers_is_written_whole_to_a_slow_reader() -> None:
+    body = bytes(range(256)) * (16 * 1024)  # 4 MiB
+    received: list[bytes] = []
+
+    async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")))
+        chunks = []
+        while length:
+            await asyncio.sleep(0.001)
+            chunk = await reader.read(min(length, 64 * 1024))
+            chunks.append(chunk)
+            length -= len(chunk)
+        received.append(b"".join(chunks))
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+        await writer.drain()
+
+    server, port = await serve(slow)
+    async with server, client() as http:
+        assert (await http.post(f"http://127.0.0.1:{port}/", content=body)).status_code == 200
+    assert received == [body]
+
