@@ -142,30 +142,74 @@ async def perform_call(
                 on_delta=on_delta, on_abortable=on_abortable, on_milestone=on_milestone, on_wire=on_wire,
                 on_progress=on_progress, client=own,
             )
-    timeline = Timeline(sent=now_ms())
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[CallResult] = loop.create_future()
-    reader = adapter.reader()
-    # The armed deadline timer and the deadline it is for. It is re-armed only when a model
-    # event moves the deadline: a keepalive costs its parse and a counter, nothing more.
-    armed: list[Any] = [None, None]
+    return await _Reading(adapter, wire, streamed, max_tokens, bounds, on_delta, on_milestone, on_wire, on_progress).run(client, on_abortable)
 
-    def state() -> CallState:
-        return timeline.state(streamed=streamed, max_tokens=max_tokens)
 
-    def finish(result: CallResult) -> None:
-        if not done.done():
-            done.set_result(result)
+class _Reading:
+    """One call being read: its timeline, the armed deadline and its timer, the result once it is
+    decided. (Methods rather than closures: a worker holds thousands of these at once.)"""
 
-    def on_deadline(deadline: Deadline) -> None:
-        assert bounds is not None  # a deadline exists only when bounds are on
+    __slots__ = (
+        "adapter", "armed", "bounds", "deadline", "done", "loop", "max_tokens", "on_delta",
+        "on_milestone", "on_progress", "on_wire", "reader", "streamed", "timeline", "wire",
+    )
+
+    def __init__(
+        self, adapter: Adapter, wire: WireRequest, streamed: bool, max_tokens: int | None, bounds: BoundsSettings | None,
+        on_delta: DeltaHook | None, on_milestone: MilestoneHook | None, on_wire: WireHook | None, on_progress: ProgressHook | None,
+    ) -> None:
+        self.adapter, self.wire, self.streamed, self.max_tokens, self.bounds = adapter, wire, streamed, max_tokens, bounds
+        self.on_delta, self.on_milestone, self.on_wire, self.on_progress = on_delta, on_milestone, on_wire, on_progress
+        self.timeline = Timeline(sent=now_ms())
+        self.loop = asyncio.get_running_loop()
+        self.done: asyncio.Future[CallResult] = self.loop.create_future()
+        self.reader = adapter.reader()
+        # The armed deadline's timer and the deadline it is for. It is re-armed only when a
+        # model event moves the deadline: a keepalive costs its parse and a counter, nothing more.
+        self.armed: asyncio.TimerHandle | None = None
+        self.deadline: Deadline | None = None
+
+    async def run(self, client: httpx.AsyncClient, on_abortable: AbortHook | None) -> CallResult:
+        if on_abortable is not None:
+            on_abortable(self.abort)
+        if self.on_milestone is not None:
+            await self.on_milestone("sent", self.timeline)
+        self.arm()
+        task = self.loop.create_task(self.pump(client))
+        try:
+            result = await self.done
+        finally:
+            if self.armed is not None:
+                self.armed.cancel()
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        self.timeline.ended = now_ms()
+        reported = result.output.usage if result.output is not None else self.reader.output().usage if self.streamed else {}
+        result.usage = self.adapter.usage(reported if isinstance(reported, dict) else {})
+        return result
+
+    def state(self) -> CallState:
+        return self.timeline.state(streamed=self.streamed, max_tokens=self.max_tokens)
+
+    def finish(self, result: CallResult) -> None:
+        if not self.done.done():
+            self.done.set_result(result)
+
+    def abort(self) -> None:
+        self.finish(CallResult(
+            outcome="aborted", timeline=self.timeline,
+            error=ProviderError(type="aborted", message="the call was aborted", retryable=False),
+        ))
+
+    def on_deadline(self, deadline: Deadline) -> None:
+        assert self.bounds is not None  # a deadline exists only when bounds are on
         now = now_ms()
-        finish(
+        self.finish(
             CallResult(
                 outcome="cut",
-                timeline=timeline,
+                timeline=self.timeline,
                 error=ProviderError(
-                    type="timeout", message=describe_cut(deadline.bound, state(), deadline, bounds),
+                    type="timeout", message=describe_cut(deadline.bound, self.state(), deadline, self.bounds),
                     retryable=False, bound=deadline.bound.value,
                 ),
                 bound=deadline.bound,
@@ -174,38 +218,39 @@ async def perform_call(
             )
         )
 
-    def arm() -> None:
-        deadline = next_deadline(state(), bounds)
-        if deadline == armed[1]:
+    def arm(self) -> None:
+        deadline = next_deadline(self.state(), self.bounds)
+        if deadline == self.deadline:
             return
-        if armed[0] is not None:
-            armed[0].cancel()
-        armed[1] = deadline
-        armed[0] = None
+        if self.armed is not None:
+            self.armed.cancel()
+        self.deadline, self.armed = deadline, None
         if deadline is not None:
-            armed[0] = loop.call_at(loop.time() + max((deadline.at - now_ms()) / 1000, 0), on_deadline, deadline)
+            self.armed = self.loop.call_at(self.loop.time() + max((deadline.at - now_ms()) / 1000, 0), self.on_deadline, deadline)
 
-    async def handle(item: tuple[Any, ...]) -> bool:
+    async def handle(self, item: tuple[Any, ...]) -> bool:
         """Apply one item; True once the call is over."""
-        if done.done():
+        if self.done.done():
             return True
+        timeline = self.timeline
         events, had_content = timeline.model_events, timeline.first_content is not None
-        result = await _handle(item, adapter, reader, timeline, streamed, on_delta)
+        result = await _handle(item, self.adapter, self.reader, timeline, self.streamed, self.on_delta)
         if result is not None:
-            finish(result)
+            self.finish(result)
             return True
         if timeline.model_events != events:
-            arm()
-        if on_milestone is not None and not had_content and timeline.first_content is not None:
-            await on_milestone("first_content", timeline)
-        if on_progress is not None:
-            on_progress(timeline, armed[1])
+            self.arm()
+        if self.on_milestone is not None and not had_content and timeline.first_content is not None:
+            await self.on_milestone("first_content", timeline)
+        if self.on_progress is not None:
+            self.on_progress(timeline, self.deadline)
         return False
 
-    async def pump() -> None:
+    async def pump(self, client: httpx.AsyncClient) -> None:
+        wire, on_wire = self.wire, self.on_wire
         try:
             async with client.stream("POST", wire.url, json=wire.body, headers=wire.headers, extensions=wire.extensions) as resp:
-                if await handle(("headers",)):
+                if await self.handle(("headers",)):
                     return
                 if resp.status_code >= 400:
                     chunks: list[bytes] = []
@@ -218,48 +263,27 @@ async def perform_call(
                     body = b"".join(chunks)[:ERROR_BODY_CAP]
                     if on_wire is not None:
                         await on_wire("error_body", (resp.status_code, dict(resp.headers), body))
-                    await handle(("error_body", resp.status_code, dict(resp.headers), body))
-                elif streamed:
+                    await self.handle(("error_body", resp.status_code, dict(resp.headers), body))
+                elif self.streamed:
                     parser = SseParser()
                     async for line in resp.aiter_lines():
                         event = parser.feed_line(line.rstrip("\r\n"))
                         if event is None:
                             continue
-                        if done.done():
+                        if self.done.done():
                             return
                         if on_wire is not None:
                             await on_wire("sse", event)
-                        if await handle(("sse", event)):
+                        if await self.handle(("sse", event)):
                             return
-                    await handle(("eof",))
+                    await self.handle(("eof",))
                 else:
                     data = await resp.aread()
-                    if on_wire is not None and not done.done():
+                    if on_wire is not None and not self.done.done():
                         await on_wire("body", data)
-                    await handle(("body", data))
+                    await self.handle(("body", data))
         except httpx.HTTPError as exc:
-            await handle(("exc", exc))
-
-    if on_abortable is not None:
-        on_abortable(lambda: finish(CallResult(
-            outcome="aborted", timeline=timeline,
-            error=ProviderError(type="aborted", message="the call was aborted", retryable=False),
-        )))
-    if on_milestone is not None:
-        await on_milestone("sent", timeline)
-    arm()
-    task = loop.create_task(pump())
-    try:
-        result = await done
-    finally:
-        if armed[0] is not None:
-            armed[0].cancel()
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-    timeline.ended = now_ms()
-    reported = result.output.usage if result.output is not None else reader.output().usage if streamed else {}
-    result.usage = adapter.usage(reported if isinstance(reported, dict) else {})
-    return result
+            await self.handle(("exc", exc))
 
 
 async def _handle(

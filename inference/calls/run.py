@@ -18,7 +18,7 @@ from typing import Protocol
 from django.utils import timezone
 
 from agentops import lifecycle, rows
-from agentops.background import LoopWake, background_loop, bookkeeping
+from agentops.background import BackgroundLoop, LoopWake, background_loop, bookkeeping
 from agentops.lifecycle import Wake
 from agentops.live import broadcast_turn_event, publish_turn_event
 from agentops.models import Agent
@@ -134,51 +134,66 @@ async def _perform(
     turn_id: int | None, abort_key: str | None, holding: Holding | None, abort_on_shutdown: bool,
 ) -> CallResult:
     engine = background_loop()
-    undo: list[Callable[[], None]] = []
-
-    def on_abortable(abort: Callable[[], None]) -> None:
-        if abort_key is not None:
-            undo.append(engine.watch_cancel(abort_key, abort))
-        # Woken from another thread (the renewer that found the lease taken, a warm shutdown).
-        wake = LoopWake(engine.loop)
-        wake.future.add_done_callback(lambda _: abort())
-        if holding is not None:
-            undo.append(holding.wake_on_loss(wake))
-        if abort_on_shutdown:
-            lifecycle.wake_on_shutdown(wake)
-            undo.append(lambda: lifecycle.forget(wake))
-
-    async def on_milestone(name: str, timeline: Timeline) -> None:
-        if name == "sent" and turn_id is not None:
-            publish_turn_event(turn_id, {"type": "call.started", "turn": turn_id, "call": call.pk, "model": call.model, "streamed": call.streamed})
-
-    async def on_delta(text: str) -> None:
-        if turn_id is not None:
-            publish_turn_event(turn_id, {"type": "call.delta", "turn": turn_id, "call": call.pk, "text": text})
-
-    hub = progress_hub()
-    firsts = [False, False]  # first event, first content: sent at once
-
-    def on_progress(timeline: Timeline, deadline: Deadline | None) -> None:
-        now_firsts = [timeline.first_event is not None, timeline.first_content is not None]
-        urgent = now_firsts != firsts
-        firsts[:] = now_firsts
-        hub.update(
-            progress_entry(call_id=call.pk, agent=agent.name, turn_id=call.turn_id, timeline=timeline, deadline=deadline),
-            urgent=urgent,
-        )
-
+    hooks = _Hooks(engine, call, agent.name, turn_id, abort_key, holding, abort_on_shutdown)
     try:
         with engine.http_client() as client:
             return await perform_call(
                 adapter=adapter, wire=wire, streamed=request.stream, max_tokens=request.max_tokens,
-                bounds=bounds_settings(), client=client, on_abortable=on_abortable,
-                on_milestone=on_milestone, on_delta=on_delta, on_progress=on_progress,
+                bounds=bounds_settings(), client=client, on_abortable=hooks.on_abortable,
+                on_milestone=hooks.on_milestone, on_delta=hooks.on_delta, on_progress=hooks.on_progress,
             )
     finally:
-        hub.ended(call.pk)
-        for step in undo:
+        hooks.hub.ended(call.pk)
+        for step in hooks.undo:
             step()
+
+
+class _Hooks:
+    """What a turn's or an auxiliary call's reading tells the rest of the service: its cancel
+    watch and wakes, its live events, its entry on the dashboard. (Methods rather than
+    closures: a worker holds thousands of calls at once.)"""
+
+    __slots__ = ("abort_key", "abort_on_shutdown", "agent_name", "call", "engine", "firsts", "holding", "hub", "turn_id", "undo")
+
+    def __init__(
+        self, engine: BackgroundLoop, call: InferenceCall, agent_name: str, turn_id: int | None,
+        abort_key: str | None, holding: Holding | None, abort_on_shutdown: bool,
+    ) -> None:
+        self.engine, self.call, self.agent_name, self.turn_id = engine, call, agent_name, turn_id
+        self.abort_key, self.holding, self.abort_on_shutdown = abort_key, holding, abort_on_shutdown
+        self.undo: list[Callable[[], None]] = []
+        self.hub = progress_hub()
+        self.firsts = (False, False)  # first event, first content: sent at once
+
+    def on_abortable(self, abort: Callable[[], None]) -> None:
+        if self.abort_key is not None:
+            self.undo.append(self.engine.watch_cancel(self.abort_key, abort))
+        # Woken from another thread (the renewer that found the lease taken, a warm shutdown).
+        wake = LoopWake(self.engine.loop)
+        wake.future.add_done_callback(lambda _: abort())
+        if self.holding is not None:
+            self.undo.append(self.holding.wake_on_loss(wake))
+        if self.abort_on_shutdown:
+            lifecycle.wake_on_shutdown(wake)
+            self.undo.append(lambda: lifecycle.forget(wake))
+
+    async def on_milestone(self, name: str, timeline: Timeline) -> None:
+        if name == "sent" and self.turn_id is not None:
+            call = self.call
+            publish_turn_event(self.turn_id, {"type": "call.started", "turn": self.turn_id, "call": call.pk, "model": call.model, "streamed": call.streamed})
+
+    async def on_delta(self, text: str) -> None:
+        if self.turn_id is not None:
+            publish_turn_event(self.turn_id, {"type": "call.delta", "turn": self.turn_id, "call": self.call.pk, "text": text})
+
+    def on_progress(self, timeline: Timeline, deadline: Deadline | None) -> None:
+        firsts = (timeline.first_event is not None, timeline.first_content is not None)
+        urgent, self.firsts = firsts != self.firsts, firsts
+        call = self.call
+        self.hub.update(
+            progress_entry(call_id=call.pk, agent=self.agent_name, turn_id=call.turn_id, timeline=timeline, deadline=deadline),
+            urgent=urgent,
+        )
 
 
 def provider_vetted(agent: Agent, wire: WireRequest) -> tuple[WireRequest, CallResult | None]:
