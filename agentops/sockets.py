@@ -3,9 +3,10 @@ asyncio's own transports, instead of the anyio streams httpcore uses by default.
 
 A worker holds thousands of streams that mostly wait. Through anyio each of them kept a socket
 stream with its two guards, a protocol with two events and a read queue, and each read entered
-a cancel scope and two context managers even when no timeout was asked for: about 5 KB and the
-larger part of a keepalive's cost, on the loop that times the cuts. Here a stream is one
-protocol object: a read returns what the transport delivered or waits on one future.
+a cancel scope and two context managers even when no timeout was asked for, on the loop that
+times the cuts. Here a stream is one protocol object: a read returns what the transport
+delivered or waits on one future. (With the agent runs started without a thread-side future,
+this took a held stream's RSS from 66.6 to 56.6 KB in the bounds bench at 2,000 streams.)
 
 ``asyncio_transport`` builds an httpx transport on it.
 """
