@@ -29,7 +29,7 @@ READ_HIGH_WATER = 256 * 1024
 class AsyncioStream(asyncio.Protocol, httpcore.AsyncNetworkStream):
     """One connection: the asyncio protocol of its transport, and httpcore's stream on it."""
 
-    __slots__ = ("_buffer", "_closed", "_drained", "_eof", "_error", "_loop", "_paused", "_transport", "_waiter")
+    __slots__ = ("_buffer", "_closed", "_drained", "_eof", "_error", "_loop", "_paused", "_read_paused", "_transport", "_waiter")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -40,6 +40,7 @@ class AsyncioStream(asyncio.Protocol, httpcore.AsyncNetworkStream):
         self._closed = False  # closed on this side
         self._waiter: asyncio.Future[None] | None = None
         self._paused = False  # the transport's write buffer is full
+        self._read_paused = False  # the socket is not read until the buffer drains
         self._drained: asyncio.Future[None] | None = None
 
     # --- asyncio's side ---------------------------------------------------------------------
@@ -50,8 +51,9 @@ class AsyncioStream(asyncio.Protocol, httpcore.AsyncNetworkStream):
 
     def data_received(self, data: bytes) -> None:
         self._buffer = self._buffer + data if self._buffer else data
-        if len(self._buffer) > READ_HIGH_WATER and self._transport is not None:
+        if len(self._buffer) > READ_HIGH_WATER and self._transport is not None and not self._read_paused:
             self._transport.pause_reading()
+            self._read_paused = True
         self._wake()
 
     def eof_received(self) -> bool:
@@ -96,8 +98,9 @@ class AsyncioStream(asyncio.Protocol, httpcore.AsyncNetworkStream):
             data, self._buffer = self._buffer, b""
         else:
             data, self._buffer = self._buffer[:max_bytes], self._buffer[max_bytes:]
-        if self._transport is not None and len(self._buffer) <= READ_HIGH_WATER and not self._eof:
+        if self._read_paused and len(self._buffer) <= READ_HIGH_WATER and self._transport is not None:
             self._transport.resume_reading()
+            self._read_paused = False
         return data
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
@@ -134,8 +137,6 @@ class AsyncioStream(asyncio.Protocol, httpcore.AsyncNetworkStream):
         except BaseException:
             await self.aclose()
             raise
-        if tls is None:  # the connection was lost during the handshake
-            raise httpcore.ConnectError("the connection was closed during the TLS handshake")
         self._transport = tls
         return self
 

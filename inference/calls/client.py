@@ -58,17 +58,11 @@ class Timeline:
 
     def mark_event(self, now: float) -> None:
         self.model_events += 1
-        if self.model_events <= MARKS_HEAD:
-            self.event_marks.append(now)
-        else:
-            self.event_tail = _tail_append(self.event_tail, now)
+        self.event_tail = _marked(self.event_marks, self.event_tail, self.model_events, now)
 
     def mark_keepalive(self, now: float) -> None:
         self.keepalives += 1
-        if self.keepalives <= MARKS_HEAD:
-            self.keepalive_marks.append(now)
-        else:
-            self.keepalive_tail = _tail_append(self.keepalive_tail, now)
+        self.keepalive_tail = _marked(self.keepalive_marks, self.keepalive_tail, self.keepalives, now)
 
     def state(self, *, streamed: bool, max_tokens: int | None) -> CallState:
         return CallState(
@@ -82,7 +76,12 @@ class Timeline:
         )
 
 
-def _tail_append(tail: deque[float] | tuple[()], now: float) -> deque[float]:
+def _marked(head: list[float], tail: deque[float] | tuple[()], count: int, now: float) -> deque[float] | tuple[()]:
+    """Keep the ``count``-th mark, ``now``: in ``head`` while it is one of the first MARKS_HEAD,
+    else in the tail, made here at its first mark. Returns the tail."""
+    if count <= MARKS_HEAD:
+        head.append(now)
+        return tail
     if not isinstance(tail, deque):
         tail = deque(maxlen=MARKS_TAIL)
     tail.append(now)
@@ -317,8 +316,7 @@ async def _handle(
                 error=ProviderError(type="unknown", message="the provider's response body is not JSON"),
             )
         timeline.first_event = timeline.last_event = now
-        timeline.model_events += 1
-        timeline.event_marks.append(now)
+        timeline.mark_event(now)
         output = adapter.parse_body(data)
         if output.blocks:
             timeline.first_content = now

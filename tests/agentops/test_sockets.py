@@ -164,3 +164,21 @@ async def test_a_body_larger_than_the_socket_buffers_is_written_whole_to_a_slow_
         assert (await http.post(f"http://127.0.0.1:{port}/", content=body)).status_code == 200
     assert received == [body]
 
+
+
+async def test_an_answer_larger_than_the_read_buffer_reaches_a_slow_reader_whole() -> None:
+    body = bytes(range(256)) * (8 * 1024)  # 2 MiB: the socket is paused and resumed on the way
+
+    async def fast(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
+        await writer.drain()
+
+    server, port = await serve(fast)
+    got = bytearray()
+    async with server, client() as http:
+        async with http.stream("GET", f"http://127.0.0.1:{port}/") as resp:
+            async for chunk in resp.aiter_raw():
+                got += chunk
+                await asyncio.sleep(0.002)
+    assert bytes(got) == body
