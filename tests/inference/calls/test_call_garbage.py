@@ -1,0 +1,53 @@
+"""A worker starts calls by the hundred a second and holds thousands: what a call leaves when it
+ends must go with its last reference, not wait for the cyclic collector, whose collections stop
+the loop that times the cuts (tens of milliseconds per young collection, hundreds for an older
+one, with thousands of streams held). Against the stand-in over sockets, on the worker's kind of
+client (``agentops.sockets``)."""
+
+from __future__ import annotations
+
+import gc
+import ssl
+
+import httpx
+
+from agentops.sockets import asyncio_transport
+from inference.calls.adapters import OpenAIAdapter
+from inference.calls.bounds import BoundsSettings
+from inference.calls.client import CallResult, perform_call
+from inference.calls.types import CompiledRequest, Message
+
+BOUNDS = BoundsSettings(before_content_ms=300, between_events_ms=300, think_tokens_per_second=100, flat_minimum_ms=3000, absolute_ms=5000)
+ANSWERED = [("answer", True), ("answer", False)] * 5
+CUT = [("pings:interval_ms=50", True)] * 5
+
+
+async def test_calls_answered_and_cut_leave_almost_nothing_for_the_collector(standin: str) -> None:
+    adapter = OpenAIAdapter()
+    transport = asyncio_transport(verify=ssl.create_default_context(), limits=httpx.Limits(max_keepalive_connections=8))
+    async with httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(None, connect=5)) as client:
+
+        async def one(model: str, stream: bool) -> CallResult:
+            req = CompiledRequest(model=model, system="be brief", max_tokens=100, stream=stream, messages=[Message(role="user", blocks=[{"type": "text", "text": "hello"}])])
+            wire = adapter.build(base_url=f"{standin}/v1", api_key="", request=req)
+            return await perform_call(adapter=adapter, wire=wire, streamed=stream, max_tokens=100, bounds=BOUNDS, client=client)
+
+        async def garbage(calls: list[tuple[str, bool]]) -> tuple[list[str], int]:
+            gc.collect()
+            gc.disable()
+            try:
+                outcomes = [(await one(model, stream)).outcome for model, stream in calls]
+                return outcomes, gc.collect()
+            finally:
+                gc.enable()
+
+        await garbage(ANSWERED[:2] + CUT[:1])  # first uses: imports, caches, the pool's connections
+        answered, answered_garbage = await garbage(ANSWERED)
+        cut, cut_garbage = await garbage(CUT)
+    assert answered == ["completed"] * len(ANSWERED) and cut == ["cut"] * len(CUT)
+    # Each response stayed in a cycle with its stream (about 60 objects a call, more with a
+    # closed connection's), and a streamed answer's reading, cancelled while its response
+    # closed, in another with the cancellation's traceback. What is left is asyncio's own: a
+    # closed connection's transport refers to itself (7 objects).
+    assert answered_garbage < 5 * len(ANSWERED), answered_garbage
+    assert cut_garbage < 10 * len(CUT), cut_garbage
