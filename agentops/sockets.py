@@ -30,11 +30,12 @@ READ_HIGH_WATER = 256 * 1024
 class AsyncioStream(asyncio.Protocol, httpcore.AsyncNetworkStream):
     """One connection: the asyncio protocol of its transport, and httpcore's stream on it."""
 
-    __slots__ = ("_buffer", "_closed", "_drained", "_eof", "_error", "_loop", "_paused", "_read_paused", "_transport", "_waiter")
+    __slots__ = ("_buffer", "_closed", "_drained", "_eof", "_error", "_loop", "_paused", "_raw", "_read_paused", "_transport", "_waiter")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._transport: asyncio.Transport | None = None
+        self._raw: asyncio.Transport | None = None  # the socket's own transport (under TLS's)
         self._buffer = b""
         self._eof = False  # the peer sent its end, or the connection was lost
         self._error: BaseException | None = None
@@ -48,7 +49,7 @@ class AsyncioStream(asyncio.Protocol, httpcore.AsyncNetworkStream):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        self._transport = self._raw = transport
 
     def data_received(self, data: bytes) -> None:
         self._buffer = self._buffer + data if self._buffer else data
@@ -67,6 +68,12 @@ class AsyncioStream(asyncio.Protocol, httpcore.AsyncNetworkStream):
         self._error = exc
         self._wake()
         self.resume_writing()
+        # asyncio's socket transport keeps a bound method of its own to read with (Python
+        # 3.11-3.13), a cycle that outlives the connection until the cyclic collector finds it;
+        # a worker freezes what survives a young collection (``agentops.collector``), so a
+        # closed connection would stay until the next sweep. Closed, it reads no more.
+        if self._raw is not None and self._raw.is_closing() and getattr(self._raw, "_read_ready_cb", None) is not None:
+            self._raw._read_ready_cb = None  # type: ignore[attr-defined]
 
     def pause_writing(self) -> None:
         self._paused = True

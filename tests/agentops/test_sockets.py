@@ -11,6 +11,7 @@ import socket
 import ssl
 from collections.abc import Awaitable, Callable
 
+import httpcore
 import httpx
 import pytest
 import trustme
@@ -135,6 +136,40 @@ async def test_tls_verifies_the_certificate_against_the_name_and_streams_over_it
         async with server:
             with pytest.raises(httpx.ConnectError, match="certificate"):
                 await untrusting.post(f"https://127.0.0.1:{port}/v1", json={}, extensions={"sni_hostname": "provider.test"})
+
+
+async def test_a_closed_connection_plain_or_tls_leaves_no_transport_for_the_collector(authority: trustme.CA) -> None:
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    authority.issue_cert("provider.test").configure_cert(server_tls)
+    trusting = ssl.create_default_context()
+    authority.configure_trust(trusting)
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(sse_answer([b"data: done\n\n"]))
+        await writer.drain()
+        writer.close()
+
+    for tls, scheme in ((None, "http"), (server_tls, "https")):
+        server, port = await serve(handler, tls)
+        # httpcore's pool on this backend, without httpx's response (which binds its stream in a
+        # cycle of its own: ``inference.calls.client`` unbinds it).
+        async with server, httpcore.AsyncConnectionPool(ssl_context=trusting, network_backend=AsyncioBackend()) as pool:
+            gc.collect()
+            gc.set_debug(gc.DEBUG_SAVEALL)
+            try:
+                for _ in range(5):
+                    resp = await pool.request("POST", f"{scheme}://127.0.0.1:{port}/v1", content=b"{}", extensions={"sni_hostname": "provider.test"})
+                    assert resp.status == 200 and b"data: done" in resp.content
+                await asyncio.sleep(0.1)  # the peer's close reaches this side
+                gc.collect()
+                # This side's socket transports (their peer is the server's port); the server's
+                # are asyncio's streams', not ours.
+                ours = [o for o in gc.garbage if isinstance(o, asyncio.Transport) and (o.get_extra_info("peername") or ("", 0))[1] == port]
+            finally:
+                gc.set_debug(0)
+                gc.garbage.clear()
+        assert ours == [], (scheme, ours)
 
 
 async def test_a_silent_peer_times_the_read_out_and_a_refused_connect_is_a_connect_error() -> None:
