@@ -1,6 +1,5 @@
 """The Celery application shared by workers, beat and the web process (which only enqueues)."""
 
-import gc
 import os
 import threading
 
@@ -60,8 +59,12 @@ _stop_announcing = threading.Event()
 
 @worker_ready.connect
 def _on_worker_ready(sender: object = None, **kwargs: object) -> None:
+    from django.conf import settings
+
+    from . import collector
+
     hostname = getattr(sender, "hostname", "worker")
-    _quiet_collector()
+    collector.quiet(settings.AGENTOPS_GC_SWEEP_MS / 1000)
     threading.Thread(target=_announce, args=(hostname, _stop_announcing), daemon=True).start()
 
 
@@ -80,21 +83,3 @@ def _on_worker_shutdown(**kwargs: object) -> None:
     from .lifecycle import wait_idle
 
     wait_idle()
-
-
-# Young objects between cyclic collections (CPython's default is 700).
-GC_GEN0_THRESHOLD = 50_000
-
-
-def _quiet_collector() -> None:
-    """Keep the cyclic garbage collector from stalling the loop that times the cuts.
-
-    A worker holds a thousand threads' stacks and everything Django loaded at startup; a full
-    collection walked all of it and, through the weakref callbacks it ran, let the GIL go to
-    bookkeeping threads mid-collection: the loop stalled for 0.3-0.8 s and every cut due then
-    was that late (bench/bounds_bench.py: cut lateness p99 from about 300 ms to about 25 ms).
-    What exists once the worker is ready lives as long as the process, so it is moved out of
-    the collector's sight, and young collections run less often."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(GC_GEN0_THRESHOLD, *gc.get_threshold()[1:])
