@@ -191,7 +191,7 @@ CELERY_WORKER_CONCURRENCY = env_int("AGENTOPS_WORKER_CONCURRENCY", 8, minimum=1)
 # past it, the worker takes no more turns from the broker until one ends.
 AGENTOPS_WORKER_TURNS = env_int("AGENTOPS_WORKER_TURNS", 10_000, minimum=1)
 # A worker's collector walks what outlived a young collection only at a sweep (agentops.collector).
-AGENTOPS_GC_SWEEP_MS = env_ms("AGENTOPS_GC_SWEEP_MS", 600_000)
+AGENTOPS_GC_SWEEP_MS = env_ms("AGENTOPS_GC_SWEEP_MS", 3_600_000)
 CELERY_TASK_DEFAULT_QUEUE = env_str("AGENTOPS_CELERY_QUEUE", "agentops")
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Redis redelivers a task that is not acknowledged within the visibility timeout. A drain task
