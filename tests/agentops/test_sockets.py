@@ -43,6 +43,29 @@ def authority() -> trustme.CA:
     return trustme.CA()
 
 
+@pytest.fixture
+def tls(authority: trustme.CA) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """A server's TLS for provider.test, and a client's that trusts it."""
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    authority.issue_cert("provider.test").configure_cert(server_tls)
+    trusting = ssl.create_default_context()
+    authority.configure_trust(trusting)
+    return server_tls, trusting
+
+
+def answering(line: bytes, *, close: bool = False) -> Handler:
+    """A handler that reads one request and answers a stream of ``line`` (then closes)."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(sse_answer([line]))
+        await writer.drain()
+        if close:
+            writer.close()
+
+    return handler
+
+
 def client(verify: ssl.SSLContext | None = None, timeout: httpx.Timeout | None = None) -> httpx.AsyncClient:
     transport = asyncio_transport(verify=verify or ssl.create_default_context(), limits=LIMITS)
     return httpx.AsyncClient(transport=transport, timeout=timeout or httpx.Timeout(5))
@@ -110,16 +133,9 @@ async def test_a_connection_the_peer_closed_while_idle_is_not_used_again() -> No
         assert second.extensions["network_stream"] is not first.extensions["network_stream"]
 
 
-async def test_tls_verifies_the_certificate_against_the_name_and_streams_over_it(authority: trustme.CA) -> None:
-    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    authority.issue_cert("provider.test").configure_cert(server_tls)
-    trusting = ssl.create_default_context()
-    authority.configure_trust(trusting)
-
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(sse_answer([b"data: secret\n\n"]))
-        await writer.drain()
+async def test_tls_verifies_the_certificate_against_the_name_and_streams_over_it(tls: tuple[ssl.SSLContext, ssl.SSLContext]) -> None:
+    server_tls, trusting = tls
+    handler = answering(b"data: secret\n\n")
 
     server, port = await serve(handler, server_tls)
     async with server, client(trusting) as http:
@@ -138,20 +154,12 @@ async def test_tls_verifies_the_certificate_against_the_name_and_streams_over_it
                 await untrusting.post(f"https://127.0.0.1:{port}/v1", json={}, extensions={"sni_hostname": "provider.test"})
 
 
-async def test_a_closed_connection_plain_or_tls_leaves_no_transport_for_the_collector(authority: trustme.CA) -> None:
-    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    authority.issue_cert("provider.test").configure_cert(server_tls)
-    trusting = ssl.create_default_context()
-    authority.configure_trust(trusting)
+async def test_a_closed_connection_plain_or_tls_leaves_no_transport_for_the_collector(tls: tuple[ssl.SSLContext, ssl.SSLContext]) -> None:
+    server_tls, trusting = tls
+    handler = answering(b"data: done\n\n", close=True)
 
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(sse_answer([b"data: done\n\n"]))
-        await writer.drain()
-        writer.close()
-
-    for tls, scheme in ((None, "http"), (server_tls, "https")):
-        server, port = await serve(handler, tls)
+    for server_side, scheme in ((None, "http"), (server_tls, "https")):
+        server, port = await serve(handler, server_side)
         # httpcore's pool on this backend, without httpx's response (which binds its stream in a
         # cycle of its own: ``inference.calls.client`` unbinds it).
         async with server, httpcore.AsyncConnectionPool(ssl_context=trusting, network_backend=AsyncioBackend()) as pool:
