@@ -58,6 +58,7 @@ async def test_the_websocket_streams_status_and_deltas_of_a_turn(make_agent: Any
     assert events[-1]["status"] == "succeeded"
 
 
+@pytest.mark.usefixtures("no_workers")  # the turn is submitted only to be refused a look at
 @pytest.mark.parametrize("token", ["", "wrong"])
 async def test_the_websocket_refuses_a_bad_token(make_agent: Any, token: str) -> None:
     agent = await database_sync_to_async(make_agent)()
