@@ -3,20 +3,24 @@ cuts (``quiet``), and swept now and then for what it no longer looks at (``sweep
 
 What exists once a worker is ready (Django, the threads' stacks) lives as long as the process
 and is frozen first: a full collection over it, through the weakref callbacks it ran, let the
-GIL go to bookkeeping threads mid-collection and stopped the loop for 0.3-0.8 s. And a worker
-holds thousands of streams whose objects live for minutes. CPython's collector walks
+GIL go to bookkeeping threads mid-collection and stopped the loop for 0.3-0.8 s.
+
+A worker also holds thousands of streams whose objects live for minutes, and CPython walks
 every object that survived a young collection again in each older collection: in the bounds
 bench at 4,000 held streams the older collections found nothing and stopped the loop for
-190-400 ms, and every cut due then was that late. So what survives a young collection is
+190-440 ms, and every cut due then was that late. So what survives a young collection is
 frozen (``gc.freeze``) at once: young collections still free the young cycles, and nothing
-older is walked again until a sweep. Young collections run every ``YOUNG_EVERY_S`` from a thread of their own, not only by
-CPython's count: it counts allocations less deallocations, so in the storm of cuts, where old
-streams' objects die as fast as the fresh calls' are made, the count hardly grew, the young
-objects piled up and the collection that came at last walked hundreds of thousands of them
-(50-115 ms, each one followed by the run's largest lateness). The cost is that a cycle made of
-objects that lived past one young collection stays until the next sweep; a call leaves none
-(``tests/inference/calls/test_call_garbage.py``), and each sweep logs what it freed, so a leak
-shows.
+older is walked again until a sweep.
+
+Young collections run every ``YOUNG_EVERY_S`` from a thread of their own, not only by CPython's
+count: it counts allocations less deallocations, so in the storm of cuts, where old streams'
+objects die as fast as the fresh calls' are made, the count hardly grew, the young objects
+piled up and the collection that came at last walked hundreds of thousands of them (50-115
+ms, each followed by the run's largest lateness).
+
+The cost: a cycle made of objects that lived past one young collection stays until the next
+sweep. A call leaves none (``tests/inference/calls/test_call_garbage.py``), and each sweep logs
+what it freed, so a leak shows.
 """
 
 from __future__ import annotations
@@ -53,15 +57,15 @@ def _freeze_survivors(phase: str, info: dict[str, Any]) -> None:
 
 
 def sweep() -> tuple[int, int, float]:
-    """One full collection over everything, frozen or not (the process stops for it: 1.7 s
-    with 10,000 streams held, in the bounds bench). The objects it looked at, the unreachable ones it found
-    and the milliseconds it took."""
+    """One full collection over everything, frozen or not (the process stops for it: 1.7 s with
+    10,000 streams held, in the bounds bench). The objects that were frozen, the unreachable
+    ones it found and the milliseconds it took."""
     started = time.perf_counter()
-    looked_at = gc.get_freeze_count() + sum(gc.get_count())
+    frozen = gc.get_freeze_count()
     gc.unfreeze()
     found = gc.collect()
-    gc.freeze()
-    return looked_at, found, (time.perf_counter() - started) * 1000
+    gc.freeze()  # (the callback froze the survivors already, where ``quiet`` installed it)
+    return frozen, found, (time.perf_counter() - started) * 1000
 
 
 def _collecting(sweep_every_s: float) -> None:
@@ -70,7 +74,7 @@ def _collecting(sweep_every_s: float) -> None:
         time.sleep(YOUNG_EVERY_S)
         if time.monotonic() - swept < sweep_every_s:
             gc.collect(0)
-            continue
-        looked_at, found, took_ms = sweep()
-        swept = time.monotonic()
-        logger.info("collector sweep: %d objects, %d unreachable freed, the process stopped for %.0f ms", looked_at, found, took_ms)
+        else:
+            frozen, found, took_ms = sweep()
+            swept = time.monotonic()
+            logger.info("collector sweep: %d objects, %d unreachable freed, the process stopped for %.0f ms", frozen, found, took_ms)

@@ -1,6 +1,7 @@
 """A worker's collector (``agentops.collector``): young collections come by time as well as by
-count, what survives one is frozen, so older collections no longer walk a worker's thousands of held streams, and a sweep frees the
-cycles that were frozen. In a process of its own: the suite's collector is left as it is."""
+count, what survives one is frozen, so older collections no longer walk a worker's thousands of
+held streams, and a sweep frees the cycles that were frozen. In a process of its own: the
+suite's collector is left as it is."""
 
 from __future__ import annotations
 
@@ -25,14 +26,17 @@ kept = [Node() for _ in range(20_000)]  # live past a young collection
 a, b = Node(), Node()
 a.other, b.other = b, a  # a cycle that outlives a young collection, then is dropped
 cycle = weakref.ref(a)
-time.sleep(0.5)  # the worker's young collections, by time (20,000 objects are too few to count)
+for _ in range(100):  # the worker's young collections, by time (20,000 objects are too few to count)
+    time.sleep(0.1)
+    if gc.get_freeze_count() - before >= 20_000:
+        break
 frozen = gc.get_freeze_count() - before
 del a, b
 gc.collect(0)
 gc.collect(1)
 gc.collect(2)
 kept_by_collections = cycle() is not None
-looked_at, found, took_ms = collector.sweep()
+looked_at, found, took_ms = collector.sweep()  # looked_at: the objects that were frozen
 print(json.dumps({
     "frozen": frozen, "threshold": gc.get_threshold()[0], "kept_by_collections": kept_by_collections,
     "freed_by_sweep": cycle() is None, "found": found, "looked_at": looked_at, "frozen_after_sweep": gc.get_freeze_count() >= 20_000,

@@ -23,7 +23,7 @@ ANSWERED = [("answer", True), ("answer", False)] * 5
 CUT = [("pings:interval_ms=50", True)] * 5
 
 
-async def test_calls_answered_and_cut_leave_almost_nothing_for_the_collector(standin: str) -> None:
+async def test_calls_answered_and_cut_leave_nothing_for_the_collector(standin: str) -> None:
     adapter = OpenAIAdapter()
     transport = asyncio_transport(verify=ssl.create_default_context(), limits=httpx.Limits(max_keepalive_connections=8))
     async with httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(None, connect=5)) as client:
