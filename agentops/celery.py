@@ -4,6 +4,7 @@ import os
 import threading
 
 from celery import Celery
+from celery.result import AsyncResult
 from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings")
@@ -28,7 +29,17 @@ def task_send(name: str, *args: object, countdown_s: float = 0.0) -> None:
     ``args``, after ``countdown_s`` capped by ``task_countdown_s``. Services enqueue work by name,
     so none imports a ``tasks`` module (the tasks import the services). Call it on commit."""
     countdown = task_countdown_s(countdown_s) if countdown_s > 0 else None
-    app.send_task(name, args=args, countdown=countdown)
+    # No result is kept (CELERY_TASK_IGNORE_RESULT) or returned: without these two, every send
+    # builds the thread's result backend (a web request runs in a thread of its own) and an
+    # AsyncResult nobody reads.
+    app.send_task(name, args=args, countdown=countdown, ignore_result=True, result_cls=_Unread)
+
+
+class _Unread(AsyncResult):  # type: ignore[type-arg]
+    """What ``send_task`` returns here: nothing to read, so no backend to look up."""
+
+    def __init__(self, task_id: str) -> None:
+        self.id = task_id
 
 
 # Each worker announces itself in Redis with a short TTL, so /health can count live workers
