@@ -33,14 +33,15 @@ INSTALLED_APPS = [
     "agentops.webhooks",
 ]
 
+# Django's stock middleware, as agentops.edge adapts it to run without a thread hop per step.
 MIDDLEWARE = [
-    "django.middleware.security.SecurityMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "agentops.edge.LoopSecurityMiddleware",
+    "agentops.edge.BrowserSessionMiddleware",
+    "agentops.edge.LoopCommonMiddleware",
+    "agentops.edge.LoopCsrfViewMiddleware",
+    "agentops.edge.BrowserAuthenticationMiddleware",
+    "agentops.edge.BrowserMessageMiddleware",
+    "agentops.edge.LoopXFrameOptionsMiddleware",
     "agentops.edge.api_edge_middleware",
 ]
 
