@@ -18,6 +18,7 @@ import logging
 from typing import Any
 
 from channels.layers import get_channel_layer
+from channels_redis.core import RedisChannelLayer
 from django.db import transaction
 
 from .background import background_loop
@@ -27,6 +28,18 @@ logger = logging.getLogger(__name__)
 
 DASHBOARD_GROUP = "dashboard"
 REASON_LIMIT = 300  # a hold's reason as the dashboard shows it
+
+
+class ChannelLayer(RedisChannelLayer):  # type: ignore[misc]
+    """channels_redis's layer, whose group send costs one Redis command when nobody is in the
+    group. Most turns have no websocket open, and a streamed call sends an event per delta:
+    channels_redis trims the group and reads its members first, two round trips (about 0.25 ms
+    of CPU here) for each event nobody receives."""
+
+    async def group_send(self, group: str, message: dict[str, Any]) -> None:
+        assert self.require_valid_group_name(group), "Group name not valid"
+        if await self.connection(self.consistent_hash(group)).zcard(self._group_key(group)):
+            await super().group_send(group, message)  # trims, reads the members and sends
 
 
 def turn_group(turn_id: int) -> str:

@@ -109,7 +109,7 @@ REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "BACKEND": "agentops.live.ChannelLayer",
         # A socket timeout longer than the layer's blocking pop (channels_redis waits 5 s per
         # BZPOPMIN): redis-py 8's default, also 5 s, made every idle consumer's receive raise
         # TimeoutError and close the socket with a traceback.
