@@ -29,9 +29,10 @@ def task_send(name: str, *args: object, countdown_s: float = 0.0) -> None:
     ``args``, after ``countdown_s`` capped by ``task_countdown_s``. Services enqueue work by name,
     so none imports a ``tasks`` module (the tasks import the services). Call it on commit."""
     countdown = task_countdown_s(countdown_s) if countdown_s > 0 else None
-    # No result is kept (CELERY_TASK_IGNORE_RESULT) or returned: without these two, every send
-    # builds the thread's result backend (a web request runs in a thread of its own) and an
-    # AsyncResult nobody reads.
+    # No result is kept (CELERY_TASK_IGNORE_RESULT, no result backend) or returned: without these
+    # two, every send builds the thread's result backend (a web request runs in a thread of its
+    # own) and an AsyncResult nobody reads. A task that had to keep its result would need a
+    # sender of its own: ignore_result here overrides the task's own setting.
     app.send_task(name, args=args, countdown=countdown, ignore_result=True, result_cls=_Unread)
 
 

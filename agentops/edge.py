@@ -19,13 +19,15 @@ import asyncio
 import json
 import weakref
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
-from asgiref.sync import iscoroutinefunction
+from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.conf import settings
 from django.contrib.auth.middleware import AuthenticationMiddleware
 from django.contrib.messages.middleware import MessageMiddleware
 from django.contrib.sessions.middleware import SessionMiddleware
+from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.http.response import HttpResponseBase
 from django.middleware.clickjacking import XFrameOptionsMiddleware
@@ -36,8 +38,10 @@ from django.urls import Resolver404, resolve, reverse
 from django.utils.decorators import sync_and_async_middleware
 
 API_PREFIX = "/api/"
-# Where clients authenticate with a token and send no cookie: the API and the drop-in endpoints.
+# Where clients authenticate with a token and the views read no session or user: the API (its
+# docs page too) and the drop-in endpoints.
 TOKEN_PREFIXES = (API_PREFIX, "/v1/")
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS", "TRACE")
 
 FAVICON = (
     '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32">'
@@ -130,15 +134,21 @@ def favicon_view(request: HttpRequest) -> HttpResponse:
 # --- Django's middleware on the loop -----------------------------------------------------
 #
 # Under ASGI a stock middleware runs its process_request and its process_response each in the
-# request's thread: a hop there and back (about 0.1 ms of CPU here, more in a burst), 13 hops a
-# request with the seven below, and one more for CSRF's process_view. Those that only read and
-# write headers and cookies run on the loop instead; those that keep a browser's session
-# (sessions, auth, messages) still run in the thread, and are skipped on the token paths, whose
-# requests carry no cookie and whose views read no session.
+# request's thread: a hop there and back (about 0.1 ms of CPU here, more in a burst), 12 hops a
+# request with the seven below, and a 13th for CSRF's process_view. Those that only read and
+# write headers and cookies run on the loop instead (CSRF's check of an unsafe request, which
+# reads the body, still runs in the thread); those that keep a browser's session (sessions,
+# auth, messages) still run in the thread, and are skipped on the token paths, whose views read
+# no session or user (in sync mode too, so that the tests' sync client sees what uvicorn does).
+
+
+def _token_path(request: HttpRequest) -> bool:
+    return request.path_info.startswith(TOKEN_PREFIXES)
 
 
 class _OnLoop:
-    """process_request and process_response called on the loop: they touch no database."""
+    """process_request and process_response called on the loop: they touch no database and
+    read no body."""
 
     get_response: Callable[[HttpRequest], Any]
 
@@ -152,9 +162,17 @@ class _BrowserOnly:
     """Not run on the token paths."""
 
     get_response: Callable[[HttpRequest], Any]
+    async_mode: bool
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if self.async_mode:
+            return self.__acall__(request)
+        if _token_path(request):
+            return self.get_response(request)
+        return super().__call__(request)  # type: ignore[misc]
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
-        if request.path.startswith(TOKEN_PREFIXES):
+        if _token_path(request):
             return await self.get_response(request)  # type: ignore[no-any-return]
         return await super().__acall__(request)  # type: ignore[misc,no-any-return]
 
@@ -177,16 +195,25 @@ class BrowserSessionMiddleware(_BrowserOnly, SessionMiddleware):
 
 
 class LoopCsrfViewMiddleware(_OnLoop, CsrfViewMiddleware):
-    """The token lives in a cookie, not the session, so its checks are header arithmetic too
-    (and a form's fields, already read into memory)."""
+    """The token lives in a cookie (not the session), so reading and setting it is header
+    arithmetic. The check of an unsafe request to a protected view reads the form, which
+    Django may have spooled to disk, and a refusal renders a template: that part runs in the
+    request's thread, as Django runs it."""
 
     def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
+        if settings.CSRF_USE_SESSIONS:
+            raise ImproperlyConfigured("agentops.edge.LoopCsrfViewMiddleware keeps the CSRF token in its cookie: CSRF_USE_SESSIONS must be off")
         super().__init__(get_response)
-        if self.async_mode:  # type: ignore[attr-defined]  # Django awaits a coroutine function's
+        # Django leaves a process_view that is a coroutine function on the loop and runs a plain
+        # one in a thread; in sync mode the plain one stays.
+        if self.async_mode:  # type: ignore[attr-defined]
             self.process_view = self._process_view_on_loop  # type: ignore[method-assign,assignment]
 
     async def _process_view_on_loop(self, request: HttpRequest, callback: Callable[..., Any], callback_args: Any, callback_kwargs: Any) -> HttpResponseBase | None:
-        return CsrfViewMiddleware.process_view(self, request, callback, callback_args, callback_kwargs)
+        check = partial(CsrfViewMiddleware.process_view, self, request, callback, callback_args, callback_kwargs)
+        if request.method in SAFE_METHODS or getattr(callback, "csrf_exempt", False) or getattr(request, "csrf_processing_done", False):
+            return check()  # answered without the body
+        return await sync_to_async(check, thread_sensitive=True)()
 
 
 class BrowserAuthenticationMiddleware(_BrowserOnly, AuthenticationMiddleware):

@@ -34,7 +34,8 @@ class ChannelLayer(RedisChannelLayer):  # type: ignore[misc]
     """channels_redis's layer, whose group send costs one Redis command when nobody is in the
     group. Most turns have no websocket open, and a streamed call sends an event per delta:
     channels_redis trims the group and reads its members first, two round trips (about 0.25 ms
-    of CPU here) for each event nobody receives."""
+    of CPU here) for each event nobody receives. A group with members (an open dashboard) pays
+    one round trip more than with the stock layer."""
 
     async def group_send(self, group: str, message: dict[str, Any]) -> None:
         assert self.require_valid_group_name(group), "Group name not valid"

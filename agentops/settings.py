@@ -125,7 +125,8 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "var" / "static"
 
-# Request bodies: anything bigger is refused with a 413 before it is parsed.
+# Request bodies read whole (the API's JSON, a form's fields): anything bigger is refused with
+# a 413 before it is parsed. A multipart body's file parts are not counted (Django spools them).
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("AGENTOPS_MAX_BODY_BYTES", 1_048_576, minimum=1024)
 
 # --- agentops (DESIGN §10) -------------------------------------------------

@@ -1,6 +1,7 @@
 """Django's middleware on the ASGI path (``agentops.edge``): a token request runs no middleware
 step in a thread and still gets the security headers; a browser's session, login and CSRF check
-still work. Through Django's AsyncClient, which runs the ASGI handler as uvicorn does."""
+still work. Through Django's AsyncClient, which loads the middleware in async mode as the ASGI
+handler does (with the body in memory: a spooled body is not exercised here)."""
 
 from __future__ import annotations
 
