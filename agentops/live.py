@@ -32,35 +32,70 @@ REASON_LIMIT = 300  # a hold's reason as the dashboard shows it
 
 class ChannelLayer(RedisChannelLayer):  # type: ignore[misc]
     """channels_redis's layer, whose group send costs one Redis command when nobody is in the
-    group. Most turns have no websocket open, and a streamed call sends an event per delta:
-    channels_redis trims the group and reads its members first, two round trips (about 0.25 ms
-    of CPU here) for each event nobody receives. A group with members (an open dashboard) pays
-    one round trip more than with the stock layer."""
+    group, and whose sends in a batch (``group_send_many``) ask that of all their groups in one
+    round trip. Most turns have no websocket open, and a streamed call sends an event per
+    delta: channels_redis trims the group and reads its members first, two round trips (about
+    0.25 ms of CPU here) for each event nobody receives. A group with members (an open
+    dashboard) pays one round trip more than with the stock layer."""
 
     async def group_send(self, group: str, message: dict[str, Any]) -> None:
         assert self.require_valid_group_name(group), "Group name not valid"
         if await self.connection(self.consistent_hash(group)).zcard(self._group_key(group)):
             await super().group_send(group, message)  # trims, reads the members and sends
 
+    async def group_send_many(self, sends: list[tuple[str, dict[str, Any]]]) -> None:
+        """Each ``(group, message)`` sent in order to the group's members, if it has any;
+        which groups have members is asked once for all of them (one pipelined round trip per
+        Redis server: about 20 µs of CPU a group here, against 130 µs asked one at a time).
+        A send that fails is logged and the others still go (best effort, as every live
+        event); when the question fails, the batch is dropped."""
+        groups: dict[str, bool] = dict.fromkeys((group for group, _ in sends), False)
+        by_server: dict[int, list[str]] = {}
+        for group in groups:
+            assert self.require_valid_group_name(group), "Group name not valid"
+            by_server.setdefault(self.consistent_hash(group), []).append(group)
+        for index, asked in by_server.items():
+            pipe = self.connection(index).pipeline(transaction=False)
+            for group in asked:
+                pipe.zcard(self._group_key(group))
+            for group, members in zip(asked, await pipe.execute(), strict=True):
+                groups[group] = bool(members)
+        for group, message in sends:
+            if groups[group]:
+                try:
+                    await super().group_send(group, message)
+                except Exception:
+                    logger.warning("could not send %s to the live group %s", _event_type(message), group, exc_info=True)
+
+
+def _event_type(message: dict[str, Any]) -> Any:
+    event = message.get("event")
+    return event.get("type") if isinstance(event, dict) else message.get("type")
+
 
 def turn_group(turn_id: int) -> str:
     return f"turn-{turn_id}"
 
 
-async def _send_turn_event(turn_id: int, event: dict[str, Any]) -> None:
+async def _group_sends(sends: list[tuple[str, dict[str, Any]]]) -> None:
+    """The live events handed to the background loop one after another, in one batch."""
     layer = get_channel_layer()
     if layer is None:
         return
     try:
-        await layer.group_send(turn_group(turn_id), {"type": "turn.event", "event": event})
+        if isinstance(layer, ChannelLayer):
+            await layer.group_send_many(sends)
+        else:
+            for group, message in sends:
+                await layer.group_send(group, message)
     except Exception:  # a live view is best effort; the database is the record
-        logger.warning("could not broadcast %s for turn %s", event.get("type"), turn_id, exc_info=True)
+        logger.warning("could not send %d live events (first: %s)", len(sends), _event_type(sends[0][1]), exc_info=True)
 
 
 def publish_turn_event(turn_id: int, event: dict[str, Any]) -> None:
     """Send ``event`` to the turn's websocket listeners now, in order with this process's other
     live events, on its background loop. Callable from any thread; the caller never waits."""
-    background_loop().send_in_order(_send_turn_event(turn_id, event))
+    background_loop().send_batched_in_order(_group_sends, (turn_group(turn_id), {"type": "turn.event", "event": event}))
 
 
 def broadcast_turn_event(turn_id: int, event: dict[str, Any]) -> None:
@@ -68,22 +103,12 @@ def broadcast_turn_event(turn_id: int, event: dict[str, Any]) -> None:
     transaction.on_commit(lambda: publish_turn_event(turn_id, event))
 
 
-async def _send_dashboard_event(event: dict[str, Any]) -> None:
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    try:
-        await layer.group_send(DASHBOARD_GROUP, {"type": "dashboard.event", "event": event})
-    except Exception:  # the dashboard is best effort; the rows are the record
-        logger.warning("could not send %s to the dashboard", event.get("type"), exc_info=True)
-
-
 def dashboard_publish(event: dict[str, Any]) -> None:
     """Send ``event`` to every open dashboard (the module docstring lists the event types)
     once the current transaction commits (at once outside one), in order with this process's
     other live events. Never blocks the caller; the one sender of the ``dashboard`` group."""
     def send() -> None:
-        background_loop().send_in_order(_send_dashboard_event(event))
+        background_loop().send_batched_in_order(_group_sends, (DASHBOARD_GROUP, {"type": "dashboard.event", "event": event}))
 
     if transaction.get_connection().in_atomic_block:
         transaction.on_commit(send)

@@ -53,3 +53,51 @@ def test_a_started_coroutine_runs_to_its_end_and_its_task_is_handed_to_on_done_o
         assert on_loop
         outcomes[repr(task.exception()) if task.exception() else task.result()] = True
     assert set(outcomes) == {"done", "ValueError('the work failed')"}
+
+
+# Module-level, as the callers' senders are: a batch is the run of items for one ``send``.
+_batches: list[list[str]] = []
+_gate = threading.Event()
+_out = threading.Event()
+
+
+async def _record_batch(items: list[str]) -> None:
+    _batches.append(items)
+    _out.set()
+    await asyncio.get_running_loop().run_in_executor(None, _gate.wait, 10)
+
+
+async def _other_batch(items: list[str]) -> None:
+    _batches.append([f"other:{item}" for item in items])
+
+
+def test_items_handed_while_a_send_is_out_go_together_in_order_and_a_coroutine_keeps_its_place() -> None:
+    engine = BackgroundLoop()
+    _batches.clear()
+    _gate.clear()
+    _out.clear()
+    order: list[str] = []
+
+    async def coroutine(name: str) -> None:
+        order.append(name)
+
+    engine.send_batched_in_order(_record_batch, "a")
+    assert _out.wait(10)  # "a" is out, alone; what comes now waits behind it
+    for item in ("b", "c"):
+        engine.send_batched_in_order(_record_batch, item)
+    engine.send_batched_in_order(_other_batch, "x")
+    engine.send_in_order(coroutine("between"))
+    for item in ("d", "e"):
+        engine.send_batched_in_order(_record_batch, item)
+    engine.loop.call_soon_threadsafe(_gate.set)
+    engine.flush(10)
+    assert _batches == [["a"], ["b", "c"], ["other:x"], ["d", "e"]]
+    assert order == ["between"]
+
+    async def from_the_loop() -> None:  # no wake-up needed on the loop's own thread
+        engine.send_batched_in_order(_other_batch, "y")
+        engine.send_batched_in_order(_other_batch, "z")
+
+    engine.submit(from_the_loop()).result(10)
+    engine.flush(10)
+    assert _batches[-1] == ["other:y", "other:z"]
