@@ -2,7 +2,7 @@
 
 import os
 
-from django.core.asgi import get_asgi_application
+import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings")
 # The web side's settings: a short wait for a database connection, so an outage answers 503
@@ -11,14 +11,17 @@ _role_set = "AGENTOPS_PROCESS_ROLE" not in os.environ
 if _role_set:
     os.environ["AGENTOPS_PROCESS_ROLE"] = "web"
 try:
-    django_asgi_app = get_asgi_application()
+    django.setup(set_prefix=False)  # as get_asgi_application() does
 finally:
     if _role_set:
         del os.environ["AGENTOPS_PROCESS_ROLE"]
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from agentops.edge import KeptThreadsASGIHandler  # noqa: E402
 from agentops.routing import websocket_urlpatterns  # noqa: E402
+
+django_asgi_app = KeptThreadsASGIHandler()
 
 application = ProtocolTypeRouter(
     {

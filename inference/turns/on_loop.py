@@ -34,7 +34,10 @@ def loop_http() -> httpx.AsyncClient:
 
 
 async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """``fn`` off the event loop, its database connection given back when it returns."""
+    """``fn`` off the event loop, its database connection given back when it returns. In any
+    thread of the loop's executor, not the request's own: nothing carries over from one call
+    to the next, and a call's work may go on after its request ended (a drop-in stream whose
+    client went away is recorded as aborted then), when the request's thread is no longer its."""
 
     def run() -> T:
         try:
@@ -43,4 +46,4 @@ async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
             if not connection.in_atomic_block:
                 connection.close()
 
-    return await sync_to_async(run)()
+    return await sync_to_async(run, thread_sensitive=False)()

@@ -5,7 +5,9 @@ handler does (with the body in memory: a spooled body is not exercised here)."""
 
 from __future__ import annotations
 
+import asyncio
 import re
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -70,3 +72,56 @@ async def test_a_browser_logs_in_to_the_admin_through_its_session_and_csrf_token
     admin = await browser.get("/admin/")
     assert admin.status_code == 200 and "ops" in admin.content.decode()
     assert admin["X-Frame-Options"] == "DENY"
+
+
+async def _asgi_get(app: Any, path: str) -> int:
+    """One GET through the ASGI application, as uvicorn hands it over; its status."""
+    sent: list[dict[str, Any]] = []
+    asked = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal asked
+        if not asked:
+            asked = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await asyncio.Event().wait()  # the client stays connected
+        raise AssertionError("unreachable")
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
+        "path": path, "raw_path": path.encode(), "root_path": "", "query_string": b"", "headers": [(b"host", b"testserver")],
+        "client": ("127.0.0.1", 5000), "server": ("testserver", 80),
+    }
+    await app(scope, receive, send)
+    return int(sent[0]["status"])
+
+
+async def test_requests_one_after_another_run_on_one_kept_thread_and_concurrent_ones_on_threads_of_their_own() -> None:
+    from django.core.signals import request_started
+
+    from agentops.asgi import django_asgi_app
+
+    threads: list[int] = []
+
+    def started(**kwargs: Any) -> None:
+        threads.append(threading.get_ident())
+
+    request_started.connect(started)
+    try:
+        for _ in range(5):
+            assert await _asgi_get(django_asgi_app, "/favicon.ico") == 200
+        assert len(set(threads)) == 1  # Django alone starts a thread (and a joiner) per request
+        before = threading.active_count()
+        threads.clear()
+        assert await asyncio.gather(*(_asgi_get(django_asgi_app, "/favicon.ico") for _ in range(4))) == [200] * 4
+        assert len(set(threads)) == 4  # each request its own thread, as Django runs them
+        threads.clear()
+        for _ in range(5):
+            assert await _asgi_get(django_asgi_app, "/favicon.ico") == 200
+        assert len(set(threads)) == 1
+        assert threading.active_count() <= before + 3  # the burst's threads are kept, none more
+    finally:
+        request_started.disconnect(started)
