@@ -65,6 +65,7 @@ async def call_run_on_loop(
     turn_events: bool = False,
     on_result: Callable[[CallResult], None] | None = None,
     record: Callable[[Callable[[], None]], None] | None = None,
+    then: Callable[[CallResult], None] | None = None,
     begun: Begun | None = None,
 ) -> tuple[InferenceCall, CallResult]:
     """Make one call under the bounds (``request.stream`` says streamed or not), with no
@@ -82,7 +83,8 @@ async def call_run_on_loop(
     Decide before you write: ``on_result`` gets the result as soon as the call ends, before
     any of it is written (a turn hands a stated wait to the journal there), and ``record``
     runs the write of the call's row (a turn retries it while the database is down); both run
-    in the bookkeeping pool.
+    in the bookkeeping pool. ``then`` runs in that same hop once the row is written and the
+    call's ``call.ended`` is sent (a turn stores its answer there: one hop, not two).
 
     ``begun`` is what ``call_begin`` gave for this call, when the caller ran it in a hop of its
     own bookkeeping just before (a turn does, with its claim); else it runs here."""
@@ -94,7 +96,7 @@ async def call_run_on_loop(
         adapter=adapter, wire=wire, call=call, agent=agent, request=request, turn_id=turn_id,
         abort_key=abort_key, holding=holding, abort_on_shutdown=abort_on_shutdown,
     )
-    await bookkeeping(_call_end, call, agent, result, turn_id, on_result, record)
+    await bookkeeping(_call_end, call, agent, result, turn_id, on_result, record, then)
     return call, result
 
 
@@ -117,6 +119,7 @@ def call_begin(agent: Agent, request: CompiledRequest, kind: str, turn: Turn | N
 def _call_end(
     call: InferenceCall, agent: Agent, result: CallResult, turn_id: int | None,
     on_result: Callable[[CallResult], None] | None, record: Callable[[Callable[[], None]], None] | None,
+    then: Callable[[CallResult], None] | None,
 ) -> None:
     if on_result is not None:
         on_result(result)
@@ -127,6 +130,8 @@ def _call_end(
     if turn_id is not None:
         broadcast_turn_event(turn_id, {"type": "call.ended", "turn": turn_id, "call": call.pk, "outcome": result.outcome})
     dashboard_call_ended(call=call, agent=agent.name, result=result)
+    if then is not None:
+        then(result)
 
 
 async def _perform(

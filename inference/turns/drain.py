@@ -25,7 +25,7 @@ from collections.abc import Callable
 from datetime import datetime
 from functools import cache, partial
 from types import SimpleNamespace
-from typing import Final, TypeVar
+from typing import Final, NamedTuple, TypeVar
 
 from django.conf import settings
 from django.db import connection
@@ -174,8 +174,9 @@ async def _agent_run(agent_id: int) -> bool:
             turn_id, status = found
             # A database error before the call goes out runs the turn again from the top;
             # every write after a call is made is retried where it is (durably).
-            ended = await durably_on_loop(f"agent {agent_id}: run turn {turn_id}", partial(turn_run, turn_id, status, lease), lease)
-            if not ended and await _turn_status(turn_id, lease) == Turn.Status.HELD:
+            ran = await durably_on_loop(f"agent {agent_id}: run turn {turn_id}", partial(turn_run, turn_id, status, lease), lease)
+            first = ran.next  # looked for in the hop that stored the answer, if it was
+            if not ran.ended and await _turn_status(turn_id, lease) == Turn.Status.HELD:
                 break  # its re-check is scheduled; the turns behind it wait with it
     except LeaseLost:
         logger.error("agent %s: the turn lease was taken over while the database was down; this run stops", agent_id)
@@ -184,8 +185,20 @@ async def _agent_run(agent_id: int) -> bool:
     return idle
 
 
-# The first next turn of a run, when the hop that claimed the lease could not look for it.
+# The next turn of a run, when the hop before could not look for it (or did not).
 _NOT_LOOKED: Final = (-1, "")
+
+
+class Ran(NamedTuple):
+    """How ``turn_run`` left its turn: whether it ended it (or re-armed it), and the agent's
+    next turn when the hop that stored the answer looked for it too (else ``_NOT_LOOKED``)."""
+
+    ended: bool
+    next: tuple[int, str] | None = _NOT_LOOKED
+
+
+_ENDED: Final = Ran(True)
+_STOPPED: Final = Ran(False)
 
 
 def _run_start(agent_id: int) -> tuple[TurnLease, tuple[int, str] | None] | None:
@@ -221,63 +234,61 @@ def _policy_settings() -> PolicySettings:
     )
 
 
-async def turn_run(turn_id: int, status: str, lease: TurnLease) -> bool:
+async def turn_run(turn_id: int, status: str, lease: TurnLease) -> Ran:
     """Run one turn's rounds until it succeeds, fails, needs tool results, is held by a
     provider wait or is cancelled. Run only while holding the agent's turn lease; ``status``
-    is the turn's as ``next_turn`` found it. True when this run ended the turn (or re-armed
-    it); False when it stopped for another reason (held, cancelled, handed back, not its own),
+    is the turn's as ``next_turn`` found it. Ended when this run ended the turn (or re-armed
+    it); not when it stopped for another reason (held, cancelled, handed back, not its own),
     which its status tells."""
     started = await bookkeeping(_turn_start, turn_id, status, lease)
     if started is None:
-        return False
+        return _STOPPED
     turn, ready = started
     # The pacing kept on the turn (a 429's, a retry delay, a re-arm) binds whichever worker
     # runs it, after a hand-back, a crash or a release.
     if ready is None and not await _sleep_unless_cancelled(turn, paced_left_ms(turn) / 1000, lease):
-        return False
+        return _STOPPED
     # The count of consecutive cuts starts at zero with each turn, except that a re-armed turn
     # gets no fresh call for a cut before one of its rounds has run (DESIGN §5.7).
     state = RetryState(consecutive_cuts=1 if turn.rearms else 0)
     while True:
         if ready is None:
+            # (Also where a turn cancelled during a wait before a retry stops: it is not running.)
             ready = await bookkeeping(_turn_ready, turn_id)
             if ready is None:
-                return False
+                return _STOPPED
         (turn, request, begun), ready = ready, None
-        decided: dict[str, bool] = {}
-        result, call = await _call_once(turn, request, begun, lease, decided)
+        ended = await _call_once(turn, request, begun, lease)
+        if ended.answered:
+            return Ran(True, ended.next)
+        result, call = ended.result, ended.call
         if lease.lost:
-            return False
-        completed = result.outcome == "completed" and result.output is not None
+            return _STOPPED
         # A turn cancelled while the call was out is never turned into a retry. (An answer is
         # stored only if the turn may still move: ``turn_complete`` and ``turn_fail`` check
-        # that under the row's lock, so a completed call needs no read of its own here.)
-        if not completed and await _turn_status(turn_id, lease) != Turn.Status.RUNNING:
-            return False
-        if completed and result.output is not None:
-            output = result.output
-            if not output.text and not output.tool_calls and output.stop_reason == "max_tokens":
-                error = ProviderError(
-                    type="unknown",
-                    provider_code="empty_length_stop",
-                    message="the model stopped at its output limit with no text and no tool call; the same request would run away again",
-                )
-                await _durably(f"call {call.pk}: record the empty stop", partial(InferenceCall.objects.filter(pk=call.pk).update, outcome=InferenceCall.Outcome.ERROR, error=error.as_dict()), lease)
-                if await _durably(f"turn {turn_id}: fail", partial(turn_fail, turn=turn, error=error, status=Turn.Status.FAILED, timed_out_again=False), lease):
-                    await blocking(breaker_after_failure, turn=turn, error=error, failed=request, holding=lease)
-                return True
-            await _durably(f"turn {turn_id}: store the answer", partial(turn_complete, turn=turn, output=output), lease)
-            return True
+        # that under the row's lock, so a completed call needs no read of its own.)
+        if not ended.completed and ended.status != Turn.Status.RUNNING:
+            return _STOPPED
+        if ended.completed:  # completed, but no answer to store: the model ran out at its limit
+            error = ProviderError(
+                type="unknown",
+                provider_code="empty_length_stop",
+                message="the model stopped at its output limit with no text and no tool call; the same request would run away again",
+            )
+            await _durably(f"call {call.pk}: record the empty stop", partial(InferenceCall.objects.filter(pk=call.pk).update, outcome=InferenceCall.Outcome.ERROR, error=error.as_dict()), lease)
+            if await _durably(f"turn {turn_id}: fail", partial(turn_fail, turn=turn, error=error, status=Turn.Status.FAILED, timed_out_again=False), lease):
+                await blocking(breaker_after_failure, turn=turn, error=error, failed=request, holding=lease)
+            return _ENDED
         error = result.error or ProviderError(type="unknown", message="the call failed without an error")
         now_ms = time.time() * 1000
         decision, state = decide(error, state, now_ms=now_ms, settings=_policy_settings(), jitter=random.random())
         if decision.action is Action.HOLD:
-            delay_ms = await bookkeeping(stated_wait, turn, error, now_ms, recorded=decided.get("binding"))
+            delay_ms = await bookkeeping(stated_wait, turn, error, now_ms, recorded=ended.binding)
             if delay_ms is None:
                 continue  # recorded: the admission check at the top of the loop holds the turn
             if delay_ms < 0:  # an ephemeral run's wait too long to sleep: it ends now
                 await _durably(f"turn {turn_id}: end", partial(turn_fail, turn=turn, error=ephemeral_wait_error(error), status=Turn.Status.EXHAUSTED, timed_out_again=False), lease)
-                return True
+                return _ENDED
             decision = Decision(Action.RETRY, delay_ms=delay_ms)
             why = "pacing after a 429" if error.type == "rate_limit" else "the provider's stated wait"
         else:
@@ -290,17 +301,17 @@ async def turn_run(turn_id: int, status: str, lease: TurnLease) -> bool:
             # Kept on the turn before the wait: a worker that runs it next honours it too.
             await bookkeeping(pace, turn, delay_ms=decision.delay_ms, reason=why, lease=lease)
             if not await _sleep_unless_cancelled(turn, decision.delay_ms / 1000, lease):
-                return False
+                return _STOPPED
             continue
-        if error.retry_after_ms is not None and "binding" not in decided:
+        if error.retry_after_ms is not None and ended.binding is None:
             # A terminal failure keeps its disposition; the wait it stated binds what follows.
             await bookkeeping(record_wait, turn, error, now_ms)
         if decision.action is Action.EXHAUST and error.type != "timeout" and await _durably(f"turn {turn_id}: re-arm", partial(turn_rearm, turn=turn, error=error), lease):
-            return True
+            return _ENDED
         status = Turn.Status.EXHAUSTED if decision.action is Action.EXHAUST else Turn.Status.FAILED
         if await _durably(f"turn {turn_id}: end", partial(turn_fail, turn=turn, error=error, status=status, timed_out_again=decision.timed_out_again), lease):
             await blocking(breaker_after_failure, turn=turn, error=error, failed=request, holding=lease)
-        return True
+        return _ENDED
 
 
 # A turn ready for its call: the turn, its request and the call's start (``call_begin``).
@@ -400,8 +411,8 @@ async def _durably(what: str, fn: Callable[[], T], lease: TurnLease | None) -> T
 
 
 async def _sleep_unless_cancelled(turn: Turn, seconds: float, lease: TurnLease) -> bool:
-    """Wait before a retry (the process's renewer keeps the lease meanwhile); False if the
-    turn was cancelled or its lease lost meanwhile.
+    """Wait before a retry (the process's renewer keeps the lease meanwhile); False if its
+    lease was lost meanwhile, or the worker is shutting down (the turn is handed back).
 
     A cancel is noticed through the process's one abort subscription, and a lost lease through
     the renewer, not by polling the database or the lease from every waiting turn."""
@@ -421,24 +432,59 @@ async def _sleep_unless_cancelled(turn: Turn, seconds: float, lease: TurnLease) 
         # before the pacing kept on the turn.
         await _durably(f"turn {turn.pk}: hand back", lambda: turn_hand_back(turn=turn), lease)
         return False
-    return not lease.lost and await _turn_status(turn.pk, lease) == Turn.Status.RUNNING
+    # Whether it was cancelled meanwhile is read where its next call starts (``_turn_ready``).
+    return not lease.lost
 
 
-async def _call_once(turn: Turn, request: CompiledRequest, begun: Begun, lease: TurnLease, decided: dict[str, bool]) -> tuple[CallResult, InferenceCall]:
-    """Make the turn's call, aborted if its lease is lost or the turn cancelled.
+class _CallEnded:
+    """A turn's call as it ended, and what the hop that recorded it found in the same hop:
+    whether a stated wait it gave binds (``binding``: None when it gave none); for an answer,
+    whether it was stored and the agent's next turn; else the turn's status."""
+
+    __slots__ = ("agent_id", "answered", "binding", "call", "completed", "lease", "next", "result", "status", "turn")
+
+    def __init__(self, turn: Turn, lease: TurnLease) -> None:
+        self.turn, self.agent_id, self.lease = turn, turn.agent_id, lease
+        self.binding: bool | None = None
+        self.completed = self.answered = False
+        self.status: str | None = None
+        self.next: tuple[int, str] | None = _NOT_LOOKED
+        self.result: CallResult
+        self.call: InferenceCall
+
+    def on_result(self, result: CallResult) -> None:
+        self.result = result
+        self.completed = result.outcome == "completed" and result.output is not None
+        error = result.error
+        if error is not None and error.retry_after_ms is not None and self.turn.agent.kind != Agent.Kind.EPHEMERAL:
+            self.binding = record_wait(self.turn, error, time.time() * 1000)
+
+    def record(self, write: Callable[[], None]) -> None:
+        durably(f"turn {self.turn.pk}: record its call", write, self.lease)
+
+    def then(self, result: CallResult) -> None:
+        turn, lease = self.turn, self.lease
+        output = result.output
+        if not self.completed:
+            self.status = durably(f"turn {turn.pk}: read its status", partial(_status_of, turn.pk), lease)
+        elif output is not None and (output.text or output.tool_calls or output.stop_reason != "max_tokens") and not lease.lost:
+            durably(f"turn {turn.pk}: store the answer", partial(turn_complete, turn=turn, output=output), lease)
+            self.answered = True
+            self.next = durably(f"agent {self.agent_id}: find its next turn", lambda: next_turn(self.agent_id, now=timezone.now()), lease)
+
+
+async def _call_once(turn: Turn, request: CompiledRequest, begun: Begun, lease: TurnLease) -> _CallEnded:
+    """Make the turn's call, aborted if its lease is lost or the turn cancelled, and, in the
+    hop that records it, store its answer (and look for the agent's next turn) or read the
+    turn's status.
 
     Decide before you write: a wait the provider stated goes to the journal's write path as
-    soon as the call ends, before the call's row is written (``decided["binding"]``: whether
-    it binds); a failed write is a pending act that binds in this process at once."""
-
-    def on_result(result: CallResult) -> None:
-        error = result.error
-        if error is not None and error.retry_after_ms is not None and turn.agent.kind != Agent.Kind.EPHEMERAL:
-            decided["binding"] = record_wait(turn, error, time.time() * 1000)
-
-    call, result = await call_run_on_loop(
+    soon as the call ends, before the call's row is written (``binding``: whether it binds);
+    a failed write is a pending act that binds in this process at once."""
+    ended = _CallEnded(turn, lease)
+    ended.call, _ = await call_run_on_loop(
         agent=turn.agent, request=request, kind=InferenceCall.Kind.PRIMARY, turn=turn, abort_key=cancel_key(turn),
         holding=lease, abort_on_shutdown=False, turn_events=True,
-        on_result=on_result, record=lambda write: durably(f"turn {turn.pk}: record its call", write, lease), begun=begun,
+        on_result=ended.on_result, record=ended.record, then=ended.then, begun=begun,
     )
-    return result, call
+    return ended
