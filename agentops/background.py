@@ -15,27 +15,22 @@ import asyncio
 import atexit
 import collections
 import os
-import ssl
 import sys
 import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Generic, ParamSpec, TypeVar
 
-import httpx
-
+from . import http1
 from .cancels import AbortWatcher
-from .sockets import asyncio_transport
 
 T = TypeVar("T")
 P = ParamSpec("P")
 CONNECT_TIMEOUT_S = 30.0
-# Calls in flight on one HTTP client (see BackgroundLoop.http_client); it keeps as many idle
-# connections, so a burst after a burst reuses them.
-CALLS_PER_CLIENT = 8
+# Idle connections kept per provider origin, so a burst after a burst reuses them.
+KEPT_CONNECTIONS = 64
 # How long a process that is exiting waits for its live events to go out.
 EXIT_FLUSH_S = 2.0
 
@@ -44,9 +39,9 @@ class BackgroundLoop:
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self._ready = threading.Event()
-        self._http: list[httpx.AsyncClient] = []
-        self._http_calls: list[int] = []  # calls in flight on each of them
-        self._tls: ssl.SSLContext | None = None
+        # The process's provider calls' HTTP client: its connections kept alive, its TLS trust
+        # store loaded once (loading it costs more than a whole stream).
+        self.http = http1.Client(connect_timeout_s=CONNECT_TIMEOUT_S, keep_idle=KEPT_CONNECTIONS)
         self._outbox: collections.deque[Coroutine[Any, Any, None] | _Batched] = collections.deque()
         self._sender: asyncio.Task[None] | None = None
         self._started: set[asyncio.Task[Any]] = set()  # the loop keeps only weak references
@@ -135,37 +130,6 @@ class BackgroundLoop:
         self._started.add(task)
         task.add_done_callback(self._started.discard)
         task.add_done_callback(on_done)
-
-    @contextmanager
-    def http_client(self) -> Iterator[httpx.AsyncClient]:
-        """One of the process's HTTP clients for one call, on the loop: no read timeout (the
-        progress bounds decide), a bounded connect.
-
-        Several clients, each carrying at most ``CALLS_PER_CLIENT`` calls at once: httpcore's
-        pool walks every connection and request it holds each time a request starts or a
-        response closes, so one pool holding thousands of open streams made every call start
-        and every cut cost thousands of checks on the loop that times the cuts. A call takes
-        the first client with room, so a few calls at a time share one client and reuse its
-        idle connections, and a new client is made only when every one is full. They share one
-        TLS context (loading the trust store costs more than a whole stream), and their
-        connections are asyncio's own transports (``agentops.sockets``). Call on the loop."""
-        index = next((i for i, calls in enumerate(self._http_calls) if calls < CALLS_PER_CLIENT), None)
-        if index is None:
-            if self._tls is None:
-                self._tls = httpx.create_ssl_context()
-            index = len(self._http)
-            self._http.append(httpx.AsyncClient(
-                transport=asyncio_transport(
-                    verify=self._tls, limits=httpx.Limits(max_connections=None, max_keepalive_connections=CALLS_PER_CLIENT),
-                ),
-                timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S),
-            ))
-            self._http_calls.append(0)
-        self._http_calls[index] += 1
-        try:
-            yield self._http[index]
-        finally:
-            self._http_calls[index] -= 1
 
     def watch_cancel(self, key: str, abort: Callable[[], None]) -> Callable[[], None]:
         """Call ``abort`` (on the loop) once the Redis key ``key`` exists, set before or after

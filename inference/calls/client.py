@@ -10,21 +10,24 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import httpx
-
+from agentops import http1
 from agentops.background import CONNECT_TIMEOUT_S
+from agentops.text import bound_text
 
 from .adapters import Adapter, WireRequest
 from .bounds import Bound, BoundsSettings, CallState, Deadline, describe_cut, next_deadline
 from .classify import classify_exception, classify_http
 from .sse import SseParser
 from .types import CallOutput, ProviderError, TokenUsage
+
+logger = logging.getLogger(__name__)
 
 # The admin's picture of a call keeps when the first MARKS_HEAD and the last MARKS_TAIL model
 # events (and keepalives) arrived: a bounded record however long the stream runs.
@@ -130,12 +133,12 @@ async def perform_call(
     on_milestone: MilestoneHook | None = None,
     on_wire: WireHook | None = None,
     on_progress: ProgressHook | None = None,
-    client: httpx.AsyncClient | None = None,
+    client: http1.Client | None = None,
 ) -> CallResult:
-    """Make one call and read it under the bounds. Pass a shared ``client``: building one
-    loads the TLS trust store, which costs more CPU than reading a whole stream."""
+    """Make one call and read it under the bounds. Pass a shared ``client`` (the loop's):
+    its connections are kept alive, and its TLS trust store loaded once."""
     if client is None:
-        async with httpx.AsyncClient(timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S)) as own:
+        async with http1.Client(connect_timeout_s=CONNECT_TIMEOUT_S) as own:
             return await perform_call(
                 adapter=adapter, wire=wire, streamed=streamed, max_tokens=max_tokens, bounds=bounds,
                 on_delta=on_delta, on_abortable=on_abortable, on_milestone=on_milestone, on_wire=on_wire,
@@ -169,7 +172,7 @@ class _Reading:
         self.deadline: Deadline | None = None
         self.pumped = False  # the stream's own reading ended the call (not a deadline, not an abort)
 
-    async def run(self, client: httpx.AsyncClient, on_abortable: AbortHook | None) -> CallResult:
+    async def run(self, client: http1.Client, on_abortable: AbortHook | None) -> CallResult:
         if on_abortable is not None:
             on_abortable(self.abort)
         if self.on_milestone is not None:
@@ -252,11 +255,10 @@ class _Reading:
             self.on_progress(timeline, self.deadline)
         return False
 
-    async def pump(self, client: httpx.AsyncClient) -> None:
+    async def pump(self, client: http1.Client) -> None:
         wire, on_wire = self.wire, self.on_wire
-        resp: httpx.Response | None = None
         try:
-            async with client.stream("POST", wire.url, json=wire.body, headers=wire.headers, extensions=wire.extensions) as resp:
+            async with client.stream("POST", wire.url, json=wire.body, headers=wire.headers, sni_hostname=wire.sni_hostname) as resp:
                 if await self.handle(("headers",)):
                     return
                 if resp.status_code >= 400:
@@ -274,7 +276,7 @@ class _Reading:
                 elif self.streamed:
                     parser = SseParser()
                     async for line in resp.aiter_lines():
-                        event = parser.feed_line(line.rstrip("\r\n"))
+                        event = parser.feed_line(line)
                         if event is None:
                             continue
                         if self.done.done():
@@ -289,22 +291,15 @@ class _Reading:
                     if on_wire is not None and not self.done.done():
                         await on_wire("body", data)
                     await self.handle(("body", data))
-        except httpx.HTTPError as exc:
+        except http1.HttpError as exc:
             await self.handle(("exc", exc))
-        finally:
-            if resp is not None:
-                # httpx binds a response's stream to the response (a reference cycle that holds
-                # the request, the pool's request and a closed connection): only the collector
-                # could free them, and a worker starting calls by the hundred made it run
-                # every second or so. Closed, the response no longer needs its stream.
-                resp.stream = SPENT_STREAM
+        except Exception as exc:  # a bug here must end the call now, not at its deadline
+            logger.exception("a call's reading failed unexpectedly")
+            await self.handle(("bug", exc))
 
 
 # How long a call that its stream ended waits for the response to close (``_Reading.run``).
 PUMP_CLOSE_S: Final = 1.0
-
-# What a closed response's stream is replaced with (``_Reading.pump``).
-SPENT_STREAM: Final = httpx.ByteStream(b"")
 
 
 async def _handle(
@@ -328,6 +323,9 @@ async def _handle(
         return CallResult(outcome="error", timeline=timeline, error=classify_http(status, headers, text, now))
     if kind == "exc":
         return CallResult(outcome="error", timeline=timeline, error=classify_exception(item[1]))
+    if kind == "bug":
+        message = bound_text(f"the call's reading failed in agentops itself: {type(item[1]).__name__}: {item[1]}")
+        return CallResult(outcome="error", timeline=timeline, error=ProviderError(type="unknown", message=message))
     if kind == "body":
         try:
             data = json.loads(item[1])

@@ -141,12 +141,11 @@ async def _perform(
     engine = background_loop()
     hooks = _Hooks(engine, call, agent.name, turn_id, abort_key, holding, abort_on_shutdown)
     try:
-        with engine.http_client() as client:
-            return await perform_call(
-                adapter=adapter, wire=wire, streamed=request.stream, max_tokens=request.max_tokens,
-                bounds=bounds_settings(), client=client, on_abortable=hooks.on_abortable,
-                on_milestone=hooks.on_milestone, on_delta=hooks.on_delta, on_progress=hooks.on_progress,
-            )
+        return await perform_call(
+            adapter=adapter, wire=wire, streamed=request.stream, max_tokens=request.max_tokens,
+            bounds=bounds_settings(), client=engine.http, on_abortable=hooks.on_abortable,
+            on_milestone=hooks.on_milestone, on_delta=hooks.on_delta, on_progress=hooks.on_progress,
+        )
     finally:
         hooks.hub.ended(call.pk)
         for step in hooks.undo:

@@ -9,27 +9,23 @@ import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import httpx
 from asgiref.sync import sync_to_async
 from django.db import connection
 
-from agentops.background import CONNECT_TIMEOUT_S
+from agentops import http1
+from agentops.background import CONNECT_TIMEOUT_S, KEPT_CONNECTIONS
 
 T = TypeVar("T")
 
-_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = weakref.WeakKeyDictionary()
+_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, http1.Client] = weakref.WeakKeyDictionary()
 
 
-def loop_http() -> httpx.AsyncClient:
-    """The HTTP client of the running event loop (one per loop: a client is bound to it)."""
+def loop_http() -> http1.Client:
+    """The HTTP client of the running event loop (one per loop: its connections are bound to it)."""
     loop = asyncio.get_running_loop()
     client = _clients.get(loop)
     if client is None:
-        client = httpx.AsyncClient(
-            timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=100),
-        )
-        _clients[loop] = client
+        client = _clients[loop] = http1.Client(connect_timeout_s=CONNECT_TIMEOUT_S, keep_idle=KEPT_CONNECTIONS)
     return client
 
 

@@ -1,35 +1,13 @@
-"""The background loop's HTTP clients (``BackgroundLoop.http_client``): calls fill one client up
-to ``CALLS_PER_CLIENT`` before the next is used, so one held stream costs a pool walk over at
-most that many, and calls one after another share one client and its idle connections; and the
-coroutines started on the loop (``BackgroundLoop.start``) nobody waits on."""
+"""The background loop: the coroutines started on it (``BackgroundLoop.start``) nobody waits on,
+and the live events handed to it in order (``send_in_order``, ``send_batched_in_order``)."""
 
 from __future__ import annotations
 
 import asyncio
 import queue
 import threading
-from contextlib import ExitStack
 
-import httpx
-
-from agentops.background import CALLS_PER_CLIENT, BackgroundLoop
-
-
-def test_calls_fill_one_client_before_the_next_and_a_finished_call_frees_its_place() -> None:
-    engine = BackgroundLoop()
-
-    async def scenario() -> None:
-        with ExitStack() as held:
-            clients = [held.enter_context(engine.http_client()) for _ in range(2 * CALLS_PER_CLIENT + 1)]
-            first, second, third = clients[0], clients[CALLS_PER_CLIENT], clients[-1]
-            assert all(isinstance(c, httpx.AsyncClient) for c in clients)
-            assert {id(c) for c in clients[:CALLS_PER_CLIENT]} == {id(first)}
-            assert {id(c) for c in clients[CALLS_PER_CLIENT:-1]} == {id(second)}
-            assert len({id(first), id(second), id(third)}) == 3
-        with engine.http_client() as again, engine.http_client() as next_one:
-            assert again is first and next_one is first  # calls one after another share one client
-
-    engine.submit(scenario()).result(10)
+from agentops.background import BackgroundLoop
 
 
 def test_a_started_coroutine_runs_to_its_end_and_its_task_is_handed_to_on_done_on_the_loop() -> None:

@@ -43,7 +43,7 @@ def wire_pinned(wire: WireRequest, address: IPAddress) -> WireRequest:
         wire,
         url=str(target.copy_with(host=str(address))),
         headers={**wire.headers, "host": target.netloc.decode("ascii")},
-        extensions={**wire.extensions, "sni_hostname": target.raw_host.decode("ascii")},
+        sni_hostname=target.raw_host.decode("ascii"),
     )
 
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..sse import SseEvent
@@ -12,8 +12,8 @@ class WireRequest:
     url: str
     headers: dict[str, str]
     body: dict[str, Any]
-    # httpx request extensions: the TLS server name when ``url`` is pinned to an address.
-    extensions: dict[str, Any] = field(default_factory=dict)
+    # The TLS server name (and the certificate's) when ``url`` is pinned to an address.
+    sni_hostname: str | None = None
 
 
 class StreamReader(Protocol):

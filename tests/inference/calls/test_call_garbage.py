@@ -3,16 +3,13 @@ ends must go with its last reference, not wait for the cyclic collector, whose c
 the loop that times the cuts (tens of milliseconds per young collection, hundreds for an older
 one, with thousands of streams held), and which in a worker sees what survives a young
 collection only at its sweeps (``agentops.collector``). Against the stand-in over sockets, on
-the worker's kind of client (``agentops.sockets``)."""
+the worker's client (``agentops.http1``)."""
 
 from __future__ import annotations
 
 import gc
-import ssl
 
-import httpx
-
-from agentops.sockets import asyncio_transport
+from agentops import http1
 from inference.calls.adapters import OpenAIAdapter
 from inference.calls.bounds import BoundsSettings
 from inference.calls.client import CallResult, perform_call
@@ -25,8 +22,7 @@ CUT = [("pings:interval_ms=50", True)] * 5
 
 async def test_calls_answered_and_cut_leave_nothing_for_the_collector(standin: str) -> None:
     adapter = OpenAIAdapter()
-    transport = asyncio_transport(verify=ssl.create_default_context(), limits=httpx.Limits(max_keepalive_connections=8))
-    async with httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(None, connect=5)) as client:
+    async with http1.Client(connect_timeout_s=5) as client:
 
         async def one(model: str, stream: bool) -> CallResult:
             req = CompiledRequest(model=model, system="be brief", max_tokens=100, stream=stream, messages=[Message(role="user", blocks=[{"type": "text", "text": "hello"}])])
@@ -46,9 +42,9 @@ async def test_calls_answered_and_cut_leave_nothing_for_the_collector(standin: s
         answered, answered_garbage = await garbage(ANSWERED)
         cut, cut_garbage = await garbage(CUT)
     assert answered == ["completed"] * len(ANSWERED) and cut == ["cut"] * len(CUT)
-    # Each response stayed in a cycle with its stream (about 60 objects a call, more with a
-    # closed connection's), a streamed answer's reading, cancelled while its response closed,
-    # in another with the cancellation's traceback, and each closed connection's transport in
-    # one of its own (7 objects). None is left.
+    # On httpx each response stayed in a cycle with its stream (about 60 objects a call, more
+    # with a closed connection's), a streamed answer's reading, cancelled while its response
+    # closed, in another with the cancellation's traceback, and each closed connection's
+    # transport in one of its own (7 objects). None is left.
     assert answered_garbage < len(ANSWERED), answered_garbage
     assert cut_garbage < len(CUT), cut_garbage
