@@ -33,6 +33,10 @@ SWEEP_S = 5.0
 RECONNECT_S = 0.5
 # Keys per MGET in a sweep: one round trip per thousand calls, not one huge reply.
 SWEEP_BATCH = 1000
+# A newly watched key is read after this long, with the others watched meanwhile: a worker
+# starting calls by the hundred a second reads them a few dozen at a time, not one round trip
+# each. (Only a key set before its watch began waits for this read; later ones are heard.)
+READ_GATHER_S = 0.05
 
 
 def abort_channel(url: str) -> str:
@@ -106,6 +110,7 @@ class AbortWatcher:
             self._reader = self._loop.create_task(self._read_unread())
 
     async def _read_unread(self) -> None:
+        await asyncio.sleep(READ_GATHER_S)
         while self._unread and self._client is not None:
             keys = list(self._unread)
             self._unread.clear()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import redis
+import redis.asyncio
 from django.conf import settings
 
 from agentops.cancels import SWEEP_S, AbortWatcher, abort_channel, abort_signal
@@ -106,6 +107,35 @@ async def test_a_cancel_set_before_its_watch_began_aborts_at_once(watcher: Abort
     finally:
         client.close()
     assert fired_early.times == 1 and fired_late.times == 1
+
+
+async def test_keys_watched_one_after_another_are_read_together(watcher: AbortWatcher, monkeypatch: pytest.MonkeyPatch) -> None:
+    keep = watcher.watch(a_key(), Fired())
+    await subscribed(watcher)
+    reads: list[int] = []
+    mget = redis.asyncio.Redis.mget
+
+    async def counted(self: redis.asyncio.Redis, keys: list[str], *args: object) -> object:
+        reads.append(len(keys))
+        return await mget(self, keys, *args)
+
+    monkeypatch.setattr(redis.asyncio.Redis, "mget", counted)
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    try:
+        keys = [a_key() for _ in range(30)]
+        for key in keys[::3]:
+            client.set(key, "1", ex=60)  # set before their watches began: only the read finds them
+        fired = {key: Fired() for key in keys}
+        for key in keys:  # a worker starting calls: a watch each
+            watcher.watch(key, fired[key])
+            await asyncio.sleep(0.001)
+        for key in keys[::3]:
+            assert await fired[key].within(1)
+    finally:
+        client.close()
+        keep()
+    assert reads == [30], reads  # one round trip for all, not one a call
+    assert [key for key in keys if fired[key].times] == keys[::3]
 
 
 async def test_an_unwatched_key_is_not_aborted_and_a_watch_fires_once(watcher: AbortWatcher) -> None:
