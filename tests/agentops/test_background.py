@@ -79,3 +79,17 @@ def test_items_handed_while_a_send_is_out_go_together_in_order_and_a_coroutine_k
     engine.submit(from_the_loop()).result(10)
     engine.flush(10)
     assert _batches[-1] == ["other:y", "other:z"]
+
+
+def test_items_handed_over_within_a_few_milliseconds_go_in_one_batch() -> None:
+    engine = BackgroundLoop()
+    _batches.clear()
+
+    async def handed() -> None:
+        for item in ("a", "b", "c"):
+            engine.send_batched_in_order(_other_batch, item)
+            await asyncio.sleep(0)  # the loop turns between them: the sender could have run
+
+    engine.submit(handed()).result(10)
+    engine.flush(10)
+    assert _batches == [["other:a", "other:b", "other:c"]]
