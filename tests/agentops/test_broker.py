@@ -5,6 +5,7 @@ and per acknowledgement."""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import redis
 from django.conf import settings
@@ -17,7 +18,7 @@ def test_the_app_publishes_through_one_kept_client_and_the_message_arrives() -> 
     queue = f"test-broker-{uuid.uuid4().hex}"
     with app.connection_for_write() as connection:
         assert isinstance(connection.transport, Transport)
-        channel = connection.default_channel
+        channel: Any = connection.default_channel  # kombu's Redis channel
         with channel.conn_or_acquire() as first, channel.conn_or_acquire() as second:
             assert first is second
         app.amqp.Producer(channel).publish({"hello": "there"}, exchange="", routing_key=queue)

@@ -115,9 +115,9 @@ async def test_keys_watched_one_after_another_are_read_together(watcher: AbortWa
     reads: list[int] = []
     mget = redis.asyncio.Redis.mget
 
-    async def counted(self: redis.asyncio.Redis, keys: list[str], *args: object) -> object:
+    async def counted(self: redis.asyncio.Redis, keys: list[str]) -> object:
         reads.append(len(keys))
-        return await mget(self, keys, *args)
+        return await mget(self, keys)
 
     monkeypatch.setattr(redis.asyncio.Redis, "mget", counted)
     client = redis.Redis.from_url(settings.REDIS_URL)
