@@ -17,6 +17,7 @@ import pytest
 import trustme
 
 from agentops import http1
+from agentops.http1.connection import Connection
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -320,7 +321,7 @@ async def test_a_closed_connection_plain_or_tls_leaves_nothing_for_the_collector
                 # server's are asyncio's streams', not ours), connections and answers.
                 ours = [
                     o for o in gc.garbage
-                    if isinstance(o, http1.Response | http1._Connection)
+                    if isinstance(o, http1.Response | Connection)
                     or (isinstance(o, asyncio.Transport) and (o.get_extra_info("peername") or ("", 0))[1] == port)
                 ]
             finally:
