@@ -5,6 +5,7 @@ the release permission sees no Release action (DESIGN §9, issue 6)."""
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -15,6 +16,7 @@ from agentops.models import AuditEntry
 from inference.models import Turn
 from tests.conftest import wait_for
 from tests.inference.turns.test_turns import submit, wait_turn
+from waits.journal import JOURNAL_POLL_MS
 
 if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver
@@ -60,13 +62,22 @@ def content(element: WebElement) -> str:
 
 
 def wait_row(browser: WebDriver, agent: str) -> WebElement:
-    """The Binding waits row of ``agent`` (exactly one)."""
+    """The Binding waits row of ``agent`` (exactly one), reloading the page until it is listed:
+    this process reads the journal rows a worker appended at most every ``JOURNAL_POLL_MS``, so
+    a page loaded within that of the hold may not list it yet."""
     from selenium.webdriver.common.by import By
 
+    def matching() -> list[WebElement]:
+        rows = browser.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")
+        return [r for r in rows if content(r.find_elements(By.TAG_NAME, "td")[0]) == agent]
+
+    deadline = time.monotonic() + 10 * JOURNAL_POLL_MS / 1000
+    while not (found := matching()) and time.monotonic() < deadline:
+        time.sleep(JOURNAL_POLL_MS / 1000 / 2)
+        browser.refresh()
     rows = browser.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")
-    matching = [r for r in rows if content(r.find_elements(By.TAG_NAME, "td")[0]) == agent]
-    assert len(matching) == 1, [content(r) for r in rows]
-    return matching[0]
+    assert len(found) == 1, [content(r) for r in rows]
+    return found[0]
 
 
 def test_an_operator_releases_a_binding_wait_in_the_browser_and_the_turn_resumes(
