@@ -5,7 +5,6 @@ the release permission sees no Release action (DESIGN §9, issue 6)."""
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -67,17 +66,16 @@ def wait_row(browser: WebDriver, agent: str) -> WebElement:
     a page loaded within that of the hold may not list it yet."""
     from selenium.webdriver.common.by import By
 
-    def matching() -> list[WebElement]:
-        rows = browser.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")
-        return [r for r in rows if content(r.find_elements(By.TAG_NAME, "td")[0]) == agent]
+    def rows() -> list[WebElement]:
+        listed = browser.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")
+        matching = [r for r in listed if content(r.find_elements(By.TAG_NAME, "td")[0]) == agent]
+        if not matching:
+            browser.refresh()
+        return matching
 
-    deadline = time.monotonic() + 10 * JOURNAL_POLL_MS / 1000
-    while not (found := matching()) and time.monotonic() < deadline:
-        time.sleep(JOURNAL_POLL_MS / 1000 / 2)
-        browser.refresh()
-    rows = browser.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")
-    assert len(found) == 1, [content(r) for r in rows]
-    return found[0]
+    matching = wait_for(rows, timeout=10 * JOURNAL_POLL_MS / 1000, interval=JOURNAL_POLL_MS / 1000 / 2, what=f"{agent}'s wait to be listed")
+    assert len(matching) == 1, [content(r) for r in browser.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")]
+    return matching[0]
 
 
 def test_an_operator_releases_a_binding_wait_in_the_browser_and_the_turn_resumes(
