@@ -16,8 +16,11 @@ def binding_waits(*, agent: str | None = None, model: str | None = None, now_ms:
     model, as ``{agent, model, until, reason, set_at, source}`` sorted by agent and model.
 
     While the records are unreadable every agent that is not disposed or ephemeral is listed
-    as held on model ``*`` (``source: "unreadable"``), except what a release made certain."""
-    book = journal_binding(now_ms=now_ms)
+    as held on model ``*`` (``source: "unreadable"``), except what a release made certain.
+
+    A person reads these: rows other processes appended are read first, whatever the poll
+    cadence, so a turn another process reports ``held`` has its wait listed here."""
+    book = journal_binding(now_ms=now_ms, fresh=True)
     waits: list[dict[str, Any]] = [
         {
             "agent": w.agent,

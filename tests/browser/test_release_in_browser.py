@@ -15,7 +15,6 @@ from agentops.models import AuditEntry
 from inference.models import Turn
 from tests.conftest import wait_for
 from tests.inference.turns.test_turns import submit, wait_turn
-from waits.journal import JOURNAL_POLL_MS
 
 if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver
@@ -60,21 +59,14 @@ def content(element: WebElement) -> str:
     return " ".join(str(element.get_attribute("textContent") or "").split())
 
 
-def wait_row(browser: WebDriver, agent: str) -> WebElement:
-    """The Binding waits row of ``agent`` (exactly one), reloading the page until it is listed:
-    this process reads the journal rows a worker appended at most every ``JOURNAL_POLL_MS``, so
-    a page loaded within that of the hold may not list it yet."""
+def listed_row(browser: WebDriver, agent: str) -> WebElement:
+    """The Binding waits row of ``agent``: exactly one, on the page as first loaded (the page
+    reads the journal rows the worker appended before its turn said ``held``)."""
     from selenium.webdriver.common.by import By
 
-    def rows() -> list[WebElement]:
-        listed = browser.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")
-        matching = [r for r in listed if content(r.find_elements(By.TAG_NAME, "td")[0]) == agent]
-        if not matching:
-            browser.refresh()
-        return matching
-
-    matching = wait_for(rows, timeout=10 * JOURNAL_POLL_MS / 1000, interval=JOURNAL_POLL_MS / 1000 / 2, what=f"{agent}'s wait to be listed")
-    assert len(matching) == 1, [content(r) for r in browser.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")]
+    listed = browser.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")
+    matching = [r for r in listed if content(r.find_elements(By.TAG_NAME, "td")[0]) == agent]
+    assert len(matching) == 1, [content(r) for r in listed]
     return matching[0]
 
 
@@ -93,7 +85,7 @@ def test_an_operator_releases_a_binding_wait_in_the_browser_and_the_turn_resumes
     # The admin's own stylesheet loaded (the header is styled, not the browser's default).
     header = browser.find_element(By.ID, "header")
     assert header.value_of_css_property("background-color") not in ("rgba(0, 0, 0, 0)", "transparent")
-    row = wait_row(browser, agent.name)
+    row = listed_row(browser, agent.name)
     assert HELD_MODEL in content(row) and "429" in content(row)
 
     row.find_element(By.CSS_SELECTOR, "a.release-wait").click()
@@ -139,7 +131,7 @@ def test_a_staff_user_without_the_release_permission_sees_no_release_action_in_t
     base = live_server.url
 
     log_in(browser, base, "linus", "/admin/waits/bindingwait/")
-    row = wait_row(browser, agent.name)
+    row = listed_row(browser, agent.name)
     assert HELD_MODEL in content(row)
     assert browser.find_elements(By.CSS_SELECTOR, "a.release-wait") == []
     assert "Release" not in content(browser.find_element(By.ID, "result_list"))

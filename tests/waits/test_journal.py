@@ -140,6 +140,16 @@ def test_a_wait_recorded_by_another_process_binds_here_at_the_next_poll(agent: A
     assert held(agent, "m1", NOW + JOURNAL_POLL_MS) is not None
 
 
+def test_the_listed_waits_read_rows_another_process_appended_without_waiting_for_the_poll(agent: Agent) -> None:
+    from waits.selectors import binding_waits
+
+    assert held(agent, "m1", NOW) is None  # loads this process's view
+    insert_row(kind="set", until_ms=int(NOW + 600_000))  # as a worker would append it
+    assert held(agent, "m1", NOW + 1) is None  # admission keeps its cadence
+    _, waits = binding_waits(now_ms=NOW + 1)  # a person reads: the turn says "held" already
+    assert [(w["agent"], w["model"]) for w in waits] == [("ada", "m1")]
+
+
 def test_the_steady_state_admission_check_runs_no_query(agent: Agent) -> None:
     wait_record(agent=agent, model="m1", retry_after_ms=600_000, reason="429", now_ms=NOW)
     held(agent, "m1", NOW)

@@ -46,9 +46,10 @@ __all__ = [
 _journal = Journal()
 
 
-def journal_binding(*, now_ms: float) -> WaitBook:
-    """What binds in this process at ``now``. Do not change the returned book."""
-    return _journal.binding(now_ms=now_ms)
+def journal_binding(*, now_ms: float, fresh: bool = False) -> WaitBook:
+    """What binds in this process at ``now``. Do not change the returned book. ``fresh``
+    reads rows other processes appended whatever the poll cadence (one more query)."""
+    return _journal.binding(now_ms=now_ms, fresh=fresh)
 
 
 def journal_session(*, now_ms: float) -> AbstractContextManager[Session]:

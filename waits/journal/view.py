@@ -100,7 +100,7 @@ class Journal:
 
     # --- reads ------------------------------------------------------------------------
 
-    def binding(self, *, now_ms: float) -> WaitBook:
+    def binding(self, *, now_ms: float, fresh: bool = False) -> WaitBook:
         """The binding book at ``now``, refreshing what is due first. Cheap when nothing is due:
         no query, one lock. The book is never changed once handed out (a refresh replaces it),
         so a caller may read it after the lock is released.
@@ -108,7 +108,11 @@ class Journal:
         Never queues behind another thread's read or act, which may wait on the database: the
         book as it stands is returned instead (a true prefix of the journal with this
         process's acts applied, as when a poll fails). With no book yet, it waits up to
-        ``busy_wait_s()`` and then returns one that holds every model (fail closed)."""
+        ``busy_wait_s()`` and then returns one that holds every model (fail closed).
+
+        ``fresh``: poll for new rows whatever the cadence (when the lock is free). For reads a
+        person follows (the admin, ``GET /waits``): a wait another process recorded is listed
+        as soon as that process says it is held."""
         if self._published is not None:
             acquired = self._lock.acquire(blocking=False)
             if not acquired and self._superseded:
@@ -120,7 +124,7 @@ class Journal:
             published = self._published  # read after the try: it may have been published meanwhile
             return published if published is not None and not self._superseded else _busy_book()
         try:
-            self._refresh(now_ms)
+            self._refresh(now_ms, poll=fresh)
             return self._binding()
         finally:
             self._lock.release()
@@ -140,9 +144,10 @@ class Journal:
         if self._s.durable is not None:
             self._binding()
 
-    def _refresh(self, now_ms: float, *, for_act: bool = False) -> None:
+    def _refresh(self, now_ms: float, *, for_act: bool = False, poll: bool = False) -> None:
         """Do what is due. Before an act (``for_act``), pending acts are offered and new rows
-        read whatever the cadence, so the act is decided against a fresh view."""
+        read whatever the cadence, so the act is decided against a fresh view; ``poll`` reads
+        new rows whatever the cadence."""
         s = self._s
         recheck_ms = settings.AGENTOPS_WAIT_RECHECK_MS
         loaded = False
@@ -150,7 +155,7 @@ class Journal:
             self._load(now_ms)
             loaded = True
         offered = bool(s.pending) and (for_act or _due(s.offered_at, now_ms, recheck_ms)) and self._offer(now_ms)
-        if not (loaded or offered) and (for_act or _due(s.polled_at, now_ms, JOURNAL_POLL_MS)):
+        if not (loaded or offered) and (for_act or poll or _due(s.polled_at, now_ms, JOURNAL_POLL_MS)):
             self._poll(now_ms)
         self._episode(now_ms)
 
