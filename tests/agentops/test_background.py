@@ -4,8 +4,10 @@ and the live events handed to it in order (``send_in_order``, ``send_batched_in_
 from __future__ import annotations
 
 import asyncio
+import os
 import queue
 import threading
+from typing import Any
 
 from agentops.background import BackgroundLoop
 
@@ -93,3 +95,23 @@ def test_items_handed_over_within_a_few_milliseconds_go_in_one_batch() -> None:
     engine.submit(handed()).result(10)
     engine.flush(10)
     assert _batches == [["other:a", "other:b", "other:c"]]
+
+
+def _niceness() -> int:
+    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+
+async def _niceness_on_loop() -> int:
+    return _niceness()
+
+
+def test_the_bookkeeping_threads_yield_the_cpu_to_the_loop_that_times_the_cuts(settings: Any) -> None:
+    """Where the cores are busy, the thread that runs every call's timers must get one first:
+    the bookkeeping threads run at a lower priority (their niceness raised), the loop at the
+    process's own."""
+    settings.AGENTOPS_BOOKKEEPING_NICE = 7
+    engine = BackgroundLoop()
+    own = _niceness()
+    assert engine.bookkeeping_pool.submit(_niceness).result(timeout=5) == min(own + 7, 19)
+    assert asyncio.run_coroutine_threadsafe(_niceness_on_loop(), engine.loop).result(timeout=5) == own
+    assert _niceness() == own  # the calling thread, and so the process, is untouched
