@@ -110,7 +110,7 @@ class DatabaseCollector(Collector):
         )
 
     def _waits(self) -> Iterator[GaugeMetricFamily]:
-        readable, waits = binding_waits(now_ms=self.now_ms)
+        readable, waits = binding_waits(now_ms=self.now_ms, fresh=False)
         yield GaugeMetricFamily(
             "agentops_holds_binding", "Provider waits binding now (while the journal is unreadable, one per agent held on model *).",
             value=len(waits),

@@ -11,16 +11,19 @@ from .journal import entry_problem, journal_binding, ms_to_datetime
 from .models import WaitJournalEntry
 
 
-def binding_waits(*, agent: str | None = None, model: str | None = None, now_ms: float) -> tuple[bool, list[dict[str, Any]]]:
+def binding_waits(
+    *, agent: str | None = None, model: str | None = None, now_ms: float, fresh: bool = True
+) -> tuple[bool, list[dict[str, Any]]]:
     """(journal_readable, the waits that bind at ``now_ms``), optionally for one agent and
     model, as ``{agent, model, until, reason, set_at, source}`` sorted by agent and model.
 
     While the records are unreadable every agent that is not disposed or ephemeral is listed
     as held on model ``*`` (``source: "unreadable"``), except what a release made certain.
 
-    A person reads these: rows other processes appended are read first, whatever the poll
-    cadence, so a turn another process reports ``held`` has its wait listed here."""
-    book = journal_binding(now_ms=now_ms, fresh=True)
+    A person reads these (``fresh``): rows other processes appended are read first, whatever
+    the poll cadence, so a turn another process reports ``held`` has its wait listed here. A
+    periodic reader (the metrics scrape) passes ``fresh=False`` and keeps the cadence."""
+    book = journal_binding(now_ms=now_ms, fresh=fresh)
     waits: list[dict[str, Any]] = [
         {
             "agent": w.agent,
