@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Generic, ParamSpec, TypeVar
 
+from django.conf import settings
+
 from . import http1
 from .cancels import AbortWatcher
 
@@ -43,8 +45,6 @@ def _yield_to_the_loop() -> None:
     (Linux schedules each thread on its own), so where the cores are full the loop that times
     every call's cuts gets one before the bookkeeping does. Raising one's niceness needs no
     privilege; the loop, the lease renewer and the rest of the process keep theirs."""
-    from django.conf import settings
-
     nice = settings.AGENTOPS_BOOKKEEPING_NICE
     if nice and sys.platform.startswith("linux"):
         tid = threading.get_native_id()
@@ -63,7 +63,7 @@ class BackgroundLoop:
         self._started: set[asyncio.Task[Any]] = set()  # the loop keeps only weak references
         self._aborts: AbortWatcher | None = None
         self.bookkeeping_pool = ThreadPoolExecutor(
-            max_workers=int(os.environ.get("AGENTOPS_BOOKKEEPING_THREADS", "4")), thread_name_prefix="agentops-bookkeeping",
+            max_workers=settings.AGENTOPS_BOOKKEEPING_THREADS, thread_name_prefix="agentops-bookkeeping",
             initializer=_yield_to_the_loop,
         )
         self.thread = threading.Thread(target=self._run, name="agentops-background-loop", daemon=True)
@@ -155,8 +155,6 @@ class BackgroundLoop:
         which also publishes it: the process's one subscription hears it at once (see there).
         Call from the loop."""
         if self._aborts is None:
-            from django.conf import settings
-
             self._aborts = AbortWatcher(self.loop, lambda: str(settings.REDIS_URL))
         return self._aborts.watch(key, abort)
 

@@ -17,7 +17,7 @@ def env_str(name: str, default: str = "") -> str:
     return os.environ.get(name, default)
 
 
-def env_int(name: str, default: int, *, minimum: int = 0) -> int:
+def env_int(name: str, default: int, *, minimum: int = 0, maximum: int | None = None) -> int:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default
@@ -27,6 +27,8 @@ def env_int(name: str, default: int, *, minimum: int = 0) -> int:
         raise ConfigError(f"{name} must be a whole number, not {raw!r}") from None
     if value < minimum:
         raise ConfigError(f"{name} must be at least {minimum}, not {value}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{name} must be at most {maximum}, not {value}")
     return value
 
 

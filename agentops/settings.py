@@ -194,10 +194,11 @@ CELERY_WORKER_CONCURRENCY = env_int("AGENTOPS_WORKER_CONCURRENCY", 8, minimum=1)
 # How many agents' runs one worker process holds at once (each a coroutine, its call a socket);
 # past it, the worker takes no more turns from the broker until one ends.
 AGENTOPS_WORKER_TURNS = env_int("AGENTOPS_WORKER_TURNS", 10_000, minimum=1)
-# How much lower the OS priority of a worker's bookkeeping threads is than its loop's (their
-# niceness raised by this, up to 19; 0 leaves it): in a storm of cuts, with the cores full, the
-# loop that times the cuts is scheduled first (agentops.background).
-AGENTOPS_BOOKKEEPING_NICE = min(env_int("AGENTOPS_BOOKKEEPING_NICE", 10), 19)
+# A worker's bookkeeping threads (the turns' blocking ORM work, agentops.background), and how much
+# lower their OS priority is than the loop's (their niceness raised by this; 0 leaves it): in a
+# storm of cuts, with the cores full, the loop that times the cuts is scheduled first.
+AGENTOPS_BOOKKEEPING_THREADS = env_int("AGENTOPS_BOOKKEEPING_THREADS", 4, minimum=1)
+AGENTOPS_BOOKKEEPING_NICE = env_int("AGENTOPS_BOOKKEEPING_NICE", 10, maximum=19)
 # A worker's collector walks what outlived a young collection only at a sweep (agentops.collector).
 AGENTOPS_GC_SWEEP_MS = env_ms("AGENTOPS_GC_SWEEP_MS", 3_600_000)
 CELERY_TASK_DEFAULT_QUEUE = env_str("AGENTOPS_CELERY_QUEUE", "agentops")
