@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import redis
 from django.conf import settings
 
-from inference.calls.progress import PROGRESS_KEY, SLICE, ProgressHub
+from inference.calls.client import Timeline
+from inference.calls.progress import PROGRESS_KEY, SLICE, ProgressHub, progress_entry
 
 
-def _entry(call_id: int) -> dict[str, object]:
-    return {"id": call_id, "agent": "a", "turn": None, "first_event_ms": None, "first_content_ms": None,
-            "last_event_ms": None, "model_events": 0, "keepalives": 1, "deadline_ms": 1.0, "bound": "before_content"}
+def _entry(call_id: int) -> dict[str, Any]:
+    return progress_entry(call_id=call_id, agent="a", turn_id=None, timeline=Timeline(sent=1.0, keepalives=1), deadline=None)
 
 
 async def test_a_flush_of_many_calls_lets_the_loop_run_between_its_slices_and_stores_every_call() -> None:
