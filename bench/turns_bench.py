@@ -33,6 +33,11 @@ stand-in's ``answer`` scenario (three short text deltas):
 - worker burst: one turn to each of N other agents queued in one commit by ``turn_submit``
   (the function the API calls; the drains are sent on commit), so the worker's own rate shows
   with the web app out of the way: turns/s = N / (last ``ended_at`` - the commit);
+- intake alone: one turn to each of N other agents through the API, as in the turns burst,
+  with the service's worker stopped (SIGSTOP, resumed after; the turns then run unmeasured):
+  turns accepted/s = N / (last 202 - first submit), and the web app's, the bench database's
+  and this process's CPU a turn. The web app alone is a ceiling on the API burst's rate,
+  whatever the worker costs;
 - lone: ``--lone`` turns on one agent, each submitted once the one before has succeeded:
   (submit to the turn's ``ended_at``) - (its call's ``sent_at`` to ``ended_at``), p50/p99.
   "Submit" is this process's clock just before the POST and "succeeded" the turn's
@@ -484,6 +489,29 @@ def worker_burst(service: Service, names: Sequence[str], timeout: float) -> dict
     }
 
 
+def intake_alone(service: Service, token: str, names: Sequence[str], timeout: float) -> dict[str, float]:
+    """One turn to each agent through the API, all at once, with the service's worker stopped
+    (SIGSTOP): how fast the web app alone accepts turns, a ceiling on the API burst's rate
+    whatever the worker costs. The worker is resumed after and runs them, unmeasured."""
+    worker = psutil.Process(service.worker.pid)
+    cpu = Cpu(service.processes)
+    worker.suspend()
+    try:
+        cpu.start()
+        submitted, post_latency, _ = _phase("the intake's submits", lambda: asyncio.run(_submit_all(service.base, token, names, timeout)))
+        wall = max(s + latency for s, latency in zip(submitted.values(), post_latency, strict=True)) - min(submitted.values())
+        used = cpu.stop(wall, ["web", "postgres", "bench"])
+    finally:
+        worker.resume()
+    _burst_end(service, "intake, the worker resumed", submitted, min(submitted.values()), timeout)
+    return {
+        "intake_per_s": len(names) / wall,
+        "intake_cpu_web_per_turn_ms": used["cpu_web_s"] / len(names) * 1000,
+        "intake_cpu_postgres_per_turn_ms": used["cpu_postgres_s"] / len(names) * 1000,
+        "intake_cpu_bench_per_turn_ms": used["cpu_bench_s"] / len(names) * 1000,
+    }
+
+
 def _burst_end(service: Service, what: str, submitted: dict[int, float], first: float, timeout: float) -> tuple[dict[int, dict[str, float]], float, dict[str, dict[str, float]]]:
     """Wait for every turn to end; their rows, first submit to last end, their timings."""
     from inference.models import Turn
@@ -634,10 +662,11 @@ def one_run(service: Service, token: str, wires: dict[str, dict[str, Any]], run:
 def one_mode(service: Service, token: str, wire: dict[str, Any], label: str, prefix: str, stream: bool, args: argparse.Namespace, bare_queue: str) -> dict[str, float]:
     names = [f"{prefix}-{i}" for i in range(args.agents)]
     worker_names = [f"{prefix}-w{i}" for i in range(args.agents)]
+    intake_names = [f"{prefix}-i{i}" for i in range(args.agents)]
     lone_name = f"{prefix}-lone"
 
     def create() -> dict[str, float]:
-        api_create(service.base, token, "/agents", agent_bodies([*names, *worker_names, lone_name], stream), args.timeout)
+        api_create(service.base, token, "/agents", agent_bodies([*names, *worker_names, *intake_names, lone_name], stream), args.timeout)
         return {}
 
     phases: list[tuple[str, Callable[[], dict[str, float]]]] = [
@@ -646,6 +675,7 @@ def one_mode(service: Service, token: str, wire: dict[str, Any], label: str, pre
         ("bare tasks", lambda: bare_burst(service, wire, args.agents, f"{TAG}:{prefix}", bare_queue, args.timeout)),
         ("API burst", lambda: turns_burst(service, token, names, args.timeout)),
         ("worker burst", lambda: worker_burst(service, worker_names, args.timeout)),
+        ("intake alone", lambda: intake_alone(service, token, intake_names, args.timeout)),
         ("lone turns", lambda: lone(service, token, lone_name, args.lone, args.timeout)),
     ]
     values: dict[str, float] = {}
@@ -655,6 +685,7 @@ def one_mode(service: Service, token: str, wire: dict[str, Any], label: str, pre
         time.sleep(1)  # the service settles between phases
     values["ratio_turns_to_bare"] = values["turns_per_s"] / values["bare_per_s"]
     values["ratio_worker_turns_to_bare"] = values["worker_turns_per_s"] / values["bare_per_s"]
+    values["ratio_intake_to_bare"] = values["intake_per_s"] / values["bare_per_s"]
     values["turns_to_direct"] = values["turns_per_s"] / values["direct_per_s"]
     return values
 
@@ -790,6 +821,10 @@ def report(args: argparse.Namespace, results: list[dict[str, float]], pools: dic
               f"commit to sent p50 {m[f'{mode}.worker_commit_to_sent_p50_ms']:.0f} ms, call end to turn end p50 {m[f'{mode}.worker_call_end_to_turn_end_p50_ms']:.0f} ms; "
               f"worker CPU {m[f'{mode}.worker_cpu_per_turn_ms']:.1f} ms a turn ({m[f'{mode}.worker_cpu_worker_s']:.1f} s in {args.agents / m[f'{mode}.worker_turns_per_s']:.1f} s), "
               f"bare worker {m[f'{mode}.bare_cpu_per_task_ms']:.1f} ms a task")
+        print(f"  the web app alone (worker stopped): {m[f'{mode}.intake_per_s']:.1f} turns accepted/s ({runs('intake_per_s')}), "
+              f"/bare {m[f'{mode}.ratio_intake_to_bare']:.2f} ({runs('ratio_intake_to_bare', digits=2)}); CPU a turn: web "
+              f"{m[f'{mode}.intake_cpu_web_per_turn_ms']:.1f} ms, postgres {m[f'{mode}.intake_cpu_postgres_per_turn_ms']:.1f} ms, "
+              f"this bench {m[f'{mode}.intake_cpu_bench_per_turn_ms']:.1f} ms")
         print(f"  CPU during the API burst: worker {m[f'{mode}.cpu_worker_s']:.1f} s, web {m[f'{mode}.cpu_web_s']:.1f} s, stand-in {m[f'{mode}.cpu_standin_s']:.1f} s, "
               f"postgres (bench db) {m[f'{mode}.cpu_postgres_s']:.1f} s, this bench {m[f'{mode}.cpu_bench_s']:.1f} s, the rest of the machine {m[f'{mode}.cpu_others_s']:.1f} s")
         print(f"  lone turn beyond its call p50 {m[f'{mode}.lone_beyond_call_p50_ms']:.1f} ms ({runs('lone_beyond_call_p50_ms')}), "
