@@ -5,11 +5,14 @@ falls back to."""
 from __future__ import annotations
 
 import math
+import threading
 import time
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
 from agentops.models import Agent
@@ -39,8 +42,40 @@ def hold_if_waiting(turn: Turn) -> bool:
     # Re-check when the wait ends, and at least every AGENTOPS_WAIT_RECHECK_MS (a wait "until
     # released", unreadable records that may read again); a release also wakes the turn.
     recheck_ms = settings.AGENTOPS_WAIT_RECHECK_MS if left is None else min(left + 10, settings.AGENTOPS_WAIT_RECHECK_MS)
-    schedule_drain(turn.agent_id, recheck_ms / 1000)
+    _recheck_once(turn.agent_id, recheck_ms / 1000)
     return True
+
+
+# The re-check this process has scheduled for each held agent: when it is due (monotonic).
+_rechecks: dict[int, float] = {}
+_rechecks_lock = threading.Lock()
+# A scheduled re-check due later than this is still ahead; one due sooner may be the delivery
+# now running (Celery runs a countdown at its instant or after it, never before).
+RECHECK_AHEAD_S = 0.25
+
+
+def _recheck_once(agent_id: int, delay_s: float) -> None:
+    """Schedule the held agent's re-check in ``delay_s``, unless one this process scheduled is
+    still ahead and comes no later. Every drain of a held turn re-checks it (the sweep's, a
+    release's, a duplicate delivery's): were each to schedule its own re-check, which schedules
+    the next, every sweep would start one more chain and a long hold would drain its agent
+    more often by the minute. Recorded when the scheduling transaction commits."""
+    now = time.monotonic()
+    with _rechecks_lock:
+        due = _rechecks.get(agent_id)
+        if due is not None and now + RECHECK_AHEAD_S < due <= now + delay_s + RECHECK_AHEAD_S:
+            return
+    schedule_drain(agent_id, delay_s)
+    transaction.on_commit(partial(_rechecked, agent_id, now + delay_s))
+
+
+def _rechecked(agent_id: int, due: float) -> None:
+    with _rechecks_lock:
+        if len(_rechecks) > 10_000:
+            now = time.monotonic()
+            for stale in [a for a, d in _rechecks.items() if d < now]:
+                del _rechecks[stale]
+        _rechecks[agent_id] = due
 
 
 def pacing_left_ms(turn: Turn) -> float:
