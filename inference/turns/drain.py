@@ -54,6 +54,7 @@ from .durable import (
 from .holds import ephemeral_wait_error, hold_if_waiting, pacing_left_ms, record_wait, stated_wait
 from .lease import TurnLease, lease_claim
 from .policy import Action, Decision, PolicySettings, RetryState, decide
+from .queue import enqueue_drain
 from .services import cancel_key, turn_claim, turn_complete, turn_fail, turn_hand_back, turn_rearm
 
 logger = logging.getLogger(__name__)
@@ -138,12 +139,14 @@ def _run_ended(agent_id: int, runs: _Runs, future: asyncio.Future[None]) -> None
 
 
 async def _agent_runs(agent_id: int, runs: _Runs) -> None:
-    """Run the agent while it has turns; once more if a delivery came meanwhile."""
+    """Run the agent while it has turns; once more if a delivery came meanwhile, however the
+    run ended (a release's wake-up for a turn the run had just held, a turn submitted after
+    its claim found another worker's lease and before that worker looked once more)."""
     try:
         while True:
-            idle = await _agent_run(agent_id)
+            await _agent_run(agent_id)
             with runs.lock:
-                if not (idle and runs.again.get(agent_id)):
+                if not runs.again.get(agent_id) or lifecycle.stopping.is_set():
                     del runs.again[agent_id]
                     return
                 runs.again[agent_id] = False
@@ -153,13 +156,12 @@ async def _agent_runs(agent_id: int, runs: _Runs) -> None:
         raise
 
 
-async def _agent_run(agent_id: int) -> bool:
-    """Run the agent's queued turns in order while this run holds its lease. True when it
-    ran out of turns (not held by a wait, not stopped, not another worker's)."""
+async def _agent_run(agent_id: int) -> None:
+    """Run the agent's queued turns in order while this run holds its lease."""
     claimed = await bookkeeping(_run_start, agent_id)
     if claimed is None:
         logger.debug("agent %s: another worker holds its turn lease", agent_id)
-        return False
+        return
     lease, first = claimed
     idle = False
     try:
@@ -181,8 +183,7 @@ async def _agent_run(agent_id: int) -> bool:
     except LeaseLost:
         logger.error("agent %s: the turn lease was taken over while the database was down; this run stops", agent_id)
     finally:
-        await bookkeeping(_run_end, lease)
-    return idle
+        await bookkeeping(run_end, lease, idle=idle)
 
 
 # The next turn of a run, when the hop before could not look for it (or did not).
@@ -219,11 +220,22 @@ def _run_start(agent_id: int) -> tuple[TurnLease, tuple[int, str] | None] | None
         raise
 
 
-def _run_end(lease: TurnLease) -> None:
+def run_end(lease: TurnLease, *, idle: bool) -> None:
+    """End a run: release the agent's lease and, when the run ran out of turns (``idle``),
+    look once more. A turn submitted between the run's last look and the release was
+    delivered to a worker that found the lease still held and did nothing: without this look
+    it would wait for the sweep."""
     lease.release()
     # A run that ends, even one whose lease was taken, hands its stated waits to the journal:
     # the run that takes over must not call before their end.
     offer_pending_waits_until(time.monotonic() + settings.AGENTOPS_TURN_LEASE_MS / 1000)
+    if not idle:
+        return  # held, stopped or taken over: its own re-check, the sweep or the new owner goes on
+    try:
+        if next_turn(lease.agent_id, now=timezone.now()) is not None:
+            enqueue_drain(lease.agent_id)
+    except UNREACHABLE:
+        connection.close()  # the sweep hands the agent on
 
 
 def _policy_settings() -> PolicySettings:

@@ -12,6 +12,8 @@ from django.test import Client
 from agentops.models import Agent, HistoryRow
 from inference.models import InferenceCall, Turn
 from inference.tasks import agent_drain
+from inference.turns.drain import run_end
+from inference.turns.lease import lease_claim
 from tests.conftest import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("workers")]
@@ -101,6 +103,21 @@ def test_two_workers_never_run_two_calls_for_one_agent_and_queued_messages_join(
     texts = [m["content"] for m in second_request if m["role"] == "user"]
     assert "bob: second" in texts and "carol: third" in texts
     assert Turn.objects.get(pk=second["id"]).trigger_rows.count() == 2
+
+
+def test_a_turn_submitted_as_a_run_ends_runs_once_that_run_releases_the_lease(api: Client, make_agent: Any) -> None:
+    """A run's last look found no turn; a turn submitted before it releases the lease is
+    delivered to a worker that finds the lease held and does nothing. The run's release looks
+    once more and sends the agent on, rather than leave the turn to the sweep (which these
+    workers do not run)."""
+    agent = make_agent(model="answer")
+    ending = lease_claim(agent.pk)  # the ending run's lease, held here in the test process
+    assert ending is not None
+    accepted = submit(api, agent.name, ("alice", "Hello"))
+    time.sleep(1.0)  # delivered: the worker found the lease held
+    assert api.get(f"/api/v1/turns/{accepted['id']}").json()["status"] == "queued"
+    run_end(ending, idle=True)
+    assert wait_turn(api, accepted["id"], timeout=10)["status"] == "succeeded"
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
