@@ -38,13 +38,17 @@ stand-in's ``answer`` scenario (three short text deltas):
   turns accepted/s = N / (last 202 - first submit), and the web app's, the bench database's
   and this process's CPU a turn. The web app alone is a ceiling on the API burst's rate,
   whatever the worker costs;
+- refused: the intake's POSTs again with a token that does not exist, each answered 401 after
+  the token's lookup, no view run: the web app's CPU a request, a floor under its CPU a turn;
 - lone: ``--lone`` turns on one agent, each submitted once the one before has succeeded:
   (submit to the turn's ``ended_at``) - (its call's ``sent_at`` to ``ended_at``), p50/p99.
   "Submit" is this process's clock just before the POST and "succeeded" the turn's
   ``ended_at`` as the worker wrote it (same machine, same clock); client-observed times (a
   poll every 10 ms) are reported beside them.
 It then prints each run's values, the medians of the runs and the ratios turns/s : bare
-tasks/s (API burst, the issue's number, and worker burst), says whether the stand-in was the
+tasks/s (API burst, the issue's number, and worker burst), the machine's CPU a turn may use
+at the target (its cores' time over half the bare rate) against what a turn of the API burst
+used (every process, and the rest of the machine: Redis is there), says whether the stand-in was the
 limit (it is one process on one event loop: near a full core busy, or turns near its direct
 rate), and writes everything to ``bench/results/turns-<UTC time>.json`` (not committed).
 
@@ -512,6 +516,30 @@ def intake_alone(service: Service, token: str, names: Sequence[str], timeout: fl
     }
 
 
+def refused(service: Service, names: Sequence[str], timeout: float) -> dict[str, float]:
+    """The same POSTs as the intake's, all at once, with a token that does not exist: each is
+    answered 401 after the token's one lookup, and runs no view. The web app's CPU for such a
+    request is what any request costs it before a submit's own work (a floor under its CPU a
+    turn accepted)."""
+
+    async def main() -> list[int]:
+        async with _clients(timeout, base_url=f"{service.base}/api/v1", headers={"authorization": "Bearer ao_not-a-token"}) as clients:
+            async def one(i: int, name: str) -> int:
+                return (await clients[i % len(clients)].post(f"/agents/{name}/turns", json={"messages": [MESSAGE]})).status_code
+
+            return await asyncio.gather(*(one(i, name) for i, name in enumerate(names)))
+
+    cpu = Cpu(service.processes)
+    cpu.start()
+    first = time.time()
+    statuses = _phase("the refused submits", lambda: asyncio.run(main()))
+    wall = time.time() - first
+    if set(statuses) != {401}:
+        raise BenchError(f"a POST with an unknown token was answered {sorted(set(statuses))}, not only 401")
+    used = cpu.stop(wall, ["web"])
+    return {"refused_per_s": len(names) / wall, "refused_cpu_web_per_request_ms": used["cpu_web_s"] / len(names) * 1000}
+
+
 def _burst_end(service: Service, what: str, submitted: dict[int, float], first: float, timeout: float) -> tuple[dict[int, dict[str, float]], float, dict[str, dict[str, float]]]:
     """Wait for every turn to end; their rows, first submit to last end, their timings."""
     from inference.models import Turn
@@ -676,6 +704,7 @@ def one_mode(service: Service, token: str, wire: dict[str, Any], label: str, pre
         ("API burst", lambda: turns_burst(service, token, names, args.timeout)),
         ("worker burst", lambda: worker_burst(service, worker_names, args.timeout)),
         ("intake alone", lambda: intake_alone(service, token, intake_names, args.timeout)),
+        ("refused requests", lambda: refused(service, intake_names, args.timeout)),
         ("lone turns", lambda: lone(service, token, lone_name, args.lone, args.timeout)),
     ]
     values: dict[str, float] = {}
@@ -687,6 +716,10 @@ def one_mode(service: Service, token: str, wire: dict[str, Any], label: str, pre
     values["ratio_worker_turns_to_bare"] = values["worker_turns_per_s"] / values["bare_per_s"]
     values["ratio_intake_to_bare"] = values["intake_per_s"] / values["bare_per_s"]
     values["turns_to_direct"] = values["turns_per_s"] / values["direct_per_s"]
+    # The machine's CPU a turn can use at the target (half the bare rate, every core busy),
+    # against what a turn of the API burst used, all processes counted.
+    values["target_cpu_budget_per_turn_ms"] = (os.cpu_count() or 1) * 1000 / (0.5 * values["bare_per_s"])
+    values["api_burst_cpu_per_turn_ms"] = sum(values[f"cpu_{name}_s"] for name in ("standin", "worker", "web", "beat", "bench", "postgres", "others")) / args.agents * 1000
     return values
 
 
@@ -825,6 +858,9 @@ def report(args: argparse.Namespace, results: list[dict[str, float]], pools: dic
               f"/bare {m[f'{mode}.ratio_intake_to_bare']:.2f} ({runs('ratio_intake_to_bare', digits=2)}); CPU a turn: web "
               f"{m[f'{mode}.intake_cpu_web_per_turn_ms']:.1f} ms, postgres {m[f'{mode}.intake_cpu_postgres_per_turn_ms']:.1f} ms, "
               f"this bench {m[f'{mode}.intake_cpu_bench_per_turn_ms']:.1f} ms")
+        print(f"  a request refused 401 (no view): web CPU {m[f'{mode}.refused_cpu_web_per_request_ms']:.1f} ms ({runs('refused_cpu_web_per_request_ms')}); "
+              f"the machine's CPU a turn at the target (cores / half the bare rate) {m[f'{mode}.target_cpu_budget_per_turn_ms']:.1f} ms, "
+              f"used a turn in the API burst {m[f'{mode}.api_burst_cpu_per_turn_ms']:.1f} ms ({runs('api_burst_cpu_per_turn_ms')})")
         print(f"  CPU during the API burst: worker {m[f'{mode}.cpu_worker_s']:.1f} s, web {m[f'{mode}.cpu_web_s']:.1f} s, stand-in {m[f'{mode}.cpu_standin_s']:.1f} s, "
               f"postgres (bench db) {m[f'{mode}.cpu_postgres_s']:.1f} s, this bench {m[f'{mode}.cpu_bench_s']:.1f} s, the rest of the machine {m[f'{mode}.cpu_others_s']:.1f} s")
         print(f"  lone turn beyond its call p50 {m[f'{mode}.lone_beyond_call_p50_ms']:.1f} ms ({runs('lone_beyond_call_p50_ms')}), "
