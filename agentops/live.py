@@ -15,6 +15,7 @@ Sends happen after commit: a client must never see a state the database rolled b
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from channels.layers import get_channel_layer
@@ -98,24 +99,29 @@ def publish_turn_event(turn_id: int, event: dict[str, Any]) -> None:
     background_loop().send_batched_in_order(_group_sends, (turn_group(turn_id), {"type": "turn.event", "event": event}))
 
 
+def _after_commit(send: Callable[[], None]) -> None:
+    """``send()`` once the current transaction commits; at once outside one (autocommit: what
+    the caller wrote is committed). Never through the database: ``on_commit`` outside a
+    transaction connects to ask whether autocommit is on, and a live event must not fail while
+    the database is down. A run sends its turn's ``call.ended`` right after it recorded the
+    call, and would take that failure for its bookkeeping's and run the turn again, calling
+    the provider twice; a wait recorded while the database is down must still bind."""
+    if transaction.get_connection().in_atomic_block:
+        transaction.on_commit(send)
+    else:
+        send()
+
+
 def broadcast_turn_event(turn_id: int, event: dict[str, Any]) -> None:
-    """Publish ``event`` once the current transaction commits."""
-    transaction.on_commit(lambda: publish_turn_event(turn_id, event))
+    """Publish ``event`` once the current transaction commits (at once outside one)."""
+    _after_commit(lambda: publish_turn_event(turn_id, event))
 
 
 def dashboard_publish(event: dict[str, Any]) -> None:
     """Send ``event`` to every open dashboard (the module docstring lists the event types)
     once the current transaction commits (at once outside one), in order with this process's
     other live events. Never blocks the caller; the one sender of the ``dashboard`` group."""
-    def send() -> None:
-        background_loop().send_batched_in_order(_group_sends, (DASHBOARD_GROUP, {"type": "dashboard.event", "event": event}))
-
-    if transaction.get_connection().in_atomic_block:
-        transaction.on_commit(send)
-    else:
-        # Autocommit: what the caller wrote is committed. (``on_commit`` would open a
-        # connection to ask, and a wait recorded while the database is down must still bind.)
-        send()
+    _after_commit(lambda: background_loop().send_batched_in_order(_group_sends, (DASHBOARD_GROUP, {"type": "dashboard.event", "event": event})))
 
 
 # --- holds (DESIGN §6) ---------------------------------------------------------------------

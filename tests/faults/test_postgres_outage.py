@@ -6,6 +6,7 @@ provider, and when."""
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 
@@ -126,3 +127,46 @@ def test_a_worker_killed_during_a_429_pacing_wait_leaves_the_pacing_to_the_worke
     assert len(calls) == 2
     print(f"measure 3: after a kill -9, next call {calls[1]['received_at'] - first:.2f} s after the 429 (floor {floor_s:g} s)")
     assert calls[1]["received_at"] - first >= floor_s, "the worker that took the turn over called before the 429's pacing floor"
+
+
+# Run in a fresh process of the fault stack (``manage.py shell``) while its PostgreSQL is down:
+# a turn's live event published outside a transaction, as a run does right after it records a
+# call's end, and what a listener of the turn's group then receives.
+LIVE_EVENT_WHILE_DOWN = """
+import asyncio, json
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from agentops.live import broadcast_turn_event, turn_group
+
+def send():
+    try:
+        broadcast_turn_event(TURN, {"type": "call.ended", "turn": TURN, "call": 1, "outcome": "completed"})
+        return "published"
+    except Exception as exc:
+        return type(exc).__name__
+
+async def main():
+    layer = get_channel_layer()
+    channel = await layer.new_channel()
+    await layer.group_add(turn_group(TURN), channel)
+    outcome = await sync_to_async(send)()  # in a thread, as a run's bookkeeping sends it
+    received = None
+    if outcome == "published":
+        received = (await asyncio.wait_for(layer.receive(channel), 10))["event"]
+    print(json.dumps({"outcome": outcome, "received": received}))
+
+asyncio.run(main())
+"""
+
+
+def test_a_turns_live_event_outside_a_transaction_needs_no_database(faults: FaultStack) -> None:
+    """A run records a call's end durably (retried until the database answers), then sends the
+    turn's ``call.ended``. If PostgreSQL goes away between the two, the send must not ask the
+    database anything (Django's ``on_commit`` outside a transaction connects to ask whether
+    autocommit is on): the run would take that failure for its bookkeeping's, and run the
+    turn again from the top, calling the provider a second time for an answer it stored."""
+    faults.stop_postgres()
+    out = faults.manage("shell", "-c", LIVE_EVENT_WHILE_DOWN.replace("TURN", "424242"))
+    seen = json.loads(out.strip().splitlines()[-1])
+    assert seen["outcome"] == "published", f"sending the live event raised {seen['outcome']} with PostgreSQL down"
+    assert seen["received"] == {"type": "call.ended", "turn": 424242, "call": 1, "outcome": "completed"}
