@@ -43,16 +43,20 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+# Both ways, so a kind that may be created may be listed too (a narrower one answered 500).
+ProviderKind = Literal["openai", "anthropic", "openai-responses"]
+
+
 class ProviderIn(Strict):
     name: Name
-    kind: Literal["openai", "anthropic", "openai-responses"]
+    kind: ProviderKind
     base_url: Annotated[Line, Field(max_length=500), AfterValidator(_http_url)]
     api_key_env: Annotated[str, Field(max_length=100, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] | None = None
 
 
 class ProviderOut(BaseModel):
     name: str
-    kind: Literal["openai", "anthropic"]
+    kind: ProviderKind
     # Operator tokens only; null for any other token.
     base_url: str | None
     api_key_env: str | None

@@ -127,6 +127,16 @@ def test_provider_create_and_list(api: Client) -> None:
     assert listed == [{"name": "prov", "kind": "openai", "base_url": "http://127.0.0.1:9/v1", "api_key_env": "OPENAI_API_KEY"}]
 
 
+@pytest.mark.parametrize("kind", [choice.value for choice in Provider.Kind])
+def test_a_provider_of_every_kind_is_created_and_listed(api: Client, kind: str) -> None:
+    created = post(api, "/api/v1/providers", {**GOOD_PROVIDER, "kind": kind})
+    assert created.status_code == 201, created.content
+    assert created.json()["kind"] == kind
+    listed = api.get("/api/v1/providers")
+    assert listed.status_code == 200, listed.content
+    assert [p["kind"] for p in listed.json()] == [kind]
+
+
 def test_an_unknown_field_is_refused_and_named(api: Client) -> None:
     response = post(api, "/api/v1/providers", {**GOOD_PROVIDER, "api_key": "sk-secret"})
     assert response.status_code == 400
