@@ -12,6 +12,7 @@ model) is stricter: no tab or newline either, no bidi embedding/override/isolate
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Annotated, Any, Final
 
@@ -79,6 +80,30 @@ def json_problem(value: Any, *, depth_limit: int = JSON_DEPTH_LIMIT) -> str | No
             problem = text_problem(item)
             if problem:
                 return problem
+    return None
+
+
+def json_loads(raw: bytes | str) -> Any:
+    """``raw`` parsed as JSON, or ValueError saying why not (for the field ``body``): not JSON,
+    or nesting deeper than ``JSON_DEPTH_LIMIT`` (never a RecursionError, whatever the depth)."""
+    try:
+        value = json.loads(raw)
+    except RecursionError:
+        raise ValueError(f"must not nest deeper than {JSON_DEPTH_LIMIT} levels") from None
+    except ValueError:  # UnicodeDecodeError among them
+        raise ValueError("not valid JSON") from None
+    if json_too_deep(value):
+        raise ValueError(f"must not nest deeper than {JSON_DEPTH_LIMIT} levels")
+    return value
+
+
+def json_unsendable(value: Any) -> str | None:
+    """Why a JSON value cannot be sent on at all: a string or key with a lone surrogate (it has
+    no UTF-8 encoding). For bodies passed on to a provider as they are (the drop-in endpoints),
+    whose text is otherwise the client's and the provider's business."""
+    for item, _ in _walk(value):
+        if isinstance(item, str) and not item.isascii() and any(0xD800 <= ord(ch) <= 0xDFFF for ch in item):
+            return "must not contain lone surrogates (not valid Unicode text)"
     return None
 
 

@@ -4,13 +4,12 @@ not JSON, or nests deeper than ``JSON_DEPTH_LIMIT``, is a 400, never a Recursion
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.http import HttpRequest
 
 from agentops.exceptions import bad_field
-from agentops.validation import JSON_DEPTH_LIMIT, json_too_deep, text_problem
+from agentops.validation import json_loads, text_problem
 
 
 def json_body(request: HttpRequest, *, shape: str, required: bool = True) -> dict[str, Any]:
@@ -20,15 +19,11 @@ def json_body(request: HttpRequest, *, shape: str, required: bool = True) -> dic
     if not raw and not required:
         return {}
     try:
-        body = json.loads(raw or b"")
-    except RecursionError:
-        raise bad_field("body", f"must not nest deeper than {JSON_DEPTH_LIMIT} levels") from None
-    except (ValueError, UnicodeDecodeError):
-        raise bad_field("body", "not valid JSON") from None
+        body = json_loads(raw or b"")
+    except ValueError as exc:
+        raise bad_field("body", str(exc)) from None
     if not isinstance(body, dict):
         raise bad_field("body", f"must be a JSON object {shape}")
-    if json_too_deep(body):
-        raise bad_field("body", f"must not nest deeper than {JSON_DEPTH_LIMIT} levels")
     return body
 
 

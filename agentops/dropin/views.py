@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from agentops.exceptions import NotFound
 from agentops.models import Agent, ApiToken
 from agentops.text import bound_text
 from agentops.tokens import api_token_check
+from agentops.validation import json_loads, json_unsendable
 from inference.calls.client import CallResult
 from inference.calls.sse import SseEvent
 from inference.turns.dropin import Deferred, DropinCall, stated_wait_s
@@ -135,11 +135,14 @@ def parse(request: HttpRequest) -> tuple[dict[str, Any] | None, tuple[int, str, 
     except RequestDataTooBig:
         return None, (413, "body: the request body is too large", "body")
     try:
-        body = json.loads(raw)
-    except ValueError:
-        return None, (400, "body: not valid JSON", "body")
+        body = json_loads(raw)
+    except ValueError as exc:
+        return None, (400, f"body: {exc}", "body")
     if not isinstance(body, dict):
         return None, (400, "body: must be a JSON object", "body")
+    unsendable = json_unsendable(body)
+    if unsendable:
+        return None, (400, f"body: {unsendable}", "body")
     model = body.get("model")
     if not isinstance(model, str) or not model.strip():
         return None, (400, "model: required, the name of an agent", "model")

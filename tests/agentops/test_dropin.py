@@ -236,6 +236,29 @@ def test_a_malformed_request_is_a_400_naming_the_field(server: str, user_token: 
     assert error["message"].startswith(f"{field}:") and error["param"] == field
 
 
+DEEP = b'{"model": "x", "messages": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+OVER_THE_LIMIT = b'{"model": "x", "messages": ' + b"[" * 40 + b"]" * 40 + b"}"
+LONE_SURROGATE = b'{"model": "x", "messages": [{"role": "user", "content": "\\ud800"}]}'
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages", "/v1/responses"])
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [(DEEP, "must not nest deeper than 32 levels"), (OVER_THE_LIMIT, "must not nest deeper than 32 levels"),
+     (LONE_SURROGATE, "must not contain lone surrogates")],
+)
+def test_a_body_that_cannot_be_passed_on_is_a_400_before_any_call(server: str, user_token: str, path: str, body: bytes, why: str) -> None:
+    """Too deep to parse (Python's parser raised RecursionError: a 500), or text with no UTF-8
+    encoding (found only when the request was encoded for the provider: a 502 and an error call
+    row): refused at the edge, with or without a token, and nothing recorded."""
+    for headers in ({"authorization": f"Bearer {user_token}"}, {}):
+        response = httpx.post(f"{server}{path}", content=body, headers={**headers, "content-type": "application/json"})
+        assert response.status_code == (400 if headers else 401), response.text
+        if headers:
+            assert f"body: {why}" in response.json()["error"]["message"]
+    assert not InferenceCall.objects.exists()
+
+
 def test_the_responses_endpoint_serves_responses_agents(server: str, user_token: str, standin: str) -> None:
     provider = Provider.objects.create(name="standin-responses", kind="openai-responses", base_url=f"{standin}/v1")
     agent = AgentFactory.create(provider=provider, model="think")
