@@ -17,6 +17,7 @@ from agentops.exceptions import NotFound
 from agentops.live import DASHBOARD_GROUP, turn_group
 from agentops.models import ApiToken
 from agentops.tokens import api_token_check
+from inference.models import Turn
 
 
 class ToleratesBadFrames(AsyncJsonWebsocketConsumer):
@@ -33,34 +34,47 @@ class ToleratesBadFrames(AsyncJsonWebsocketConsumer):
             return
         await self.receive_json(content, **kwargs)
 
+    async def refuse(self, code: int) -> None:
+        """Close with ``code`` after the handshake: a socket closed before it is accepted reaches
+        the client as an HTTP 403, whatever the reason, and the code is lost."""
+        await self.accept()
+        await self.close(code=code)
+
 
 class TurnConsumer(ToleratesBadFrames):
     """Sends ``turn.status`` at once, then ``call.started``, ``call.delta``, ``call.ended``,
-    ``turn.status`` and ``turn.ended`` as they happen. A bad token or unknown turn closes
-    the socket with 4401 / 4404 before it is accepted."""
+    ``turn.status`` and ``turn.ended`` as they happen, and closes (1000) after ``turn.ended``;
+    on a turn that has already ended, its ``turn.status`` and ``turn.ended`` at once. A bad
+    token or an unknown turn closes the socket with 4401 / 4404 once it is open.
+
+    The turn's group is joined before its status is read, so a turn that ends meanwhile is
+    still seen to end (once: nothing is sent after ``turn.ended``)."""
 
     group: str | None = None
+    ended = False
 
     async def connect(self) -> None:
         query = parse_qs(self.scope.get("query_string", b"").decode(errors="replace"))
         token = await database_sync_to_async(api_token_check)((query.get("token") or [""])[0])
         if token is None:
-            await self.close(code=4401)
+            await self.refuse(4401)
             return
         try:
             turn_id = int(self.scope["url_route"]["kwargs"]["turn_id"])
         except (KeyError, ValueError):
-            await self.close(code=4404)
-            return
-        # Another project's turn is unknown to this token, exactly as a missing one.
-        status = await database_sync_to_async(_turn_status)(turn_id, token)
-        if status is None:
-            await self.close(code=4404)
+            await self.refuse(4404)
             return
         self.group = turn_group(turn_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
+        # Another project's turn is unknown to this token, exactly as a missing one.
+        status = await database_sync_to_async(_turn_status)(turn_id, token)
+        if status is None:
+            await self.refuse(4404)
+            return
         await self.accept()
         await self.send_json({"type": "turn.status", "turn": turn_id, "status": status})
+        if status in Turn.ENDED:
+            await self._end({"type": "turn.ended", "turn": turn_id, "status": status})
 
     async def disconnect(self, code: int) -> None:
         if self.group:
@@ -70,7 +84,18 @@ class TurnConsumer(ToleratesBadFrames):
         return None  # the socket is one-way
 
     async def turn_event(self, message: dict[str, Any]) -> None:
-        await self.send_json(message["event"])
+        event = message["event"]
+        if self.ended:
+            return
+        if event.get("type") == "turn.ended":
+            await self._end(event)
+        else:
+            await self.send_json(event)
+
+    async def _end(self, event: dict[str, Any]) -> None:
+        self.ended = True
+        await self.send_json(event)
+        await self.close()
 
 
 def _turn_status(turn_id: int, token: ApiToken) -> str | None:
@@ -86,7 +111,8 @@ class DashboardConsumer(ToleratesBadFrames):
     """``/ws/dashboard``: the operator dashboard's live feed, for staff users signed in to the
     admin (the session cookie; the route checks the Origin). Sends a ``snapshot`` at once and on
     ``{"type": "snapshot"}``, then every event of the ``dashboard`` group as it happens (see
-    agentops.live). Closes with 4401 for an anonymous user, 4403 for one who is not staff.
+    agentops.live). Closes with 4401 for an anonymous user, 4403 for one who is not staff, once
+    the socket is open (so the page can tell the two apart).
 
     The group is joined before the snapshot is read, so no event falls between the two: an
     event may also show in the snapshot, and the page applies events idempotently.
@@ -106,10 +132,10 @@ class DashboardConsumer(ToleratesBadFrames):
     async def connect(self) -> None:
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
-            await self.close(code=4401)
+            await self.refuse(4401)
             return
         if not (user.is_active and user.is_staff):
-            await self.close(code=4403)
+            await self.refuse(4403)
             return
         await self.channel_layer.group_add(DASHBOARD_GROUP, self.channel_name)
         self.joined = True

@@ -57,6 +57,18 @@ def wait_for(predicate: Callable[[], Any], *, timeout: float = 20.0, interval: f
         time.sleep(interval)
 
 
+async def refused_with(communicator: Any) -> int | None:
+    """The close code a client reads when a consumer refuses its websocket: the socket opens,
+    then closes at once with the code (a refusal before the handshake reaches a real client as
+    an HTTP 403, its code lost). None when it was refused before the handshake after all."""
+    connected, _ = await communicator.connect(timeout=10)
+    if not connected:
+        return None
+    closed = await communicator.receive_output(timeout=10)
+    assert closed["type"] == "websocket.close", f"the socket stayed open and sent {closed}"
+    return int(closed.get("code", 1000))
+
+
 def gap_s(call_after: Any, call_before: Any) -> float:
     """Seconds from one call's end to the next call's send."""
     assert call_after.sent_at is not None and call_before.ended_at is not None

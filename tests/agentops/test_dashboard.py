@@ -21,6 +21,7 @@ from agentops.models import Agent
 from inference.calls.config import bounds_settings
 from inference.calls.events import call_deadline_ms
 from inference.models import InferenceCall
+from tests.conftest import refused_with
 from tests.factories import AgentFactory
 from tests.inference.turns.test_websocket import _queued_turn_without_enqueue
 from tests.waits.conftest import manage
@@ -49,12 +50,16 @@ def session_cookie(user: User) -> str:
     return client.cookies["sessionid"].value
 
 
-async def dashboard_socket(user: User | None, *, origin: bytes = b"http://localhost") -> tuple[WebsocketCommunicator, bool, Any]:
+async def dashboard_communicator(user: User | None, *, origin: bytes = b"http://localhost") -> WebsocketCommunicator:
     headers = [(b"host", b"localhost"), (b"origin", origin)]
     if user is not None:
         cookie = await database_sync_to_async(session_cookie)(user)
         headers.append((b"cookie", f"sessionid={cookie}".encode()))
-    communicator = WebsocketCommunicator(application, "/ws/dashboard", headers=headers)
+    return WebsocketCommunicator(application, "/ws/dashboard", headers=headers)
+
+
+async def dashboard_socket(user: User | None, *, origin: bytes = b"http://localhost") -> tuple[WebsocketCommunicator, bool, Any]:
+    communicator = await dashboard_communicator(user, origin=origin)
     connected, code = await communicator.connect(timeout=10)
     return communicator, connected, code
 
@@ -170,13 +175,11 @@ async def test_snapshot_requests_are_answered_at_most_once_per_two_seconds(staff
 
 
 async def test_an_anonymous_connection_is_refused_with_4401(db: None) -> None:
-    _, connected, code = await dashboard_socket(None)
-    assert not connected and code == 4401
+    assert await refused_with(await dashboard_communicator(None)) == 4401
 
 
 async def test_a_user_who_is_not_staff_is_refused_with_4403(not_staff: User) -> None:
-    _, connected, code = await dashboard_socket(not_staff)
-    assert not connected and code == 4403
+    assert await refused_with(await dashboard_communicator(not_staff)) == 4403
 
 
 async def test_a_page_on_another_site_cannot_open_the_socket_with_the_staff_cookie(staff: User) -> None:

@@ -132,12 +132,13 @@ async def test_the_websocket_of_another_projects_turn_is_refused_as_unknown(toke
 
     async def connect(token: str, turn: int) -> tuple[bool, Any]:
         communicator = WebsocketCommunicator(application, f"/ws/turns/{turn}?token={token}", headers=[(b"host", b"localhost")])
-        connected, code = await communicator.connect(timeout=10)
-        if connected:
-            first = await communicator.receive_json_from(timeout=10)
-            await communicator.disconnect()
-            return True, first["status"]
-        return False, code
+        connected, _ = await communicator.connect(timeout=10)
+        assert connected
+        first = await communicator.receive_output(timeout=10)
+        if first["type"] == "websocket.close":  # refused, with its code
+            return False, first["code"]
+        await communicator.disconnect()
+        return True, json.loads(first["text"])["status"]
 
     assert await connect(tokens["alpha"], theirs) == (False, 4404)
     assert await connect(tokens["alpha"], theirs + 1000) == (False, 4404)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect as ws_connect
 
 from agentops.asgi import application
 from agentops.models import Agent, HistoryRow
@@ -14,6 +18,8 @@ from agentops.services import history_append
 from inference.models import Turn
 from inference.tasks import agent_drain
 from inference.turns.services import IncomingMessage, turn_submit
+from tests.agentops.live_asgi import asgi_server
+from tests.conftest import refused_with
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -64,11 +70,52 @@ async def test_the_websocket_refuses_a_bad_token(make_agent: Any, token: str) ->
     agent = await database_sync_to_async(make_agent)()
     turn, _ = await database_sync_to_async(turn_submit)(agent_id=agent.pk, messages=[IncomingMessage("alice", "x")])
     communicator = WebsocketCommunicator(application, f"/ws/turns/{turn.pk}?token={token}", headers=[(b"host", b"localhost")])
-    connected, code = await communicator.connect(timeout=10)
-    assert not connected and code == 4401
+    assert await refused_with(communicator) == 4401
 
 
 async def test_the_websocket_refuses_an_unknown_turn(operator_token: str) -> None:
     communicator = WebsocketCommunicator(application, f"/ws/turns/999999?token={operator_token}", headers=[(b"host", b"localhost")])
-    connected, code = await communicator.connect(timeout=10)
-    assert not connected and code == 4404
+    assert await refused_with(communicator) == 4404
+
+
+# --- over a real server: what a websocket client reads --------------------------------------
+
+
+@pytest.fixture
+def server(transactional_db: None) -> Iterator[str]:
+    yield from asgi_server("websocket")
+
+
+def _read_until_closed(url: str) -> tuple[list[dict[str, Any]], int | None]:
+    """Every message of the socket at ``url`` until the server closes it, and the close code."""
+    events = []
+    with ws_connect(url, open_timeout=10) as socket:
+        try:
+            while True:
+                events.append(json.loads(socket.recv(timeout=10)))
+        except ConnectionClosed as closed:
+            return events, closed.rcvd.code if closed.rcvd else None
+
+
+@pytest.mark.usefixtures("no_workers")
+def test_a_client_reads_why_its_socket_was_refused(server: str, make_agent: Any, operator_token: str) -> None:
+    """Closed before the handshake, every refusal reached a client as the same HTTP 403."""
+    agent = make_agent()
+    turn, _ = turn_submit(agent_id=agent.pk, messages=[IncomingMessage("alice", "x")])
+    base = server.replace("http://", "ws://")
+    assert _read_until_closed(f"{base}/ws/turns/{turn.pk}?token=wrong") == ([], 4401)
+    assert _read_until_closed(f"{base}/ws/turns/{turn.pk + 1000}?token={operator_token}") == ([], 4404)
+
+
+@pytest.mark.usefixtures("no_workers")
+@pytest.mark.parametrize("status", Turn.ENDED)
+def test_the_socket_of_a_turn_that_has_ended_says_so_and_closes(server: str, make_agent: Any, operator_token: str, status: str) -> None:
+    """It sent the turn's status and stayed open: a client waiting for ``turn.ended`` waited
+    forever."""
+    turn = Turn.objects.create(agent=make_agent(), status=status)
+    events, code = _read_until_closed(f"{server.replace('http://', 'ws://')}/ws/turns/{turn.pk}?token={operator_token}")
+    assert events == [
+        {"type": "turn.status", "turn": turn.pk, "status": status},
+        {"type": "turn.ended", "turn": turn.pk, "status": status},
+    ]
+    assert code == 1000
