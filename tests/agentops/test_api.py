@@ -137,6 +137,24 @@ def test_a_provider_of_every_kind_is_created_and_listed(api: Client, kind: str) 
     assert [p["kind"] for p in listed.json()] == [kind]
 
 
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/api/v1/waits/release", {}, "agent"),  # a body read by hand
+        ("/api/v1/agents", {"name": "ada", "provider": "nope", "model": "m"}, "provider"),  # a service's check
+        ("/api/v1/providers", {**GOOD_PROVIDER, "kind": "gemini"}, "kind"),  # the schema's
+    ],
+)
+def test_every_400_lists_its_field_in_data_errors(api: Client, path: str, body: Any, field: str) -> None:
+    response = post(api, path, body)
+    assert response.status_code == 400, response.content
+    out = response.json()
+    assert out["data"]["field"] == field
+    [error] = out["data"]["errors"]
+    assert error["field"] == field and error["message"] and not error["message"].startswith(f"{field}:")
+    assert out["message"] == f"{field}: {error['message']}"
+
+
 def test_an_unknown_field_is_refused_and_named(api: Client) -> None:
     response = post(api, "/api/v1/providers", {**GOOD_PROVIDER, "api_key": "sk-secret"})
     assert response.status_code == 400
