@@ -68,7 +68,7 @@ def alert_acknowledge(*, alert_id: int, actor: str, now: datetime) -> Alert:
             assert alert.acknowledged_at is not None
             raise Conflict(
                 f"alert {alert_id} was already acknowledged by {alert.acknowledged_by or 'someone'} at {alert.acknowledged_at.isoformat()}",
-                data={"acknowledged_at": alert.acknowledged_at.isoformat(), "acknowledged_by": alert.acknowledged_by},
+                data={"acknowledged_at": alert.acknowledged_at, "acknowledged_by": alert.acknowledged_by},
             )
         AuditEntry.objects.create(
             actor=actor, action="alert.acknowledge", target=f"alert:{alert_id}",

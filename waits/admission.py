@@ -6,6 +6,7 @@ steady state it runs no query; at most every ``JOURNAL_POLL_MS`` it runs one to 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -51,8 +52,9 @@ def admission_check(*, agent: Agent, model: str, now_ms: float) -> Hold | None:
     return Hold(until_ms=wait.until, reason=wait.reason, model=model, source=wait.source)
 
 
-def remaining_ms(hold: Hold, now_ms: float) -> float | None:
-    """How long the hold still runs at ``now_ms``; None when it runs until released."""
+def remaining_ms(hold: Hold, now_ms: float) -> int | None:
+    """How long the hold still runs at ``now_ms``, in whole ms rounded up (a client that waits
+    that long finds it over); None when it runs until released."""
     if hold.until_ms is None:
         return None
-    return max(0.0, hold.until_ms - now_ms)
+    return max(0, math.ceil(hold.until_ms - now_ms))

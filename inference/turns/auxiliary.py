@@ -45,8 +45,7 @@ def _admit(agent: Agent, model: str, max_tokens: int | None) -> None:
         until = ms_to_dt(hold.until_ms)
         raise RateLimited(
             f"{agent.name} / {hold.model} is held by a provider wait ({hold.reason}); no call was made",
-            data={"retryable": True, "provider_admission": "deferred", "retry_after_ms": left,
-                  "until": until.isoformat() if until else None},
+            data={"retryable": True, "provider_admission": "deferred", "retry_after_ms": left, "until": until},
         )
 
 

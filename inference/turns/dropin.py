@@ -19,6 +19,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.utils import timezone
@@ -48,8 +49,8 @@ class Deferred:
     """The model is held: no call was made."""
 
     message: str
-    retry_after_ms: float | None
-    until: str | None
+    retry_after_ms: int | None
+    until: datetime | None  # rendered as the API renders every instant
 
 
 def request_max_tokens(kind: str, body: dict[str, Any]) -> int | None:
@@ -93,11 +94,10 @@ class DropinCall:
         if hold is None:
             return None
         call_deferred(agent=self.agent, kind=InferenceCall.Kind.AUXILIARY, model=model, max_tokens=self.max_tokens)
-        until = ms_to_dt(hold.until_ms)
         return Deferred(
             message=f"{self.agent.name} / {hold.model} is held by a provider wait ({hold.reason}); no call was made",
             retry_after_ms=remaining_ms(hold, now_ms),
-            until=until.isoformat() if until else None,
+            until=ms_to_dt(hold.until_ms),
         )
 
     def start(self) -> None:

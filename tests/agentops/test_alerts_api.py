@@ -148,6 +148,8 @@ def test_an_alert_is_acknowledged_once_with_an_audit_entry_and_again_is_a_409(ap
     assert again.status_code == 409
     assert again.json()["code"] == "conflict"
     assert "api:test-operator" in again.json()["message"]
+    # The first acknowledgement's instant, written as the 200 wrote it.
+    assert again.json()["data"]["acknowledged_at"] == body["acknowledged_at"]
     first_at = alert.acknowledged_at
     alert.refresh_from_db()
     assert alert.acknowledged_at == first_at  # the first acknowledgement stands

@@ -5,6 +5,7 @@ settings) with an agentops token as the SDK's key."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -145,6 +146,9 @@ def test_a_held_model_is_a_rate_limit_error_with_the_remaining_wait_and_no_call(
     assert 25_000 < int(headers["retry-after-ms"]) <= 30_000 and 25 <= int(headers["retry-after"]) <= 30
     body = deferred.value.response.json()["error"]
     assert body["provider_admission"] == "deferred" and 25_000 < body["retry_after_ms"] <= 30_000
+    # Whole ms, and the instant as every other time of the service is written.
+    assert isinstance(body["retry_after_ms"], int) and body["retry_after_ms"] == int(headers["retry-after-ms"])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{3})?Z", body["until"]), body["until"]
     assert len(standin_requests()) == 1  # no provider call
     outcomes = list(InferenceCall.objects.filter(agent=agent).order_by("id").values_list("outcome", flat=True))
     assert outcomes == ["error", "deferred"]

@@ -47,7 +47,9 @@ def test_a_held_model_defers_auxiliary_calls_without_a_call_and_another_model_pr
     body = response.json()
     assert body["code"] == "rate_limit"
     assert body["data"]["provider_admission"] == "deferred" and body["data"]["retryable"] is True
-    assert 590_000 < body["data"]["retry_after_ms"] <= 600_000 and body["data"]["until"]
+    assert 590_000 < body["data"]["retry_after_ms"] <= 600_000 and isinstance(body["data"]["retry_after_ms"], int)
+    # The instant written as the API writes every instant: as GET /waits shows this wait.
+    assert body["data"]["until"] == api.get(f"/api/v1/waits?agent={agent.name}").json()["waits"][0]["until"]
     assert len(standin_requests()) == 1  # no provider call
     assert InferenceCall.objects.filter(agent=agent, kind="auxiliary", outcome="deferred").count() == 1
 
