@@ -27,9 +27,12 @@ test: $(STAMP)
 # An API token, printed alone on stdout (the launcher's own lines go to stderr), for the
 # service `make run` runs: TOKEN=$(make -s token NAME=me OPERATOR=1). NAME defaults to "me";
 # OPERATOR=1 allows the operator endpoints; PROJECT=P puts the token in project P (default: default).
+# NAME and PROJECT reach the command through the environment, so no quote in them breaks it.
 NAME ?= me
+token: export AGENTOPS_TOKEN_NAME := $(NAME)
+token: export AGENTOPS_TOKEN_PROJECT := $(PROJECT)
 token: $(STAMP)
-	@$(BIN)/python -m agentops.launcher exec -- $(BIN)/python manage.py create_api_token '$(NAME)' $(if $(filter 1 yes true,$(OPERATOR)),--operator) $(if $(PROJECT),--project '$(PROJECT)')
+	@$(BIN)/python -m agentops.launcher exec -- $(BIN)/python manage.py create_api_token "$$AGENTOPS_TOKEN_NAME" $(if $(filter 1 yes true,$(OPERATOR)),--operator) $(if $(PROJECT),--project "$$AGENTOPS_TOKEN_PROJECT")
 
 # The API fuzzed against its OpenAPI document at length (make test runs a bounded pass).
 fuzz: $(STAMP)
