@@ -13,6 +13,7 @@ from agentops.alerts import alert_acknowledge
 from agentops.exceptions import bad_field
 from agentops.models import Alert
 from agentops.selectors import alert_out
+from agentops.validation import text_problem
 
 from .auth import require_operator
 from .schemas import ErrorOut
@@ -49,9 +50,11 @@ def _check_label(field: str, value: str | None, limit: int) -> str | None:
         return None
     if len(value) > limit:
         raise bad_field(field, f"must be at most {limit} characters")
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
-        # PostgreSQL refuses NUL in a query parameter; none of these can be in a stored label.
-        raise bad_field(field, "must not contain control characters")
+    # The text rules of a line (PostgreSQL refuses a NUL in a query parameter; no stored label
+    # holds any of what they refuse).
+    problem = text_problem(value, line=True)
+    if problem:
+        raise bad_field(field, problem)
     return value
 
 

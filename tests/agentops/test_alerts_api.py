@@ -105,11 +105,23 @@ def test_a_since_at_the_edges_of_the_calendar_is_answered_not_a_500(api: Client,
     assert ids(api.get("/api/v1/alerts", {"since": since})) == expected
 
 
-@pytest.mark.parametrize(("field", "value"), [("kind", "provider\x00wait"), ("agent", "ada\nbob"), ("agent", "a" * 101), ("kind", "k" * 51)])
-def test_a_kind_or_agent_that_no_alert_can_have_is_a_400_naming_it(api: Client, alerts: dict[str, Alert], field: str, value: str) -> None:
+@pytest.mark.parametrize(
+    ("field", "value", "why"),
+    [
+        ("kind", "provider\x00wait", "must not contain NUL characters"),
+        ("agent", "ada\nbob", "must not contain control characters"),
+        ("agent", "ada\x85", "must not contain control characters"),  # C1
+        ("agent", "ada\u202e", "must not contain bidirectional text controls"),
+        ("agent", "a" * 101, "must be at most 100 characters"),
+        ("kind", "k" * 51, "must be at most 50 characters"),
+    ],
+)
+def test_a_kind_or_agent_that_no_alert_can_have_is_a_400_naming_it(api: Client, alerts: dict[str, Alert], field: str, value: str, why: str) -> None:
+    """Said as the API's one text check says it of any field."""
     response = api.get("/api/v1/alerts", {field: value})
     assert response.status_code == 400
     assert response.json()["data"]["field"] == field
+    assert response.json()["message"] == f"{field}: {why}"
 
 
 def test_the_list_stops_at_the_newest_500_alerts(api: Client) -> None:
