@@ -24,6 +24,7 @@ urlpatterns = [
     path("v1/chat/completions", dropin.chat_completions),
     path("v1/messages", dropin.messages),
     path("v1/responses", dropin.responses),
+    re_path(r"^v1/", dropin.unknown),
     path("health", health),
     path("metrics", metrics_view),
     path("dashboard/", dashboard_view, name="dashboard"),

@@ -64,6 +64,15 @@ async def responses(request: HttpRequest) -> HttpResponseBase:
     return await serve(request, RESPONSES)
 
 
+@csrf_exempt
+async def unknown(request: HttpRequest) -> HttpResponseBase:
+    """Any other path under ``/v1/`` (an SDK's ``models.list()``, say): a 404 in the shape of
+    the SDK that asked (Anthropic's sends ``anthropic-version``), naming the endpoints there are."""
+    fmt = ANTHROPIC if "anthropic-version" in request.headers else OPENAI
+    there = ", ".join(f"POST {f.path}" for f in FORMATS.values())
+    return error(fmt, 404, f"no drop-in endpoint at {bound_text(request.path, 200)}: there are {there}")
+
+
 def error(fmt: Format, status: int, message: str, *, code: str | None = None, extra: dict[str, Any] | None = None, headers: dict[str, str] | None = None) -> HttpResponse:
     return JsonResponse(fmt.error_body(status, message, code=code, extra=extra), status=status, headers=headers)
 

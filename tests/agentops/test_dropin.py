@@ -263,6 +263,21 @@ def test_a_body_that_cannot_be_passed_on_is_a_400_before_any_call(server: str, u
     assert not InferenceCall.objects.exists()
 
 
+def test_another_path_under_v1_is_a_404_in_the_askers_format(server: str, oai: openai.OpenAI, ant: anthropic.Anthropic) -> None:
+    """An SDK's other calls (listing models, say) got Django's HTML page; now the SDK reads its
+    own not-found error, which names the endpoints there are."""
+    with pytest.raises(openai.NotFoundError) as listed:
+        oai.models.list()
+    said = listed.value.body["message"]
+    assert listed.value.body["type"] == "invalid_request_error"
+    assert said == "no drop-in endpoint at /v1/models: there are POST /v1/chat/completions, POST /v1/messages, POST /v1/responses"
+    with pytest.raises(anthropic.NotFoundError) as anthropics:
+        ant.models.list()
+    assert anthropics.value.body == {"type": "error", "error": {"type": "not_found_error", "message": said}}
+    posted = httpx.post(f"{server}/v1/completions", json={"model": "x"})  # no token, no CSRF cookie: still the JSON 404
+    assert posted.status_code == 404 and posted.json()["error"]["message"].startswith("no drop-in endpoint at /v1/completions")
+
+
 def test_the_responses_endpoint_serves_responses_agents(server: str, user_token: str, standin: str) -> None:
     provider = Provider.objects.create(name="standin-responses", kind="openai-responses", base_url=f"{standin}/v1")
     agent = AgentFactory.create(provider=provider, model="think")
