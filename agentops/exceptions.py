@@ -18,17 +18,10 @@ class AgentopsError(Exception):
 
 
 class BadRequest(AgentopsError):
-    """A malformed value. The message names the field; ``data.errors`` lists it as a schema
-    violation's 400 does (API.md: every 400 has both ``data.field`` and ``data.errors``)."""
+    """A malformed value. The message names the field."""
 
     code = "bad_request"
     status = 400
-
-    def __init__(self, message: str, *, data: dict[str, Any] | None = None) -> None:
-        super().__init__(message, data=data)
-        field = self.data.get("field")
-        if isinstance(field, str) and "errors" not in self.data:
-            self.data["errors"] = [{"field": field, "message": message.removeprefix(f"{field}: ")}]
 
 
 class Unauthorized(AgentopsError):

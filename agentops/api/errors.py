@@ -20,7 +20,12 @@ logger = logging.getLogger(__name__)
 
 
 def error_response(api: NinjaAPI, request: HttpRequest, status: int, code: str, message: str, data: dict[str, Any] | None = None) -> HttpResponse:
-    return api.create_response(request, {"code": code, "message": message, "data": data or {}}, status=status)
+    data = dict(data or {})
+    field = data.get("field")
+    if status == 400 and isinstance(field, str) and "errors" not in data:
+        # API.md: every 400 lists its fields in data.errors, those checked by hand too.
+        data["errors"] = [{"field": field, "message": message.removeprefix(f"{field}: ")}]
+    return api.create_response(request, {"code": code, "message": message, "data": data}, status=status)
 
 
 # A dependency that does not answer (PostgreSQL, Redis, the broker): the request may be tried

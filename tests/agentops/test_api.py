@@ -143,6 +143,7 @@ def test_a_provider_of_every_kind_is_created_and_listed(api: Client, kind: str) 
         ("/api/v1/waits/release", {}, "agent"),  # a body read by hand
         ("/api/v1/agents", {"name": "ada", "provider": "nope", "model": "m"}, "provider"),  # a service's check
         ("/api/v1/providers", {**GOOD_PROVIDER, "kind": "gemini"}, "kind"),  # the schema's
+        ("/api/v1/providers", "{", "body"),  # ninja's parser's
     ],
 )
 def test_every_400_lists_its_field_in_data_errors(api: Client, path: str, body: Any, field: str) -> None:
