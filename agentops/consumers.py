@@ -19,6 +19,8 @@ from agentops.models import ApiToken
 from agentops.tokens import api_token_check
 from inference.models import Turn
 
+MAX_ID = 2**63 - 1  # a bigint primary key
+
 
 class ToleratesBadFrames(AsyncJsonWebsocketConsumer):
     """A JSON consumer that ignores a frame it cannot read (binary, empty, not JSON, nested too
@@ -43,15 +45,16 @@ class ToleratesBadFrames(AsyncJsonWebsocketConsumer):
 
 class TurnConsumer(ToleratesBadFrames):
     """Sends ``turn.status`` at once, then ``call.started``, ``call.delta``, ``call.ended``,
-    ``turn.status`` and ``turn.ended`` as they happen, and closes (1000) after ``turn.ended``;
-    on a turn that has already ended, its ``turn.status`` and ``turn.ended`` at once. A bad
-    token or an unknown turn closes the socket with 4401 / 4404 once it is open.
+    ``turn.status`` and ``turn.ended`` as they happen (a cancelled turn's call may end after
+    its ``turn.ended``: the client closes the socket). On a turn that has already ended, its
+    ``turn.status`` and ``turn.ended`` at once, then the server closes it (1000). A bad token
+    or an unknown turn closes the socket with 4401 / 4404 once it is open.
 
     The turn's group is joined before its status is read, so a turn that ends meanwhile is
-    still seen to end (once: nothing is sent after ``turn.ended``)."""
+    still seen to end; nothing is sent once the server has closed the socket."""
 
     group: str | None = None
-    ended = False
+    closed = False  # by the server: nothing more is sent
 
     async def connect(self) -> None:
         query = parse_qs(self.scope.get("query_string", b"").decode(errors="replace"))
@@ -62,6 +65,8 @@ class TurnConsumer(ToleratesBadFrames):
         try:
             turn_id = int(self.scope["url_route"]["kwargs"]["turn_id"])
         except (KeyError, ValueError):
+            turn_id = 0
+        if not 0 < turn_id <= MAX_ID:  # no turn has it (and its group's name would be too long)
             await self.refuse(4404)
             return
         self.group = turn_group(turn_id)
@@ -74,7 +79,8 @@ class TurnConsumer(ToleratesBadFrames):
         await self.accept()
         await self.send_json({"type": "turn.status", "turn": turn_id, "status": status})
         if status in Turn.ENDED:
-            await self._end({"type": "turn.ended", "turn": turn_id, "status": status})
+            await self.send_json({"type": "turn.ended", "turn": turn_id, "status": status})
+            await self.close()
 
     async def disconnect(self, code: int) -> None:
         if self.group:
@@ -83,19 +89,13 @@ class TurnConsumer(ToleratesBadFrames):
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         return None  # the socket is one-way
 
-    async def turn_event(self, message: dict[str, Any]) -> None:
-        event = message["event"]
-        if self.ended:
-            return
-        if event.get("type") == "turn.ended":
-            await self._end(event)
-        else:
-            await self.send_json(event)
+    async def close(self, code: int | bool | None = None, reason: str | None = None) -> None:
+        self.closed = True
+        await super().close(code=code, reason=reason)
 
-    async def _end(self, event: dict[str, Any]) -> None:
-        self.ended = True
-        await self.send_json(event)
-        await self.close()
+    async def turn_event(self, message: dict[str, Any]) -> None:
+        if not self.closed:  # an event of the group may come between the close and the disconnect
+            await self.send_json(message["event"])
 
 
 def _turn_status(turn_id: int, token: ApiToken) -> str | None:

@@ -8,11 +8,13 @@ from typing import Any
 
 import pytest
 from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect as ws_connect
 
 from agentops.asgi import application
+from agentops.live import turn_group
 from agentops.models import Agent, HistoryRow
 from agentops.services import history_append
 from inference.models import Turn
@@ -73,9 +75,22 @@ async def test_the_websocket_refuses_a_bad_token(make_agent: Any, token: str) ->
     assert await refused_with(communicator) == 4401
 
 
-async def test_the_websocket_refuses_an_unknown_turn(operator_token: str) -> None:
+@pytest.mark.parametrize("turn_id", ["999999", "9" * 100, "0", "-1", "x"])
+async def test_the_websocket_refuses_an_unknown_turn(operator_token: str, turn_id: str) -> None:
+    """However it is written: an id past any key's range (its group's name would be too long
+    for the channel layer) too."""
+    communicator = WebsocketCommunicator(application, f"/ws/turns/{turn_id}?token={operator_token}", headers=[(b"host", b"localhost")])
+    assert await refused_with(communicator) == 4404
+
+
+async def test_a_refused_socket_is_sent_nothing_of_the_turns_events(operator_token: str) -> None:
+    """It had joined the turn's group before the turn was found unknown: an event of the group
+    between its close and its end was sent after the close (uvicorn raises on that)."""
     communicator = WebsocketCommunicator(application, f"/ws/turns/999999?token={operator_token}", headers=[(b"host", b"localhost")])
     assert await refused_with(communicator) == 4404
+    await get_channel_layer().group_send(turn_group(999999), {"type": "turn.event", "event": {"type": "call.delta", "text": "x"}})
+    assert await communicator.receive_nothing(timeout=1)
+    await communicator.wait()
 
 
 # --- over a real server: what a websocket client reads --------------------------------------
