@@ -22,6 +22,9 @@ from pydantic import AfterValidator, Field
 BIDI_CONTROLS: Final = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c")
 LINE_SEPARATORS: Final = frozenset("\u2028\u2029")
 JSON_DEPTH_LIMIT: Final = 32  # nesting levels of a request body (and of a tool's input_schema)
+# A body passed on to a provider as it is (the drop-in endpoints): a client's tool schemas nest
+# two levels per object, and the body is parsed and written again well within Python's stack.
+PASS_ON_DEPTH_LIMIT: Final = 128
 
 # The same rules as a JSON Schema pattern, for the OpenAPI document (clients and fuzzers read
 # it); the validators below are what the server enforces.
@@ -53,7 +56,13 @@ def text_problem(value: str, *, line: bool = False) -> str | None:
 
 def storable(value: str) -> bool:
     """Whether PostgreSQL can store ``value`` at all (no NUL, no lone surrogate)."""
-    return "\x00" not in value and not any(0xD800 <= ord(ch) <= 0xDFFF for ch in value)
+    return "\x00" not in value and not has_lone_surrogate(value)
+
+
+def has_lone_surrogate(value: str) -> bool:
+    """Whether ``value`` holds a lone surrogate: it has no UTF-8 encoding, so it can be neither
+    stored nor sent."""
+    return not value.isascii() and any(0xD800 <= ord(ch) <= 0xDFFF for ch in value)
 
 
 def _check_text(value: str) -> str:
@@ -83,17 +92,17 @@ def json_problem(value: Any, *, depth_limit: int = JSON_DEPTH_LIMIT) -> str | No
     return None
 
 
-def json_loads(raw: bytes | str) -> Any:
+def json_loads(raw: bytes | str, *, depth_limit: int = JSON_DEPTH_LIMIT) -> Any:
     """``raw`` parsed as JSON, or ValueError saying why not (for the field ``body``): not JSON,
-    or nesting deeper than ``JSON_DEPTH_LIMIT`` (never a RecursionError, whatever the depth)."""
+    or nesting deeper than ``depth_limit`` (never a RecursionError, whatever the depth)."""
     try:
         value = json.loads(raw)
     except RecursionError:
-        raise ValueError(f"must not nest deeper than {JSON_DEPTH_LIMIT} levels") from None
+        raise ValueError(f"must not nest deeper than {depth_limit} levels") from None
     except ValueError:  # UnicodeDecodeError among them
         raise ValueError("not valid JSON") from None
-    if json_too_deep(value):
-        raise ValueError(f"must not nest deeper than {JSON_DEPTH_LIMIT} levels")
+    if json_too_deep(value, depth_limit=depth_limit):
+        raise ValueError(f"must not nest deeper than {depth_limit} levels")
     return value
 
 
@@ -102,7 +111,7 @@ def json_unsendable(value: Any) -> str | None:
     no UTF-8 encoding). For bodies passed on to a provider as they are (the drop-in endpoints),
     whose text is otherwise the client's and the provider's business."""
     for item, _ in _walk(value):
-        if isinstance(item, str) and not item.isascii() and any(0xD800 <= ord(ch) <= 0xDFFF for ch in item):
+        if isinstance(item, str) and has_lone_surrogate(item):
             return "must not contain lone surrogates (not valid Unicode text)"
     return None
 

@@ -33,7 +33,7 @@ from agentops.exceptions import NotFound
 from agentops.models import Agent, ApiToken
 from agentops.text import bound_text
 from agentops.tokens import api_token_check
-from agentops.validation import json_loads, json_unsendable
+from agentops.validation import PASS_ON_DEPTH_LIMIT, json_loads, json_unsendable
 from inference.calls.client import CallResult
 from inference.calls.sse import SseEvent
 from inference.turns.dropin import Deferred, DropinCall, stated_wait_s
@@ -144,7 +144,7 @@ def parse(request: HttpRequest) -> tuple[dict[str, Any] | None, tuple[int, str, 
     except RequestDataTooBig:
         return None, (413, "body: the request body is too large", "body")
     try:
-        body = json_loads(raw)
+        body = json_loads(raw, depth_limit=PASS_ON_DEPTH_LIMIT)
     except ValueError as exc:
         return None, (400, f"body: {exc}", "body")
     if not isinstance(body, dict):
@@ -185,7 +185,7 @@ async def serve(request: HttpRequest, fmt: Format) -> HttpResponseBase:
         held: dict[str, str] = {}
         seconds = stated_wait_s(deferred.retry_after_ms)
         if seconds is not None and deferred.retry_after_ms is not None:
-            held = {"retry-after": seconds, "retry-after-ms": str(round(deferred.retry_after_ms))}
+            held = {"retry-after": seconds, "retry-after-ms": str(deferred.retry_after_ms)}
         extra = {"provider_admission": "deferred", "retryable": True, "retry_after_ms": deferred.retry_after_ms, "until": deferred.until}
         return error(fmt, 429, deferred.message, extra=extra, headers=held)
     call.start()

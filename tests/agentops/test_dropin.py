@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anthropic
@@ -240,27 +240,43 @@ def test_a_malformed_request_is_a_400_naming_the_field(server: str, user_token: 
     assert error["message"].startswith(f"{field}:") and error["param"] == field
 
 
-DEEP = b'{"model": "x", "messages": ' + b"[" * 5000 + b"]" * 5000 + b"}"
-OVER_THE_LIMIT = b'{"model": "x", "messages": ' + b"[" * 40 + b"]" * 40 + b"}"
-LONE_SURROGATE = b'{"model": "x", "messages": [{"role": "user", "content": "\\ud800"}]}'
+def _nested(model: str, levels: int) -> bytes:
+    return b'{"model": "%s", "messages": ' % model.encode() + b"[" * levels + b"]" * levels + b"}"
 
 
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages", "/v1/responses"])
 @pytest.mark.parametrize(
     ("body", "why"),
-    [(DEEP, "must not nest deeper than 32 levels"), (OVER_THE_LIMIT, "must not nest deeper than 32 levels"),
-     (LONE_SURROGATE, "must not contain lone surrogates")],
+    [
+        (lambda model: _nested(model, 5000), "must not nest deeper than 128 levels"),  # past Python's parser
+        (lambda model: _nested(model, 129), "must not nest deeper than 128 levels"),  # one past the limit
+        (lambda model: b'{"model": "%s", "messages": [{"role": "user", "content": "\\ud800"}]}' % model.encode(),
+         "must not contain lone surrogates"),
+    ],
 )
-def test_a_body_that_cannot_be_passed_on_is_a_400_before_any_call(server: str, user_token: str, path: str, body: bytes, why: str) -> None:
-    """Too deep to parse (Python's parser raised RecursionError: a 500), or text with no UTF-8
-    encoding (found only when the request was encoded for the provider: a 502 and an error call
-    row): refused at the edge, with or without a token, and nothing recorded."""
+def test_a_body_that_cannot_be_passed_on_is_a_400_before_any_call(
+    server: str, user_token: str, make_agent: Any, standin: str, path: str, body: Callable[[str], bytes], why: str
+) -> None:
+    """Too deep to parse (Python's parser raised RecursionError: a 500, before the token was
+    checked), or text with no UTF-8 encoding (found only when the request was encoded for the
+    provider: a 502 and an error call row): refused at the edge, and nothing recorded. The
+    agent exists and serves the endpoint, so nothing else stops the body."""
+    if path == "/v1/responses":
+        agent = AgentFactory.create(provider=Provider.objects.create(name="standin-responses", kind="openai-responses", base_url=f"{standin}/v1"))
+    else:
+        agent = make_agent(provider="openai" if path == "/v1/chat/completions" else "anthropic")
     for headers in ({"authorization": f"Bearer {user_token}"}, {}):
-        response = httpx.post(f"{server}{path}", content=body, headers={**headers, "content-type": "application/json"})
+        response = httpx.post(f"{server}{path}", content=body(agent.name), headers={**headers, "content-type": "application/json"})
         assert response.status_code == (400 if headers else 401), response.text
         if headers:
             assert f"body: {why}" in response.json()["error"]["message"]
     assert not InferenceCall.objects.exists()
+
+
+def test_a_body_as_deep_as_the_limit_is_passed_on(server: str, user_token: str, make_agent: Any) -> None:
+    agent = make_agent()
+    response = httpx.post(f"{server}/v1/chat/completions", content=_nested(agent.name, 128), headers={"authorization": f"Bearer {user_token}", "content-type": "application/json"})
+    assert response.status_code == 200, response.text
 
 
 def test_another_path_under_v1_is_a_404_in_the_askers_format(server: str, oai: openai.OpenAI, ant: anthropic.Anthropic) -> None:
@@ -268,8 +284,9 @@ def test_another_path_under_v1_is_a_404_in_the_askers_format(server: str, oai: o
     own not-found error, which names the endpoints there are."""
     with pytest.raises(openai.NotFoundError) as listed:
         oai.models.list()
-    said = listed.value.body["message"]
-    assert listed.value.body["type"] == "invalid_request_error"
+    error = listed.value.body
+    assert isinstance(error, dict) and error["type"] == "invalid_request_error"
+    said = error["message"]
     assert said == "no drop-in endpoint at /v1/models: there are POST /v1/chat/completions, POST /v1/messages, POST /v1/responses"
     with pytest.raises(anthropic.NotFoundError) as anthropics:
         ant.models.list()
