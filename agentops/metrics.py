@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 from django.db.models import Count, Q, Sum
 from django.http import HttpRequest, HttpResponse
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_safe
 from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -156,6 +157,7 @@ class DatabaseCollector(Collector):
         yield GaugeMetricFamily("agentops_webhook_deliveries_pending", "Webhook deliveries waiting for an attempt now.", value=pending)
 
 
+@csrf_exempt  # no cookie is read: a POST is answered 405 by the method check, not 403
 @require_safe
 def metrics_view(request: HttpRequest) -> HttpResponse:
     """The Prometheus scrape target. No auth: it carries counts (labelled with agents' and

@@ -83,6 +83,15 @@ def test_health_needs_no_token() -> None:
     assert body["database"] is True and body["redis"] is True and body["status"] == "ok"
 
 
+@pytest.mark.parametrize("url", ["/health", "/metrics"])
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE"])
+def test_the_scrape_targets_refuse_another_method_with_405(url: str, method: str) -> None:
+    """A browser's CSRF check (no cookie) answered these 403 with Django's HTML page."""
+    response = Client(enforce_csrf_checks=True).generic(method, url)
+    assert response.status_code == 405
+    assert response["Allow"] == "GET, HEAD"
+
+
 def test_the_openapi_document_is_served(api: Client) -> None:
     response = api.get("/api/v1/openapi.json")
     assert response.status_code == 200
