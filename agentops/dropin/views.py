@@ -70,7 +70,8 @@ async def unknown(request: HttpRequest) -> HttpResponseBase:
     the SDK that asked (Anthropic's sends ``anthropic-version``), naming the endpoints there are."""
     fmt = ANTHROPIC if "anthropic-version" in request.headers else OPENAI
     there = ", ".join(f"POST {f.path}" for f in FORMATS.values())
-    return error(fmt, 404, f"no drop-in endpoint at {bound_text(request.path, 200)}: there are {there}")
+    # OpenAI's code for a 404 is model_not_found, which would mislead here.
+    return error(fmt, 404, f"no drop-in endpoint at {bound_text(request.path, 200)}: there are {there}", code="unknown_url" if fmt is OPENAI else None)
 
 
 def error(fmt: Format, status: int, message: str, *, code: str | None = None, extra: dict[str, Any] | None = None, headers: dict[str, str] | None = None) -> HttpResponse:

@@ -285,7 +285,7 @@ def test_another_path_under_v1_is_a_404_in_the_askers_format(server: str, oai: o
     with pytest.raises(openai.NotFoundError) as listed:
         oai.models.list()
     error = listed.value.body
-    assert isinstance(error, dict) and error["type"] == "invalid_request_error"
+    assert isinstance(error, dict) and error["type"] == "invalid_request_error" and error["code"] == "unknown_url"
     said = error["message"]
     assert said == "no drop-in endpoint at /v1/models: there are POST /v1/chat/completions, POST /v1/messages, POST /v1/responses"
     with pytest.raises(anthropic.NotFoundError) as anthropics:
