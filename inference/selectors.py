@@ -163,7 +163,7 @@ def _calls_out(calls: list[InferenceCall]) -> list[dict[str, Any]]:
 def turn_get(*, turn_id: int) -> Turn:
     turn = Turn.objects.select_related("agent", "note").filter(pk=turn_id).first() if id_valid(turn_id) else None
     if turn is None:
-        raise NotFound(f"no turn with id {turn_id}", data={"field": "id"})
+        raise NotFound(f"no turn with id {turn_id}", data={"field": "turn_id"})
     return turn
 
 
@@ -192,7 +192,7 @@ def turn_for(*, token: ApiToken, turn_id: int) -> Turn:
     unknown id (see ``agentops.selectors.agent_for``)."""
     turn = turn_get(turn_id=turn_id)
     if not visible_to(token, turn.agent):
-        raise NotFound(f"no turn with id {turn_id}", data={"field": "id"})
+        raise NotFound(f"no turn with id {turn_id}", data={"field": "turn_id"})
     return turn
 
 

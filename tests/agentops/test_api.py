@@ -92,6 +92,13 @@ def test_the_scrape_targets_refuse_another_method_with_405(url: str, method: str
     assert response["Allow"] == "GET, HEAD"
 
 
+def test_a_turn_id_is_named_alike_in_its_400_and_its_404(api: Client) -> None:
+    """As the OpenAPI document names the path parameter (the 404 said ``id``)."""
+    malformed, unknown = api.get("/api/v1/turns/abc"), api.get("/api/v1/turns/999999")
+    assert (malformed.status_code, unknown.status_code) == (400, 404)
+    assert malformed.json()["data"]["field"] == unknown.json()["data"]["field"] == "turn_id"
+
+
 def test_the_openapi_document_is_served(api: Client) -> None:
     response = api.get("/api/v1/openapi.json")
     assert response.status_code == 200
