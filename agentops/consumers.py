@@ -16,10 +16,9 @@ from agentops.dashboard import dashboard_snapshot
 from agentops.exceptions import NotFound
 from agentops.live import DASHBOARD_GROUP, turn_group
 from agentops.models import ApiToken
+from agentops.selectors import id_valid
 from agentops.tokens import api_token_check
 from inference.models import Turn
-
-MAX_ID = 2**63 - 1  # a bigint primary key
 
 
 class ToleratesBadFrames(AsyncJsonWebsocketConsumer):
@@ -66,7 +65,7 @@ class TurnConsumer(ToleratesBadFrames):
             turn_id = int(self.scope["url_route"]["kwargs"]["turn_id"])
         except (KeyError, ValueError):
             turn_id = 0
-        if not 0 < turn_id <= MAX_ID:  # no turn has it (and its group's name would be too long)
+        if not id_valid(turn_id):  # no turn has it (and its group's name would be too long)
             await self.refuse(4404)
             return
         self.group = turn_group(turn_id)
