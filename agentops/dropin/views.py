@@ -36,7 +36,8 @@ from agentops.tokens import api_token_check
 from agentops.validation import PASS_ON_DEPTH_LIMIT, json_loads, json_unsendable
 from inference.calls.client import CallResult
 from inference.calls.sse import SseEvent
-from inference.turns.dropin import Deferred, DropinCall, stated_wait_s
+from inference.turns.auxiliary import Deferred
+from inference.turns.dropin import DropinCall, stated_wait_s
 from inference.turns.on_loop import in_thread
 
 from .formats import ANTHROPIC, FORMATS, OPENAI, RESPONSES, Format, sse_bytes
@@ -187,8 +188,7 @@ async def serve(request: HttpRequest, fmt: Format) -> HttpResponseBase:
         seconds = stated_wait_s(deferred.retry_after_ms)
         if seconds is not None and deferred.retry_after_ms is not None:
             held = {"retry-after": seconds, "retry-after-ms": str(deferred.retry_after_ms)}
-        extra = {"provider_admission": "deferred", "retryable": True, "retry_after_ms": deferred.retry_after_ms, "until": deferred.until}
-        return error(fmt, 429, deferred.message, extra=extra, headers=held)
+        return error(fmt, 429, deferred.message, extra=deferred.data(), headers=held)
     call.start()
     try:
         kind_seen, value = await call.queue.get()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from agentops.exceptions import CallTimedOut, ProviderFailed, RateLimited
@@ -35,18 +36,40 @@ class AuxMessage:
     content: str
 
 
-def _admit(agent: Agent, model: str, max_tokens: int | None) -> None:
-    """Raises RateLimited (deferred, with its ``deferred`` row written) when the model is held."""
+@dataclass(frozen=True)
+class Deferred:
+    """An auxiliary call's model is held: no call was made."""
+
+    message: str
+    retry_after_ms: int | None
+    until: datetime | None
+
+    def data(self) -> dict[str, Any]:
+        """The 429's fields, the API's and the drop-in endpoints' alike (the instant rendered
+        as every instant of the response is)."""
+        return {"retryable": True, "provider_admission": "deferred", "retry_after_ms": self.retry_after_ms, "until": self.until}
+
+
+def auxiliary_admit(*, agent: Agent, model: str, max_tokens: int | None) -> Deferred | None:
+    """None when an auxiliary call may go out; else the hold, its ``deferred`` row written.
+    Reads the database: call it in a thread."""
     now_ms = time.time() * 1000
     hold = admission_check(agent=agent, model=model, now_ms=now_ms)
-    if hold is not None:
-        call_deferred(agent=agent, kind=InferenceCall.Kind.AUXILIARY, model=model, max_tokens=max_tokens)
-        left = remaining_ms(hold, now_ms)
-        until = ms_to_dt(hold.until_ms)
-        raise RateLimited(
-            f"{agent.name} / {hold.model} is held by a provider wait ({hold.reason}); no call was made",
-            data={"retryable": True, "provider_admission": "deferred", "retry_after_ms": left, "until": until},
-        )
+    if hold is None:
+        return None
+    call_deferred(agent=agent, kind=InferenceCall.Kind.AUXILIARY, model=model, max_tokens=max_tokens)
+    return Deferred(
+        message=f"{agent.name} / {hold.model} is held by a provider wait ({hold.reason}); no call was made",
+        retry_after_ms=remaining_ms(hold, now_ms),
+        until=ms_to_dt(hold.until_ms),
+    )
+
+
+def _admit(agent: Agent, model: str, max_tokens: int | None) -> None:
+    """Raises RateLimited (deferred, with its ``deferred`` row written) when the model is held."""
+    deferred = auxiliary_admit(agent=agent, model=model, max_tokens=max_tokens)
+    if deferred is not None:
+        raise RateLimited(deferred.message, data=deferred.data())
 
 
 def _request(agent: Agent, messages: list[AuxMessage], model: str, max_tokens: int | None) -> CompiledRequest:

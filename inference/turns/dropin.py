@@ -18,8 +18,6 @@ import asyncio
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from django.utils import timezone
@@ -29,13 +27,13 @@ from inference.calls.adapters import build_wire
 from inference.calls.client import CallResult, perform_call
 from inference.calls.config import bounds_settings
 from inference.calls.events import dashboard_call_ended, dashboard_call_started
-from inference.calls.records import call_fields, call_record, ms_to_dt
-from inference.calls.run import call_deferred, provider_vetted
+from inference.calls.records import call_fields, call_record
+from inference.calls.run import provider_vetted
 from inference.calls.types import CompiledRequest
 from inference.models import InferenceCall
-from waits.admission import admission_check, remaining_ms
 from waits.services import wait_record
 
+from .auxiliary import Deferred, auxiliary_admit
 from .on_loop import in_thread, loop_http
 
 # The field that bounds a reply's length in each wire format's request.
@@ -43,15 +41,6 @@ MAX_TOKENS_FIELD = {"openai": "max_tokens", "anthropic": "max_tokens", "openai-r
 # Request headers of the client's that go on to the provider (the Anthropic SDK's version and
 # betas; everything else, its key above all, stays here).
 FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
-
-@dataclass(frozen=True)
-class Deferred:
-    """The model is held: no call was made."""
-
-    message: str
-    retry_after_ms: int | None
-    until: datetime | None  # rendered as the API renders every instant
-
 
 def request_max_tokens(kind: str, body: dict[str, Any]) -> int | None:
     for field in (MAX_TOKENS_FIELD[kind], "max_completion_tokens"):
@@ -88,17 +77,7 @@ class DropinCall:
     def admit(self) -> Deferred | None:
         """None when the call may go out; else the hold (its ``deferred`` row is written).
         Reads the database: call it in a thread."""
-        model = self.agent.model
-        now_ms = time.time() * 1000
-        hold = admission_check(agent=self.agent, model=model, now_ms=now_ms)
-        if hold is None:
-            return None
-        call_deferred(agent=self.agent, kind=InferenceCall.Kind.AUXILIARY, model=model, max_tokens=self.max_tokens)
-        return Deferred(
-            message=f"{self.agent.name} / {hold.model} is held by a provider wait ({hold.reason}); no call was made",
-            retry_after_ms=remaining_ms(hold, now_ms),
-            until=ms_to_dt(hold.until_ms),
-        )
+        return auxiliary_admit(agent=self.agent, model=self.agent.model, max_tokens=self.max_tokens)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
