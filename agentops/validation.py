@@ -13,7 +13,7 @@ model) is stricter: no tab or newline either, no bidi embedding/override/isolate
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Annotated, Any, Final
 
 from pydantic import AfterValidator, Field
@@ -79,45 +79,45 @@ def _check_line(value: str) -> str:
     return value
 
 
-def json_problem(value: Any, *, depth_limit: int = JSON_DEPTH_LIMIT) -> str | None:
-    """Why a JSON value (a tool's schema, a body) may not be accepted: a string or key that
-    breaks ``text_problem``, or nesting deeper than ``depth_limit``. Iterative: any depth."""
+def sendable_problem(value: str) -> str | None:
+    """Why ``value`` cannot be sent at all (a lone surrogate), or None: the one text rule of a
+    body passed on to a provider as it is (the drop-in endpoints), whose text is otherwise the
+    client's and the provider's business."""
+    return "must not contain lone surrogates (not valid Unicode text)" if has_lone_surrogate(value) else None
+
+
+def json_problem(
+    value: Any, *, depth_limit: int = JSON_DEPTH_LIMIT, strings: Callable[[str], str | None] | None = text_problem
+) -> str | None:
+    """Why a JSON value (a tool's schema, a body) may not be accepted: nesting deeper than
+    ``depth_limit``, or a string or key that ``strings`` refuses (``text_problem``; None: any
+    string). One walk, iterative: any depth."""
     for item, depth in _walk(value):
         if depth > depth_limit:
             return f"must not nest deeper than {depth_limit} levels"
-        if isinstance(item, str):
-            problem = text_problem(item)
+        if strings is not None and isinstance(item, str):
+            problem = strings(item)
             if problem:
                 return problem
     return None
 
 
-def json_loads(raw: bytes | str, *, depth_limit: int = JSON_DEPTH_LIMIT) -> Any:
+def json_loads(
+    raw: bytes | str, *, depth_limit: int = JSON_DEPTH_LIMIT, strings: Callable[[str], str | None] | None = None
+) -> Any:
     """``raw`` parsed as JSON, or ValueError saying why not (for the field ``body``): not JSON,
-    or nesting deeper than ``depth_limit`` (never a RecursionError, whatever the depth)."""
+    or what ``json_problem`` refuses with these arguments (by default only nesting deeper than
+    ``depth_limit``; never a RecursionError, whatever the depth)."""
     try:
         value = json.loads(raw)
     except RecursionError:
         raise ValueError(f"must not nest deeper than {depth_limit} levels") from None
     except ValueError:  # UnicodeDecodeError among them
         raise ValueError("not valid JSON") from None
-    if json_too_deep(value, depth_limit=depth_limit):
-        raise ValueError(f"must not nest deeper than {depth_limit} levels")
+    problem = json_problem(value, depth_limit=depth_limit, strings=strings)
+    if problem:
+        raise ValueError(problem)
     return value
-
-
-def json_unsendable(value: Any) -> str | None:
-    """Why a JSON value cannot be sent on at all: a string or key with a lone surrogate (it has
-    no UTF-8 encoding). For bodies passed on to a provider as they are (the drop-in endpoints),
-    whose text is otherwise the client's and the provider's business."""
-    for item, _ in _walk(value):
-        if isinstance(item, str) and has_lone_surrogate(item):
-            return "must not contain lone surrogates (not valid Unicode text)"
-    return None
-
-
-def json_too_deep(value: Any, *, depth_limit: int = JSON_DEPTH_LIMIT) -> bool:
-    return any(depth > depth_limit for _, depth in _walk(value))
 
 
 def _walk(value: Any) -> Iterator[tuple[Any, int]]:

@@ -33,7 +33,7 @@ from agentops.exceptions import NotFound
 from agentops.models import Agent, ApiToken
 from agentops.text import bound_text
 from agentops.tokens import api_token_check
-from agentops.validation import PASS_ON_DEPTH_LIMIT, json_loads, json_unsendable
+from agentops.validation import PASS_ON_DEPTH_LIMIT, json_loads, sendable_problem
 from inference.calls.client import CallResult
 from inference.calls.sse import SseEvent
 from inference.turns.auxiliary import Deferred
@@ -146,14 +146,11 @@ def parse(request: HttpRequest) -> tuple[dict[str, Any] | None, tuple[int, str, 
     except RequestDataTooBig:
         return None, (413, "body: the request body is too large", "body")
     try:
-        body = json_loads(raw, depth_limit=PASS_ON_DEPTH_LIMIT)
+        body = json_loads(raw, depth_limit=PASS_ON_DEPTH_LIMIT, strings=sendable_problem)
     except ValueError as exc:
         return None, (400, f"body: {exc}", "body")
     if not isinstance(body, dict):
         return None, (400, "body: must be a JSON object", "body")
-    unsendable = json_unsendable(body)
-    if unsendable:
-        return None, (400, f"body: {unsendable}", "body")
     model = body.get("model")
     if not isinstance(model, str) or not model.strip():
         return None, (400, "model: required, the name of an agent", "model")
