@@ -13,9 +13,9 @@ from agentops.alerts import alert_acknowledge
 from agentops.exceptions import bad_field
 from agentops.models import Alert
 from agentops.selectors import alert_out
-from agentops.validation import text_problem
 
 from .auth import require_operator
+from .body import checked_text
 from .schemas import ErrorOut
 
 router = Router(tags=["alerts"])
@@ -46,16 +46,9 @@ class AlertsFilter(Schema):
 
 
 def _check_label(field: str, value: str | None, limit: int) -> str | None:
-    if not value:
-        return None
-    if len(value) > limit:
-        raise bad_field(field, f"must be at most {limit} characters")
-    # The text rules of a line (PostgreSQL refuses a NUL in a query parameter; no stored label
-    # holds any of what they refuse).
-    problem = text_problem(value, line=True)
-    if problem:
-        raise bad_field(field, problem)
-    return value
+    # A line's rules (PostgreSQL refuses a NUL in a query parameter; no stored label holds any
+    # of what they refuse).
+    return checked_text(field, value, limit=limit, line=True) if value else None
 
 
 def _check_instant(field: str, value: str | None) -> datetime | None:

@@ -43,6 +43,12 @@ def _optional(body: dict[str, Any], field: str, *, limit: int, line: bool) -> st
         return None
     if not isinstance(value, str):
         raise bad_field(field, "must be a string")
+    return checked_text(field, value, limit=limit, line=line)
+
+
+def checked_text(field: str, value: str, *, limit: int, line: bool) -> str:
+    """``value`` if it keeps the text rules (``line``: a line's) within ``limit`` characters,
+    else a 400 naming ``field``. For a value checked by hand (a body's field, a query's)."""
     problem = text_problem(value, line=line)
     if problem:
         raise bad_field(field, problem)
