@@ -15,14 +15,13 @@ Sends happen after commit: a client must never see a state the database rolled b
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from channels.layers import get_channel_layer
 from channels_redis.core import RedisChannelLayer
-from django.db import transaction
 
 from .background import background_loop
+from .rows import after_commit
 from .text import bound_text
 
 logger = logging.getLogger(__name__)
@@ -99,29 +98,16 @@ def publish_turn_event(turn_id: int, event: dict[str, Any]) -> None:
     background_loop().send_batched_in_order(_group_sends, (turn_group(turn_id), {"type": "turn.event", "event": event}))
 
 
-def _after_commit(send: Callable[[], None]) -> None:
-    """``send()`` once the current transaction commits; at once outside one (autocommit: what
-    the caller wrote is committed). Never through the database: ``on_commit`` outside a
-    transaction connects to ask whether autocommit is on, and a live event must not fail while
-    the database is down. A run sends its turn's ``call.ended`` right after it recorded the
-    call, and would take that failure for its bookkeeping's and run the turn again, calling
-    the provider twice; a wait recorded while the database is down must still bind."""
-    if transaction.get_connection().in_atomic_block:
-        transaction.on_commit(send)
-    else:
-        send()
-
-
 def broadcast_turn_event(turn_id: int, event: dict[str, Any]) -> None:
     """Publish ``event`` once the current transaction commits (at once outside one)."""
-    _after_commit(lambda: publish_turn_event(turn_id, event))
+    after_commit(lambda: publish_turn_event(turn_id, event))
 
 
 def dashboard_publish(event: dict[str, Any]) -> None:
     """Send ``event`` to every open dashboard (the module docstring lists the event types)
     once the current transaction commits (at once outside one), in order with this process's
     other live events. Never blocks the caller; the one sender of the ``dashboard`` group."""
-    _after_commit(lambda: background_loop().send_batched_in_order(_group_sends, (DASHBOARD_GROUP, {"type": "dashboard.event", "event": event})))
+    after_commit(lambda: background_loop().send_batched_in_order(_group_sends, (DASHBOARD_GROUP, {"type": "dashboard.event", "event": event})))
 
 
 # --- holds (DESIGN §6) ---------------------------------------------------------------------

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any, TypeVar, cast
 
-from django.db import connection, models
+from django.db import connection, models, transaction
 
 M = TypeVar("M", bound=models.Model)
 
@@ -134,3 +134,16 @@ def update(model: type[models.Model], pk: Any, **values: Any) -> int:
     with connection.cursor() as cursor:
         cursor.execute(f"UPDATE {model._meta.db_table} SET {sets} WHERE {pk_column} = %s", [*params, pk])
         return int(cursor.rowcount)
+
+
+def after_commit(send: Callable[[], None]) -> None:
+    """``send()`` once the current transaction commits; at once outside one (autocommit: what
+    the caller wrote is committed). Never through the database: Django's ``on_commit`` outside a
+    transaction connects to ask whether autocommit is on, and what follows a write must not fail
+    for that while the database is down. (A run's ``call.ended``, sent right after it recorded
+    the call, did: the run took it for its bookkeeping failing and ran the turn again, calling
+    the provider twice.) For the live events and the drains a write hands on."""
+    if transaction.get_connection().in_atomic_block:
+        transaction.on_commit(send)
+    else:
+        send()

@@ -3,9 +3,8 @@ module imports the drain, so nothing here imports the tasks module."""
 
 from __future__ import annotations
 
-from django.db import transaction
-
 from agentops.celery import task_send
+from agentops.rows import after_commit
 from inference.models import Turn
 from waits.journal import JOURNAL_POLL_MS
 
@@ -13,14 +12,14 @@ AGENT_DRAIN = "inference.tasks.agent_drain"
 
 
 def enqueue_drain(agent_id: int) -> None:
-    """Drain the agent once the current transaction commits."""
-    transaction.on_commit(lambda: task_send(AGENT_DRAIN, agent_id))
+    """Drain the agent once the current transaction commits (at once outside one)."""
+    after_commit(lambda: task_send(AGENT_DRAIN, agent_id))
 
 
 def schedule_drain(agent_id: int, delay_s: float) -> None:
     """Drain the agent again after ``delay_s``. The countdown never exceeds half the broker's
     visibility timeout; the beat sweep picks up anything later."""
-    transaction.on_commit(lambda: task_send(AGENT_DRAIN, agent_id, countdown_s=delay_s))
+    after_commit(lambda: task_send(AGENT_DRAIN, agent_id, countdown_s=delay_s))
 
 
 def held_turns_wake(*, agent: str) -> int:
