@@ -442,6 +442,7 @@ def turns_burst(service: Service, token: str, names: Sequence[str], timeout: flo
     first = min(submitted.values())
     rows, wall, values = _burst_end(service, "API burst", submitted, first, timeout)
     last_created = max(r["created"] for r in rows.values())
+    used = cpu.stop(wall, ["standin", "worker", "web", "beat", "bench", "postgres"])
     return {
         "turns_per_s": len(rows) / wall,
         "submit_to_succeeded_p50_ms": values["submit_to_succeeded"]["p50"],
@@ -458,7 +459,9 @@ def turns_burst(service: Service, token: str, names: Sequence[str], timeout: flo
         "submit_post_max_ms": max(post_latency) * 1000,
         "submit_503_retries": retries,
         "calls_per_turn_max": max(r["calls"] for r in rows.values()),
-        **cpu.stop(wall, ["standin", "worker", "web", "beat", "bench", "postgres"]),
+        # The machine's CPU a turn used: every process named, and the rest of the machine.
+        "api_burst_cpu_per_turn_ms": sum(v for k, v in used.items() if k.endswith("_s")) / len(rows) * 1000,
+        **used,
     }
 
 
@@ -717,9 +720,8 @@ def one_mode(service: Service, token: str, wire: dict[str, Any], label: str, pre
     values["ratio_intake_to_bare"] = values["intake_per_s"] / values["bare_per_s"]
     values["turns_to_direct"] = values["turns_per_s"] / values["direct_per_s"]
     # The machine's CPU a turn can use at the target (half the bare rate, every core busy),
-    # against what a turn of the API burst used, all processes counted.
+    # against what a turn of the API burst used (api_burst_cpu_per_turn_ms).
     values["target_cpu_budget_per_turn_ms"] = (os.cpu_count() or 1) * 1000 / (0.5 * values["bare_per_s"])
-    values["api_burst_cpu_per_turn_ms"] = sum(values[f"cpu_{name}_s"] for name in ("standin", "worker", "web", "beat", "bench", "postgres", "others")) / args.agents * 1000
     return values
 
 

@@ -259,8 +259,9 @@ def test_a_body_that_cannot_be_passed_on_is_a_400_before_any_call(
 ) -> None:
     """Too deep to parse (Python's parser raised RecursionError: a 500, before the token was
     checked), or text with no UTF-8 encoding (found only when the request was encoded for the
-    provider: a 502 and an error call row): refused at the edge, and nothing recorded. The
-    agent exists and serves the endpoint, so nothing else stops the body."""
+    provider: a 500 here, a 502 with an error call row in a trial by hand): refused at the
+    edge, and nothing recorded. The agent exists and serves the endpoint, so nothing else
+    stops the body."""
     if path == "/v1/responses":
         agent = AgentFactory.create(provider=Provider.objects.create(name="standin-responses", kind="openai-responses", base_url=f"{standin}/v1"))
     else:
