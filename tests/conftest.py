@@ -65,6 +65,8 @@ async def refused_with(communicator: Any) -> int | None:
     if not connected:
         return None
     closed = await communicator.receive_output(timeout=10)
+    # The consumer lives until the client's side ends too: end it here, not at the loop's close.
+    await communicator.disconnect()
     assert closed["type"] == "websocket.close", f"the socket stayed open and sent {closed}"
     return int(closed.get("code", 1000))
 

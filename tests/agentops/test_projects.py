@@ -135,9 +135,9 @@ async def test_the_websocket_of_another_projects_turn_is_refused_as_unknown(toke
         connected, _ = await communicator.connect(timeout=10)
         assert connected
         first = await communicator.receive_output(timeout=10)
+        await communicator.disconnect()  # the consumer ends with the client's side, refused or not
         if first["type"] == "websocket.close":  # refused, with its code
             return False, first["code"]
-        await communicator.disconnect()
         return True, json.loads(first["text"])["status"]
 
     assert await connect(tokens["alpha"], theirs) == (False, 4404)
