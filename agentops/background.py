@@ -23,16 +23,13 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Generic, ParamSpec, TypeVar
 
+import uvloop
 from django.conf import settings
 
-from . import http1
 from .cancels import AbortWatcher
 
 T = TypeVar("T")
 P = ParamSpec("P")
-CONNECT_TIMEOUT_S = 30.0
-# Idle connections kept per provider origin, so a burst after a burst reuses them.
-KEPT_CONNECTIONS = 64
 # How long a process that is exiting waits for its live events to go out.
 EXIT_FLUSH_S = 2.0
 # Live events handed over within this long of one another go out together (one round trip
@@ -53,11 +50,11 @@ def _yield_to_the_loop() -> None:
 
 class BackgroundLoop:
     def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
+        # uvloop, as the web app's under uvicorn: a closed connection's transport leaves no
+        # cycle for the collector (asyncio's own keeps one, about 7 objects a closed connection,
+        # which a worker's frozen generations would hold until a sweep).
+        self.loop = uvloop.new_event_loop()
         self._ready = threading.Event()
-        # The process's provider calls' HTTP client: its connections kept alive, its TLS trust
-        # store loaded once (loading it costs more than a whole stream).
-        self.http = http1.Client(connect_timeout_s=CONNECT_TIMEOUT_S, keep_idle=KEPT_CONNECTIONS)
         self._outbox: collections.deque[Coroutine[Any, Any, None] | _Batched] = collections.deque()
         self._sender: asyncio.Task[None] | None = None
         self._started: set[asyncio.Task[Any]] = set()  # the loop keeps only weak references

@@ -169,6 +169,19 @@ AGENTOPS_PROVIDERS_ALLOW_PRIVATE = env_bool("AGENTOPS_PROVIDERS_ALLOW_PRIVATE", 
 # Comma-separated patterns (fnmatch) of the environment variables a provider may read its key
 # from; unset or empty: names ending in _API_KEY.
 AGENTOPS_PROVIDER_KEY_ENVS = env_str("AGENTOPS_PROVIDER_KEY_ENVS", "*_API_KEY")
+# The provider edge (DESIGN §15): what is read of a provider's answer, in bytes after decoding.
+# Past a limit the call fails as a provider error naming it; an error body past its limit is
+# read no further (only a bounded part of it is kept anyway).
+AGENTOPS_PROVIDER_MAX_BODY_BYTES = env_int("AGENTOPS_PROVIDER_MAX_BODY_BYTES", 16 * 1024 * 1024, minimum=1024)
+AGENTOPS_PROVIDER_MAX_STREAM_BYTES = env_int("AGENTOPS_PROVIDER_MAX_STREAM_BYTES", 128 * 1024 * 1024, minimum=1024)
+AGENTOPS_PROVIDER_MAX_LINE_BYTES = env_int("AGENTOPS_PROVIDER_MAX_LINE_BYTES", 1024 * 1024, minimum=1024)
+AGENTOPS_PROVIDER_MAX_ERROR_BODY_BYTES = env_int("AGENTOPS_PROVIDER_MAX_ERROR_BODY_BYTES", 4 * 1024 * 1024, minimum=1024)
+# The header section (aiohttp's own limits): how many headers, and the longest header line.
+AGENTOPS_PROVIDER_MAX_HEADERS = env_int("AGENTOPS_PROVIDER_MAX_HEADERS", 128, minimum=16)
+AGENTOPS_PROVIDER_MAX_HEADER_BYTES = env_int("AGENTOPS_PROVIDER_MAX_HEADER_BYTES", 8190, minimum=1024)
+AGENTOPS_PROVIDER_CONNECT_TIMEOUT_MS = env_ms("AGENTOPS_PROVIDER_CONNECT_TIMEOUT_MS", 30_000)
+# Provider calls go through the proxy HTTPS_PROXY / HTTP_PROXY name (NO_PROXY honoured).
+AGENTOPS_PROVIDER_PROXY_FROM_ENV = env_bool("AGENTOPS_PROVIDER_PROXY_FROM_ENV", True)
 
 # One worker at a time runs an agent's turns; it renews its lease every quarter of this.
 AGENTOPS_TURN_LEASE_MS = env_ms("AGENTOPS_TURN_LEASE_MS", 60_000)
@@ -224,6 +237,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("AGENTOPS_LOG_LEVEL", "INFO")},
     "loggers": {
         "httpx": {"level": "WARNING"},
+        "aiohttp": {"level": "WARNING"},
         "httpcore": {"level": "WARNING"},
         # Celery's "received" and "succeeded" lines for every task: an idle held turn's re-checks
         # made hundreds a minute. The service logs each decision that matters (held, released,

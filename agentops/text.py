@@ -1,7 +1,10 @@
-"""Bounding failure text before it is stored, logged or sent (DESIGN §5.6)."""
+"""Text from outside made safe, and failure text bounded, before it is stored, logged or sent
+(DESIGN §5.6, §15)."""
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 FAILURE_TEXT_LIMIT = 2000
@@ -74,3 +77,72 @@ def clean_requester(value: str, limit: int = 200) -> str:
         " " if (ord(ch) < 32 or 127 <= ord(ch) < 160) else "\ufffd" if 0xD800 <= ord(ch) <= 0xDFFF else ch for ch in value
     )
     return cleaned.strip()[:limit].rstrip()
+
+
+# What PostgreSQL cannot store and UTF-8 cannot encode. (A str that JSON or UTF-8 decoding made
+# holds a surrogate only alone: a pair is decoded into the one code point it stands for.)
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+# A JSON escape that decodes to one of them; no other escape needs the decoded value walked.
+_UNSTORABLE_ESCAPE = re.compile(r"\\u(?:0000|[dD][89a-fA-F])")
+
+
+def untrusted_text(text: str) -> str:
+    """Text that came from outside (a provider's answer, error or header) as the service may
+    store, log and send it: each NUL and each lone surrogate becomes U+FFFD. Every path that
+    takes a provider's text passes it here (or through ``untrusted_json``)."""
+    if "\x00" in text or not text.isascii():
+        return _UNSTORABLE.sub("\ufffd", text)
+    return text
+
+
+def untrusted_json(raw: str | bytes) -> Any:
+    """A provider's JSON (bytes are read as UTF-8, an invalid byte as U+FFFD), parsed, its
+    strings and keys passed through ``untrusted_text``. Raises ValueError for what is not JSON, nesting too deep for the parser among it (never a
+    RecursionError). Only a value whose text holds an escape of NUL or a surrogate is walked."""
+    text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise ValueError("the JSON nests too deep to read") from None
+    if _UNSTORABLE_ESCAPE.search(text):
+        value = _untrusted_value(value)
+    return value
+
+
+def untrusted_json_text(raw: str) -> str:
+    """A provider's JSON text as the service may relay it: unchanged, unless it holds an escape
+    of NUL or a surrogate, when it is written again from ``untrusted_json`` (the same value,
+    those characters replaced). Text that is not JSON is made safe as text."""
+    if not _UNSTORABLE_ESCAPE.search(raw):
+        return untrusted_text(raw)
+    try:
+        return json.dumps(untrusted_json(raw), ensure_ascii=False)
+    except ValueError:
+        return untrusted_text(raw)
+
+
+def _untrusted_value(value: Any) -> Any:
+    """``value`` with every string and key made safe; iterative, so any depth json.loads took."""
+    if isinstance(value, str):
+        return untrusted_text(value)
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            for index, child in enumerate(item):
+                if isinstance(child, str):
+                    item[index] = untrusted_text(child)
+                elif isinstance(child, dict | list):
+                    stack.append(child)
+        elif isinstance(item, dict):
+            for key in list(item):
+                child = item[key]
+                if isinstance(child, str):
+                    child = untrusted_text(child)
+                elif isinstance(child, dict | list):
+                    stack.append(child)
+                safe = untrusted_text(key)
+                if safe != key:
+                    del item[key]
+                item[safe] = child
+    return value

@@ -13,6 +13,7 @@ model) is stricter: no tab or newline either, no bidi embedding/override/isolate
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any, Final
 
@@ -118,6 +119,28 @@ def json_loads(
     if problem:
         raise ValueError(problem)
     return value
+
+
+# The widest integer a provider's JSON parser (or a column here) takes: a signed 64-bit one.
+INT64_MAX: Final = 2**63 - 1
+
+
+def number_problem(value: Any) -> tuple[str, str] | None:
+    """(where, why) for the first number in a JSON value that no provider reads as a number:
+    NaN or an infinity, or an integer wider than 64 bits; None when every number is fine.
+    ``where`` is the field's path (``temperature``, ``messages[2].x``)."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return path or "body", "must be a finite number"
+        if isinstance(item, int) and not isinstance(item, bool) and not -INT64_MAX - 1 <= item <= INT64_MAX:
+            return path or "body", "must be an integer that fits in 64 bits"
+        if isinstance(item, dict):
+            stack.extend((child, f"{path}.{key}" if path else str(key)) for key, child in reversed(item.items()))
+        elif isinstance(item, list):
+            stack.extend((child, f"{path}[{index}]") for index, child in reversed(list(enumerate(item))))
+    return None
 
 
 def _walk(value: Any) -> Iterator[tuple[Any, int]]:

@@ -104,6 +104,30 @@ def standin() -> Iterator[str]:
     proc.wait(timeout=10)
 
 
+@pytest.fixture(scope="session")
+def hostile() -> Iterator[str]:
+    """The misbehaving provider (``tests.hostile``) as a real server in its own process. Yields
+    its base URL."""
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.hostile", "--port", "0"],
+        cwd=BASE_DIR, stdout=subprocess.PIPE, stderr=open(LOG_DIR / "hostile.log", "w"), text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    assert line.startswith("hostile listening on "), f"the hostile provider did not start: {line!r}"
+    yield line.removeprefix("hostile listening on ")
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture
+def hostile_requests(hostile: str) -> Callable[[], list[dict[str, Any]]]:
+    """Clears the hostile provider's record; returns a reader of the requests since then."""
+    httpx.delete(f"{hostile}/_hostile/requests")
+    return lambda: httpx.get(f"{hostile}/_hostile/requests").json()
+
+
 @pytest.fixture
 def standin_requests(standin: str) -> Callable[[], list[dict[str, Any]]]:
     """Clears the stand-in's record and counters; returns a reader of requests since then.

@@ -31,9 +31,9 @@ from django.views.decorators.csrf import csrf_exempt
 from agentops import selectors
 from agentops.exceptions import NotFound
 from agentops.models import Agent, ApiToken
-from agentops.text import bound_text
+from agentops.text import bound_text, untrusted_json, untrusted_json_text
 from agentops.tokens import api_token_check
-from agentops.validation import PASS_ON_DEPTH_LIMIT, json_loads, sendable_problem
+from agentops.validation import PASS_ON_DEPTH_LIMIT, json_loads, number_problem, sendable_problem
 from inference.calls.client import CallResult
 from inference.calls.sse import SseEvent
 from inference.turns.auxiliary import Deferred
@@ -48,6 +48,9 @@ PASSTHROUGH_CAP = 64 * 1024
 # The provider's response headers a passed-through error keeps.
 PASSED_HEADERS = ("retry-after", "retry-after-ms", "x-request-id", "request-id")
 STREAM_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+# The fields that bound a reply's length, in any of the three formats, and their range.
+MAX_TOKENS_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+MAX_TOKENS_LIMIT = 2**31 - 1
 
 
 @csrf_exempt
@@ -156,6 +159,16 @@ def parse(request: HttpRequest) -> tuple[dict[str, Any] | None, tuple[int, str, 
         return None, (400, "model: required, the name of an agent", "model")
     if "stream" in body and not isinstance(body["stream"], bool):
         return None, (400, "stream: must be true or false", "stream")
+    # Numbers are checked before any call, so every call made can be recorded (a call row's
+    # max_tokens is a 32-bit column) and no provider is sent what it cannot read.
+    numbers = number_problem(body)
+    if numbers is not None:
+        where, why = numbers
+        return None, (400, f"{where}: {why}", where)
+    for field in MAX_TOKENS_FIELDS:
+        value = body.get(field)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TOKENS_LIMIT):
+            return None, (400, f"{field}: must be a whole number from 1 to {MAX_TOKENS_LIMIT}", field)
     return body, None
 
 
@@ -207,12 +220,15 @@ def answer(fmt: Format, result: CallResult | None, wire: tuple[str, Any] | None)
     if result is None:
         return error(fmt, 503, "the call could not be made or recorded (the database is unavailable)")
     if result.outcome == "completed" and wire is not None and wire[0] == "body":
-        return HttpResponse(wire[1], status=200, content_type="application/json")
+        return HttpResponse(untrusted_json_text(wire[1].decode("utf-8", "replace")), status=200, content_type="application/json")
     if wire is not None and wire[0] == "error_body":
         status, headers, data = wire[1]
         kept = {name: headers[name] for name in PASSED_HEADERS if name in headers}
-        if len(data) <= PASSTHROUGH_CAP:
-            return HttpResponse(data, status=status, content_type=headers.get("content-type", "application/json"), headers=kept)
+        relayed = _json_passed(data, headers.get("content-type", "")) if len(data) <= PASSTHROUGH_CAP else None
+        if relayed is not None:
+            return HttpResponse(relayed, status=status, content_type="application/json", headers=kept)
+        # Not JSON (a gateway's HTML page), or too large to pass: the format's own error,
+        # whose message is the provider's text, bounded.
         message = result.error.message if result.error else f"HTTP {status}"
         return error(fmt, status, message, headers=kept)
     failure = result.error
@@ -222,16 +238,33 @@ def answer(fmt: Format, result: CallResult | None, wire: tuple[str, Any] | None)
     return error(fmt, 502, message, extra={"provider_error": failure.as_dict() if failure else None})
 
 
+def _json_passed(data: bytes, content_type: str) -> str | None:
+    """A provider's error body as it is passed on, made safe; None when it is not JSON."""
+    if "json" not in content_type.lower():
+        return None
+    text = data.decode("utf-8", "replace")
+    try:
+        untrusted_json(text)
+    except ValueError:
+        return None
+    return untrusted_json_text(text)
+
+
+def _relayed(event: SseEvent) -> bytes:
+    """One of the provider's events as it goes on to the client, its data made safe."""
+    return sse_bytes(event if event.comment else SseEvent(event.event, untrusted_json_text(event.data)))
+
+
 async def relay(call: DropinCall, fmt: Format, first: SseEvent) -> AsyncIterator[bytes]:
     """The provider's events as they arrive; then, for a cut or a stream that broke off, one
     error event in the format's shape (a provider's own error event was relayed as it came)."""
     ended = False
     try:
-        yield sse_bytes(first)
+        yield _relayed(first)
         while True:
             kind, value = await call.queue.get()
             if kind == "sse":
-                yield sse_bytes(value)
+                yield _relayed(value)
                 continue
             if kind != "end":
                 continue

@@ -4,15 +4,17 @@ does; the answer says it."""
 
 from __future__ import annotations
 
-import ipaddress
+import asyncio
 import ssl
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import httpx
+import aiohttp
 
-from agentops.text import bound_text
+from agentops.background import background_loop
+from agentops.outbound import outbound
+from agentops.text import bound_text, untrusted_text
 from agentops.urlsafety import IPAddress
 
 # What is kept of a receiver's answer: it is the receiver's text, of any size.
@@ -41,69 +43,49 @@ def post_signed(
     verify: ssl.SSLContext | bool = True,
 ) -> Answer:
     """POST ``body`` to ``url``'s host at one of ``addresses`` (what the host resolved to when
-    it was checked; tried in order while they refuse the connection). The name is never
+    it was checked; tried in turn while they refuse the connection), on the process's
+    background loop (``agentops.outbound``); the calling thread waits. The name is never
     resolved again: the request carries it in the Host header and, over https, in TLS SNI, and
     the certificate is verified against it. No redirects followed, no proxies from the
     environment (the URL was checked, not wherever a redirect or proxy would take it).
-    ``verify`` is for tests that bring their own certificate authority."""
+    ``timeout_s`` covers the whole attempt. ``verify`` is for tests that bring their own
+    certificate authority."""
     start = time.monotonic()
-    answer = Answer(status_code=None, retry_after=None, excerpt="", error="no address to connect to", duration_ms=0.0)
-    for address in addresses:
-        # The attempt's timeout covers every address tried, not each one.
-        left = timeout_s - (time.monotonic() - start)
-        if left <= 0:
-            break
-        answer, refused = _post_to(url=url, address=address, headers=headers, body=body, timeout_s=left, verify=verify, start=start)
-        if not refused:
-            break
-    return answer
-
-
-def _post_to(
-    *, url: str, address: IPAddress, headers: dict[str, str], body: bytes, timeout_s: float, verify: ssl.SSLContext | bool, start: float
-) -> tuple[Answer, bool]:
-    """One try at one address: the answer, and whether the connection itself was refused (so
-    the next address may be tried)."""
-    target = httpx.URL(url)
-    extensions: dict[str, str] = {}
-    if not _is_ip(target.host):
-        # Connect to the checked address; the name goes in the Host header and TLS SNI, and the
-        # certificate is verified against the name (httpcore's server_hostname).
-        extensions["sni_hostname"] = target.raw_host.decode("ascii")
-    pinned = target.copy_with(host=str(address))
-    request_headers = {**headers, "user-agent": USER_AGENT, "host": target.netloc.decode("ascii")}
+    if not addresses:
+        return Answer(status_code=None, retry_after=None, excerpt="", error="no address to connect to", duration_ms=0.0)
+    attempt = _post(url=url, addresses=addresses, headers=headers, body=body, timeout_s=timeout_s, verify=verify)
     try:
-        with (
-            httpx.Client(timeout=timeout_s, follow_redirects=False, trust_env=False, verify=verify) as client,
-            client.stream("POST", pinned, content=body, headers=request_headers, extensions=extensions) as response,
-        ):
-            received = bytearray()
-            for chunk in response.iter_bytes():
-                received += chunk
-                # Enough to tell an operator what the receiver said; a trickling body does not
-                # hold the worker past the timeout.
-                if len(received) >= EXCERPT_BYTES or time.monotonic() - start > timeout_s:
-                    break
-            text = received[:EXCERPT_BYTES].decode("utf-8", errors="replace")
-            retry_after = response.headers.get("retry-after") or None
-            return Answer(
-                status_code=response.status_code,
-                retry_after=retry_after[:200] if retry_after else None,
-                excerpt=bound_text(text, EXCERPT_CHARS),
-                error="",
-                duration_ms=(time.monotonic() - start) * 1000,
-            ), False
-    except httpx.HTTPError as exc:
+        status, retry_after, excerpt = background_loop().submit(attempt).result()
+    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        if isinstance(exc, TimeoutError):
+            what = f"{type(exc).__name__}: no answer within {timeout_s:g} s"
         return Answer(
-            status_code=None, retry_after=None, excerpt="",
-            error=bound_text(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, ERROR_CHARS),
+            status_code=None, retry_after=None, excerpt="", error=bound_text(untrusted_text(what), ERROR_CHARS),
             duration_ms=(time.monotonic() - start) * 1000,
-        ), isinstance(exc, httpx.ConnectError)
+        )
+    return Answer(
+        status_code=status,
+        retry_after=untrusted_text(retry_after[:200]) if retry_after else None,
+        excerpt=bound_text(untrusted_text(excerpt), EXCERPT_CHARS),
+        error="",
+        duration_ms=(time.monotonic() - start) * 1000,
+    )
 
 
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
+async def _post(
+    *, url: str, addresses: Sequence[IPAddress], headers: dict[str, str], body: bytes, timeout_s: float, verify: ssl.SSLContext | bool,
+) -> tuple[int, str | None, str]:
+    """One attempt: the status, the retry-after header and the start of the body (enough to
+    tell an operator what the receiver said; a trickling body does not hold it past the timeout)."""
+    async with asyncio.timeout(timeout_s):
+        request = outbound().request(
+            url, body=body, headers={**headers, "User-Agent": USER_AGENT}, addresses=addresses, proxied=False, ssl=verify,
+        )
+        async with request as response:
+            received = bytearray()
+            async for chunk in response.content.iter_any():
+                received += chunk
+                if len(received) >= EXCERPT_BYTES:
+                    break
+            return response.status, response.headers.get("retry-after") or None, received[:EXCERPT_BYTES].decode("utf-8", "replace")

@@ -10,8 +10,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import aiohttp
+
 from agentops.retrying import clamp_wait, retry_after_header_ms, wait_number
-from agentops.text import PROVIDER_CODE_LIMIT, bound_text
+from agentops.text import PROVIDER_CODE_LIMIT, bound_text, untrusted_json, untrusted_text
 
 from .types import ProviderError
 
@@ -65,7 +67,7 @@ def _error_object(body: Any) -> dict[str, Any]:
 
 def _parse_body(text: str) -> Any:
     try:
-        return json.loads(text)
+        return untrusted_json(text)
     except ValueError:
         return None
 
@@ -116,7 +118,7 @@ def classify_http(
 ) -> ProviderError:
     body = _parse_body(body_text)
     err = _error_object(body)
-    message = str(err.get("message") or body_text or f"HTTP {status}")
+    message = str(err.get("message") or untrusted_text(body_text) or f"HTTP {status}")
     code = err.get("code") or err.get("type")
     wait = stated_wait_ms(headers, body, now_ms)
     return _classify(status, code, message, wait)
@@ -175,8 +177,53 @@ def _classify(
     )
 
 
-def classify_exception(exc: BaseException) -> ProviderError:
-    """A connection-level failure: the request may not have reached the provider."""
-    name = type(exc).__name__
-    text = str(exc) or name
-    return ProviderError(type="network", message=bound_text(f"{name}: {text}"), retryable=True)
+def protocol_error(code: str, message: str) -> ProviderError:
+    """An answer that breaks HTTP or a limit of ours (DESIGN §15): the provider misbehaved, as
+    a server error does, and the call may be made again."""
+    return ProviderError(type="server", provider_code=code, message=bound_text(message), retryable=True)
+
+
+def classify_exception(exc: BaseException, *, host: str | None = None) -> ProviderError:
+    """A failure below HTTP's answer (no answer, or not a whole one): a ``network`` error, which
+    may be retried, or a ``server`` error for an answer that does not parse or breaks the header
+    limits. The message is the service's own words with the operating system's or TLS's
+    reason; the provider's host and addresses are left out (tenants do not see its base_url)."""
+    if isinstance(exc, aiohttp.ClientHttpProxyError):
+        what = f"the proxy refused to carry the request (HTTP {exc.status})"
+    elif isinstance(exc, aiohttp.ClientResponseError):
+        # Raised while the answer's head was parsed (the client never raises it for a status).
+        return protocol_error("bad_response", f"the provider's answer was refused: {exc.message} (header limits: "
+                              "AGENTOPS_PROVIDER_MAX_HEADERS, AGENTOPS_PROVIDER_MAX_HEADER_BYTES)")
+    elif isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        reason = getattr(exc.certificate_error, "verify_message", "") or str(exc.certificate_error)
+        what = f"the provider's TLS certificate was refused: {reason}"
+    elif isinstance(exc, aiohttp.ClientProxyConnectionError):
+        what = f"no connection to the proxy: {_os_reason(exc.os_error)}"
+    elif isinstance(exc, aiohttp.ClientConnectorError):
+        what = f"no connection to the provider: {_os_reason(exc.os_error)}"
+    elif isinstance(exc, TimeoutError):
+        what = "no connection to the provider within the connect timeout (AGENTOPS_PROVIDER_CONNECT_TIMEOUT_MS)"
+    elif isinstance(exc, aiohttp.ServerDisconnectedError):
+        what = "the provider closed the connection before its answer's end"
+    elif isinstance(exc, aiohttp.ClientPayloadError):
+        what = "the provider's answer was cut short (its body ended before its stated length or last chunk)"
+    elif isinstance(exc, OSError):
+        what = f"the connection failed: {_os_reason(exc)}"
+    else:
+        what = f"the request failed: {exc}"
+    return ProviderError(type="network", message=bound_text(redacted(f"{type(exc).__name__}: {what}", host)), retryable=True)
+
+
+def _os_reason(error: BaseException) -> str:
+    return (getattr(error, "strerror", None) or str(error) or type(error).__name__)
+
+
+_ADDRESS = re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}\b|\[?[0-9a-fA-F]*:[0-9a-fA-F:]+:[0-9a-fA-F]*\]?")
+
+
+def redacted(text: str, host: str | None) -> str:
+    """``text`` without the provider's host name and without any address: a tenant may read
+    a call's error, and ``GET /providers`` hides the base_url from tenants."""
+    if host:
+        text = text.replace(host, "the provider's host")
+    return _ADDRESS.sub("an address", text)

@@ -9,7 +9,6 @@ keep a stalled call alive. When the timer fires, the call is cut and its connect
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections import deque
@@ -17,13 +16,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from agentops import http1
-from agentops.background import CONNECT_TIMEOUT_S
-from agentops.text import bound_text
+import aiohttp
+from django.conf import settings
+from yarl import URL
+
+from agentops.outbound import ResponseRefused, json_bytes, lines, outbound, read_capped
+from agentops.text import bound_text, untrusted_json, untrusted_text
 
 from .adapters import Adapter, WireRequest
 from .bounds import Bound, BoundsSettings, CallState, Deadline, describe_cut, next_deadline
-from .classify import classify_exception, classify_http
+from .classify import classify_exception, classify_http, protocol_error
 from .sse import SseParser
 from .types import CallOutput, ProviderError, TokenUsage
 
@@ -32,8 +34,25 @@ logger = logging.getLogger(__name__)
 # The admin's picture of a call keeps when the first MARKS_HEAD and the last MARKS_TAIL model
 # events (and keepalives) arrived: a bounded record however long the stream runs.
 MARKS_HEAD, MARKS_TAIL = 200, 50
-# An error body past this is not read further: only a bounded part of it is ever kept.
-ERROR_BODY_CAP = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class EdgeLimits:
+    """How much of an answer is read (DESIGN §15), in bytes after decoding: a non-streamed
+    answer, a stream in all and one of its lines (past them the call fails, naming the limit),
+    and an error body (past it the rest is not read: only a bounded part is kept)."""
+
+    body: int
+    stream: int
+    line: int
+    error_body: int
+
+
+def edge_limits() -> EdgeLimits:
+    return EdgeLimits(
+        body=settings.AGENTOPS_PROVIDER_MAX_BODY_BYTES, stream=settings.AGENTOPS_PROVIDER_MAX_STREAM_BYTES,
+        line=settings.AGENTOPS_PROVIDER_MAX_LINE_BYTES, error_body=settings.AGENTOPS_PROVIDER_MAX_ERROR_BODY_BYTES,
+    )
 
 
 def now_ms() -> float:
@@ -133,18 +152,10 @@ async def perform_call(
     on_milestone: MilestoneHook | None = None,
     on_wire: WireHook | None = None,
     on_progress: ProgressHook | None = None,
-    client: http1.Client | None = None,
 ) -> CallResult:
-    """Make one call and read it under the bounds. Pass a shared ``client`` (the loop's):
-    its connections are kept alive, and its TLS trust store loaded once."""
-    if client is None:
-        async with http1.Client(connect_timeout_s=CONNECT_TIMEOUT_S) as own:
-            return await perform_call(
-                adapter=adapter, wire=wire, streamed=streamed, max_tokens=max_tokens, bounds=bounds,
-                on_delta=on_delta, on_abortable=on_abortable, on_milestone=on_milestone, on_wire=on_wire,
-                on_progress=on_progress, client=own,
-            )
-    return await _Reading(adapter, wire, streamed, max_tokens, bounds, on_delta, on_milestone, on_wire, on_progress).run(client, on_abortable)
+    """Make one call and read it under the bounds, on the running loop's session
+    (``agentops.outbound``): its connections are kept alive, its TLS trust store loaded once."""
+    return await _Reading(adapter, wire, streamed, max_tokens, bounds, on_delta, on_milestone, on_wire, on_progress).run(on_abortable)
 
 
 class _Reading:
@@ -172,13 +183,13 @@ class _Reading:
         self.deadline: Deadline | None = None
         self.pumped = False  # the stream's own reading ended the call (not a deadline, not an abort)
 
-    async def run(self, client: http1.Client, on_abortable: AbortHook | None) -> CallResult:
+    async def run(self, on_abortable: AbortHook | None) -> CallResult:
         if on_abortable is not None:
             on_abortable(self.abort)
         if self.on_milestone is not None:
             await self.on_milestone("sent", self.timeline)
         self.arm()
-        task = self.loop.create_task(self.pump(client))
+        task = self.loop.create_task(self.pump())
         try:
             result = await self.done
         finally:
@@ -212,6 +223,11 @@ class _Reading:
     def on_deadline(self, deadline: Deadline) -> None:
         assert self.bounds is not None  # a deadline exists only when bounds are on
         now = now_ms()
+        if now < deadline.at:
+            # uvloop's timers count whole milliseconds and may fire up to one early: a call is
+            # never cut before its deadline.
+            self.armed = self.loop.call_at(self.loop.time() + max((deadline.at - now) / 1000, 0.001), self.on_deadline, deadline)
+            return
         self.finish(
             CallResult(
                 outcome="cut",
@@ -255,27 +271,33 @@ class _Reading:
             self.on_progress(timeline, self.deadline)
         return False
 
-    async def pump(self, client: http1.Client) -> None:
+    async def pump(self) -> None:
         wire, on_wire = self.wire, self.on_wire
+        edge = outbound()
+        limits = edge_limits()
         try:
-            async with client.stream("POST", wire.url, json=wire.body, headers=wire.headers, sni_hostname=wire.sni_hostname) as resp:
+            async with edge.request(wire.url, body=json_bytes(wire.body), headers=wire.headers, addresses=wire.addresses, proxied=True) as resp:
                 if await self.handle(("headers",)):
                     return
-                if resp.status_code >= 400:
-                    chunks: list[bytes] = []
-                    size = 0
-                    async for chunk in resp.aiter_bytes():
-                        chunks.append(chunk)
-                        size += len(chunk)
-                        if size >= ERROR_BODY_CAP:
-                            break
-                    body = b"".join(chunks)[:ERROR_BODY_CAP]
+                status = resp.status
+                if not 200 <= status <= 599:
+                    await self.handle(("error", protocol_error(
+                        "bad_status", f"the provider answered with HTTP status {status}, which is not a status HTTP has (200-599)",
+                    )))
+                elif 300 <= status < 400:
+                    await self.handle(("error", ProviderError(
+                        type="unknown", http_status=status, provider_code="redirect",
+                        message=f"the provider answered HTTP {status}, a redirect, which is not followed: check the provider's base_url",
+                    )))
+                elif status >= 400:
+                    body = await read_capped(resp, limits.error_body, what="the error body", setting=None)
+                    headers = {name.lower(): untrusted_text(value) for name, value in resp.headers.items()}
                     if on_wire is not None:
-                        await on_wire("error_body", (resp.status_code, dict(resp.headers), body))
-                    await self.handle(("error_body", resp.status_code, dict(resp.headers), body))
+                        await on_wire("error_body", (status, headers, body))
+                    await self.handle(("error_body", status, headers, body))
                 elif self.streamed:
                     parser = SseParser()
-                    async for line in resp.aiter_lines():
+                    async for line in lines(resp, line_limit=limits.line, total_limit=limits.stream):
                         event = parser.feed_line(line)
                         if event is None:
                             continue
@@ -287,12 +309,14 @@ class _Reading:
                             return
                     await self.handle(("eof",))
                 else:
-                    data = await resp.aread()
+                    data = await read_capped(resp, limits.body, what="the answer", setting="AGENTOPS_PROVIDER_MAX_BODY_BYTES")
                     if on_wire is not None and not self.done.done():
                         await on_wire("body", data)
                     await self.handle(("body", data))
-        except http1.HttpError as exc:
-            await self.handle(("exc", exc))
+        except ResponseRefused as exc:
+            await self.handle(("error", protocol_error(exc.code, str(exc))))
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            await self.handle(("error", classify_exception(exc, host=URL(wire.url).host)))
         except Exception as exc:  # a bug here must end the call now, not at its deadline
             logger.exception("a call's reading failed unexpectedly")
             await self.handle(("bug", exc))
@@ -319,21 +343,20 @@ async def _handle(
         return None
     if kind == "error_body":
         status, headers = item[1], item[2]
-        text = item[3].decode("utf-8", errors="replace")
-        return CallResult(outcome="error", timeline=timeline, error=classify_http(status, headers, text, now))
-    if kind == "exc":
-        return CallResult(outcome="error", timeline=timeline, error=classify_exception(item[1]))
+        return CallResult(outcome="error", timeline=timeline, error=classify_http(status, headers, item[3].decode("utf-8", "replace"), now))
+    if kind == "error":
+        return CallResult(outcome="error", timeline=timeline, error=item[1])
     if kind == "bug":
         message = bound_text(f"the call's reading failed in agentops itself: {type(item[1]).__name__}: {item[1]}")
         return CallResult(outcome="error", timeline=timeline, error=ProviderError(type="unknown", message=message))
     if kind == "body":
         try:
-            data = json.loads(item[1])
+            data = untrusted_json(item[1])
         except ValueError:
             return CallResult(
                 outcome="error",
                 timeline=timeline,
-                error=ProviderError(type="unknown", message="the provider's response body is not JSON"),
+                error=ProviderError(type="unknown", provider_code="not_json", message="the provider's answer is not JSON"),
             )
         timeline.first_event = timeline.last_event = now
         timeline.mark_event(now)

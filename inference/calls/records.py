@@ -1,18 +1,27 @@
-"""Writing a call's timeline to its InferenceCall row, once the call has ended."""
+"""Writing a call's timeline to its InferenceCall row, once the call has ended.
+
+Every call made keeps its row: a result the database refuses to store for what it holds (not
+for being down) is stored without the refused parts, with an error saying so
+(``unstorable_fields``).
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
+
+from django.db import DataError, IntegrityError, connection, transaction
 
 from agentops import rows
+from agentops.text import bound_text
 from inference.models import InferenceCall
 
 from .bounds import BoundsSettings
 from .client import CallResult, Timeline
 from .config import bounds_settings
+from .types import ProviderError
 
 
 def ms_to_dt(ms: float | None) -> datetime | None:
@@ -55,7 +64,7 @@ def call_fields(result: CallResult) -> dict[str, Any]:
         "model_events": t.model_events,
         "keepalives": t.keepalives,
         "outcome": result.outcome,
-        "stop_reason": result.output.stop_reason if result.output else "",
+        "stop_reason": _stop_reason(result),
         "bound": result.bound.value if result.bound else None,
         "bound_deadline": ms_to_dt(result.bound_deadline),
         "cut_lateness_ms": result.lateness_ms,
@@ -66,6 +75,53 @@ def call_fields(result: CallResult) -> dict[str, Any]:
     }
 
 
+def _stop_reason(result: CallResult) -> str:
+    # The provider's word, as the column holds it.
+    reason = result.output.stop_reason if result.output else ""
+    return str(reason)[:STOP_REASON_LIMIT] if reason else ""
+
+
+STOP_REASON_LIMIT = InferenceCall._meta.get_field("stop_reason").max_length or 50
+# A write the database refuses for what it holds (a value out of a column's range, a row that
+# breaks a constraint), or that cannot be encoded: trying it again gives the same answer.
+# (Not OperationalError or InterfaceError: those say the database did not answer.)
+UNSTORABLE = (DataError, IntegrityError, ValueError, TypeError)
+
+T = TypeVar("T")
+
+
+def unstorable_fields(result: CallResult, exc: BaseException) -> dict[str, Any]:
+    """What a call's row records when its result could not be stored: the timeline and the
+    outcome, and an error naming why (the usage, the stop reason and the picture left out)."""
+    why = f"the call's record could not be stored ({type(exc).__name__}: {exc}); its usage and details are not kept"
+    was = result.error or ProviderError(type="unknown", message="")
+    error = dataclasses.replace(
+        was, provider_code="unrecorded", message=bound_text(f"{why}. {was.message}" if was.message else why),
+    )
+    return {
+        **call_fields(result), "stop_reason": "", "marks": {}, "error": error.as_dict(),
+        "input_tokens": None, "output_tokens": None, "reasoning_tokens": None, "cached_input_tokens": None,
+    }
+
+
+def stored(write: Callable[[dict[str, Any]], T], result: CallResult) -> T:
+    """``write(fields)`` with the call's fields or, when the database refuses them for what
+    they hold, with ``unstorable_fields`` (in a savepoint inside a transaction, so it can go on)."""
+    fields = call_fields(result)
+    try:
+        if not connection.in_atomic_block:
+            return write(fields)
+        with transaction.atomic():
+            return write(fields)
+    except UNSTORABLE as exc:
+        return write(unstorable_fields(result, exc))
+
+
 def call_record(call: InferenceCall, result: CallResult) -> None:
     """Write the ended call's result to its row (written before the call was sent)."""
-    rows.update(InferenceCall, call.pk, **call_fields(result))
+    stored(lambda fields: rows.update(InferenceCall, call.pk, **fields), result)
+
+
+def call_create(result: CallResult, **row: Any) -> InferenceCall:
+    """The row of a call that ended before it had one (written once, with its outcome)."""
+    return stored(lambda fields: InferenceCall.objects.create(**row, **fields), result)

@@ -12,8 +12,11 @@ is made under (``holding``) or a warm shutdown wakes it on the loop and aborts i
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Protocol
+from urllib.parse import urlsplit
 
 from django.utils import timezone
 
@@ -22,19 +25,23 @@ from agentops.background import BackgroundLoop, LoopWake, background_loop, bookk
 from agentops.lifecycle import Wake
 from agentops.live import broadcast_turn_event, publish_turn_event
 from agentops.models import Agent
+from agentops.outbound import proxy_configured
 from agentops.providers import base_url_vet, key_env_problem
 from agentops.text import bound_text
 from agentops.urlsafety import HostUnresolved, IPAddress
 from inference.models import InferenceCall, Turn
 
-from .adapters import Adapter, WireRequest, build_wire, wire_pinned
+from .adapters import Adapter, WireRequest, build_wire
 from .bounds import Deadline
+from .classify import redacted
 from .client import CallResult, Timeline, now_ms, perform_call
 from .config import bounds_settings
 from .events import dashboard_call_ended, dashboard_call_started
 from .progress import progress_entry, progress_hub
 from .records import call_record
 from .types import CompiledRequest, ProviderError
+
+logger = logging.getLogger(__name__)
 
 # What a call's start gives: its adapter, its wire request, its row, and the result of a call
 # the provider policy refused (None: send it).
@@ -143,7 +150,7 @@ async def _perform(
     try:
         return await perform_call(
             adapter=adapter, wire=wire, streamed=request.stream, max_tokens=request.max_tokens,
-            bounds=bounds_settings(), client=engine.http, on_abortable=hooks.on_abortable,
+            bounds=bounds_settings(), on_abortable=hooks.on_abortable,
             on_milestone=hooks.on_milestone, on_delta=hooks.on_delta, on_progress=hooks.on_progress,
         )
     finally:
@@ -209,25 +216,30 @@ def provider_vetted(agent: Agent, wire: WireRequest) -> tuple[WireRequest, CallR
     if isinstance(checked, ProviderError):
         at = now_ms()
         return wire, CallResult(outcome="error", timeline=Timeline(sent=at, ended=at), error=checked)
-    return (wire_pinned(wire, checked[0]) if checked else wire), None
+    return (replace(wire, addresses=checked) if checked else wire), None
 
 
 def _provider_check(agent: Agent) -> ProviderError | tuple[IPAddress, ...] | None:
     """The provider policy at call time: the addresses to connect to, or the error that ends
     the call without sending it (None: nothing to pin, e.g. the host is an address)."""
     provider = agent.provider
+    host = urlsplit(provider.base_url).hostname
     try:
         vetted = base_url_vet(provider.base_url, unresolved_refused=False)
     except HostUnresolved as exc:
-        return ProviderError(type="network", message=bound_text(str(exc)), retryable=True)
+        if proxy_configured(provider.base_url):
+            return None  # behind a proxy the name may resolve only there: the proxy connects
+        logger.warning("provider %s: %s", provider.name, exc)
+        return ProviderError(type="network", message=bound_text(redacted(str(exc), host)), retryable=True)
     problem = f"base_url: {vetted.refusal}" if vetted.refusal else None
     key_problem = key_env_problem(provider.api_key_env)
     if problem is None and key_problem:
         problem = f"api_key_env: {key_problem}"
     if problem is not None:
+        logger.warning("provider %s is refused by the provider policy: %s", provider.name, problem)
         return ProviderError(
             type="auth", provider_code="provider_refused", retryable=False,
-            message=bound_text(f"provider {provider.name!r} is refused by the service's provider policy, so no call was made: {problem}"),
+            message=bound_text(redacted(f"provider {provider.name!r} is refused by the service's provider policy, so no call was made: {problem}", host)),
         )
     return vetted.addresses or None
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agentops.text import untrusted_text
+
 
 @dataclass
 class SseEvent:
@@ -20,6 +22,10 @@ class SseParser:
         self._data: list[str] = []
 
     def feed_line(self, line: str) -> SseEvent | None:
+        """``line`` as the provider sent it (decoded, U+FFFD for invalid UTF-8): made safe
+        (``untrusted_text``) before it is kept or relayed."""
+        if "\x00" in line:
+            line = untrusted_text(line)
         if line == "":
             if not self._data and not self._event:
                 return None

@@ -79,11 +79,15 @@ class TokenUsage:
         }
 
 
+# A count past this is no count a model made (and past a bigint column's range): not reported.
+TOKEN_COUNT_MAX = 2**63 - 1
+
+
 def token_count(value: Any) -> int | None:
-    """A reported token count: a non-negative integer, else None (not reported)."""
+    """A reported token count: a non-negative integer a column holds, else None (not reported)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    if value != value or value < 0 or value == float("inf"):
+    if value != value or value < 0 or value > TOKEN_COUNT_MAX:
         return None
     return int(value)
 

@@ -20,14 +20,14 @@ from inference.calls.adapters import build_wire
 from inference.calls.client import CallResult, perform_call
 from inference.calls.config import bounds_settings
 from inference.calls.events import dashboard_call_ended
-from inference.calls.records import call_fields, ms_to_dt
+from inference.calls.records import call_create, ms_to_dt
 from inference.calls.run import call_deferred, provider_vetted
 from inference.calls.types import CompiledRequest, Message
 from inference.models import InferenceCall
 from waits.admission import admission_check, remaining_ms
 from waits.services import wait_record
 
-from .on_loop import in_thread, loop_http
+from .on_loop import in_thread
 
 
 @dataclass(frozen=True)
@@ -92,15 +92,14 @@ async def auxiliary_complete_on_loop(*, agent: Agent, messages: list[AuxMessage]
     adapter, wire = build_wire(agent.provider, request)
     wire, refused = await in_thread(provider_vetted, agent, wire)
     result = refused or await perform_call(
-        adapter=adapter, wire=wire, streamed=False, max_tokens=request.max_tokens, bounds=bounds_settings(), client=loop_http(),
+        adapter=adapter, wire=wire, streamed=False, max_tokens=request.max_tokens, bounds=bounds_settings(),
     )
     return await in_thread(_record_once, agent, request, result)
 
 
 def _record_once(agent: Agent, request: CompiledRequest, result: CallResult) -> dict[str, Any]:
-    call = InferenceCall.objects.create(
-        agent=agent, kind=InferenceCall.Kind.AUXILIARY, model=request.model, streamed=False,
-        max_tokens=request.max_tokens, **call_fields(result),
+    call = call_create(
+        result, agent=agent, kind=InferenceCall.Kind.AUXILIARY, model=request.model, streamed=False, max_tokens=request.max_tokens,
     )
     dashboard_call_ended(call=call, agent=agent.name, result=result)
     return _outcome(agent, request.model, call, result)

@@ -36,6 +36,7 @@ from agentops.background import LoopWake, PerProcess, background_loop, blocking,
 from agentops.models import Agent, HistoryRow, Provider
 from inference.calls.client import CallResult
 from inference.calls.compile import compile_request
+from inference.calls.records import UNSTORABLE
 from inference.calls.run import Begun, call_begin, call_run_on_loop
 from inference.calls.types import CompiledRequest, ProviderError
 from inference.models import InferenceCall, Turn
@@ -55,7 +56,15 @@ from .holds import ephemeral_wait_error, hold_if_waiting, pacing_left_ms, record
 from .lease import TurnLease, lease_claim
 from .policy import Action, Decision, PolicySettings, RetryState, decide
 from .queue import enqueue_drain
-from .services import cancel_key, turn_claim, turn_complete, turn_fail, turn_hand_back, turn_rearm
+from .services import (
+    cancel_key,
+    turn_claim,
+    turn_complete,
+    turn_fail,
+    turn_fail_unstorable,
+    turn_hand_back,
+    turn_rearm,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -273,6 +282,10 @@ async def turn_run(turn_id: int, status: str, lease: TurnLease) -> Ran:
         ended = await _call_once(turn, request, begun, lease)
         if ended.answered:
             return Ran(True, ended.next)
+        if ended.unstorable is not None:
+            unstorable = ended.unstorable
+            await _durably(f"turn {turn_id}: end, its answer unstorable", partial(turn_fail_unstorable, turn=turn, call_id=ended.call.pk, exc=unstorable), lease)
+            return _ENDED
         result, call = ended.result, ended.call
         if lease.lost:
             return _STOPPED
@@ -453,12 +466,13 @@ class _CallEnded:
     whether a stated wait it gave binds (``binding``: None when it gave none); for an answer,
     whether it was stored and the agent's next turn; else the turn's status."""
 
-    __slots__ = ("agent_id", "answered", "binding", "call", "completed", "lease", "next", "result", "status", "turn")
+    __slots__ = ("agent_id", "answered", "binding", "call", "completed", "lease", "next", "result", "status", "turn", "unstorable")
 
     def __init__(self, turn: Turn, lease: TurnLease) -> None:
         self.turn, self.agent_id, self.lease = turn, turn.agent_id, lease
         self.binding: bool | None = None
         self.completed = self.answered = False
+        self.unstorable: BaseException | None = None  # why the answer that arrived could not be stored
         self.status: str | None = None
         self.next: tuple[int, str] | None = _NOT_LOOKED
         self.result: CallResult
@@ -480,7 +494,11 @@ class _CallEnded:
         if not self.completed:
             self.status = durably(f"turn {turn.pk}: read its status", partial(_status_of, turn.pk), lease)
         elif output is not None and (output.text or output.tool_calls or output.stop_reason != "max_tokens") and not lease.lost:
-            durably(f"turn {turn.pk}: store the answer", partial(turn_complete, turn=turn, output=output), lease)
+            try:
+                durably(f"turn {turn.pk}: store the answer", partial(turn_complete, turn=turn, output=output), lease)
+            except UNSTORABLE as exc:
+                self.unstorable = exc  # the run ends the turn: never a call again for this answer
+                return
             self.answered = True
             self.next = durably(f"agent {self.agent_id}: find its next turn", lambda: next_turn(self.agent_id, now=timezone.now()), lease)
 

@@ -27,14 +27,14 @@ from inference.calls.adapters import build_wire
 from inference.calls.client import CallResult, perform_call
 from inference.calls.config import bounds_settings
 from inference.calls.events import dashboard_call_ended, dashboard_call_started
-from inference.calls.records import call_fields, call_record
+from inference.calls.records import call_create, call_record
 from inference.calls.run import provider_vetted
 from inference.calls.types import CompiledRequest
 from inference.models import InferenceCall
 from waits.services import wait_record
 
 from .auxiliary import Deferred, auxiliary_admit
-from .on_loop import in_thread, loop_http
+from .on_loop import in_thread
 
 # The field that bounds a reply's length in each wire format's request.
 MAX_TOKENS_FIELD = {"openai": "max_tokens", "anthropic": "max_tokens", "openai-responses": "max_output_tokens"}
@@ -100,9 +100,9 @@ class DropinCall:
             self.queue.put_nowait(("end", self.result))
 
     def _record_once(self, result: CallResult) -> InferenceCall:
-        call = InferenceCall.objects.create(
-            agent=self.agent, kind=InferenceCall.Kind.AUXILIARY, model=self.agent.model, streamed=False,
-            max_tokens=self.max_tokens, **call_fields(result),
+        call = call_create(
+            result, agent=self.agent, kind=InferenceCall.Kind.AUXILIARY, model=self.agent.model, streamed=False,
+            max_tokens=self.max_tokens,
         )
         self._after(call, result)
         return call
@@ -130,7 +130,7 @@ class DropinCall:
 
         return await perform_call(
             adapter=adapter, wire=wire, streamed=self.streamed, max_tokens=self.max_tokens, bounds=bounds_settings(),
-            client=loop_http(), on_abortable=self._aborts.append, on_wire=on_wire,
+            on_abortable=self._aborts.append, on_wire=on_wire,
         )
 
     def _record(self, call: InferenceCall, result: CallResult) -> None:

@@ -31,9 +31,11 @@ from agentops.failures import failures_log_write
 from agentops.live import broadcast_turn_event
 from agentops.models import Agent, AuditEntry, HistoryRow
 from agentops.services import history_append
+from agentops.text import bound_text
 from breaker.services import breaker_note_success, breaker_probe_withdraw
+from inference.calls.records import UNSTORABLE
 from inference.calls.types import CallOutput, ProviderError
-from inference.models import Turn
+from inference.models import InferenceCall, Turn
 
 from .notes import failure_note_text
 from .queue import enqueue_drain, schedule_drain
@@ -391,6 +393,25 @@ def turn_fail(*, turn: Turn, error: ProviderError, status: str, timed_out_again:
             transaction.on_commit(lambda: failures_log_write(kind="turn-failed", agent=agent_name, model=model, message=message, **incident))
         _announce(turn.pk, status)
     return True
+
+
+def turn_fail_unstorable(*, turn: Turn, call_id: int, exc: BaseException) -> None:
+    """End a turn whose answer arrived but could not be stored (DESIGN §15): the database
+    refused it for what it holds, so storing it again would fail again, and calling again would
+    pay for the answer twice. The call's row says so; the turn fails with its note, or without
+    one when the note cannot be stored either."""
+    error = ProviderError(
+        type="unknown", provider_code="answer_unstorable",
+        message=bound_text(f"the model's answer arrived but could not be stored ({type(exc).__name__}: {exc}); it was not requested again"),
+    )
+    InferenceCall.objects.filter(pk=call_id).update(error=error.as_dict())
+    try:
+        with transaction.atomic():
+            turn_fail(turn=turn, error=error, status=Status.FAILED, timed_out_again=False)
+    except UNSTORABLE as note_exc:
+        logger.error("agent %s turn %s: its failure note could not be stored either (%s)", turn.agent.name, turn.pk, note_exc)
+        if _move(turn.pk, Status.FAILED, among=[Status.RUNNING], error=error.as_dict(), ended_at=timezone.now()):
+            _announce(turn.pk, Status.FAILED)
 
 
 # --- the breaker's retry ---------------------------------------------------------------------

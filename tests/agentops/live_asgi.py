@@ -13,6 +13,9 @@ import httpx
 
 from tests.conftest import BASE_DIR, LOG_DIR, _database_url, wait_for
 
+# The process of each server running, by its base URL (for tests that watch its memory).
+SERVER_PIDS: dict[str, int] = {}
+
 
 def asgi_server(label: str, extra_env: dict[str, str] | None = None) -> Iterator[str]:
     """The body of a server fixture (``yield from asgi_server(...)``): yields the base URL."""
@@ -41,7 +44,9 @@ def asgi_server(label: str, extra_env: dict[str, str] | None = None) -> Iterator
 
     try:
         wait_for(up, timeout=60, what="the ASGI server to answer")
+        SERVER_PIDS[base] = proc.pid
         yield base
     finally:
+        SERVER_PIDS.pop(base, None)
         proc.terminate()
         proc.wait(timeout=20)

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import ipaddress
 import os
-from dataclasses import replace
-
-import httpx
 
 from agentops.models import Provider
 from agentops.providers import key_env_problem
-from agentops.urlsafety import IPAddress
 
 from ..types import CompiledRequest
 from .anthropic import AnthropicAdapter
@@ -29,24 +24,6 @@ def build_wire(provider: Provider, request: CompiledRequest) -> tuple[Adapter, W
     return adapter, adapter.build(base_url=provider.base_url, api_key=api_key, request=request)
 
 
-def wire_pinned(wire: WireRequest, address: IPAddress) -> WireRequest:
-    """``wire`` sent to ``address`` (what the provider's host resolved to when it was checked),
-    so the connection goes where the check looked: the name goes in the Host header and, over
-    https, in TLS SNI, and the certificate is verified against it."""
-    target = httpx.URL(wire.url)
-    try:
-        ipaddress.ip_address(target.host)
-        return wire  # already an address
-    except ValueError:
-        pass
-    return replace(
-        wire,
-        url=str(target.copy_with(host=str(address))),
-        headers={**wire.headers, "host": target.netloc.decode("ascii")},
-        sni_hostname=target.raw_host.decode("ascii"),
-    )
-
-
 def adapter_for(kind: str) -> Adapter:
     if kind == "anthropic":
         return AnthropicAdapter()
@@ -55,4 +32,4 @@ def adapter_for(kind: str) -> Adapter:
     return OpenAIAdapter()
 
 
-__all__ = ["Adapter", "AnthropicAdapter", "OpenAIAdapter", "ResponsesAdapter", "StreamReader", "WireRequest", "adapter_for", "build_wire", "wire_pinned"]
+__all__ = ["Adapter", "AnthropicAdapter", "OpenAIAdapter", "ResponsesAdapter", "StreamReader", "WireRequest", "adapter_for", "build_wire"]

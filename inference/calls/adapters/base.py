@@ -1,7 +1,10 @@
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from agentops.text import untrusted_json
+from agentops.urlsafety import IPAddress
 
 from ..sse import SseEvent
 from ..types import CallOutput, CompiledRequest, Progress, TokenUsage
@@ -12,8 +15,9 @@ class WireRequest:
     url: str
     headers: dict[str, str]
     body: dict[str, Any]
-    # The TLS server name (and the certificate's) when ``url`` is pinned to an address.
-    sni_hostname: str | None = None
+    # What the URL's host resolved to when the provider policy checked it: the only addresses
+    # the call connects to (None: the URL names an address, or nothing was checked).
+    addresses: tuple[IPAddress, ...] | None = field(default=None)
 
 
 class StreamReader(Protocol):
@@ -37,24 +41,20 @@ class Adapter(Protocol):
 def event_object(event: SseEvent) -> dict[str, Any] | None:
     """An SSE event's JSON object, or None for a keepalive: a comment, an empty event, data
     that is not JSON or not an object (none of them a model event)."""
-    import json
-
     if event.comment or not event.data.strip():
         return None
     try:
-        value = json.loads(event.data)
+        value = untrusted_json(event.data)
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
 
 
 def parse_arguments(text: str) -> dict[str, Any]:
-    import json
-
     if not text.strip():
         return {}
     try:
-        value = json.loads(text)
+        value = untrusted_json(text)
     except ValueError:
         return {"_raw": text}
     return value if isinstance(value, dict) else {"_value": value}

@@ -160,7 +160,7 @@ def test_a_refused_connection_is_retried(receiver: Receiver, webhook_workers: Wo
     alert_raise(kind="hard-down", agent="ada", model="m1", message="down")
     delivery = wait_for(lambda: finished(only_delivery()), what="the delivery to end")
     assert delivery.status == WebhookDelivery.Status.GAVE_UP and delivery.attempts == 3
-    assert "ConnectError" in delivery.last_error
+    assert "ClientConnectorError" in delivery.last_error
 
 
 def test_the_sweep_sends_a_due_delivery_whose_task_was_lost(receiver: Receiver, webhook_workers: WorkerPool) -> None:

@@ -2,9 +2,10 @@
 rebinding between the check and the connection), keeping the name for the Host header, TLS SNI
 and certificate verification.
 
-DNS and routing are faked at the process edge only (``socket.getaddrinfo`` and
-``socket.create_connection``): the fake network answers a name with a public address, then with
-a different one, and carries connections for that public address to a loopback receiver.
+DNS and routing are faked at the process edge only (``socket.getaddrinfo`` and asyncio's
+socket connect, which the sender's aiohttp uses): the fake network answers a name with a public
+address, then with a different one, and carries connections for that public address to a
+loopback receiver.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 import trustme
+import uvloop
 from django.utils import timezone
 
 from agentops.models import Alert
@@ -48,7 +50,8 @@ class FakeNetwork:
 def network(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeNetwork]:
     fake = FakeNetwork(answers=[])
     real_getaddrinfo = socket.getaddrinfo
-    real_create_connection = socket.create_connection
+    # (The sender runs on the process's background loop, a uvloop loop.)
+    real_sock_connect = uvloop.Loop.sock_connect
 
     def getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
         if host != NAME:
@@ -57,13 +60,13 @@ def network(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeNetwork]:
         answer = fake.answers[min(len(fake.lookups), len(fake.answers)) - 1]
         return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (a, int(port))) for a in answer]
 
-    def create_connection(address: tuple[str, int], *args: Any, **kwargs: Any) -> socket.socket:
+    async def sock_connect(loop: Any, sock: socket.socket, address: tuple[str, int]) -> None:
         fake.connections.append((address[0], address[1]))
         host = fake.routes.get(address[0], address[0])
-        return real_create_connection((host, address[1]), *args, **kwargs)
+        await real_sock_connect(loop, sock, (host, *address[1:]))
 
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
-    monkeypatch.setattr(socket, "create_connection", create_connection)
+    monkeypatch.setattr(uvloop.Loop, "sock_connect", sock_connect)
     yield fake
 
 

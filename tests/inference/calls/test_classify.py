@@ -8,8 +8,9 @@ from datetime import UTC, datetime
 from email.utils import format_datetime
 from typing import Any
 
-import httpx
+import aiohttp
 import pytest
+from aiohttp.client_reqrep import ConnectionKey
 
 from inference.calls.classify import (
     classify_exception,
@@ -369,21 +370,30 @@ def test_a_stream_error_frame_classifies_like_the_same_failure_over_http(
     )
 
 
-@pytest.mark.parametrize(
-    "exc",
-    [
-        httpx.ConnectError("connection refused"),
-        httpx.ReadError("connection reset by peer"),
-        httpx.RemoteProtocolError("peer closed connection without sending complete message body"),
-        ConnectionResetError(),
-    ],
-)
-def test_a_connection_error_is_a_retryable_network_failure(exc: BaseException) -> None:
+CONNECTION_FAILURES = [
+    # (the exception, what its message says after the class name)
+    (aiohttp.ClientConnectorError(ConnectionKey("api.example.test", 443, True, True, None, None, None), ConnectionRefusedError(111, "Connect call failed ('203.0.113.7', 443)")),
+     "no connection to the provider: Connect call failed ('an address', 443)"),
+    (aiohttp.ServerDisconnectedError(), "the provider closed the connection before its answer's end"),
+    (aiohttp.ClientPayloadError("Response payload is not completed"), "the provider's answer was cut short"),
+    (aiohttp.ConnectionTimeoutError("Connection timeout to host http://api.example.test"), "no connection to the provider within the connect timeout"),
+    (ConnectionResetError(104, "Connection reset by peer"), "the connection failed: Connection reset by peer"),
+]
+
+
+@pytest.mark.parametrize(("exc", "says"), CONNECTION_FAILURES, ids=[type(e).__name__ for e, _ in CONNECTION_FAILURES])
+def test_a_connection_error_is_a_retryable_network_failure_that_names_neither_host_nor_address(exc: BaseException, says: str) -> None:
+    error = classify_exception(exc, host="api.example.test")
+    assert (error.type, error.retryable, error.http_status) == ("network", True, None)
+    assert error.message.startswith(f"{type(exc).__name__}: {says}"), error.message
+    assert "api.example.test" not in error.message and "203.0.113.7" not in error.message
+
+
+def test_an_answer_whose_head_breaks_a_limit_is_a_server_error_naming_the_limits() -> None:
+    exc = aiohttp.ClientResponseError(None, (), status=400, message="Too many headers received")  # type: ignore[arg-type]
     error = classify_exception(exc)
-    assert error.type == "network"
-    assert error.retryable is True
-    assert error.http_status is None
-    assert error.message == f"{type(exc).__name__}: {str(exc) or type(exc).__name__}"
+    assert (error.type, error.provider_code, error.retryable) == ("server", "bad_response", True)
+    assert "Too many headers received" in error.message and "AGENTOPS_PROVIDER_MAX_HEADERS" in error.message
 
 
 def _is_bounded_head_and_tail(bounded: str, original: str, limit: int) -> bool:
@@ -398,7 +408,7 @@ def test_a_one_megabyte_message_is_bounded_to_2000_characters() -> None:
         ("", classify_http(500, {}, json.dumps({"error": {"message": huge}}), NOW)),
         ("", classify_http(500, {}, huge, NOW)),
         ("", classify_frame({"type": "error", "error": {"type": "api_error", "message": huge}}, NOW)),
-        ("ReadError: ", classify_exception(httpx.ReadError(huge))),
+        ("OSError: the connection failed: ", classify_exception(OSError(huge))),
     ]
     for prefix, error in cases:
         original = prefix + huge

@@ -1,0 +1,216 @@
+"""A provider that misbehaves on purpose: a small HTTP/1.1 server on loopback, written on raw
+asyncio streams so it can send what no well-made server would (DESIGN §15). It answers
+``POST .../chat/completions`` in the OpenAI wire format; the request's ``model`` picks the
+misbehaviour:
+
+- ``answer``: a plain answer (streamed or not, as asked), for comparison;
+- ``gzip-bomb``: a small gzip body that inflates to 1 GiB (an SSE line of zeros when streamed);
+- ``repeated-header``: one header 20,000 times; ``endless-headers``: header lines until the
+  client goes away;
+- ``huge-body``: a 300 MB answer; ``long-line``: a stream whose one line runs 100 MB;
+- ``nul``: an answer whose text holds NUL and a lone surrogate (escaped in JSON) and a raw NUL
+  byte (in an SSE comment when streamed); ``bad-utf8``: an answer with bytes that are not UTF-8;
+  ``nul-error``: a 400 whose body (not JSON) holds a raw NUL byte and invalid UTF-8;
+- ``status-999``: ``HTTP/1.1 999``; ``redirect``: a 302; ``html-error``: a 502 HTML page;
+- ``two-responses``: two answers in one write (only the first was asked for);
+- ``close-mid-chunk``: a stream cut off inside a chunk;
+- ``big-usage``: an answer reporting more tokens than any column holds, and a stop reason
+  longer than its column.
+
+``GET /_hostile/requests`` lists the requests received (model, stream) and
+``GET /_hostile/connections`` counts connections; ``DELETE /_hostile/requests`` clears both.
+Run it with ``python -m tests.hostile --port 0``; it prints ``hostile listening on URL``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import zlib
+from functools import cache
+from typing import Any
+
+GiB = 1 << 30
+received: list[dict[str, Any]] = []
+connections = 0
+
+
+def answer_json(text: str, **extra: Any) -> bytes:
+    body = {
+        "id": "chatcmpl-hostile", "object": "chat.completion", "created": 0, "model": "hostile",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7},
+    }
+    body.update(extra)
+    return json.dumps(body).encode()
+
+
+def chunk_event(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    data = {"id": "c", "object": "chat.completion.chunk", "model": "hostile", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return b"data: " + json.dumps(data).encode() + b"\n\n"
+
+
+def head(status: str, headers: list[tuple[str, str]]) -> bytes:
+    return (f"HTTP/1.1 {status}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers) + "\r\n").encode("latin-1")
+
+
+def whole(status: str, body: bytes, content_type: str = "application/json", extra: list[tuple[str, str]] | None = None) -> bytes:
+    return head(status, [("content-type", content_type), ("content-length", str(len(body))), *(extra or [])]) + body
+
+
+def chunked(parts: list[bytes]) -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts if p) + b"0\r\n\r\n"
+
+
+def sse(parts: list[bytes]) -> bytes:
+    return head("200 OK", [("content-type", "text/event-stream"), ("transfer-encoding", "chunked")]) + chunked(parts)
+
+
+@cache
+def bomb(streamed: bool) -> bytes:
+    """1 GiB of zeros (after ``data: `` when streamed), gzip-compressed to about a megabyte."""
+    squeeze = zlib.compressobj(1, zlib.DEFLATED, 31)
+    zeros = b"0" * (1 << 20)
+    parts = [squeeze.compress(b"data: ")] if streamed else []
+    parts += [squeeze.compress(zeros) for _ in range(GiB >> 20)]
+    parts.append(squeeze.flush())
+    return b"".join(parts)
+
+
+async def respond(model: str, streamed: bool, writer: asyncio.StreamWriter) -> bool:
+    """Answer one request; False when the connection must close after it."""
+    if model == "answer":
+        if streamed:
+            writer.write(sse([chunk_event({"role": "assistant", "content": "Hello"}), chunk_event({"content": " there"}), chunk_event({}, "stop"), b"data: [DONE]\n\n"]))
+        else:
+            writer.write(whole("200 OK", answer_json("Hello there")))
+        return True
+    if model == "gzip-bomb":
+        body = bomb(streamed)
+        content_type = "text/event-stream" if streamed else "application/json"
+        writer.write(head("200 OK", [("content-type", content_type), ("content-encoding", "gzip"), ("content-length", str(len(body)))]) + body)
+        return False
+    if model == "repeated-header":
+        writer.write(b"HTTP/1.1 200 OK\r\n" + b"x-junk: a\r\n" * 20_000 + b"content-type: application/json\r\ncontent-length: 2\r\n\r\n{}")
+        return False
+    if model == "endless-headers":
+        writer.write(b"HTTP/1.1 200 OK\r\n")
+        for i in range(10_000_000):
+            writer.write(b"x-h%d: v\r\n" % i)
+            if i % 1000 == 0:
+                await writer.drain()
+        return False
+    if model == "huge-body":
+        size = 300 * 1000 * 1000
+        writer.write(head("200 OK", [("content-type", "application/json"), ("content-length", str(size))]))
+        block = b"x" * (1 << 20)
+        sent = 0
+        while sent < size:
+            part = block[: size - sent]
+            writer.write(part)
+            sent += len(part)
+            await writer.drain()
+        return False
+    if model == "long-line":
+        writer.write(head("200 OK", [("content-type", "text/event-stream"), ("content-length", str(100 * 1000 * 1000))]) + b"data: ")
+        block = b"y" * (1 << 20)
+        for _ in range(100):
+            writer.write(block)
+            await writer.drain()
+        return False
+    if model == "nul":
+        text = "a\u0000b\ud800c"
+        if streamed:
+            writer.write(sse([b": ping \x00\n\n", chunk_event({"role": "assistant", "content": text}), chunk_event({}, "stop"), b"data: [DONE]\n\n"]))
+        else:
+            writer.write(whole("200 OK", answer_json(text)))
+        return True
+    if model == "bad-utf8":
+        content = b"caf\xe9 \xff\xfe ok"
+        if streamed:
+            event = b'data: {"choices":[{"index":0,"delta":{"content":"' + content + b'"},"finish_reason":null}]}\n\n'
+            writer.write(sse([event, chunk_event({}, "stop"), b"data: [DONE]\n\n"]))
+        else:
+            writer.write(whole("200 OK", b'{"choices":[{"index":0,"message":{"role":"assistant","content":"' + content + b'"},"finish_reason":"stop"}]}'))
+        return True
+    if model == "nul-error":
+        writer.write(whole("400 Bad Request", b"refused \x00 because \xff of reasons", content_type="text/plain"))
+        return True
+    if model == "status-999":
+        writer.write(b"HTTP/1.1 999 Weird\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}")
+        return True
+    if model == "redirect":
+        writer.write(whole("302 Found", b"", extra=[("location", "https://elsewhere.example/v1/chat/completions")]))
+        return True
+    if model == "html-error":
+        page = b"<html><head><title>502 Bad Gateway</title></head><body><h1>Bad Gateway</h1></body></html>"
+        writer.write(whole("502 Bad Gateway", page, content_type="text/html"))
+        return True
+    if model == "two-responses":
+        writer.write(whole("200 OK", answer_json("first")) + whole("200 OK", answer_json("second, never asked for")))
+        return True
+    if model == "close-mid-chunk":
+        first = chunk_event({"role": "assistant", "content": "Hel"})
+        writer.write(head("200 OK", [("content-type", "text/event-stream"), ("transfer-encoding", "chunked")]) + b"%x\r\n%s\r\n" % (len(first), first) + b"400\r\nda")
+        return False
+    if model == "big-usage":
+        usage = {"prompt_tokens": 2**70, "completion_tokens": 1e300, "total_tokens": -1}
+        writer.write(whole("200 OK", json.dumps({
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "counted"}, "finish_reason": "x" * 500}], "usage": usage,
+        }).encode()))
+        return True
+    writer.write(whole("404 Not Found", json.dumps({"error": {"message": f"no scenario {model!r}"}}).encode()))
+    return True
+
+
+async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    global connections
+    connections += 1
+    try:
+        while True:
+            try:
+                request_head = await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return
+            lines = request_head.decode("latin-1").split("\r\n")
+            method, path = lines[0].split(" ")[:2]
+            length = next((int(line.split(":", 1)[1]) for line in lines if line.lower().startswith("content-length:")), 0)
+            body = await reader.readexactly(length) if length else b""
+            if path.startswith("/_hostile/"):
+                if method == "DELETE":
+                    received.clear()
+                    connections = 1
+                    writer.write(whole("200 OK", b"{}"))
+                else:
+                    value: Any = received if path.endswith("requests") else {"connections": connections}
+                    writer.write(whole("200 OK", json.dumps(value).encode()))
+                await writer.drain()
+                continue
+            request = json.loads(body or b"{}")
+            model, streamed = str(request.get("model", "")), request.get("stream") is True
+            received.append({"model": model, "stream": streamed})
+            keep = await respond(model, streamed, writer)
+            await writer.drain()
+            if not keep:
+                return
+    except (ConnectionError, asyncio.IncompleteReadError):
+        return
+    finally:
+        writer.close()
+
+
+async def main(host: str, port: int) -> None:
+    server = await asyncio.start_server(handle, host, port)
+    bound = server.sockets[0].getsockname()
+    print(f"hostile listening on http://{bound[0]}:{bound[1]}", flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args()
+    asyncio.run(main(args.host, args.port))
