@@ -2,7 +2,9 @@
 
 The stand-in sends only a keepalive every ``--keepalive-ms`` on each stream. Every call must be
 cut at its before-content deadline. Measured, in one run on this machine, against a bare
-asyncio + httpx reader of the same N streams measured in the same run (the baseline):
+aiohttp reader of the same N streams measured in the same run (the baseline: the same client
+library as the service, one task per stream reading its lines under one timeout), and beside it
+the bare asyncio + httpx reader earlier results were measured against (``httpx_*``):
 - cut lateness (cut time - deadline) p50 / p99 / max, over every cut (each turn's call and its
   one fresh call);
 - worker CPU per 1,000 stream events in a steady window (no call starts or ends in it; at
@@ -71,10 +73,39 @@ def start_standin() -> tuple[subprocess.Popen[str], str]:
     return proc, line.removeprefix("standin listening on ")
 
 
-# --- the baseline: a bare asyncio + httpx reader of the same streams -------------------------
+# --- the baselines: bare readers of the same streams -----------------------------------------
+
+BASELINE_AIOHTTP = r'''
+import asyncio, json, sys, time, aiohttp
+url, n, seconds, keepalive_ms = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+body = {"model": f"pings:interval_ms={keepalive_ms}", "stream": True, "max_tokens": 256, "messages": [{"role": "user", "content": "x"}]}
+opened = 0
+async def one(session):
+    global opened
+    async with session.post(url + "/v1/chat/completions", json=body) as r:
+        opened += 1
+        try:
+            async with asyncio.timeout(seconds):
+                async for _ in r.content:
+                    pass
+        except TimeoutError:
+            return
+async def main():
+    print(json.dumps({"started": time.time()}), flush=True)
+    await asyncio.sleep(1)  # the bench reads the RSS before any stream
+    started = time.time()
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
+        tasks = [asyncio.create_task(one(session)) for _ in range(n)]
+        while opened < n:
+            await asyncio.sleep(0.01)
+        print(json.dumps({"all_open": time.time(), "started": started}), flush=True)
+        await asyncio.gather(*tasks)
+asyncio.run(main())
+'''
 
 
-BASELINE = r'''
+BASELINE_HTTPX = r'''
 import asyncio, json, sys, time, httpx, resource
 url, n, seconds, keepalive_ms = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
 body = {"model": f"pings:interval_ms={keepalive_ms}", "stream": True, "max_tokens": 256, "messages": [{"role": "user", "content": "x"}]}
@@ -108,8 +139,8 @@ asyncio.run(main())
 '''
 
 
-def run_baseline(standin: str, n: int, seconds: float, keepalive_ms: int) -> dict[str, float]:
-    proc = subprocess.Popen([sys.executable, "-c", BASELINE, standin, str(n), str(seconds), str(keepalive_ms)], stdout=subprocess.PIPE, text=True)
+def run_baseline(standin: str, n: int, seconds: float, keepalive_ms: int, script: str) -> dict[str, float]:
+    proc = subprocess.Popen([sys.executable, "-c", script, standin, str(n), str(seconds), str(keepalive_ms)], stdout=subprocess.PIPE, text=True)
     ps = psutil.Process(proc.pid)
     assert proc.stdout is not None
     json.loads(proc.stdout.readline())
@@ -304,10 +335,13 @@ def main() -> None:
     results: list[dict[str, float]] = []
     try:
         for run in range(args.repeat):
-            base = run_baseline(url, args.calls, args.before_content_ms / 1000, args.keepalive_ms)
+            base = run_baseline(url, args.calls, args.before_content_ms / 1000, args.keepalive_ms, BASELINE_AIOHTTP)
+            plain = run_baseline(url, args.calls, args.before_content_ms / 1000, args.keepalive_ms, BASELINE_HTTPX)
             service = _in_child(url, args.calls, args.before_content_ms, args.keepalive_ms, standin.pid, args.first_cuts_only)
             for key, value in base.items():
                 service[f"baseline_{key}"] = value
+            for key, value in plain.items():
+                service[f"httpx_{key}"] = value
             service["cpu_ratio"] = service["cpu_per_1000_events_ms"] / base["cpu_per_1000_events_ms"]
             service["open_all_ratio"] = service["open_all_s"] / base["open_all_s"]
             print(f"run {run + 1}: {json.dumps(service)}", flush=True)
