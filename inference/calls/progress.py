@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import redis
 import redis.asyncio
@@ -55,12 +55,19 @@ def progress_entry(*, call_id: int, agent: str, turn_id: int | None, timeline: T
     }
 
 
+class ProgressSource(Protocol):
+    """A call in flight as the hub reads it when it flushes (not at each event: a keepalive
+    costs a dictionary store, not an entry built)."""
+
+    def progress(self) -> dict[str, Any]: ...
+
+
 class ProgressHub:
     """The process's progress sender, on the background loop (every method runs there)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self._pending: dict[int, dict[str, Any]] = {}
+        self._pending: dict[int, ProgressSource] = {}
         self._ended: set[int] = set()
         self._timer: asyncio.TimerHandle | None = None
         self._due = 0.0
@@ -70,8 +77,8 @@ class ProgressHub:
     def _interval(self) -> float:
         return max(settings.AGENTOPS_PROGRESS_INTERVAL_MS / 1000, len(self._pending) * PER_CALL_S)
 
-    def update(self, entry: dict[str, Any], *, urgent: bool) -> None:
-        self._pending[entry["id"]] = entry
+    def update(self, call_id: int, source: ProgressSource, *, urgent: bool) -> None:
+        self._pending[call_id] = source
         self._schedule(self._last + (URGENT_GAP_S if urgent else self._interval()))
 
     def ended(self, call_id: int) -> None:
@@ -92,7 +99,7 @@ class ProgressHub:
     def _flush(self) -> None:
         self._timer = None
         self._last = self.loop.time()
-        batch, self._pending = list(self._pending.values()), {}
+        batch, self._pending = [source.progress() for source in self._pending.values()], {}
         ended, self._ended = list(self._ended), set()
         if batch or ended:
             background_loop().send_in_order(self._send(batch, ended))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from django.utils import timezone
@@ -164,7 +164,7 @@ class _Hooks:
     watch and wakes, its live events, its entry on the dashboard. (Methods rather than
     closures: a worker holds thousands of calls at once.)"""
 
-    __slots__ = ("abort_key", "abort_on_shutdown", "agent_name", "call", "engine", "firsts", "holding", "hub", "turn_id", "undo")
+    __slots__ = ("abort_key", "abort_on_shutdown", "agent_name", "call", "deadline", "engine", "firsts", "holding", "hub", "timeline", "turn_id", "undo")
 
     def __init__(
         self, engine: BackgroundLoop, call: InferenceCall, agent_name: str, turn_id: int | None,
@@ -175,6 +175,8 @@ class _Hooks:
         self.undo: list[Callable[[], None]] = []
         self.hub = progress_hub()
         self.firsts = (False, False)  # first event, first content: sent at once
+        self.timeline: Timeline | None = None
+        self.deadline: Deadline | None = None
 
     def on_abortable(self, abort: Callable[[], None]) -> None:
         if self.abort_key is not None:
@@ -200,11 +202,14 @@ class _Hooks:
     def on_progress(self, timeline: Timeline, deadline: Deadline | None) -> None:
         firsts = (timeline.first_event is not None, timeline.first_content is not None)
         urgent, self.firsts = firsts != self.firsts, firsts
+        self.timeline, self.deadline = timeline, deadline
+        self.hub.update(self.call.pk, self, urgent=urgent)
+
+    def progress(self) -> dict[str, Any]:
+        """The call's progress as it stands (the hub reads it when it flushes)."""
+        assert self.timeline is not None
         call = self.call
-        self.hub.update(
-            progress_entry(call_id=call.pk, agent=self.agent_name, turn_id=call.turn_id, timeline=timeline, deadline=deadline),
-            urgent=urgent,
-        )
+        return progress_entry(call_id=call.pk, agent=self.agent_name, turn_id=call.turn_id, timeline=self.timeline, deadline=self.deadline)
 
 
 def provider_vetted(agent: Agent, wire: WireRequest) -> tuple[WireRequest, CallResult | None]:
