@@ -180,6 +180,11 @@ AGENTOPS_PROVIDER_MAX_ERROR_BODY_BYTES = env_int("AGENTOPS_PROVIDER_MAX_ERROR_BO
 AGENTOPS_PROVIDER_MAX_HEADERS = env_int("AGENTOPS_PROVIDER_MAX_HEADERS", 128, minimum=16)
 AGENTOPS_PROVIDER_MAX_HEADER_BYTES = env_int("AGENTOPS_PROVIDER_MAX_HEADER_BYTES", 8190, minimum=1024)
 AGENTOPS_PROVIDER_CONNECT_TIMEOUT_MS = env_ms("AGENTOPS_PROVIDER_CONNECT_TIMEOUT_MS", 30_000)
+# A drop-in 429 for a wait longer than this tells the client's SDK not to retry
+# (x-should-retry: false): it raises at once with the wait in retry-after, instead of sleeping.
+AGENTOPS_DROPIN_CLIENT_RETRY_MAX_MS = env_ms("AGENTOPS_DROPIN_CLIENT_RETRY_MAX_MS", 60_000)
+# A streamed drop-in answer sends the client a keepalive whenever nothing else went to it for this long.
+AGENTOPS_DROPIN_KEEPALIVE_MS = env_ms("AGENTOPS_DROPIN_KEEPALIVE_MS", 15_000)
 # Provider calls go through the proxy HTTPS_PROXY / HTTP_PROXY name (NO_PROXY honoured).
 AGENTOPS_PROVIDER_PROXY_FROM_ENV = env_bool("AGENTOPS_PROVIDER_PROXY_FROM_ENV", True)
 

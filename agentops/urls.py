@@ -28,6 +28,8 @@ urlpatterns = [
     path("v1/chat/completions", dropin.chat_completions),
     path("v1/messages", dropin.messages),
     path("v1/responses", dropin.responses),
+    path("v1/models", dropin.models),
+    path("v1/models/<path:model_id>", dropin.models),
     re_path(r"^v1/", dropin.unknown),
     path("health", health),
     path("metrics", metrics_view),

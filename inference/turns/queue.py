@@ -6,7 +6,6 @@ from __future__ import annotations
 from agentops.celery import task_send
 from agentops.rows import after_commit
 from inference.models import Turn
-from waits.journal import JOURNAL_POLL_MS
 
 AGENT_DRAIN = "inference.tasks.agent_drain"
 
@@ -28,7 +27,5 @@ def held_turns_wake(*, agent: str) -> int:
     Returns how many agents were woken."""
     agent_ids = set(Turn.objects.filter(agent__name=agent, status=Turn.Status.HELD).values_list("agent_id", flat=True))
     for agent_id in agent_ids:
-        enqueue_drain(agent_id)
-        # A worker sees another process's release at its next journal poll: look again then.
-        schedule_drain(agent_id, JOURNAL_POLL_MS / 1000 + 0.2)
+        enqueue_drain(agent_id)  # its admission check reads the journal fresh: it sees the release
     return len(agent_ids)
