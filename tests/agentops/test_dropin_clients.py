@@ -148,11 +148,12 @@ def test_a_short_hold_keeps_the_sdks_own_retry_which_then_gets_the_answer(ant: a
     assert InferenceCall.objects.filter(agent=agent, outcome="deferred").count() >= 1 and len(standin_requests()) == 1
 
 
+@pytest.mark.parametrize("form", ["llm-provider-retry-after", "llm-provider-retry-after-ms", "x-ms-retry-after-ms"])
 @pytest.mark.parametrize("sdk", ["openai", "anthropic"])
 def test_a_providers_long_wait_stated_through_a_gateway_reaches_the_sdk_and_it_does_not_retry(
-    oai: openai.OpenAI, ant: anthropic.Anthropic, make_agent: Any, standin_requests: Any, sdk: str,
+    oai: openai.OpenAI, ant: anthropic.Anthropic, make_agent: Any, standin_requests: Any, sdk: str, form: str,
 ) -> None:
-    agent = make_agent(provider=sdk, model="error:status=429,form=llm-provider-retry-after,wait_ms=7200000,type=throttling_error,code=429")
+    agent = make_agent(provider=sdk, model=f"error:status=429,form={form},wait_ms=7200000,type=throttling_error,code=429")
     started = time.monotonic()
     with pytest.raises((openai.RateLimitError, anthropic.RateLimitError)) as raised:
         if sdk == "openai":
