@@ -180,6 +180,9 @@ AGENTOPS_PROVIDER_MAX_ERROR_BODY_BYTES = env_int("AGENTOPS_PROVIDER_MAX_ERROR_BO
 AGENTOPS_PROVIDER_MAX_HEADERS = env_int("AGENTOPS_PROVIDER_MAX_HEADERS", 128, minimum=16)
 AGENTOPS_PROVIDER_MAX_HEADER_BYTES = env_int("AGENTOPS_PROVIDER_MAX_HEADER_BYTES", 8190, minimum=1024)
 AGENTOPS_PROVIDER_CONNECT_TIMEOUT_MS = env_ms("AGENTOPS_PROVIDER_CONNECT_TIMEOUT_MS", 30_000)
+# A provider whose calls have all failed with network, TLS, auth or 5xx errors for this long,
+# with no success, raises one provider-down alert per episode.
+AGENTOPS_PROVIDER_DOWN_AFTER_MS = env_ms("AGENTOPS_PROVIDER_DOWN_AFTER_MS", 300_000)
 # A drop-in 429 for a wait longer than this tells the client's SDK not to retry
 # (x-should-retry: false): it raises at once with the wait in retry-after, instead of sleeping.
 AGENTOPS_DROPIN_CLIENT_RETRY_MAX_MS = env_ms("AGENTOPS_DROPIN_CLIENT_RETRY_MAX_MS", 60_000)

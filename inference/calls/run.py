@@ -37,6 +37,7 @@ from .classify import redacted
 from .client import CallResult, Timeline, now_ms, perform_call
 from .config import bounds_settings
 from .events import dashboard_call_ended, dashboard_call_started
+from .health import provider_health_note
 from .progress import progress_entry, progress_hub
 from .records import call_record
 from .types import CompiledRequest, ProviderError
@@ -139,6 +140,7 @@ def _call_end(
     dashboard_call_ended(call=call, agent=agent.name, result=result)
     if then is not None:
         then(result)
+    provider_health_note(provider=agent.provider, result=result)
 
 
 async def _perform(

@@ -28,6 +28,7 @@ from inference.calls.adapters import build_wire
 from inference.calls.client import CallResult, perform_call
 from inference.calls.config import bounds_settings
 from inference.calls.events import dashboard_call_ended, dashboard_call_started
+from inference.calls.health import provider_health_note
 from inference.calls.records import call_create, call_record
 from inference.calls.run import provider_vetted
 from inference.calls.types import CompiledRequest
@@ -149,6 +150,7 @@ class DropinCall:
                 reason=f"{error.type} (HTTP {error.http_status}): {error.message[:300]}", now_ms=time.time() * 1000,
             )
         dashboard_call_ended(call=call, agent=self.agent.name, result=result)
+        provider_health_note(provider=self.agent.provider, result=result)
 
 
 def wait_headers(wait_ms: float) -> dict[str, str]:
