@@ -8,7 +8,7 @@ from pathlib import Path
 import dj_database_url
 from psycopg_pool import base as psycopg_pool_base
 
-from .conf import env_bool, env_int, env_ms, env_ms_list, env_str
+from .conf import bounds_values, env_bool, env_int, env_ms, env_ms_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -140,8 +140,10 @@ AGENTOPS_BREAKER_THRESHOLD = env_int("AGENTOPS_BREAKER_THRESHOLD", 3, minimum=1)
 AGENTOPS_BREAKER_SHED_CAP = env_int("AGENTOPS_BREAKER_SHED_CAP", 3, minimum=1)
 AGENTOPS_ALERT_WEBHOOK_COOLDOWN_MS = env_ms("AGENTOPS_ALERT_WEBHOOK_COOLDOWN_MS", 900_000)
 AGENTOPS_FAILURES_LOG = env_str("AGENTOPS_FAILURES_LOG", str(BASE_DIR / "var" / "failures.log"))
-# Raw value; parsed and validated by the system check in inference.checks (DESIGN §5.4).
+# The raw value (JSON, or false), refused here at every process's start when it does not
+# read (DESIGN §5.4); inference.calls.config turns it into the bounds.
 AGENTOPS_INFERENCE_BOUNDS = env_str("AGENTOPS_INFERENCE_BOUNDS", "")
+bounds_values(AGENTOPS_INFERENCE_BOUNDS)
 # How long a worker may hold one turn, at most: the absolute bound plus the retry episode.
 AGENTOPS_RETRY_EPISODE_MS = env_ms("AGENTOPS_RETRY_EPISODE_MS", 20 * 60_000)
 AGENTOPS_TURN_SWEEP_S = env_ms("AGENTOPS_TURN_SWEEP_MS", 15_000) / 1000
