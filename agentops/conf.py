@@ -54,6 +54,15 @@ def env_int(name: str, default: int, *, minimum: int = 0, maximum: int | None = 
     return value
 
 
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    if raw.strip().lower() not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(choices)}, not {raw!r}")
+    return raw.strip().lower()
+
+
 def env_port(name: str, default: int, *, any_free: bool = False) -> int:
     """A TCP port, 1-65535 (0 too with ``any_free``: the system picks a free one)."""
     return env_int(name, default, minimum=0 if any_free else 1, maximum=65535)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -22,6 +23,16 @@ from .embedded import EmbeddedService, start_postgres, start_redis
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
 PY = sys.executable
+
+
+def dev_secret_key(var_dir: Path) -> str:
+    """This checkout's own secret key, made at random once and kept under ``var_dir`` (so
+    admin sessions outlive a restart): never a default anyone else knows."""
+    kept = var_dir / "secret-key"
+    if not kept.exists():
+        kept.touch(mode=0o600)
+        kept.write_text(secrets.token_urlsafe(50))
+    return kept.read_text().strip()
 
 
 def _services(env: dict[str, str]) -> list[EmbeddedService]:
@@ -182,6 +193,8 @@ def main(argv: list[str]) -> int:
     # The stand-in provider (make run, the tests) listens on loopback.
     env.setdefault("AGENTOPS_PROVIDERS_ALLOW_PRIVATE", "true")
     VAR_DIR.mkdir(exist_ok=True)
+    if not env.get("DJANGO_SECRET_KEY"):
+        env["DJANGO_SECRET_KEY"] = dev_secret_key(VAR_DIR)
     services = _services(env)
     # The launcher's own SIGTERM (from a supervisor) is handled like Ctrl-C.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
