@@ -134,7 +134,9 @@ CHANNEL_LAYERS = {
         # A socket timeout longer than the layer's blocking pop (channels_redis waits 5 s per
         # BZPOPMIN): redis-py 8's default, also 5 s, made every idle consumer's receive raise
         # TimeoutError and close the socket with a traceback.
-        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15}], "prefix": "agentops-ch"},
+        # The pool holds one connection per socket's group work at once; sized past the
+        # dashboard sockets a process keeps (AGENTOPS_DASHBOARD_SOCKETS), plus the turns'.
+        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15, "max_connections": 500}], "prefix": "agentops-ch"},
     }
 }
 
@@ -196,6 +198,8 @@ AGENTOPS_WEBHOOK_RETRY_MAX_MS = env_ms("AGENTOPS_WEBHOOK_RETRY_MAX_MS", 30 * 60_
 AGENTOPS_WEBHOOK_MAX_ATTEMPTS = env_int("AGENTOPS_WEBHOOK_MAX_ATTEMPTS", 12, minimum=1)
 AGENTOPS_WEBHOOK_SWEEP_S = env_ms("AGENTOPS_WEBHOOK_SWEEP_MS", 30_000) / 1000
 
+# Dashboard sockets one web process holds open; past it a new one is closed with 4429.
+AGENTOPS_DASHBOARD_SOCKETS = env_int("AGENTOPS_DASHBOARD_SOCKETS", 100, minimum=1)
 # /metrics names every project's agents and models: an operator token unless this is true.
 AGENTOPS_METRICS_PUBLIC = env_bool("AGENTOPS_METRICS_PUBLIC", False)
 
