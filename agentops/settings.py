@@ -204,6 +204,9 @@ AGENTOPS_DASHBOARD_SOCKETS = env_int("AGENTOPS_DASHBOARD_SOCKETS", 100, minimum=
 AGENTOPS_METRICS_PUBLIC = env_bool("AGENTOPS_METRICS_PUBLIC", False)
 
 # --- providers (API.md, Providers) -----------------------------------------
+# The models of the agents `make run` makes on the real providers whose key is set.
+AGENTOPS_DEMO_OPENAI_MODEL = env_str("AGENTOPS_DEMO_OPENAI_MODEL", "gpt-5-mini")
+AGENTOPS_DEMO_ANTHROPIC_MODEL = env_str("AGENTOPS_DEMO_ANTHROPIC_MODEL", "claude-haiku-4-5")
 # Provider URLs that resolve to private or loopback addresses (the stand-in, a local model
 # server) are refused unless this is set; link-local, multicast, reserved, unspecified and
 # cloud-metadata addresses are refused always.
