@@ -8,6 +8,7 @@ site (``admin:waits_bindingwait_changelist`` and ``admin:waits_bindingwait_relea
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from django.contrib import admin, messages
@@ -60,10 +61,20 @@ def _with_links(waits: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 @admin.register(WaitJournalEntry)
 class WaitJournalEntryAdmin(ReadOnlyAdmin):
-    list_display = ("id", "kind", "agent", "model", "until_ms", "short_reason", "by", "at", "problem")
+    list_display = ("id", "kind", "agent", "model", "until", "short_reason", "by", "at", "problem")
     list_filter = ("kind",)
     search_fields = ("agent", "model", "by")
     ordering = ("-id",)
+
+    @admin.display(description="until", ordering="until_ms")
+    def until(self, obj: WaitJournalEntry) -> str:
+        """The wait's end as an instant (the row keeps milliseconds since the epoch)."""
+        if obj.until_ms is None:
+            return "until released" if obj.kind == "set" else "-"
+        try:
+            return datetime.fromtimestamp(obj.until_ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        except (OverflowError, OSError, ValueError):
+            return f"{obj.until_ms} ms (not an instant)"
 
     @admin.display(description="reason")
     def short_reason(self, obj: WaitJournalEntry) -> str:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime
 
 import pytest
 from django.contrib.auth.models import Permission, User
@@ -120,3 +121,13 @@ def test_the_journal_is_read_only_even_for_a_superuser(held_agent: Agent) -> Non
     detail = client.post(f"/admin/waits/waitjournalentry/{entry.pk}/change/", {"kind": "release"})
     assert detail.status_code == 403
     assert WaitJournalEntry.objects.get(pk=entry.pk).kind == "set"
+
+
+def test_the_journal_lists_each_waits_end_as_an_instant_not_an_epoch(held_agent: Agent) -> None:
+    client = Client()
+    client.force_login(User.objects.create_superuser(username="root", password="pw"))
+    entry = WaitJournalEntry.objects.get(agent=held_agent.name, model="m1")
+    assert entry.until_ms is not None
+    html = client.get("/admin/waits/waitjournalentry/").content.decode()
+    assert datetime.fromtimestamp(entry.until_ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC") in html
+    assert str(entry.until_ms) not in html

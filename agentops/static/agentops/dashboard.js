@@ -56,8 +56,9 @@
     return Math.floor(h / 24) + " days " + (h % 24) + " h";
   }
 
+  // Every instant on the page in UTC, as the admin and the API write them (not the browser's zone).
   function clock(ms) {
-    return new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+    return new Date(ms).toISOString().slice(11, 19) + " UTC";
   }
 
   // At most `limit` characters, cut at a word boundary (as agentops.wording.excerpt).
