@@ -38,7 +38,7 @@ token: $(STAMP)
 fuzz: $(STAMP)
 	AGENTOPS_FUZZ_EXAMPLES=$${AGENTOPS_FUZZ_EXAMPLES:-1000} $(BIN)/python -m agentops.launcher test -- tests/agentops/test_fuzz.py -q $(ARGS)
 
-# Benchmarks (results in README.md, Performance). Slow: minutes, not seconds.
+# Benchmarks (method and results in docs/performance.md). Slow: minutes, not seconds.
 bench: $(STAMP)
 	$(BIN)/python -m agentops.launcher exec -- $(BIN)/python bench/bounds_bench.py
 	$(BIN)/python -m agentops.launcher exec -- $(BIN)/python -m pytest bench/admission_bench.py -q -s
@@ -49,7 +49,7 @@ bench: $(STAMP)
 mutate: $(STAMP)
 	$(BIN)/python -m agentops.launcher exec -- $(BIN)/python tools/mutate.py $(ARGS)
 
-# The drop-in endpoint against LiteLLM's proxy (README, Performance). LiteLLM is no dependency:
+# The drop-in endpoint against LiteLLM's proxy (docs/performance.md). LiteLLM is no dependency:
 # LITELLM_BIN names its command in a venv of its own, outside the repository.
 bench-dropin: $(STAMP)
 	LITELLM_BIN=$(LITELLM_BIN) $(BIN)/python -m agentops.launcher exec -- $(BIN)/python bench/dropin_bench.py
@@ -59,7 +59,8 @@ bench-dropin: $(STAMP)
 bench-turns: $(STAMP)
 	$(BIN)/python -m agentops.launcher exec -- $(BIN)/python bench/turns_bench.py $(ARGS)
 
-# The README's pictures under docs/, from a live server in headless Chromium (docs/screenshots.py).
+# The pictures under docs/ (the README's, docs/operations.md's), from a live server in headless
+# Chromium (docs/screenshots.py).
 screenshots: $(STAMP)
 	$(BIN)/python -m agentops.launcher exec -- $(BIN)/python -m pytest docs/screenshots.py -q -rs
 

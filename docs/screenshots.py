@@ -1,4 +1,5 @@
-"""The README's screenshots, taken in headless Chromium from the live service with real data.
+"""The screenshots under docs/ (the README's, docs/operations.md's), taken in headless Chromium
+from the live service with real data.
 
 Run it explicitly (it is not part of the test suite), with the project's environment:
 

@@ -1,7 +1,7 @@
-"""The cooldown counts from when a key's delivery was *queued*, whatever became of it (README,
-Webhooks): a receiver that is down while its first delivery retries gets no second delivery of
-the same key, and alerts left out do not extend the cooldown. Edges at cooldown - 1 ms and at
-the cooldown, with an explicit ``now``."""
+"""The cooldown counts from when a key's delivery was *queued*, whatever became of it
+(docs/operations.md, Webhooks): a receiver that is down while its first delivery retries gets
+no second delivery of the same key, and alerts left out do not extend the cooldown. Edges at
+cooldown - 1 ms and at the cooldown, with an explicit ``now``."""
 
 from __future__ import annotations
 
