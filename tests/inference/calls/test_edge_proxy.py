@@ -125,7 +125,7 @@ async def test_a_proxy_that_refuses_the_tunnel_is_a_network_error_saying_so(monk
     assert result.error is not None and result.error.type == "network" and "proxy refused" in result.error.message and "407" in result.error.message
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)  # (its rows are written from another thread: flushed after)
 async def test_a_provider_name_only_the_proxy_resolves_is_called_through_it(
     monkeypatch: pytest.MonkeyPatch, tls_provider: int, proxy: ConnectProxy,
 ) -> None:
