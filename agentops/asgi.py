@@ -20,12 +20,16 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from agentops.edge import KeptThreadsASGIHandler  # noqa: E402
 from agentops.routing import websocket_urlpatterns  # noqa: E402
+from agentops.telemetry import telemetry_setup  # noqa: E402
+from agentops.tracing_asgi import traced_http  # noqa: E402
 
 django_asgi_app = KeptThreadsASGIHandler()
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        # With telemetry exported, each request is a server span continuing the client's
+        # traceparent (agentops.tracing_asgi); otherwise Django's handler alone.
+        "http": traced_http(django_asgi_app) if telemetry_setup(role="web") else django_asgi_app,
         # Turn sockets authenticate with a token, not a cookie, so they take no origin check:
         # API clients (not browsers) often send no Origin header at all.
         "websocket": URLRouter(websocket_urlpatterns),

@@ -1,0 +1,76 @@
+"""What ``telemetry_setup`` installs from the standard environment (DESIGN §16): each case in a
+process of its own, as a web process, a worker or beat starts (the SDK's providers are set
+once per process). The exporters point at a loopback port nobody listens on: nothing here
+waits for an export."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+from tests.conftest import BASE_DIR
+
+NOWHERE = "http://127.0.0.1:9"
+
+PROBE = """
+import json, sys
+from opentelemetry import metrics, trace
+from agentops import telemetry
+on = telemetry.telemetry_setup(role="worker", worker="w1@example")
+out = {"enabled": on, "tracer_provider": type(trace.get_tracer_provider()).__name__,
+       "meter_provider": type(metrics.get_meter_provider()).__name__, "sdk_loaded": "opentelemetry.sdk.trace" in sys.modules}
+provider = trace.get_tracer_provider()
+if hasattr(provider, "resource"):
+    processors = provider._active_span_processor._span_processors
+    out.update(resource=dict(provider.resource.attributes), sampler=provider.sampler.get_description(),
+               processors=[type(p).__name__ for p in processors],
+               exporters=[(type(p.span_exporter).__name__, p.span_exporter._endpoint) for p in processors])
+print(json.dumps(out))
+"""
+
+
+def setup_in_a_process(**env: str) -> dict[str, Any]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    done = subprocess.run([sys.executable, "-c", PROBE], cwd=BASE_DIR, env={**clean, **env}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return found
+
+
+def test_with_no_endpoint_nothing_is_installed_and_the_sdk_is_not_even_loaded() -> None:
+    found = setup_in_a_process()
+    assert found == {"enabled": False, "tracer_provider": "ProxyTracerProvider", "meter_provider": "_ProxyMeterProvider", "sdk_loaded": False}
+
+
+def test_a_disabled_sdk_wins_over_an_endpoint() -> None:
+    found = setup_in_a_process(OTEL_EXPORTER_OTLP_ENDPOINT=NOWHERE, OTEL_SDK_DISABLED="true")
+    assert found["enabled"] is False and found["tracer_provider"] == "ProxyTracerProvider" and not found["sdk_loaded"]
+
+
+def test_an_endpoint_exports_spans_through_the_batch_processor_over_otlp_http() -> None:
+    found = setup_in_a_process(OTEL_EXPORTER_OTLP_ENDPOINT=NOWHERE)
+    assert found["enabled"] is True and found["tracer_provider"] == "TracerProvider" and found["meter_provider"] == "MeterProvider"
+    assert found["processors"] == ["BatchSpanProcessor"]
+    assert found["exporters"] == [["OTLPSpanExporter", f"{NOWHERE}/v1/traces"]]
+    resource = found["resource"]
+    assert resource["service.name"] == "agentops" and resource["agentops.process.role"] == "worker"
+    assert resource["agentops.worker.name"] == resource["service.instance.id"] == "w1@example"
+    assert resource["host.name"] and isinstance(resource["process.pid"], int)
+    assert found["sampler"].startswith("ParentBased{root:AlwaysOnSampler")
+
+
+def test_the_standard_variables_name_the_service_add_resource_attributes_and_choose_the_sampler() -> None:
+    found = setup_in_a_process(
+        OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=f"{NOWHERE}/traces", OTEL_SERVICE_NAME="gateway",
+        OTEL_RESOURCE_ATTRIBUTES="deployment.environment.name=prod,service.instance.id=i-1", OTEL_TRACES_SAMPLER="always_off",
+    )
+    assert found["exporters"] == [["OTLPSpanExporter", f"{NOWHERE}/traces"]]
+    # A traces endpoint alone exports no metrics (metrics would go to an address nobody set).
+    assert found["meter_provider"] == "_ProxyMeterProvider"
+    resource = found["resource"]
+    assert resource["service.name"] == "gateway" and resource["deployment.environment.name"] == "prod"
+    assert resource["service.instance.id"] == "i-1"  # the environment's word wins over ours
+    assert found["sampler"] == "AlwaysOffSampler"
