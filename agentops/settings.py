@@ -232,8 +232,12 @@ CELERY_BEAT_SCHEDULE = {
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # Each line names its process ("w1@host pid 42", "web@host pid 7"): with web, workers and
+    # beat on several hosts, a central log store tells them apart; and, while a span is current
+    # (a turn running, a request being served), its trace and span ids (agentops.telemetry).
+    "filters": {"process": {"()": "agentops.telemetry.LogContext"}},
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(where)s]: %(message)s%(trace)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["process"]}},
     "root": {"handlers": ["console"], "level": env_str("AGENTOPS_LOG_LEVEL", "INFO")},
     "loggers": {
         "httpx": {"level": "WARNING"},
