@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from django.utils import timezone
 
-from agentops import lifecycle, rows
+from agentops import lifecycle, rows, telemetry
 from agentops.background import BackgroundLoop, LoopWake, background_loop, bookkeeping
 from agentops.lifecycle import Wake
 from agentops.live import broadcast_turn_event, publish_turn_event
@@ -39,6 +39,7 @@ from .config import bounds_settings
 from .events import dashboard_call_ended, dashboard_call_started
 from .progress import progress_entry, progress_hub
 from .records import call_record
+from .tracing import attempt_traced
 from .types import CompiledRequest, ProviderError
 
 logger = logging.getLogger(__name__)
@@ -137,6 +138,8 @@ def _call_end(
     if turn_id is not None:
         broadcast_turn_event(turn_id, {"type": "call.ended", "turn": turn_id, "call": call.pk, "outcome": result.outcome})
     dashboard_call_ended(call=call, agent=agent.name, result=result)
+    if telemetry.enabled:
+        attempt_traced(agent=agent, call=call, result=result)
     if then is not None:
         then(result)
 

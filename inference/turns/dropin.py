@@ -22,6 +22,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from agentops import telemetry
 from agentops.models import Agent
 from inference.calls.adapters import build_wire
 from inference.calls.client import CallResult, perform_call
@@ -29,6 +30,7 @@ from inference.calls.config import bounds_settings
 from inference.calls.events import dashboard_call_ended, dashboard_call_started
 from inference.calls.records import call_create, call_record
 from inference.calls.run import provider_vetted
+from inference.calls.tracing import attempt_traced
 from inference.calls.types import CompiledRequest
 from inference.models import InferenceCall
 from waits.services import wait_record
@@ -147,6 +149,8 @@ class DropinCall:
                 reason=f"{error.type} (HTTP {error.http_status}): {error.message[:300]}", now_ms=time.time() * 1000,
             )
         dashboard_call_ended(call=call, agent=self.agent.name, result=result)
+        if telemetry.enabled:  # under the request's server span (this thread runs in its context)
+            attempt_traced(agent=self.agent, call=call, result=result)
 
 
 def stated_wait_s(retry_after_ms: float | None) -> str | None:
