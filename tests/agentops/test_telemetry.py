@@ -11,6 +11,10 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
+
+from agentops import telemetry
+from inference.turns.services import IncomingMessage, turn_submit
 from tests.conftest import BASE_DIR
 
 NOWHERE = "http://127.0.0.1:9"
@@ -74,3 +78,11 @@ def test_the_standard_variables_name_the_service_add_resource_attributes_and_cho
     assert resource["service.name"] == "gateway" and resource["deployment.environment.name"] == "prod"
     assert resource["service.instance.id"] == "i-1"  # the environment's word wins over ours
     assert found["sampler"] == "AlwaysOffSampler"
+
+
+@pytest.mark.django_db
+def test_with_telemetry_off_a_submitted_turn_stores_no_span(make_agent: Any, no_workers: None) -> None:
+    assert not telemetry.enabled  # the test process exports nothing
+    turn, _ = turn_submit(agent_id=make_agent().pk, messages=[IncomingMessage(participant="alice", content="hi")])
+    turn.refresh_from_db()
+    assert turn.trace_context is None
