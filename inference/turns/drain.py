@@ -354,14 +354,15 @@ Ready = tuple[Turn, CompiledRequest, Begun]
 STOPPED_MID_CALL: Final = ProviderError(type="aborted", message="the worker making this call stopped before it ended")
 
 
-def _taken_over(turn: Turn, lost_by: str, taken_by: str, stopped: list[InferenceCall]) -> None:
-    """Say that this run took the turn over from the run ``lost_by``, whose lease lapsed, and
-    trace the calls that run left in flight (their ends were never recorded) as aborted."""
+def _taken_over(turn: Turn, lost_by: str, taken_by: str, aborted: int, stopped: list[InferenceCall]) -> None:
+    """Say that this run took the turn over from the run ``lost_by``, whose lease lapsed and
+    which left ``aborted`` calls in flight, and trace those (``stopped``: their rows, when
+    telemetry is exported) as aborted: their ends were never recorded."""
     with turn_traced(turn):
         logger.warning(
-            "agent %s turn %s taken over: %s runs it now, after %s stopped renewing its lease (the worker died or lost the "
-            "database); %d call(s) it left in flight recorded as aborted",
-            turn.agent.name, turn.pk, taken_by, lost_by, len(stopped),
+            "agent %s turn %s taken over: %s runs it now; %s left it running and its lease lapsed (that worker died, lost "
+            "the database, or its run stopped on an error); %d call(s) it left in flight recorded as aborted",
+            turn.agent.name, turn.pk, taken_by, lost_by, aborted,
         )
         now_ms = time.time() * 1000
         for call in stopped:
@@ -396,16 +397,17 @@ def _turn_start(turn_id: int, status: str, lease: TurnLease) -> tuple[Turn, Read
     # the lease, so no one else is calling): record it as aborted, not leave it open forever.
     # Only a turn left running has one (a queued or held turn's calls all ended).
     stopped: list[InferenceCall] = []
+    aborted = 0
     if status == Turn.Status.RUNNING:
         open_calls = InferenceCall.objects.filter(turn_id=turn_id, outcome__isnull=True)
         if telemetry.enabled:
             stopped = list(open_calls)
-        open_calls.update(outcome=InferenceCall.Outcome.ABORTED, ended_at=now, error=STOPPED_MID_CALL.as_dict())
+        aborted = open_calls.update(outcome=InferenceCall.Outcome.ABORTED, ended_at=now, error=STOPPED_MID_CALL.as_dict())
         if lost_by and lost_by != lease.owner:
             turn_noted(turn_id, "agentops.turn.taken_over", {"agentops.lease.lost_by": lost_by, "agentops.lease.taken_by": lease.owner})
     turn = _turn_loaded(turn_id)
     if lost_by and lost_by != lease.owner:
-        _taken_over(turn, lost_by, lease.owner, stopped)
+        _taken_over(turn, lost_by, lease.owner, aborted, stopped)
     if held is not None:
         _resumed(turn, held)
     if held is not None and (release_pacing_ms := pacing_left_ms(turn)) > paced_left_ms(turn):
