@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from agentops.celery import task_send
+from agentops.models import HistoryRow
 from agentops.tokens import api_token_create
 from inference.models import InferenceCall, Turn
 from tests.agentops.live_asgi import asgi_server
@@ -33,6 +34,8 @@ SERVICE = {
     "AGENTOPS_DEADLINE_RETRY_DELAY_MS": "200",
     "AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS": "1000",
     "AGENTOPS_WAIT_RECHECK_MS": "1000",
+    # The first poisoned failure probes (the other tests' failures are never sheddable).
+    "AGENTOPS_BREAKER_THRESHOLD": "1",
 }
 HOLD_429 = "error:status=429,form=retry-after-ms,wait_ms=600000,times=1"
 
@@ -199,6 +202,38 @@ def test_a_429_holds_the_turn_and_its_release_resumes_it_in_the_same_trace(
     release = receiver.wait_spans(lambda s: s.name == "agentops.wait.release" and by_agent(agent.name)(s), what="the release span")[0]
     assert release.attributes["agentops.wait.model"] == HOLD_429 and release.attributes["agentops.release.lifted"] == 1
     assert receiver.wait_points("agentops.turn.held.duration", lambda p: p.attributes.get("agentops.agent") == agent.name)
+
+
+def test_a_poisoned_turns_probe_shed_and_retry_are_in_its_trace_and_a_restore_is_found_by_agent(
+    client: httpx.Client, receiver: Receiver, make_agent: Any,
+) -> None:
+    agent = make_agent(model="poison")
+    header, trace_id, _ = traceparent()
+    failed_id = submit(client, agent.name, header, text="POISON")
+    ended(failed_id, "failed")
+    retry = wait_for(lambda: Turn.objects.filter(agent=agent, status="succeeded").exclude(pk=failed_id).first(), what="the retry after the shed")
+    turns = {s.attributes["agentops.turn.id"]: s for s in receiver.wait_spans(lambda s: s.trace_id == trace_id and s.name == "agentops.turn", count=2)}
+    failed, retried = turns[failed_id], turns[retry.pk]
+    assert failed.status == "error" and failed.attributes["error.type"] == "invalid_request"
+
+    def one(name: str) -> Span:
+        [found] = receiver.wait_spans(lambda s: s.trace_id == trace_id and s.name == name, what=name)
+        return found
+
+    probe, shed = one("agentops.breaker.probe"), one("agentops.breaker.shed")
+    assert probe.parent_span_id == failed.span_id and probe.attributes["agentops.breaker.verdict"] == "answered"
+    [probe_call] = [s for s in attempts(receiver, trace_id, 3) if s.attributes["agentops.call.kind"] == "probe"]
+    assert probe_call.parent_span_id == probe.span_id and probe_call.attributes["agentops.turn.id"] == failed_id
+    poisoned = HistoryRow.objects.get(agent=agent, state="set_aside")
+    assert shed.parent_span_id == probe.span_id and shed.attributes["agentops.history.set_aside"] == [poisoned.seq]
+    assert retried.parent_span_id == shed.span_id
+    assert retried.event("agentops.turn.set_aside").attributes["agentops.history.set_aside"] == [poisoned.seq]
+    assert {s.attributes["agentops.agent"] for s in (failed, retried, probe, shed, probe_call)} == {agent.name}
+
+    restored = client.post(f"/api/v1/agents/{agent.name}/history/{poisoned.pk}/restore", json={"requester": "otel test"})
+    assert restored.status_code == 200, restored.text
+    [restore] = receiver.wait_spans(lambda s: s.name == "agentops.breaker.restore" and by_agent(agent.name)(s), what="the restore span")
+    assert restore.attributes["agentops.history.row_id"] == poisoned.pk and restore.attributes["agentops.restore.by"] == "api:otel"
 
 
 def test_a_drop_in_call_continues_the_clients_traceparent(client: httpx.Client, receiver: Receiver, make_agent: Any) -> None:
