@@ -9,7 +9,7 @@ from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
@@ -17,7 +17,6 @@ from .admin_base import ReadOnlyAdmin
 from .admin_display import when
 from .models import Agent, Alert, ApiToken, AuditEntry, HistoryRow, Project, Provider
 from .providers import provider_problem
-from .urlsafety import resolved_ahead
 from .wording import excerpt
 
 if TYPE_CHECKING:
@@ -49,16 +48,6 @@ class ProviderAdmin(admin.ModelAdmin):
     form = ProviderForm
     list_display = ("name", "kind", "base_url", "api_key_env", "created_at")
     search_fields = ("name",)
-
-    def changeform_view(
-        self, request: HttpRequest, object_id: str | None = None, form_url: str = "", extra_context: dict[str, Any] | None = None
-    ) -> HttpResponse:
-        # The policy resolves the host: look it up before the transaction Django opens for
-        # the save, so no transaction waits on DNS (as the webhooks' admin does).
-        if request.method != "POST":
-            return super().changeform_view(request, object_id, form_url, extra_context)
-        with resolved_ahead(request.POST.get("base_url", "")):
-            return super().changeform_view(request, object_id, form_url, extra_context)
 
 
 @admin.register(Project)

@@ -1,6 +1,7 @@
 """The ASGI entry point: HTTP through Django, websockets through Channels."""
 
 import os
+from typing import Any
 
 import django
 
@@ -17,19 +18,31 @@ finally:
         del os.environ["AGENTOPS_PROCESS_ROLE"]
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from django.conf import settings  # noqa: E402
 
 from agentops.edge import KeptThreadsASGIHandler  # noqa: E402
 from agentops.routing import websocket_urlpatterns  # noqa: E402
+from agentops.static import static_files  # noqa: E402
 from agentops.telemetry import telemetry_setup  # noqa: E402
 from agentops.tracing_asgi import traced_http  # noqa: E402
 
 django_asgi_app = KeptThreadsASGIHandler()
+static_app = static_files()
+
+
+async def http_app(scope: dict, receive: Any, send: Any) -> None:
+    """Static files (the admin's and the dashboard's) by WhiteNoise; everything else by Django."""
+    if scope["path"].startswith(settings.STATIC_URL):
+        await static_app(scope, receive, send)
+    else:
+        await django_asgi_app(scope, receive, send)
+
 
 application = ProtocolTypeRouter(
     {
         # With telemetry exported, each request is a server span continuing the client's
-        # traceparent (agentops.tracing_asgi); otherwise Django's handler alone.
-        "http": traced_http(django_asgi_app) if telemetry_setup(role="web") else django_asgi_app,
+        # traceparent (agentops.tracing_asgi).
+        "http": traced_http(http_app) if telemetry_setup(role="web") else http_app,
         # Turn sockets authenticate with a token, not a cookie, so they take no origin check:
         # API clients (not browsers) often send no Origin header at all.
         "websocket": URLRouter(websocket_urlpatterns),

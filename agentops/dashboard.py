@@ -21,7 +21,7 @@ from inference.selectors import turns_waiting
 from waits.selectors import binding_waits
 
 from .live import REASON_LIMIT, hold_out
-from .models import Agent, Alert, HistoryRow
+from .models import Agent, Alert, HistoryRow, Provider
 from .selectors import alert_json
 from .text import bound_text
 
@@ -53,6 +53,12 @@ def dashboard_snapshot(*, now_ms: float) -> dict[str, Any]:
         # Turns whose next call waits (pacing after a 429, a retry delay, a re-arm), and why.
         "waiting": turns_waiting(now=datetime.fromtimestamp(now_ms / 1000, tz=UTC)),
         "breakers": _breakers(),
+        # Providers in an episode of failures long enough to have raised provider-down.
+        "providers_down": [
+            {"provider": p.name, "since_ms": _ms(p.failing_since), "alerted_ms": _ms(p.down_alerted_at),
+             "error": bound_text(str((p.last_failure or {}).get("message") or ""), REASON_LIMIT)}
+            for p in Provider.objects.filter(down_alerted_at__isnull=False).order_by("name")
+        ],
         "alerts": [alert_json(a) for a in Alert.objects.order_by("-id")[:SNAPSHOT_ALERTS]],
     }
 

@@ -9,17 +9,30 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from .conf import ConfigError, env_port
 from .embedded import EmbeddedService, start_postgres, start_redis
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
 PY = sys.executable
+
+
+def dev_secret_key(var_dir: Path) -> str:
+    """This checkout's own secret key, made at random once and kept under ``var_dir`` (so
+    admin sessions outlive a restart): never a default anyone else knows."""
+    kept = var_dir / "secret-key"
+    if not kept.exists():
+        kept.touch(mode=0o600)
+        kept.write_text(secrets.token_urlsafe(50))
+    return kept.read_text().strip()
 
 
 def _services(env: dict[str, str]) -> list[EmbeddedService]:
@@ -64,14 +77,29 @@ def _start_standin(env: dict[str, str], port: int) -> tuple[subprocess.Popen[str
     return proc, line.removeprefix("standin listening on ")
 
 
+def _port_taken(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
 def run(env: dict[str, str]) -> int:
     env.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings")
     env.setdefault("PYTHONUNBUFFERED", "1")
-    port = int(env.get("AGENTOPS_PORT", "8000"))
-    subprocess.run([PY, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=BASE_DIR, env=env, check=True)
+    port, standin_port = env_port("AGENTOPS_PORT", 8000), env_port("AGENTOPS_STANDIN_PORT", 0, any_free=True)
+    if _port_taken(port):
+        raise ConfigError(f"AGENTOPS_PORT {port} is in use by another process: stop it, or set AGENTOPS_PORT to a free port")
+    # The first process to load the settings: a refused one says so in one line and ends the run.
+    migrated = subprocess.run([PY, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=BASE_DIR, env=env, check=False)
+    if migrated.returncode:
+        return migrated.returncode
     children: list[subprocess.Popen[str]] = []
     try:
-        standin, standin_url = _start_standin(env, int(env.get("AGENTOPS_STANDIN_PORT", "0")))
+        standin, standin_url = _start_standin(env, standin_port)
         children.append(standin)
         seeded = subprocess.run(
             [PY, "manage.py", "seed_demo", "--standin-url", standin_url, "--credentials", str(VAR_DIR / "demo-credentials.json")],
@@ -87,7 +115,7 @@ def run(env: dict[str, str]) -> int:
         for command in commands:
             children.append(subprocess.Popen(command, cwd=BASE_DIR, env=env, text=True))
         base = f"http://127.0.0.1:{port}"
-        _wait_http(f"{base}/health", timeout=30)
+        _wait_http(f"{base}/health", timeout=30, children=children)
         token = creds["api_token"]
         print(
             "\n".join(
@@ -113,21 +141,29 @@ def run(env: dict[str, str]) -> int:
         )
         while all(child.poll() is None for child in children):
             time.sleep(0.5)
+        # A Ctrl-C reaches every process of the terminal at once: a child may be seen gone
+        # before this process's own interrupt is handled. Give it a moment to arrive.
+        time.sleep(1.0)
         failed = [" ".join(map(str, c.args)) for c in children if c.poll() is not None]  # type: ignore[arg-type]
-        print(f"a process stopped on its own: {failed[0]}; stopping the rest", file=sys.stderr)
+        _say(f"a process of the service stopped on its own ({failed[0]}); stopping the rest")
         return 1
     except KeyboardInterrupt:
         _say("\nstopping…")
+        _stop_children(children)
+        _say("stopped.")
         return 0
     finally:
         _stop_children(children)
 
 
-def _wait_http(url: str, *, timeout: float) -> None:
+def _wait_http(url: str, *, timeout: float, children: list[subprocess.Popen[str]]) -> None:
     import urllib.request
 
     end = time.monotonic() + timeout
     while time.monotonic() < end:
+        gone = [c for c in children if c.poll() is not None]
+        if gone:  # its own error is on stderr above: say which, and stop
+            raise SystemExit(f"{' '.join(map(str, gone[0].args))} exited (status {gone[0].returncode}) before the service was up")  # type: ignore[arg-type]
         try:
             with urllib.request.urlopen(url, timeout=2):
                 return
@@ -157,6 +193,8 @@ def main(argv: list[str]) -> int:
     # The stand-in provider (make run, the tests) listens on loopback.
     env.setdefault("AGENTOPS_PROVIDERS_ALLOW_PRIVATE", "true")
     VAR_DIR.mkdir(exist_ok=True)
+    if not env.get("DJANGO_SECRET_KEY"):
+        env["DJANGO_SECRET_KEY"] = dev_secret_key(VAR_DIR)
     services = _services(env)
     # The launcher's own SIGTERM (from a supervisor) is handled like Ctrl-C.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from django.conf import settings
 from django.db.models import Count, Q, Sum
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -21,6 +22,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from agentops.models import Alert
+from agentops.tokens import api_token_check
 from agentops.webhooks.models import WebhookAttempt, WebhookDelivery
 from inference.models import InferenceCall, Turn
 from waits.clock import clock_ms
@@ -160,8 +162,20 @@ class DatabaseCollector(Collector):
 @csrf_exempt  # no cookie is read: a POST is answered 405 by the method check, not 403
 @require_safe
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    """The Prometheus scrape target. No auth: it carries counts (labelled with agents' and
-    models' names), never text."""
+    """The Prometheus scrape target. Its labels name every project's agents and models, so it
+    takes an operator token (Prometheus' ``authorization`` with a bearer credential) unless
+    ``AGENTOPS_METRICS_PUBLIC``."""
+    if not settings.AGENTOPS_METRICS_PUBLIC:
+        scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
+        token = api_token_check(presented.strip()) if scheme.lower() == "bearer" and presented.strip() else None
+        if token is None or not token.operator:
+            refused = HttpResponse(
+                "metrics need an operator API token: Authorization: Bearer <token> "
+                "(or AGENTOPS_METRICS_PUBLIC=true)\n",
+                status=401 if token is None else 403, content_type="text/plain; charset=utf-8",
+            )
+            refused["WWW-Authenticate"] = "Bearer"
+            return refused
     registry = CollectorRegistry(auto_describe=False)
     registry.register(DatabaseCollector(now_ms=clock_ms()))
     # The classic text format, which every Prometheus reads (our names need none of 1.0.0's escaping).

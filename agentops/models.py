@@ -37,6 +37,11 @@ class Provider(models.Model):
     # The name of the environment variable that holds the key: never the key itself.
     api_key_env = models.CharField(max_length=100, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
+    # An episode of failures that say the provider is down (DESIGN §15): since when every call
+    # has failed so, the last such error, and when the episode's provider-down alert went out.
+    failing_since = models.DateTimeField(null=True, blank=True)
+    last_failure = models.JSONField(null=True, blank=True)
+    down_alerted_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return self.name

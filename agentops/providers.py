@@ -7,21 +7,24 @@
   webhooks' (``agentops.urlsafety``).
 - ``api_key_env``: the name of an environment variable the operator allows
   (``AGENTOPS_PROVIDER_KEY_ENVS``, comma-separated; unset: any name ending in ``_API_KEY``), so
-  a provider row can never make the worker send ``DATABASE_URL`` or another secret as a key.
+  a provider row can never make the worker send ``DATABASE_URL`` or another secret as a key;
+  and one that is set in the service's environment (an unset one would send no key at all).
 
-Both are checked when a provider is created and again by the worker before every call (a
-setting can change, and what a name resolves to can too); a call then connects to the
-addresses that were checked.
+At creation the URL's form and an address written in it are checked, and the key variable;
+a host name is resolved only when it is called (DNS may not answer where the provider is
+created, and a name can resolve elsewhere later anyway). Before every call everything is
+checked again, the name resolved, and the call connects to the addresses that were checked.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import os
 from urllib.parse import urlsplit
 
 from django.conf import settings
 
-from .urlsafety import METADATA, HostUnresolved, Policy, Vetted, url_vet
+from .urlsafety import METADATA, HostUnresolved, Policy, Vetted, url_form_refusal, url_vet
 
 PROVIDERS = Policy(
     who="providers",
@@ -44,18 +47,25 @@ def key_env_problem(name: str) -> str | None:
     )
 
 
+def credentials_refusal(url: str) -> str | None:
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        return f"the URL does not parse: {exc}"
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+        return "must not carry credentials (user:password@); name the key's variable in api_key_env"
+    return None
+
+
 def base_url_vet(url: str, *, unresolved_refused: bool = True) -> Vetted:
     """Check ``url`` against the provider policy, resolving its host once (blocking DNS: call
     it outside a transaction). A URL that may be called comes back with the addresses to
     connect to. A host that does not resolve is refused (nothing could be called there), or
     with ``unresolved_refused=False`` raises HostUnresolved (at call time DNS may be down for a
     while: the call fails as a network error, and is retried)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError as exc:
-        return Vetted(f"the URL does not parse: {exc}")
-    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
-        return Vetted("must not carry credentials (user:password@); name the key's variable in api_key_env")
+    refusal = credentials_refusal(url)
+    if refusal:
+        return Vetted(refusal)
     try:
         return url_vet(url, allow_private=settings.AGENTOPS_PROVIDERS_ALLOW_PRIVATE, policy=PROVIDERS)
     except HostUnresolved as exc:
@@ -64,12 +74,20 @@ def base_url_vet(url: str, *, unresolved_refused: bool = True) -> Vetted:
         return Vetted(str(exc)[:300])
 
 
+def key_missing(name: str) -> str | None:
+    """Why the variable ``name`` gives no key now (unset or empty), or None ("" asks for none)."""
+    if not name or os.environ.get(name):
+        return None
+    return f"{name} is not set in the service's environment (set it where the service runs, or leave api_key_env empty for a provider that takes no key)"
+
+
 def provider_problem(*, base_url: str, api_key_env: str) -> tuple[str, str] | None:
-    """(field, problem) for the first rule a provider row breaks, or None."""
-    refusal = base_url_vet(base_url).refusal
+    """(field, problem) for the first rule a new provider row breaks, or None. No DNS: a host
+    name is resolved and checked when it is called."""
+    refusal = credentials_refusal(base_url) or url_form_refusal(base_url, allow_private=settings.AGENTOPS_PROVIDERS_ALLOW_PRIVATE, policy=PROVIDERS)
     if refusal:
         return "base_url", refusal
-    problem = key_env_problem(api_key_env)
+    problem = key_env_problem(api_key_env) or key_missing(api_key_env)
     if problem:
         return "api_key_env", problem
     return None

@@ -8,11 +8,28 @@ from pathlib import Path
 import dj_database_url
 from psycopg_pool import base as psycopg_pool_base
 
-from .conf import env_bool, env_int, env_ms, env_ms_list, env_str
+from .conf import (
+    ConfigError,
+    bounds_values,
+    env_bool,
+    env_choice,
+    env_int,
+    env_ms,
+    env_ms_list,
+    env_str,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
-SECRET_KEY = env_str("DJANGO_SECRET_KEY", "agentops-dev-only-not-secret")
+# Admin sessions and CSRF tokens are signed with it: a published default would let anyone
+# forge them. `make run`/`make test` keep a random one under var/ (agentops.launcher).
+SECRET_KEY = env_str("DJANGO_SECRET_KEY", "")
+if not SECRET_KEY.strip() or SECRET_KEY.strip() in ("change-me", "agentops-dev-only-not-secret"):
+    raise ConfigError(
+        "DJANGO_SECRET_KEY must be set to a long random value, not "
+        f"{'left empty' if not SECRET_KEY.strip() else repr(SECRET_KEY)} (admin sessions are signed with it); "
+        "make one with: python -c 'import secrets; print(secrets.token_urlsafe(50))' (agentops.E002)"
+    )
 DEBUG = env_bool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = [h for h in env_str("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",") if h]
 CSRF_TRUSTED_ORIGINS = [o for o in env_str("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o]
@@ -44,6 +61,10 @@ MIDDLEWARE = [
     "agentops.edge.LoopXFrameOptionsMiddleware",
     "agentops.edge.api_edge_middleware",
 ]
+
+# Django's deploy checks look for its own dotted paths; the edge's are its subclasses, which
+# agentops.checks (E003) requires in their place.
+SILENCED_SYSTEM_CHECKS = ["security.W001", "security.W002", "security.W003"]
 
 ROOT_URLCONF = "agentops.urls"
 ASGI_APPLICATION = "agentops.asgi.application"
@@ -117,6 +138,18 @@ CHANNEL_LAYERS = {
     }
 }
 
+# Behind a TLS-terminating proxy (AGENTOPS_BEHIND_TLS_PROXY=true, as docker-compose.yml
+# expects in production): the proxy's X-Forwarded-Proto says the request was https, cookies are
+# sent over https only, plain http is redirected (health probes excepted) and HSTS is on.
+if env_bool("AGENTOPS_BEHIND_TLS_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = True
+    SECURE_REDIRECT_EXEMPT = [r"^health(/|$)", r"^metrics$"]
+    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = env_int("AGENTOPS_HSTS_SECONDS", 31_536_000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("AGENTOPS_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("AGENTOPS_HSTS_PRELOAD", False)
+
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 FORMAT_MODULE_PATH = ["agentops.formats"]  # instants to the second in the admin
@@ -140,8 +173,10 @@ AGENTOPS_BREAKER_THRESHOLD = env_int("AGENTOPS_BREAKER_THRESHOLD", 3, minimum=1)
 AGENTOPS_BREAKER_SHED_CAP = env_int("AGENTOPS_BREAKER_SHED_CAP", 3, minimum=1)
 AGENTOPS_ALERT_WEBHOOK_COOLDOWN_MS = env_ms("AGENTOPS_ALERT_WEBHOOK_COOLDOWN_MS", 900_000)
 AGENTOPS_FAILURES_LOG = env_str("AGENTOPS_FAILURES_LOG", str(BASE_DIR / "var" / "failures.log"))
-# Raw value; parsed and validated by the system check in inference.checks (DESIGN §5.4).
+# The raw value (JSON, or false), refused here at every process's start when it does not
+# read (DESIGN §5.4); inference.calls.config turns it into the bounds.
 AGENTOPS_INFERENCE_BOUNDS = env_str("AGENTOPS_INFERENCE_BOUNDS", "")
+bounds_values(AGENTOPS_INFERENCE_BOUNDS)
 # How long a worker may hold one turn, at most: the absolute bound plus the retry episode.
 AGENTOPS_RETRY_EPISODE_MS = env_ms("AGENTOPS_RETRY_EPISODE_MS", 20 * 60_000)
 AGENTOPS_TURN_SWEEP_S = env_ms("AGENTOPS_TURN_SWEEP_MS", 15_000) / 1000
@@ -160,6 +195,9 @@ AGENTOPS_WEBHOOK_RETRY_BASE_MS = env_ms("AGENTOPS_WEBHOOK_RETRY_BASE_MS", 5_000)
 AGENTOPS_WEBHOOK_RETRY_MAX_MS = env_ms("AGENTOPS_WEBHOOK_RETRY_MAX_MS", 30 * 60_000)
 AGENTOPS_WEBHOOK_MAX_ATTEMPTS = env_int("AGENTOPS_WEBHOOK_MAX_ATTEMPTS", 12, minimum=1)
 AGENTOPS_WEBHOOK_SWEEP_S = env_ms("AGENTOPS_WEBHOOK_SWEEP_MS", 30_000) / 1000
+
+# /metrics names every project's agents and models: an operator token unless this is true.
+AGENTOPS_METRICS_PUBLIC = env_bool("AGENTOPS_METRICS_PUBLIC", False)
 
 # --- providers (API.md, Providers) -----------------------------------------
 # Provider URLs that resolve to private or loopback addresses (the stand-in, a local model
@@ -180,6 +218,14 @@ AGENTOPS_PROVIDER_MAX_ERROR_BODY_BYTES = env_int("AGENTOPS_PROVIDER_MAX_ERROR_BO
 AGENTOPS_PROVIDER_MAX_HEADERS = env_int("AGENTOPS_PROVIDER_MAX_HEADERS", 128, minimum=16)
 AGENTOPS_PROVIDER_MAX_HEADER_BYTES = env_int("AGENTOPS_PROVIDER_MAX_HEADER_BYTES", 8190, minimum=1024)
 AGENTOPS_PROVIDER_CONNECT_TIMEOUT_MS = env_ms("AGENTOPS_PROVIDER_CONNECT_TIMEOUT_MS", 30_000)
+# A provider whose calls have all failed with network, TLS, auth or 5xx errors for this long,
+# with no success, raises one provider-down alert per episode.
+AGENTOPS_PROVIDER_DOWN_AFTER_MS = env_ms("AGENTOPS_PROVIDER_DOWN_AFTER_MS", 300_000)
+# A drop-in 429 for a wait longer than this tells the client's SDK not to retry
+# (x-should-retry: false): it raises at once with the wait in retry-after, instead of sleeping.
+AGENTOPS_DROPIN_CLIENT_RETRY_MAX_MS = env_ms("AGENTOPS_DROPIN_CLIENT_RETRY_MAX_MS", 60_000)
+# A streamed drop-in answer sends the client a keepalive whenever nothing else went to it for this long.
+AGENTOPS_DROPIN_KEEPALIVE_MS = env_ms("AGENTOPS_DROPIN_KEEPALIVE_MS", 15_000)
 # Provider calls go through the proxy HTTPS_PROXY / HTTP_PROXY name (NO_PROXY honoured).
 AGENTOPS_PROVIDER_PROXY_FROM_ENV = env_bool("AGENTOPS_PROVIDER_PROXY_FROM_ENV", True)
 
@@ -229,15 +275,27 @@ CELERY_BEAT_SCHEDULE = {
     "webhooks-sweep": {"task": "webhooks.tasks.webhooks_sweep", "schedule": AGENTOPS_WEBHOOK_SWEEP_S},
 }
 
+# text: one line a record for people; json: one JSON object a line (time, level, logger,
+# message, and any fields a record carries) for a log pipeline.
+AGENTOPS_LOG_FORMAT = env_choice("AGENTOPS_LOG_FORMAT", "text", ("text", "json"))
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    # Each line names its process ("w1@host pid 42", "web@host pid 7"): with web, workers and
-    # beat on several hosts, a central log store tells them apart; and, while a span is current
-    # (a turn running, a request being served), its trace and span ids (agentops.telemetry).
-    "filters": {"process": {"()": "agentops.telemetry.LogContext"}},
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(where)s]: %(message)s%(trace)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["process"]}},
+    # Each line names its process and, while a span is current (a turn running, a request being
+    # served), its trace and span ids (agentops.telemetry.LogContext): with web, workers and beat
+    # on several hosts, a central log store tells them apart and ties a line to its trace.
+    # Text: "... [w1@host pid 42]: message trace_id=... span_id=..."; JSON: host, worker,
+    # trace_id, span_id fields.
+    "filters": {"process": {"()": "agentops.telemetry.LogContext", "fields": AGENTOPS_LOG_FORMAT}},
+    "formatters": {
+        "text": {"format": "%(asctime)s %(levelname)s %(name)s [%(where)s]: %(message)s%(trace)s"},
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s %(process)d",
+            "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger", "process": "pid"},
+        },
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": AGENTOPS_LOG_FORMAT, "filters": ["process"]}},
     "root": {"handlers": ["console"], "level": env_str("AGENTOPS_LOG_LEVEL", "INFO")},
     "loggers": {
         "httpx": {"level": "WARNING"},

@@ -202,12 +202,26 @@ def trace_ids() -> dict[str, str]:
 
 
 class LogContext(logging.Filter):
-    """Gives each record ``where`` (``process_label``) and ``trace`` (`` trace_id=… span_id=…``
-    while a span is current, else empty), for the formatter of ``settings.LOGGING``."""
+    """Names each record's process and, while a span is current, its trace, for the formatter
+    of ``settings.LOGGING`` (``AGENTOPS_LOG_FORMAT``). ``fields="text"``: ``where``
+    (``process_label``) and ``trace`` (`` trace_id=… span_id=…``, or empty). ``"json"``:
+    ``host``, ``worker`` (for a worker) and, while a span is current, ``trace_id`` and
+    ``span_id``, which the JSON formatter writes as fields of their own."""
+
+    def __init__(self, fields: str = "text") -> None:
+        super().__init__()
+        self.json = fields == "json"
 
     def filter(self, record: logging.LogRecord) -> bool:
-        record.where = process_label()
         ids = trace_ids()
+        if self.json:
+            record.host = _HOST
+            if _identity["worker"]:
+                record.worker = _identity["worker"]
+            for name, value in ids.items():
+                setattr(record, name, value)
+            return True
+        record.where = process_label()
         record.trace = f" trace_id={ids['trace_id']} span_id={ids['span_id']}" if ids else ""
         return True
 

@@ -87,17 +87,35 @@ def url_vet(url: str, *, allow_private: bool, policy: Policy = WEBHOOKS) -> Vett
     host = parts.hostname
     addresses = _resolve(host, parts.port or (443 if parts.scheme.lower() == "https" else 80))
     for address in addresses:
-        kind = _non_public(address)
-        if METADATA in policy.always_refused and address in METADATA_ADDRESSES:
-            kind = METADATA
-        if kind in policy.always_refused:
-            return Vetted(f"{host} resolves to {address}, a {kind} address; {policy.who} never go to one")
-        if kind and not allow_private:
-            return Vetted(
-                f"{host} resolves to {address}, a {kind} address; {policy.who} go to public addresses only "
-                f"(set {policy.setting}=true to allow private ones)"
-            )
+        refusal = _address_refusal(f"{host} resolves to {address}", address, allow_private=allow_private, policy=policy)
+        if refusal:
+            return Vetted(refusal)
     return Vetted(None, tuple(addresses))
+
+
+def url_form_refusal(url: str, *, allow_private: bool, policy: Policy) -> str | None:
+    """Why ``url`` may never be sent to, judged without DNS: its form, and its host when that
+    is an address. None for a host name (what it resolves to is checked before each request)."""
+    parts, refusal = _parts(url)
+    if refusal:
+        return refusal
+    assert parts is not None and parts.hostname
+    try:
+        address = ipaddress.ip_address(parts.hostname)
+    except ValueError:
+        return None
+    return _address_refusal(f"{address} is", address, allow_private=allow_private, policy=policy)
+
+
+def _address_refusal(what: str, address: IPAddress, *, allow_private: bool, policy: Policy) -> str | None:
+    kind = _non_public(address)
+    if METADATA in policy.always_refused and address in METADATA_ADDRESSES:
+        kind = METADATA
+    if kind in policy.always_refused:
+        return f"{what}, a {kind} address; {policy.who} never go to one"
+    if kind and not allow_private:
+        return f"{what}, a {kind} address; {policy.who} go to public addresses only (set {policy.setting}=true to allow private ones)"
+    return None
 
 
 @contextmanager

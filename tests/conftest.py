@@ -247,6 +247,11 @@ def _workers_settle(request: pytest.FixtureRequest) -> Iterator[None]:
         time.sleep(0.05)
 
 
+def scraper() -> Client:
+    """A client that scrapes ``/metrics`` as Prometheus is set up to: an operator token."""
+    return Client(headers={"Authorization": f"Bearer {api_token_create(name='prometheus', operator=True)[1]}"})
+
+
 @pytest.fixture
 def operator_token(db: None) -> str:
     return api_token_create(name="test-operator", operator=True)[1]

@@ -1,7 +1,8 @@
-"""Admission (DESIGN §6.6): may a call to this model be made for this agent now?
+"""Admission (DESIGN §6.6, §15): may a call to this model be made for this agent now?
 
-The check is cheap: the binding view is cached per process (``waits.journal``), so in the
-steady state it runs no query; at most every ``JOURNAL_POLL_MS`` it runs one to find new rows.
+A wait committed by any process binds every process's next call: each check asks the journal
+whether rows were appended since this process last read it (one indexed ``SELECT max(id)``)
+and reads only those. The rest of the view is cached per process (``waits.journal``).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def admission_check(*, agent: Agent, model: str, now_ms: float) -> Hold | None:
     cadence ``now_ms`` shows."""
     if agent.kind == Agent.Kind.EPHEMERAL:
         return None
-    book = journal_binding(now_ms=now_ms)
+    book = journal_binding(now_ms=now_ms, fresh=True)
     if book.unknown(agent.name, model):
         assert book.unreadable is not None
         cause = book.unreadable

@@ -7,6 +7,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from django.http import HttpResponse, JsonResponse
+
 from inference.calls.sse import SseEvent
 
 
@@ -22,6 +24,13 @@ class Format:
             return {"type": "error", "error": {"type": code or ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error"), "message": message, **(extra or {})}}
         etype, default_code = OPENAI_TYPES.get(status, ("server_error" if status >= 500 else "invalid_request_error", None))
         return {"error": {"message": message, "type": etype, "param": None, "code": code or default_code, **(extra or {})}}
+
+    def keepalive(self) -> bytes:
+        """What keeps a quiet stream's client alive: Anthropic's ``ping`` event, else an SSE
+        comment; every SDK reads past both."""
+        if self.kind == "anthropic":
+            return sse_bytes(SseEvent("ping", '{"type": "ping"}'))
+        return b": keepalive\n\n"
 
     def stream_error(self, message: str, *, code: str) -> bytes:
         """An error event that ends a stream, as the format's SDK reads one."""
@@ -60,3 +69,8 @@ def sse_bytes(event: SseEvent) -> bytes:
     head = f"event: {event.event}\n" if event.event and event.event != "message" else ""
     data = "".join(f"data: {line}\n" for line in event.data.split("\n"))
     return (head + data + "\n").encode()
+
+
+def error(fmt: Format, status: int, message: str, *, code: str | None = None, extra: dict[str, Any] | None = None, headers: dict[str, str] | None = None) -> HttpResponse:
+    """An error response in ``fmt``'s shape."""
+    return JsonResponse(fmt.error_body(status, message, code=code, extra=extra), status=status, headers=headers)

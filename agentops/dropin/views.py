@@ -13,17 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import (
     HttpRequest,
     HttpResponse,
     HttpResponseBase,
-    JsonResponse,
     StreamingHttpResponse,
 )
 from django.views.decorators.csrf import csrf_exempt
@@ -37,10 +38,11 @@ from agentops.validation import PASS_ON_DEPTH_LIMIT, json_loads, number_problem,
 from inference.calls.client import CallResult
 from inference.calls.sse import SseEvent
 from inference.turns.auxiliary import Deferred
-from inference.turns.dropin import DropinCall, stated_wait_s
+from inference.turns.dropin import DropinCall, wait_headers
 from inference.turns.on_loop import in_thread
 
-from .formats import ANTHROPIC, FORMATS, OPENAI, RESPONSES, Format, sse_bytes
+from .formats import ANTHROPIC, FORMATS, OPENAI, RESPONSES, Format, error, sse_bytes
+from .listing import asked_format, models_response
 
 # A provider's error body up to this size is passed through as it came; a larger one is
 # replaced by the format's error with the classified (bounded) message.
@@ -69,17 +71,21 @@ async def responses(request: HttpRequest) -> HttpResponseBase:
 
 
 @csrf_exempt
+async def models(request: HttpRequest, model_id: str | None = None) -> HttpResponseBase:
+    """``GET /v1/models`` and ``GET /v1/models/{id}`` (``agentops.dropin.listing``)."""
+    if request.method not in ("GET", "HEAD"):
+        return error(asked_format(request), 405, f"method {request.method} is not allowed here: use GET")
+    return await in_thread(models_response, request, presented_token(request), model_id)
+
+
+@csrf_exempt
 async def unknown(request: HttpRequest) -> HttpResponseBase:
-    """Any other path under ``/v1/`` (an SDK's ``models.list()``, say): a 404 in the shape of
-    the SDK that asked (Anthropic's sends ``anthropic-version``), naming the endpoints there are."""
+    """Any other path under ``/v1/``: a 404 in the shape of the SDK that asked (Anthropic's
+    sends ``anthropic-version``), naming the endpoints there are."""
     fmt = ANTHROPIC if "anthropic-version" in request.headers else OPENAI
-    there = ", ".join(f"POST {f.path}" for f in FORMATS.values())
+    there = ", ".join([*(f"POST {f.path}" for f in FORMATS.values()), "GET /v1/models"])
     # OpenAI's code for a 404 is model_not_found, which would mislead here.
     return error(fmt, 404, f"no drop-in endpoint at {bound_text(request.path, 200)}: there are {there}", code="unknown_url" if fmt is OPENAI else None)
-
-
-def error(fmt: Format, status: int, message: str, *, code: str | None = None, extra: dict[str, Any] | None = None, headers: dict[str, str] | None = None) -> HttpResponse:
-    return JsonResponse(fmt.error_body(status, message, code=code, extra=extra), status=status, headers=headers)
 
 
 def presented_token(request: HttpRequest) -> str:
@@ -194,24 +200,37 @@ async def serve(request: HttpRequest, fmt: Format) -> HttpResponseBase:
         return error(fmt, 400, f"model: agent {agent.name!r} speaks the {label} format, not {fmt.label}: {where}", extra={"param": "model"})
     deferred = looked.deferred
     if deferred is not None:
-        held: dict[str, str] = {}
-        seconds = stated_wait_s(deferred.retry_after_ms)
-        if seconds is not None and deferred.retry_after_ms is not None:
-            held = {"retry-after": seconds, "retry-after-ms": str(deferred.retry_after_ms)}
-        return error(fmt, 429, deferred.message, extra=deferred.data(), headers=held)
+        remaining = deferred.retry_after_ms if deferred.retry_after_ms is not None else math.inf
+        return error(fmt, 429, deferred.message, extra=deferred.data(), headers=wait_headers(remaining))
     call.start()
     try:
-        kind_seen, value = await call.queue.get()
-        if kind_seen == "sse":
-            return StreamingHttpResponse(relay(call, fmt, value), content_type="text/event-stream; charset=utf-8", headers=STREAM_HEADERS)
-        wire: tuple[str, Any] | None = None
-        while kind_seen != "end":
-            wire = (kind_seen, value)
-            kind_seen, value = await call.queue.get()
+        streaming, seen = await opening(call)
     except asyncio.CancelledError:
         call.abort()  # the client went away before the answer: the call ends, recorded as aborted
         raise
-    return answer(fmt, value, wire)
+    if streaming:
+        return StreamingHttpResponse(relay(call, fmt, seen), content_type="text/event-stream; charset=utf-8", headers=STREAM_HEADERS)
+    wire = next((item for item in reversed(seen) if item[0] in ("body", "error_body")), None)
+    return answer(fmt, seen[-1][1], wire)
+
+
+async def opening(call: DropinCall) -> tuple[bool, list[tuple[str, Any]]]:
+    """Whether to answer with a stream, and what the call said so far (through its end, when
+    not). A streamed call's answer starts once the provider's does (2xx headers), or once the
+    client has waited ``AGENTOPS_DROPIN_KEEPALIVE_MS``: from then on it gets keepalives, and a
+    failure comes as an error event. Any other answer is whole, once the call has ended."""
+    seen: list[tuple[str, Any]] = []
+    started = asyncio.get_running_loop().time() + settings.AGENTOPS_DROPIN_KEEPALIVE_MS / 1000 if call.streamed else None
+    try:
+        async with asyncio.timeout_at(started):
+            while not seen or seen[-1][0] != "end":
+                seen.append(await call.queue.get())
+                kind, value = seen[-1]
+                if call.streamed and (kind == "sse" or (kind == "headers" and 200 <= value < 300)):
+                    return True, seen
+    except TimeoutError:
+        return True, seen
+    return False, seen
 
 
 def answer(fmt: Format, result: CallResult | None, wire: tuple[str, Any] | None) -> HttpResponse:
@@ -224,6 +243,9 @@ def answer(fmt: Format, result: CallResult | None, wire: tuple[str, Any] | None)
     if wire is not None and wire[0] == "error_body":
         status, headers, data = wire[1]
         kept = {name: headers[name] for name in PASSED_HEADERS if name in headers}
+        stated = result.error.retry_after_ms if result.error is not None else None
+        if stated is not None:  # as the SDK reads it, whichever form the provider or gateway used
+            kept.update(wait_headers(stated))
         relayed = _json_passed(data, headers.get("content-type", "")) if len(data) <= PASSTHROUGH_CAP else None
         if relayed is not None:
             return HttpResponse(relayed, status=status, content_type="application/json", headers=kept)
@@ -255,27 +277,48 @@ def _relayed(event: SseEvent) -> bytes:
     return sse_bytes(event if event.comment else SseEvent(event.event, untrusted_json_text(event.data)))
 
 
-async def relay(call: DropinCall, fmt: Format, first: SseEvent) -> AsyncIterator[bytes]:
-    """The provider's events as they arrive; then, for a cut or a stream that broke off, one
-    error event in the format's shape (a provider's own error event was relayed as it came)."""
+# The provider's answers after which the stream gets an error event of ours: its own error
+# frames are relayed as they came, but not these.
+REFUSED_CODES = frozenset({"bad_status", "bad_response", "response_too_large", "line_too_long"})
+
+
+async def relay(call: DropinCall, fmt: Format, seen: list[tuple[str, Any]]) -> AsyncIterator[bytes]:
+    """The provider's events as they arrive, and a keepalive whenever nothing else went to the
+    client for ``AGENTOPS_DROPIN_KEEPALIVE_MS`` (clients and load balancers cut quiet streams;
+    a keepalive is the client's, never progress for the call's own bounds). Then, for a cut, a
+    stream that broke off, an answer refused or an error answer that came after the stream
+    started, one error event in the format's shape."""
     ended = False
+    every_s = settings.AGENTOPS_DROPIN_KEEPALIVE_MS / 1000
+    errored = False  # the provider answered an error status after the stream had started
     try:
-        yield _relayed(first)
-        while True:
-            kind, value = await call.queue.get()
+        if not any(kind == "headers" for kind, _ in seen):
+            yield fmt.keepalive()  # the provider has not answered yet: the client hears at once
+        for kind, value in seen:
             if kind == "sse":
                 yield _relayed(value)
+            errored = errored or kind == "error_body"
+        while True:
+            try:
+                async with asyncio.timeout(every_s):
+                    kind, value = await call.queue.get()
+            except TimeoutError:
+                yield fmt.keepalive()
                 continue
+            if kind == "sse":
+                yield _relayed(value)
+            errored = errored or kind == "error_body"
             if kind != "end":
                 continue
             ended = True
             result: CallResult | None = value
+            failure = result.error if result is not None else None
             if result is None:
                 yield fmt.stream_error("the call could not be recorded (the database is unavailable)", code="unavailable")
-            elif result.outcome == "cut" and result.bound is not None and result.error is not None:
-                yield fmt.stream_error(result.error.message, code=result.bound.value)
-            elif result.error is not None and result.error.type == "network":
-                yield fmt.stream_error(result.error.message, code="network")
+            elif result.outcome == "cut" and result.bound is not None and failure is not None:
+                yield fmt.stream_error(failure.message, code=result.bound.value)
+            elif failure is not None and (errored or failure.type == "network" or failure.provider_code in REFUSED_CODES):
+                yield fmt.stream_error(failure.message, code=failure.type if errored else failure.provider_code or failure.type)
             return
     finally:
         if not ended:

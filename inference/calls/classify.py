@@ -6,6 +6,7 @@ Pure: headers, bodies and ``now`` come in; a ProviderError goes out.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -72,20 +73,32 @@ def _parse_body(text: str) -> Any:
         return None
 
 
+# Headers gateways and vendors state a wait in, beside retry-after-ms and retry-after: LiteLLM's
+# proxy passes a provider's on as llm_provider-<header>, Azure OpenAI states x-ms-retry-after-ms.
+MS_HEADERS = ("llm_provider-retry-after-ms", "x-ms-retry-after-ms")
+SECONDS_HEADERS = ("llm_provider-retry-after",)
+
+
 def stated_wait_ms(headers: Mapping[str, str], body: Any, now_ms: float) -> float | None:
     """The provider's stated wait in ms, or None if it stated none.
 
-    Order: ``retry-after-ms``, ``retry-after`` (seconds or an HTTP date), then the body's
-    ``retry_after_ms``, ``retry_after``, ``retryDelay``. Negative or past means 0; a value that
-    is not a finite number comes back as NaN or ±inf ("until released", DESIGN §6.2).
+    Headers first: ``retry-after-ms``, else ``retry-after`` (seconds or an HTTP date), and each
+    gateway or vendor form (``MS_HEADERS``, ``SECONDS_HEADERS``); when several state a wait
+    the longest wins. Without any, the body's ``retry_after_ms``, ``retry_after``,
+    ``retryDelay``. Negative or past means 0; a value that is not a finite number comes back
+    as NaN or ±inf ("until released", DESIGN §6.2) and outlasts any other.
     """
     lower = {k.lower(): v for k, v in headers.items()}
-    if "retry-after-ms" in lower:
-        value = wait_number(lower["retry-after-ms"])
-        if value is not None:
-            return clamp_wait(value)
-    if "retry-after" in lower:
-        return retry_after_header_ms(lower["retry-after"], now_ms)
+    stated: list[float] = []
+    standard = wait_number(lower["retry-after-ms"]) if "retry-after-ms" in lower else None
+    if standard is not None:
+        stated.append(clamp_wait(standard))
+    elif "retry-after" in lower:
+        stated.append(retry_after_header_ms(lower["retry-after"], now_ms))
+    stated += [clamp_wait(v) for name in MS_HEADERS if (v := wait_number(lower.get(name))) is not None]
+    stated += [retry_after_header_ms(lower[name], now_ms) for name in SECONDS_HEADERS if name in lower]
+    if stated:
+        return longest(stated)
     err = _error_object(body)
     for source in (err, body if isinstance(body, dict) else {}):
         if "retry_after_ms" in source:
@@ -100,6 +113,11 @@ def stated_wait_ms(headers: Mapping[str, str], body: Any, now_ms: float) -> floa
         if delay is not None:
             return clamp_wait(delay * 1000)
     return None
+
+
+def longest(waits: list[float]) -> float:
+    """The longest of several stated waits; one that is not a finite number outlasts any."""
+    return next((w for w in waits if not math.isfinite(w)), max(waits))
 
 
 def _retry_delay(source: Mapping[str, Any]) -> float | None:
@@ -121,7 +139,18 @@ def classify_http(
     message = str(err.get("message") or untrusted_text(body_text) or f"HTTP {status}")
     code = err.get("code") or err.get("type")
     wait = stated_wait_ms(headers, body, now_ms)
-    return _classify(status, code, message, wait)
+    # A gateway may answer a provider's rate limit with a status of its own and say it in the body.
+    return _classify(status, code, message, wait, like=429 if _throttled(err) else None)
+
+
+# A body or frame that says "rate limited" whatever status carries it: a ``code`` of 429 (a
+# gateway's rewrite, as text or a number), or one of these types.
+THROTTLED_TYPES = frozenset({"throttling_error", "rate_limit_exceeded", "rate_limit_error"})
+
+
+def _throttled(err: Mapping[str, Any]) -> bool:
+    code, etype = err.get("code"), err.get("type")
+    return code in (429, "429") or (isinstance(etype, str) and etype in THROTTLED_TYPES) or code in THROTTLED_TYPES
 
 
 def classify_frame(payload: Any, now_ms: float) -> ProviderError:
@@ -135,7 +164,7 @@ def classify_frame(payload: Any, now_ms: float) -> ProviderError:
     stated = err.get("status") if isinstance(err.get("status"), int) else None
     if stated is None and isinstance(code, int):
         stated = code
-    like = stated
+    like = 429 if stated is None and _throttled(err) else stated
     for key, table in ((code, _OPENAI_CODE_STATUS), (etype, _ANTHROPIC_TYPE_STATUS), (etype, _OPENAI_CODE_STATUS)):
         if like is None and isinstance(key, str):
             like = table.get(key)
@@ -145,10 +174,12 @@ def classify_frame(payload: Any, now_ms: float) -> ProviderError:
 
 
 def _classify(
-    status: int | None, code: Any, message: str, wait: float | None
+    status: int | None, code: Any, message: str, wait: float | None, *, like: int | None = None
 ) -> ProviderError:
+    """``status`` is reported; the failure is classified as ``like`` says when given."""
     code_text = str(code) if code is not None else ""
     both = f"{code_text} {message}"
+    reported, status = status, like if like is not None else status
     if status == 429:
         kind = "quota" if _QUOTA_RE.search(code_text) else "rate_limit"
     elif status == 408:
@@ -170,7 +201,7 @@ def _classify(
     return ProviderError(
         type=kind,
         message=bound_text(message),
-        http_status=status,
+        http_status=reported,
         provider_code=bound_text(code_text, PROVIDER_CODE_LIMIT) if code_text else None,
         retryable=kind in RETRYABLE_TYPES,
         retry_after_ms=wait,

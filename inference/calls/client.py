@@ -132,8 +132,9 @@ AbortHook = Callable[[Callable[[], None]], None]
 # shown live; the final timeline is recorded by the caller from the result.
 MilestoneHook = Callable[[str, "Timeline"], Awaitable[None]]
 # Sees the provider's response as it arrives, before it is read under the bounds, for a caller
-# that relays it (the drop-in endpoints): ``("sse", SseEvent)`` for each event or comment,
-# ``("body", bytes)`` for a whole body, ``("error_body", (status, headers, bytes))``.
+# that relays it (the drop-in endpoints): ``("headers", status)`` first, then ``("sse",
+# SseEvent)`` for each event or comment, ``("body", bytes)`` for a whole body, or
+# ``("error_body", (status, headers, bytes))``.
 WireHook = Callable[[str, Any], Awaitable[None]]
 # Called on the loop after each item that leaves the call going, with the timeline and the
 # deadline now armed: cheap (the caller throttles what it sends, ``inference.calls.progress``).
@@ -280,6 +281,8 @@ class _Reading:
                 if await self.handle(("headers",)):
                     return
                 status = resp.status
+                if on_wire is not None:
+                    await on_wire("headers", status)
                 if not 200 <= status <= 599:
                     await self.handle(("error", protocol_error(
                         "bad_status", f"the provider answered with HTTP status {status}, which is not a status HTTP has (200-599)",

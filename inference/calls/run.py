@@ -26,7 +26,7 @@ from agentops.lifecycle import Wake
 from agentops.live import broadcast_turn_event, publish_turn_event
 from agentops.models import Agent
 from agentops.outbound import proxy_configured
-from agentops.providers import base_url_vet, key_env_problem
+from agentops.providers import base_url_vet, key_env_problem, key_missing
 from agentops.text import bound_text
 from agentops.urlsafety import HostUnresolved, IPAddress
 from inference.models import InferenceCall, Turn
@@ -37,6 +37,7 @@ from .classify import redacted
 from .client import CallResult, Timeline, now_ms, perform_call
 from .config import bounds_settings
 from .events import dashboard_call_ended, dashboard_call_started
+from .health import provider_health_note
 from .progress import progress_entry, progress_hub
 from .records import call_record
 from .tracing import attempt_traced
@@ -142,6 +143,7 @@ def _call_end(
         attempt_traced(agent=agent, call=call, result=result)
     if then is not None:
         then(result)
+    provider_health_note(provider=agent.provider, result=result)
 
 
 async def _perform(
@@ -240,7 +242,7 @@ def _provider_check(agent: Agent) -> ProviderError | tuple[IPAddress, ...] | Non
         logger.warning("provider %s: %s", provider.name, exc)
         return ProviderError(type="network", message=bound_text(redacted(str(exc), host)), retryable=True)
     problem = f"base_url: {vetted.refusal}" if vetted.refusal else None
-    key_problem = key_env_problem(provider.api_key_env)
+    key_problem = key_env_problem(provider.api_key_env) or key_missing(provider.api_key_env)
     if problem is None and key_problem:
         problem = f"api_key_env: {key_problem}"
     if problem is not None:

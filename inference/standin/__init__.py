@@ -172,7 +172,9 @@ Scenarios
     ``times=N`` only the first N requests carrying this exact scenario string
     fail, later ones answer as ``answer`` with defaults), ``form`` (default
     ``none``), ``wait_ms`` (a number, default 1000; negative, ``nan``, ``inf``
-    and ``-inf`` allowed), ``code`` (provider code override), ``message``
+    and ``-inf`` allowed), ``code`` (provider code override), ``type`` (the
+    error object's ``type`` override, e.g. a gateway's ``throttling_error``;
+    for Anthropic ``type`` and ``code`` both set ``error.type``), ``message``
     (default derived from the status), ``size`` (pad the message with
     ``" xxxx…"`` to at least this many characters, e.g. 1000000 for a 1 MB
     error), ``delay_ms`` (wait before answering, default 0).  Forms (W = wait_ms, S = W/1000; numbers print as ``2000``,
@@ -188,6 +190,10 @@ Scenarios
     * ``body-retry-delay`` — Google style, inside the error object:
       ``"details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo",
       "retryDelay": "<S>s"}]`` (e.g. ``"2s"``, ``"1.5s"``).
+    * ``llm-provider-retry-after`` / ``llm-provider-retry-after-ms`` — header
+      ``llm_provider-retry-after: S`` / ``llm_provider-retry-after-ms: W`` only,
+      as LiteLLM's proxy passes a provider's wait on.
+    * ``x-ms-retry-after-ms`` — header ``x-ms-retry-after-ms: W`` (Azure OpenAI).
     * ``frame`` — streamed requests get HTTP 200: stream start, one text
       delta, then an error frame (Anthropic ``event: error`` with
       ``{"type": "error", "error": {...}}``; OpenAI ``data: {"error": {...}}``)

@@ -350,15 +350,16 @@ async def _error(
     status = sc.get_int("status")
     form = sc.get_str("form")
     code = sc.get_opt_str("code")
+    type_ = sc.get_opt_str("type")
     message = sc.get_opt_str("message")
     if message is None:
         message = default_error_message(status)
     message = pad_message(message, sc.get_opt_int("size"))
     headers, extra = retry_hints(form, sc.get_float("wait_ms"))
     if wire.api == "openai":
-        error = wire.error_body(status, message, code=code, extra=extra)
+        error = wire.error_body(status, message, code=code, type_=type_, extra=extra)
     else:
-        error = wire.error_body(status, message, type_=code, extra=extra)
+        error = wire.error_body(status, message, type_=type_ or code, extra=extra)
     if form == "frame" and stream:
         if not await ex.start(200, _sse_headers(wire)):
             return

@@ -26,6 +26,9 @@ ERROR_FORMS: tuple[str, ...] = (
     "body-s",
     "body-retry-delay",
     "frame",
+    "llm-provider-retry-after",
+    "llm-provider-retry-after-ms",
+    "x-ms-retry-after-ms",
 )
 
 #: Alias name -> HTTP status used as the default ``status`` of ``error``.
@@ -127,6 +130,7 @@ def _error_params(default_status: int) -> dict[str, Param]:
         "form": Param("none", _form, "one of " + ", ".join(ERROR_FORMS)),
         "wait_ms": Param(1000.0, _float, "a number (negative, nan and inf are allowed)"),
         "code": Param(None, _nonempty_text, "non-empty text"),
+        "type": Param(None, _nonempty_text, "non-empty text"),
         "message": Param(None, _text, "text"),
         "size": Param(None, _int(0), NONNEG),
         "delay_ms": _nonneg(0),

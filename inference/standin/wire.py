@@ -224,6 +224,14 @@ def retry_hints(form: str, wait_ms: float) -> tuple[Headers, dict[str, Any]]:
         return [(b"retry-after", format_number(seconds).encode())], {}
     if form == "retry-after-date":
         return [(b"retry-after", http_date(wait_ms).encode())], {}
+    # The forms gateways and vendors use: LiteLLM's proxy passes a provider's wait on only in
+    # llm_provider-retry-after(-ms); Azure OpenAI states it in x-ms-retry-after-ms.
+    if form == "llm-provider-retry-after":
+        return [(b"llm_provider-retry-after", format_number(seconds).encode())], {}
+    if form == "llm-provider-retry-after-ms":
+        return [(b"llm_provider-retry-after-ms", format_number(wait_ms).encode())], {}
+    if form == "x-ms-retry-after-ms":
+        return [(b"x-ms-retry-after-ms", format_number(wait_ms).encode())], {}
     if form == "body-ms":
         return [], {"retry_after_ms": json_number(wait_ms)}
     if form == "body-s":

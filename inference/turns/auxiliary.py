@@ -21,6 +21,7 @@ from inference.calls.adapters import build_wire
 from inference.calls.client import CallResult, perform_call
 from inference.calls.config import bounds_settings
 from inference.calls.events import dashboard_call_ended
+from inference.calls.health import provider_health_note
 from inference.calls.records import call_create, ms_to_dt
 from inference.calls.run import call_deferred, provider_vetted
 from inference.calls.tracing import attempt_traced
@@ -104,6 +105,7 @@ def _record_once(agent: Agent, request: CompiledRequest, result: CallResult) -> 
         result, agent=agent, kind=InferenceCall.Kind.AUXILIARY, model=request.model, streamed=False, max_tokens=request.max_tokens,
     )
     dashboard_call_ended(call=call, agent=agent.name, result=result)
+    provider_health_note(provider=agent.provider, result=result)
     if telemetry.enabled:  # under the request's server span (this thread runs in its context)
         attempt_traced(agent=agent, call=call, result=result)
     return _outcome(agent, request.model, call, result)

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.utils import timezone
 
 from agentops import telemetry
@@ -28,6 +29,7 @@ from inference.calls.adapters import build_wire
 from inference.calls.client import CallResult, perform_call
 from inference.calls.config import bounds_settings
 from inference.calls.events import dashboard_call_ended, dashboard_call_started
+from inference.calls.health import provider_health_note
 from inference.calls.records import call_create, call_record
 from inference.calls.run import provider_vetted
 from inference.calls.tracing import attempt_traced
@@ -54,8 +56,9 @@ def request_max_tokens(kind: str, body: dict[str, Any]) -> int | None:
 
 class DropinCall:
     """One drop-in call. ``admit()`` (in a thread), then ``start()`` (on the loop); read
-    ``queue`` until ``("end", result)``: before it come ``("sse", event)``, ``("body",
-    bytes)`` and ``("error_body", (status, headers, bytes))`` as the provider sent them.
+    ``queue`` until ``("end", result)``: before it come ``("headers", status)``, ``("sse",
+    event)``, ``("body", bytes)`` and ``("error_body", (status, headers, bytes))`` as the
+    provider sent them.
 
     A streamed call's row is written before it is sent (the dashboard shows it in flight) and
     completed when it ends; a call that is not streamed has its row written once, when it
@@ -149,13 +152,21 @@ class DropinCall:
                 reason=f"{error.type} (HTTP {error.http_status}): {error.message[:300]}", now_ms=time.time() * 1000,
             )
         dashboard_call_ended(call=call, agent=self.agent.name, result=result)
+        provider_health_note(provider=self.agent.provider, result=result)
         if telemetry.enabled:  # under the request's server span (this thread runs in its context)
             attempt_traced(agent=self.agent, call=call, result=result)
 
 
-def stated_wait_s(retry_after_ms: float | None) -> str | None:
-    """A ``retry-after`` header's value (whole seconds, rounded up) for a finite wait."""
-    if retry_after_ms is None or not math.isfinite(retry_after_ms):
-        return None
-    return str(max(0, math.ceil(retry_after_ms / 1000)))
-
+def wait_headers(wait_ms: float) -> dict[str, str]:
+    """What a 429 of the drop-in endpoints tells the client's SDK of a wait (``wait_ms``: the
+    remaining or stated wait; NaN or infinite: until released): ``retry-after`` (whole
+    seconds, rounded up) and ``retry-after-ms`` for a finite wait, which the SDKs' backoff
+    honours; and ``x-should-retry: false`` past ``AGENTOPS_DROPIN_CLIENT_RETRY_MAX_MS``, which
+    both official SDKs obey before they look at the wait, so none sleeps through hours."""
+    headers: dict[str, str] = {}
+    finite = math.isfinite(wait_ms)
+    if finite:
+        headers = {"retry-after": str(max(0, math.ceil(wait_ms / 1000))), "retry-after-ms": str(max(0, math.ceil(wait_ms)))}
+    if not finite or wait_ms > settings.AGENTOPS_DROPIN_CLIENT_RETRY_MAX_MS:
+        headers["x-should-retry"] = "false"
+    return headers

@@ -7,7 +7,6 @@ from agentops import telemetry
 from agentops.celery import task_send
 from agentops.rows import after_commit
 from inference.models import Turn
-from waits.journal import JOURNAL_POLL_MS
 
 from .tracing import turn_event
 
@@ -35,7 +34,5 @@ def held_turns_wake(*, agent: str, model: str | None = None, by: str = "") -> in
         held.update(**turn_event("agentops.turn.released", {"agentops.wait.model": model or "*", "agentops.release.by": by}))
     agent_ids = set(held.values_list("agent_id", flat=True))
     for agent_id in agent_ids:
-        enqueue_drain(agent_id)
-        # A worker sees another process's release at its next journal poll: look again then.
-        schedule_drain(agent_id, JOURNAL_POLL_MS / 1000 + 0.2)
+        enqueue_drain(agent_id)  # its admission check reads the journal fresh: it sees the release
     return len(agent_ids)

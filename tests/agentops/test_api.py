@@ -111,6 +111,11 @@ def test_the_openapi_document_is_served(api: Client) -> None:
 GOOD_PROVIDER = {"name": "prov", "kind": "openai", "base_url": "http://127.0.0.1:9/v1", "api_key_env": "OPENAI_API_KEY"}
 
 
+@pytest.fixture(autouse=True)
+def _provider_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")  # a provider's key variable must be set
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [

@@ -21,6 +21,7 @@ from agentops.models import Agent
 from inference.calls.config import bounds_settings
 from inference.calls.events import call_deadline_ms
 from inference.models import InferenceCall
+from tests.agentops.test_production import asgi_get
 from tests.conftest import refused_with
 from tests.factories import AgentFactory
 from tests.inference.turns.test_websocket import _queued_turn_without_enqueue
@@ -277,5 +278,5 @@ def test_the_page_shows_staff_the_snapshot_and_serves_its_script(staff: User) ->
     assert [a["message"] for a in snapshot["alerts"]] == ["ada failed 3 times in a row"]
     assert [b["agent"] for b in snapshot["breakers"]] == ["ada"]
     assert 'src="/static/agentops/dashboard.js"' in html and "/static/agentops/dashboard.css" in html
-    script = client.get("/static/agentops/dashboard.js")
-    assert script.status_code == 200 and b'"/ws/dashboard"' in b"".join(script.streaming_content)  # type: ignore[attr-defined]
+    script = asgi_get("/static/agentops/dashboard.js")  # static files are the ASGI app's (WhiteNoise)
+    assert script.status_code == 200 and b'"/ws/dashboard"' in script.content

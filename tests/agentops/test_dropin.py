@@ -281,17 +281,17 @@ def test_a_body_as_deep_as_the_limit_is_passed_on(server: str, user_token: str, 
 
 
 def test_another_path_under_v1_is_a_404_in_the_askers_format(server: str, oai: openai.OpenAI, ant: anthropic.Anthropic) -> None:
-    """An SDK's other calls (listing models, say) got Django's HTML page; now the SDK reads its
-    own not-found error, which names the endpoints there are."""
-    with pytest.raises(openai.NotFoundError) as listed:
-        oai.models.list()
-    error = listed.value.body
+    """An SDK's other calls (embeddings, counting tokens, say) got Django's HTML page; now the
+    SDK reads its own not-found error, which names the endpoints there are."""
+    with pytest.raises(openai.NotFoundError) as embedded:
+        oai.embeddings.create(model="x", input="hi")
+    error = embedded.value.body
     assert isinstance(error, dict) and error["type"] == "invalid_request_error" and error["code"] == "unknown_url"
-    said = error["message"]
-    assert said == "no drop-in endpoint at /v1/models: there are POST /v1/chat/completions, POST /v1/messages, POST /v1/responses"
-    with pytest.raises(anthropic.NotFoundError) as anthropics:
-        ant.models.list()
-    assert anthropics.value.body == {"type": "error", "error": {"type": "not_found_error", "message": said}}
+    there = "there are POST /v1/chat/completions, POST /v1/messages, POST /v1/responses, GET /v1/models"
+    assert error["message"] == f"no drop-in endpoint at /v1/embeddings: {there}"
+    with pytest.raises(anthropic.NotFoundError) as counted:
+        ant.messages.count_tokens(model="x", messages=[{"role": "user", "content": "hi"}])
+    assert counted.value.body == {"type": "error", "error": {"type": "not_found_error", "message": f"no drop-in endpoint at /v1/messages/count_tokens: {there}"}}
     posted = httpx.post(f"{server}/v1/completions", json={"model": "x"})  # no token, no CSRF cookie: still the JSON 404
     assert posted.status_code == 404 and posted.json()["error"]["message"].startswith("no drop-in endpoint at /v1/completions")
 

@@ -23,6 +23,7 @@ from breaker.probe_call import probe_send
 from breaker.probes import breaker_probe_begin
 from inference.calls.compile import compile_request
 from inference.models import InferenceCall, Turn
+from tests.conftest import scraper
 from tests.factories import AgentFactory, HistoryRowFactory
 from waits.clock import clock_ms
 from waits.models import WaitJournalEntry
@@ -42,9 +43,9 @@ def agent() -> Agent:
     return made
 
 
-def scrape() -> tuple[Scrape, dict[str, str]]:
-    """GET /metrics without a token; (every sample by (name, labels), each family's type)."""
-    response = Client().get("/metrics")
+def scrape(client: Client | None = None) -> tuple[Scrape, dict[str, str]]:
+    """GET /metrics as Prometheus scrapes it; (every sample by (name, labels), each family's type)."""
+    response = (client or scraper()).get("/metrics")
     assert response.status_code == 200
     assert response["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
     samples: Scrape = {}
@@ -208,11 +209,12 @@ def test_an_unreadable_journal_reads_0_and_holds_every_agent(agent: Agent) -> No
 
 
 def test_a_scrape_costs_the_same_few_queries_however_many_rows_there_are(agent: Agent) -> None:
-    scrape()  # the journal's first load is its own; later scrapes only poll it
+    prometheus = scraper()
+    scrape(prometheus)  # the journal's first load is its own; later scrapes only poll it
 
     def queries() -> int:
         with CaptureQueriesContext(connection) as captured:
-            scrape()
+            scrape(prometheus)
         return len(captured.captured_queries)
 
     empty = queries()
@@ -221,9 +223,19 @@ def test_a_scrape_costs_the_same_few_queries_however_many_rows_there_are(agent: 
         call(agent, turn=turn, outcome="cut", bound="flat", cut_lateness_ms=i)
         call(agent, turn=turn, kind="auxiliary", outcome="deferred")
         alert_raise(kind=f"kind-{i % 3}", agent="ada", message="x")
-    assert queries() == empty <= 8
+    assert queries() == empty <= 9  # the token's check, and 8 for the counts
 
 
 def test_metrics_answer_only_get_and_head(db: None) -> None:
-    assert Client().head("/metrics").status_code == 200
-    assert Client().post("/metrics").status_code == 405
+    assert scraper().head("/metrics").status_code == 200
+    assert scraper().post("/metrics").status_code == 405
+
+
+def test_metrics_need_an_operator_token_unless_public(db: None, user_token: str, settings: Any) -> None:
+    """Its labels name every project's agents and models."""
+    refused = Client().get("/metrics")
+    assert refused.status_code == 401 and refused["WWW-Authenticate"] == "Bearer"
+    assert Client(headers={"Authorization": f"Bearer {user_token}"}).get("/metrics").status_code == 403
+    assert Client(headers={"Authorization": "Bearer not-a-token"}).get("/metrics").status_code == 401
+    settings.AGENTOPS_METRICS_PUBLIC = True
+    assert Client().get("/metrics").status_code == 200

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from inference.models import InferenceCall
 from tests.breaker.test_live import alerts, fail_in_a_row
-from tests.conftest import WorkerPool, wait_for, worker_pool
+from tests.conftest import WorkerPool, scraper, wait_for, worker_pool
 from tests.inference.calls.test_bounds_live import POOL_ENV
 from tests.inference.turns.test_turns import submit, wait_turn
 
@@ -33,7 +33,7 @@ def bounded(bounded_pool: WorkerPool) -> WorkerPool:
 
 
 def scrape() -> Scrape:
-    response = Client().get("/metrics")
+    response = scraper().get("/metrics")
     assert response.status_code == 200
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value

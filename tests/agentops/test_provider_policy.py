@@ -39,7 +39,9 @@ def test_a_key_variable_outside_the_allowlist_is_refused(api: Client, name: str)
     refused(create(api, api_key_env=name), "api_key_env", "AGENTOPS_PROVIDER_KEY_ENVS")
 
 
-def test_names_ending_in_api_key_are_allowed_and_the_allowlist_is_the_operators(api: Client, settings: Any) -> None:
+def test_names_ending_in_api_key_are_allowed_and_the_allowlist_is_the_operators(api: Client, settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("OPENAI_API_KEY", "VENDOR_KEY", "LLM_TOKEN", "ANTHROPIC_API_KEY"):
+        monkeypatch.setenv(name, "sk-test")
     assert create(api, api_key_env="OPENAI_API_KEY").status_code == 201
     settings.AGENTOPS_PROVIDER_KEY_ENVS = "LLM_TOKEN, VENDOR_*"
     assert create(api, name="p2", api_key_env="VENDOR_KEY").status_code == 201
@@ -48,7 +50,29 @@ def test_names_ending_in_api_key_are_allowed_and_the_allowlist_is_the_operators(
     assert response.status_code == 400 and response.json()["data"]["field"] == "api_key_env"
 
 
+@pytest.mark.parametrize("value", [None, ""])
+def test_a_key_variable_that_is_not_set_here_is_refused_naming_it(api: Client, monkeypatch: pytest.MonkeyPatch, value: str | None) -> None:
+    # Its calls would go out with no Authorization header at all.
+    if value is None:
+        monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    else:
+        monkeypatch.setenv("OPENAI_API_KEY", value)
+    refused(create(api, api_key_env="OPENAI_API_KEY"), "api_key_env", "OPENAI_API_KEY is not set in the service's environment")
+
+
+def test_a_host_name_is_not_resolved_at_creation(api: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    # DNS does not answer where the provider is created (as on a machine with no network):
+    # every call checks the address anyway.
+    def no_dns(*args: Any, **kwargs: Any) -> Any:
+        raise socket.gaierror(-3, "Temporary failure in name resolution")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_dns)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    assert create(api, base_url="https://api.openai.com/v1", api_key_env="OPENAI_API_KEY").status_code == 201
+
+
 @pytest.mark.parametrize(("url", "words"), [
+
     ("http://169.254.169.254/latest/meta-data/", "cloud-metadata"),
     ("http://169.254.1.1/", "link-local"),
     ("http://[fe80::1]/", "link-local"),
@@ -73,7 +97,8 @@ def test_private_and_loopback_addresses_need_the_setting(api: Client, url: str, 
     assert create(api, base_url=url).status_code == 201
 
 
-def test_only_operators_see_where_a_provider_points_and_which_variable_it_reads(api: Client, user_token: str) -> None:
+def test_only_operators_see_where_a_provider_points_and_which_variable_it_reads(api: Client, user_token: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     assert create(api, api_key_env="OPENAI_API_KEY").status_code == 201
     user = Client(headers={"Authorization": f"Bearer {user_token}"})
     assert user.get("/api/v1/providers").json() == [{"name": "prov", "kind": "openai", "base_url": None, "api_key_env": None}]
@@ -157,6 +182,20 @@ def test_a_call_connects_to_the_checked_address_with_the_name_in_the_host_header
     [sent] = standin_requests()
     headers = {k.lower(): v for k, v in sent["headers"].items()}
     assert headers["host"] == by_name.removeprefix("http://")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_call_whose_key_variable_went_missing_is_an_auth_error_without_a_request(
+    api: Client, standin: str, standin_requests: Any, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("GONE_API_KEY", raising=False)  # set when the provider was created, unset since
+    provider = Provider.objects.create(name="keyless", kind="openai", base_url=f"{standin}/v1", api_key_env="GONE_API_KEY")
+    agent: Agent = AgentFactory.create(provider=provider, model="answer")
+    response = complete(api, agent.name)
+    assert response.status_code == 502, response.content
+    error = response.json()["data"]
+    assert error["type"] == "auth" and "GONE_API_KEY is not set" in error["message"]
+    assert standin_requests() == []
 
 
 @pytest.mark.django_db(transaction=True)

@@ -86,3 +86,47 @@ def test_with_telemetry_off_a_submitted_turn_stores_no_span(make_agent: Any, no_
     turn, _ = turn_submit(agent_id=make_agent().pk, messages=[IncomingMessage(participant="alice", content="hi")])
     turn.refresh_from_db()
     assert turn.trace_context is None
+
+
+LOGGED = """
+import logging
+import django
+django.setup()
+from opentelemetry import trace
+from agentops import telemetry
+telemetry.telemetry_setup(role="worker", worker="w1@example")
+log = logging.getLogger("agentops.test")
+with telemetry.tracer().start_as_current_span("a span") as span:
+    log.warning("inside")
+    ids = span.get_span_context()
+    print(trace.format_trace_id(ids.trace_id), trace.format_span_id(ids.span_id))
+log.warning("outside")
+"""
+
+
+def logged_in_a_process(log_format: str) -> tuple[list[str], str, str]:
+    """The stderr lines a worker process logs inside a span and outside one, and the span's
+    ids (nothing is exported: the sampler drops the span, its ids stay current)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env = {
+        **clean, "DJANGO_SETTINGS_MODULE": "agentops.settings", "AGENTOPS_LOG_FORMAT": log_format,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": NOWHERE, "OTEL_TRACES_SAMPLER": "always_off", "OTEL_METRICS_EXPORTER": "none",
+    }
+    done = subprocess.run([sys.executable, "-c", LOGGED], cwd=BASE_DIR, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    trace_id, span_id = done.stdout.split()
+    return [line for line in done.stderr.splitlines() if "side" in line], trace_id, span_id
+
+
+def test_a_text_log_line_names_its_process_and_the_current_spans_ids() -> None:
+    (inside, outside), trace_id, span_id = logged_in_a_process("text")
+    assert inside.endswith(f"inside trace_id={trace_id} span_id={span_id}") and " WARNING agentops.test [w1@example pid " in inside
+    assert outside.endswith("]: outside") and "trace_id" not in outside
+
+
+def test_a_json_log_line_carries_the_host_the_worker_and_the_current_spans_ids() -> None:
+    lines, trace_id, span_id = logged_in_a_process("json")
+    inside, outside = (json.loads(line) for line in lines)
+    assert inside["message"] == "inside" and inside["trace_id"] == trace_id and inside["span_id"] == span_id
+    assert inside["worker"] == "w1@example" and inside["host"] and inside["pid"]
+    assert outside["message"] == "outside" and "trace_id" not in outside and "span_id" not in outside

@@ -46,6 +46,9 @@ logger = logging.getLogger("waits.journal")
 # How stale the cached durable state may be: a wait or release made in another process binds
 # here within this long (plus one query).
 JOURNAL_POLL_MS: Final = 500.0
+# How long a fresh check waits for another thread's read in progress before it answers from
+# the view already read (``Journal.binding``).
+FRESH_WAIT_MS: Final = 250.0
 # How long past the pool's timeout a check waits for another thread's first read of the
 # journal (see ``busy_wait_s``).
 JOURNAL_BUSY_MARGIN_MS: Final = 1000.0
@@ -110,14 +113,18 @@ class Journal:
         process's acts applied, as when a poll fails). With no book yet, it waits up to
         ``busy_wait_s()`` and then returns one that holds every model (fail closed).
 
-        ``fresh``: poll for new rows whatever the cadence (when the lock is free). For reads a
-        person follows (the admin, ``GET /waits``): a wait another process recorded is listed
-        as soon as that process says it is held."""
+        ``fresh``: poll for new rows whatever the cadence, after a read another thread has in
+        progress (waited for up to ``FRESH_WAIT_MS``: a poll takes milliseconds, and one that
+        waits on the database is not queued behind), so the book has every row committed
+        before this call. For the admission check (a wait any process committed binds every
+        process's next call) and reads a person follows (the admin, ``GET /waits``)."""
         if self._published is not None:
             acquired = self._lock.acquire(blocking=False)
             if not acquired and self._superseded:
                 # Newer rows are being read: wait for their book, as a first read is waited for.
                 acquired = self._lock.acquire(timeout=busy_wait_s())
+            elif not acquired and fresh:
+                acquired = self._lock.acquire(timeout=FRESH_WAIT_MS / 1000)
         else:
             acquired = self._lock.acquire(timeout=busy_wait_s())
         if not acquired:

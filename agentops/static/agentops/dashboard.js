@@ -17,6 +17,7 @@
     waiting: [], // turns whose next call waits for their pacing (the snapshot's)
     gone: new Map(), // key -> {kind: "call"|"hold", row, at}
     breakers: [],
+    providersDown: [],
     alerts: [], // newest first
     seenAlerts: new Set(),
     journalReadable: true,
@@ -88,6 +89,7 @@
       if ((g.kind === "call" && state.calls.has(g.row.id)) || (g.kind === "hold" && state.holds.has(key))) state.gone.delete(key);
     }
     state.breakers = snap.breakers;
+    state.providersDown = snap.providers_down || [];
     state.journalReadable = snap.journal_readable;
     for (const a of snap.alerts.slice().reverse()) addAlert(a, state.loaded);
     state.loaded = true;
@@ -332,6 +334,20 @@
     renderSummary();
   }
 
+  function renderProviders() {
+    const body = $("providers");
+    body.replaceChildren();
+    for (const p of state.providersDown) {
+      body.append(el("tr", {},
+        el("td", {}, el("span", { class: "agent" }, p.provider)),
+        el("td", { class: "when", "data-ago": p.since_ms }, ago(p.since_ms)),
+        el("td", { class: "sub" }, excerpt(p.error, 300)),
+      ));
+    }
+    $("providers-count").textContent = state.providersDown.length;
+    $("providers-panel").hidden = state.providersDown.length === 0;
+  }
+
   function renderAlerts() {
     const list = $("alerts");
     list.replaceChildren();
@@ -364,6 +380,7 @@
       [state.holds.size, state.holds.size === 1 ? "hold" : "holds"],
       [failing, (failing === 1 ? "failing agent" : "failing agents") + (down ? " (" + down + " hard down)" : "")],
       [probes, probes === 1 ? "probe out" : "probes out"],
+      [state.providersDown.length, state.providersDown.length === 1 ? "provider down" : "providers down"],
       [open, "alerts not acknowledged"],
     ];
     const summary = $("summary");
@@ -375,6 +392,7 @@
     renderCalls();
     renderHolds();
     renderBreakers();
+    renderProviders();
     renderAlerts();
   }
 

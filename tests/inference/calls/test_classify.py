@@ -444,3 +444,51 @@ def test_a_provider_code_is_bounded_to_128_characters(length: int) -> None:
             assert error.provider_code == code
         else:
             assert _is_bounded_head_and_tail(error.provider_code, code, 128)
+
+
+# --- waits and rate limits as gateways and vendors state them (issue: real gateways) ----------
+
+GATEWAY_WAITS = [
+    pytest.param({"llm_provider-retry-after": "7200"}, 7_200_000.0, id="litellm-seconds"),
+    pytest.param({"llm_provider-retry-after-ms": "1500"}, 1_500.0, id="litellm-ms"),
+    pytest.param({"x-ms-retry-after-ms": "2500"}, 2_500.0, id="azure-ms"),
+    pytest.param({"LLM_Provider-Retry-After": "3"}, 3_000.0, id="any-case"),
+    pytest.param({"retry-after": "60", "llm_provider-retry-after": "7200"}, 7_200_000.0, id="the-gateway-form-is-longer"),
+    pytest.param({"retry-after-ms": "90000", "llm_provider-retry-after": "7"}, 90_000.0, id="the-standard-form-is-longer"),
+    pytest.param({"retry-after": "2", "x-ms-retry-after-ms": "nan"}, math.inf, id="a-non-finite-gateway-wait-outlasts"),
+    pytest.param({"llm_provider-retry-after": "-5"}, 0.0, id="negative-is-0"),
+]
+
+
+@pytest.mark.parametrize(("headers", "wait"), GATEWAY_WAITS)
+def test_a_wait_a_gateway_or_vendor_states_in_its_own_header_is_read_and_the_longest_wins(headers: dict[str, str], wait: float) -> None:
+    got = classify_http(429, headers, json.dumps({"error": {"message": "slow down", "retry_after_ms": 1}}), NOW).retry_after_ms
+    assert got is not None
+    if math.isinf(wait):
+        assert not math.isfinite(got)
+    else:
+        assert got == wait
+
+
+REWRITTEN = {"error": {"message": "litellm.RateLimitError: rate limited by the provider", "type": "throttling_error", "param": None, "code": "429"}}
+
+
+@pytest.mark.parametrize("status", [429, 500, 400])
+def test_a_gateways_rewritten_rate_limit_body_is_a_rate_limit_whatever_status_carries_it(status: int) -> None:
+    error = classify_http(status, {}, json.dumps(REWRITTEN), NOW)
+    assert (error.type, error.retryable, error.http_status) == ("rate_limit", True, status)
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        REWRITTEN,
+        {"error": {"message": "x", "code": 429}},
+        {"error": {"message": "x", "type": "rate_limit_exceeded"}},
+        {"type": "error", "error": {"type": "throttling_error", "message": "x"}},
+    ],
+    ids=["litellm-rewrite", "numeric-code", "rate_limit_exceeded-type", "anthropic-shaped"],
+)
+def test_a_gateways_rewritten_rate_limit_frame_is_a_rate_limit(frame: dict[str, Any]) -> None:
+    error = classify_frame(frame, NOW)
+    assert (error.type, error.retryable) == ("rate_limit", True)

@@ -14,6 +14,7 @@ from django.test import Client
 from agentops.models import Agent, Provider
 from inference.calls.adapters import AnthropicAdapter
 from inference.models import InferenceCall
+from tests.conftest import scraper
 from tests.factories import AgentFactory
 from tests.inference.turns.test_auxiliary import complete
 from tests.inference.turns.test_turns import submit, wait_turn
@@ -120,7 +121,7 @@ def test_metrics_count_tokens_by_agent_model_kind_and_type(api: Client, standin:
         assert complete(api, agent.name).status_code == 200
     sent = standin_requests()
     one = reported("openai", standin, sent[0]["body"])
-    text = Client().get("/metrics").content.decode()
+    text = scraper().get("/metrics").content.decode()
     labels = {"agent": agent.name, "model": "answer", "kind": "auxiliary"}
     assert metric(text, **labels, type="input") == 2 * one["input_tokens"]
     assert metric(text, **labels, type="output") == 2 * one["output_tokens"]
@@ -128,5 +129,5 @@ def test_metrics_count_tokens_by_agent_model_kind_and_type(api: Client, standin:
     assert metric(text, **labels, type="cached_input") == 0
     # A call that reported nothing adds nothing: no series for its model.
     InferenceCall.objects.create(agent=agent, kind="auxiliary", model="silent", streamed=False, outcome="cut")
-    text = Client().get("/metrics").content.decode()
+    text = scraper().get("/metrics").content.decode()
     assert metric(text, agent=agent.name, model="silent", kind="auxiliary", type="input") is None
