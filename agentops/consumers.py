@@ -9,8 +9,10 @@ import time
 from typing import Any
 from urllib.parse import parse_qs
 
+import redis
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 
 from agentops.dashboard import dashboard_snapshot
 from agentops.exceptions import NotFound
@@ -123,8 +125,12 @@ class DashboardConsumer(ToleratesBadFrames):
     dropped (the deferred snapshot answers them all)."""
 
     SNAPSHOT_INTERVAL_S = 2.0
+    # Open dashboard sockets in this process: past AGENTOPS_DASHBOARD_SOCKETS a new one is
+    # closed with 4429 before it touches Redis, so the channel layer's pool always has room.
+    open_here = 0
 
     joined = False
+    counted = False
     _last_snapshot = -float("inf")  # time.monotonic() of the last snapshot sent
     _deferred: asyncio.Task[None] | None = None
 
@@ -136,16 +142,31 @@ class DashboardConsumer(ToleratesBadFrames):
         if not (user.is_active and user.is_staff):
             await self.refuse(4403)
             return
-        await self.channel_layer.group_add(DASHBOARD_GROUP, self.channel_name)
+        if DashboardConsumer.open_here >= settings.AGENTOPS_DASHBOARD_SOCKETS:
+            await self.refuse(4429)  # too many open here: the page says so and tries again later
+            return
+        DashboardConsumer.open_here += 1
+        self.counted = True
+        try:
+            await self.channel_layer.group_add(DASHBOARD_GROUP, self.channel_name)
+        except redis.RedisError:
+            await self.refuse(1013)  # Redis does not answer: try again later (never a 500)
+            return
         self.joined = True
         await self.accept()
         await self._send_snapshot()
 
     async def disconnect(self, code: int) -> None:
+        if self.counted:
+            DashboardConsumer.open_here -= 1
+            self.counted = False
         if self._deferred is not None:
             self._deferred.cancel()
         if self.joined:
-            await self.channel_layer.group_discard(DASHBOARD_GROUP, self.channel_name)
+            try:
+                await self.channel_layer.group_discard(DASHBOARD_GROUP, self.channel_name)
+            except redis.RedisError:
+                pass  # the group's membership expires on its own
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         if not (isinstance(content, dict) and content.get("type") == "snapshot"):

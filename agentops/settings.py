@@ -134,7 +134,9 @@ CHANNEL_LAYERS = {
         # A socket timeout longer than the layer's blocking pop (channels_redis waits 5 s per
         # BZPOPMIN): redis-py 8's default, also 5 s, made every idle consumer's receive raise
         # TimeoutError and close the socket with a traceback.
-        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15}], "prefix": "agentops-ch"},
+        # The pool holds one connection per socket's group work at once; sized past the
+        # dashboard sockets a process keeps (AGENTOPS_DASHBOARD_SOCKETS), plus the turns'.
+        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15, "max_connections": 500}], "prefix": "agentops-ch"},
     }
 }
 
@@ -196,10 +198,15 @@ AGENTOPS_WEBHOOK_RETRY_MAX_MS = env_ms("AGENTOPS_WEBHOOK_RETRY_MAX_MS", 30 * 60_
 AGENTOPS_WEBHOOK_MAX_ATTEMPTS = env_int("AGENTOPS_WEBHOOK_MAX_ATTEMPTS", 12, minimum=1)
 AGENTOPS_WEBHOOK_SWEEP_S = env_ms("AGENTOPS_WEBHOOK_SWEEP_MS", 30_000) / 1000
 
+# Dashboard sockets one web process holds open; past it a new one is closed with 4429.
+AGENTOPS_DASHBOARD_SOCKETS = env_int("AGENTOPS_DASHBOARD_SOCKETS", 100, minimum=1)
 # /metrics names every project's agents and models: an operator token unless this is true.
 AGENTOPS_METRICS_PUBLIC = env_bool("AGENTOPS_METRICS_PUBLIC", False)
 
 # --- providers (API.md, Providers) -----------------------------------------
+# The models of the agents `make run` makes on the real providers whose key is set.
+AGENTOPS_DEMO_OPENAI_MODEL = env_str("AGENTOPS_DEMO_OPENAI_MODEL", "gpt-5-mini")
+AGENTOPS_DEMO_ANTHROPIC_MODEL = env_str("AGENTOPS_DEMO_ANTHROPIC_MODEL", "claude-haiku-4-5")
 # Provider URLs that resolve to private or loopback addresses (the stand-in, a local model
 # server) are refused unless this is set; link-local, multicast, reserved, unspecified and
 # cloud-metadata addresses are refused always.

@@ -183,9 +183,34 @@ async def test_a_user_who_is_not_staff_is_refused_with_4403(not_staff: User) -> 
     assert await refused_with(await dashboard_communicator(not_staff)) == 4403
 
 
-async def test_a_page_on_another_site_cannot_open_the_socket_with_the_staff_cookie(staff: User) -> None:
-    _, connected, _ = await dashboard_socket(staff, origin=b"https://evil.example")
+@pytest.mark.parametrize(
+    "origin",
+    [b"https://evil.example", b"http://localhost:8001", b"https://localhost", b"http://localhost.evil.example", b"null", b""],
+    ids=["another-site", "another-port", "another-scheme", "a-longer-name", "null", "none"],
+)
+async def test_a_page_on_another_origin_cannot_open_the_socket_with_the_staff_cookie(staff: User, origin: bytes) -> None:
+    # The same host on another port (another service's page, say) passed the old host-only check.
+    _, connected, _ = await dashboard_socket(staff, origin=origin)
     assert not connected
+
+
+@pytest.mark.parametrize("origin", [b"http://localhost", b"http://localhost:80", b"HTTP://LOCALHOST/"])
+async def test_the_sites_own_pages_open_the_socket(staff: User, origin: bytes) -> None:
+    ws, connected, _ = await dashboard_socket(staff, origin=origin)
+    assert connected
+    await ws.disconnect()
+
+
+async def test_a_socket_past_the_processs_cap_is_closed_with_4429_and_the_first_ones_stay(staff: User, settings: Any) -> None:
+    settings.AGENTOPS_DASHBOARD_SOCKETS = 2
+    first = [await dashboard_socket(staff) for _ in range(2)]
+    assert all(connected for _, connected, _ in first)
+    assert await refused_with(await dashboard_communicator(staff)) == 4429
+    await first[0][0].disconnect()
+    again, connected, _ = await dashboard_socket(staff)  # room again once one closed
+    assert connected
+    for ws in (first[1][0], again):
+        await ws.disconnect()
 
 
 @pytest.mark.usefixtures("workers")

@@ -1,14 +1,17 @@
-"""Create (or repoint) the demo providers and agents on the stand-in provider, an admin user
-and an operator API token. Credentials are made once and kept in the file named by
+"""Create (or repoint) the demo providers and agents on the stand-in provider, the real
+providers whose key is in the environment (OpenAI, Anthropic) with an agent on each, an admin
+user and an operator API token. Credentials are made once and kept in the file named by
 --credentials, so every later `make run` can print the same ones."""
 
 from __future__ import annotations
 
 import json
+import os
 import secrets
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandParser
 
@@ -27,6 +30,14 @@ DEMO_AGENTS = [
         True,
         [{"name": "lookup", "description": "Look something up.", "input_schema": {"type": "object", "properties": {"query": {"type": "string"}}}}],
     ),
+]
+
+
+# The real providers `make run` connects when their key is in the environment: name, kind,
+# official base URL, key variable, the demo agent's name and the setting naming its model.
+REAL_PROVIDERS = [
+    ("openai", "openai", "https://api.openai.com/v1", "OPENAI_API_KEY", "openai-demo", "AGENTOPS_DEMO_OPENAI_MODEL"),
+    ("anthropic", "anthropic", "https://api.anthropic.com", "ANTHROPIC_API_KEY", "anthropic-demo", "AGENTOPS_DEMO_ANTHROPIC_MODEL"),
 ]
 
 
@@ -50,6 +61,15 @@ class Command(BaseCommand):
                     "system": "You are a demo agent answered by the agentops stand-in provider.",
                 },
             )
+        for name, kind, base_url, key_env, agent_name, model_setting in REAL_PROVIDERS:
+            if not os.environ.get(key_env):
+                continue
+            real, _ = Provider.objects.update_or_create(name=name, defaults={"kind": kind, "base_url": base_url, "api_key_env": key_env})
+            model = getattr(settings, model_setting)
+            Agent.objects.update_or_create(
+                name=agent_name, defaults={"provider": real, "model": model, "participant": agent_name, "max_tokens": 1024},
+            )
+            self.stdout.write(f"{key_env} is set: provider {name!r} ({base_url}) with agent {agent_name!r} on {model} (the model: {model_setting})")
         path = Path(options["credentials"])
         creds: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
         User = get_user_model()

@@ -461,7 +461,8 @@
         setConn("conn-down", e.code === 4401 ? "signed out: reload to sign in" : "not staff");
         return;
       }
-      setConn("conn-down", "disconnected; retrying in " + Math.round(backoff / 1000) + " s");
+      const why = e.code === 4429 ? "too many dashboards open on this server" : "disconnected";
+      setConn("conn-down", why + "; retrying in " + Math.round(backoff / 1000) + " s");
       setTimeout(connect, backoff);
       backoff = Math.min(backoff * 2, 15000);
     };
