@@ -23,6 +23,8 @@ from django.conf import settings  # noqa: E402
 from agentops.edge import KeptThreadsASGIHandler  # noqa: E402
 from agentops.routing import websocket_urlpatterns  # noqa: E402
 from agentops.static import static_files  # noqa: E402
+from agentops.telemetry import telemetry_setup  # noqa: E402
+from agentops.tracing_asgi import traced_http  # noqa: E402
 
 django_asgi_app = KeptThreadsASGIHandler()
 static_app = static_files()
@@ -38,7 +40,9 @@ async def http_app(scope: dict, receive: Any, send: Any) -> None:
 
 application = ProtocolTypeRouter(
     {
-        "http": http_app,
+        # With telemetry exported, each request is a server span continuing the client's
+        # traceparent (agentops.tracing_asgi).
+        "http": traced_http(http_app) if telemetry_setup(role="web") else http_app,
         # Turn sockets authenticate with a token, not a cookie, so they take no origin check:
         # API clients (not browsers) often send no Origin header at all.
         "websocket": URLRouter(websocket_urlpatterns),

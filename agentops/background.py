@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import collections
+import contextvars
 import os
 import sys
 import threading
@@ -26,6 +27,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 import uvloop
 from django.conf import settings
 
+from . import telemetry
 from .cancels import AbortWatcher
 
 T = TypeVar("T")
@@ -188,7 +190,7 @@ async def bookkeeping(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> 
     round trip for its health check); a connection is dropped when its work fails on it, so a
     dead one is never used twice."""
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(background_loop().bookkeeping_pool, partial(_keeping, fn, *args, **kwargs))
+    return await loop.run_in_executor(background_loop().bookkeeping_pool, _in_context(partial(_keeping, fn, *args, **kwargs)))
 
 
 def _keeping(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
@@ -205,7 +207,16 @@ async def blocking(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """Run ``fn`` on a thread of the loop's own and await it: for work that waits (the
     breaker's probe, made by a thread waiting on this loop), kept out of the bookkeeping pool
     so that it never holds a bookkeeping thread while it waits."""
-    return await asyncio.get_running_loop().run_in_executor(None, partial(_closing, fn, *args, **kwargs))
+    return await asyncio.get_running_loop().run_in_executor(None, _in_context(partial(_closing, fn, *args, **kwargs)))
+
+
+def _in_context(work: Callable[[], T]) -> Callable[[], T]:
+    """``work`` to run in a copy of the coroutine's context when telemetry is exported, so a
+    thread's spans and log lines belong to the turn the coroutine runs (an executor, unlike
+    ``asyncio.to_thread``, carries no context over); as it is otherwise."""
+    if not telemetry.enabled:
+        return work
+    return partial(contextvars.copy_context().run, work)
 
 
 def _closing(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:

@@ -288,15 +288,21 @@ AGENTOPS_LOG_FORMAT = env_choice("AGENTOPS_LOG_FORMAT", "text", ("text", "json")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
+    # Each line names its process and, while a span is current (a turn running, a request being
+    # served), its trace and span ids (agentops.telemetry.LogContext): with web, workers and beat
+    # on several hosts, a central log store tells them apart and ties a line to its trace.
+    # Text: "... [w1@host pid 42]: message trace_id=... span_id=..."; JSON: host, worker,
+    # trace_id, span_id fields.
+    "filters": {"process": {"()": "agentops.telemetry.LogContext", "fields": AGENTOPS_LOG_FORMAT}},
     "formatters": {
-        "text": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        "text": {"format": "%(asctime)s %(levelname)s %(name)s [%(where)s]: %(message)s%(trace)s"},
         "json": {
             "()": "pythonjsonlogger.json.JsonFormatter",
             "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s %(process)d",
             "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger", "process": "pid"},
         },
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": AGENTOPS_LOG_FORMAT}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": AGENTOPS_LOG_FORMAT, "filters": ["process"]}},
     "root": {"handlers": ["console"], "level": env_str("AGENTOPS_LOG_LEVEL", "INFO")},
     "loggers": {
         "httpx": {"level": "WARNING"},

@@ -16,7 +16,7 @@ import redis
 from django.conf import settings
 from django.db import transaction
 
-from agentops import rows
+from agentops import rows, telemetry
 from agentops.alerts import alert_raise
 from agentops.cancels import abort_signal
 from agentops.exceptions import Conflict, NotFound, bad_field
@@ -194,4 +194,9 @@ def history_row_restore(*, agent_name: str, row_id: int, actor: str, requester: 
             reason=who, data={"agent": agent.name, "row_id": row.pk, "seq": row.seq, "requester": who or None, **previous},
         )
     logger.warning("history row #%s of agent %s restored by %s%s", row.seq, agent.name, actor, f" for {who}" if who else "")
+    if telemetry.enabled:  # a span an operator finds by agent, under the request that restored
+        telemetry.tracer().start_span("agentops.breaker.restore", attributes={
+            "agentops.agent": agent.name, "agentops.history.row_id": row.pk, "agentops.history.seq": row.seq,
+            "agentops.restore.by": telemetry.bounded(actor),
+        }).end()
     return row

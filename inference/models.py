@@ -45,6 +45,9 @@ class Turn(models.Model):
     # whichever worker runs the turn next (after a hand-back, a crash, a release) honours it.
     waiting_reason = models.CharField(max_length=200, blank=True, default="")
     claimed_by = models.CharField(max_length=200, blank=True, default="")
+    # The turn's span while it is open, when telemetry is exported (``agentops.telemetry``:
+    # its ids, parent, start, and the events and links it gathers); null otherwise.
+    trace_context = models.JSONField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)

@@ -142,8 +142,9 @@ class WorkerPool:
     While a pool is active, the test process enqueues to its queue, so the settings given in
     ``extra_env`` (bounds, delays) are the ones the turns run under."""
 
-    def __init__(self, count: int, *, label: str, extra_env: dict[str, str] | None = None) -> None:
-        self.queue = f"{QUEUE}-{label}"
+    def __init__(self, count: int, *, label: str, extra_env: dict[str, str] | None = None, queue: str | None = None) -> None:
+        # ``queue``: another pool's, for workers that take over from that pool's.
+        self.queue = queue or f"{QUEUE}-{label}"
         env = dict(
             os.environ, DATABASE_URL=_database_url(), AGENTOPS_CELERY_QUEUE=self.queue,
             DJANGO_SETTINGS_MODULE="agentops.settings",
@@ -194,10 +195,10 @@ class WorkerPool:
                 proc.wait()
 
 
-def worker_pool(count: int = 1, *, label: str, extra_env: dict[str, str] | None = None) -> Iterator[WorkerPool]:
+def worker_pool(count: int = 1, *, label: str, extra_env: dict[str, str] | None = None, queue: str | None = None) -> Iterator[WorkerPool]:
     """The body of a pool fixture (``yield from worker_pool(...)``): started, then stopped."""
     LOG_DIR.mkdir(parents=True, exist_ok=True)
-    pool = WorkerPool(count, label=label, extra_env=extra_env)
+    pool = WorkerPool(count, label=label, extra_env=extra_env, queue=queue)
     try:
         yield pool
     finally:

@@ -143,7 +143,7 @@ class BindingWaitAdmin(ReadOnlyAdmin):
                 except AgentopsError as exc:
                     error, status = exc.message, exc.status
                 else:
-                    held_turns_wake(agent=agent)
+                    held_turns_wake(agent=agent, model=model, by=f"admin:{request.user.get_username()}")
                     lifted = ", ".join(
                         f"{r.model} ({r.release}; next call at {next_call_at(agent=r.agent, model=r.model):%H:%M:%S} UTC)" for r in receipts
                     ) or "no wait was binding"

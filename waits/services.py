@@ -17,6 +17,7 @@ from typing import Any, Final, Literal
 from django.conf import settings
 from django.db import DatabaseError, transaction
 
+from agentops import telemetry
 from agentops.alerts import alert_raise
 from agentops.exceptions import NotFound, bad_field
 from agentops.live import dashboard_hold_ended, dashboard_hold_started
@@ -268,6 +269,13 @@ def wait_release(
 
     state: ReleaseState = "recorded" if recorded else "pending"
     receipts = [Receipt(agent, m, until, state) for m, until in lifted]
+    if telemetry.enabled:
+        # A span an operator finds by agent, under the request (or command) that released.
+        telemetry.tracer().start_span("agentops.wait.release", attributes={
+            "agentops.agent": agent, "agentops.wait.model": model, "agentops.release.by": by,
+            "agentops.release.reason": telemetry.bounded(reason), "agentops.release.lifted": len(receipts),
+            "agentops.release.state": state,
+        }).end()
     for lifted_model, _ in lifted:
         dashboard_hold_ended(agent=agent, model=lifted_model, why=f"released by {by}" + (f": {reason}" if reason else ""))
     logger.warning(

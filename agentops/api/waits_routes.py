@@ -124,7 +124,7 @@ def waits_release(request: HttpRequest) -> dict[str, Any]:
         via="api",
         caller=token.name,
     )
-    held_turns_wake(agent=str(body["agent"]))
+    held_turns_wake(agent=str(body["agent"]), model=body.get("model"), by=f"api:{token.name}")
     return {"receipts": [{**r.out(), "next_call_at": next_call_at(agent=r.agent, model=r.model)} for r in receipts]}
 
 

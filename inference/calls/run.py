@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from django.utils import timezone
 
-from agentops import lifecycle, rows
+from agentops import lifecycle, rows, telemetry
 from agentops.background import BackgroundLoop, LoopWake, background_loop, bookkeeping
 from agentops.lifecycle import Wake
 from agentops.live import broadcast_turn_event, publish_turn_event
@@ -40,6 +40,7 @@ from .events import dashboard_call_ended, dashboard_call_started
 from .health import provider_health_note
 from .progress import progress_entry, progress_hub
 from .records import call_record
+from .tracing import attempt_traced
 from .types import CompiledRequest, ProviderError
 
 logger = logging.getLogger(__name__)
@@ -138,6 +139,8 @@ def _call_end(
     if turn_id is not None:
         broadcast_turn_event(turn_id, {"type": "call.ended", "turn": turn_id, "call": call.pk, "outcome": result.outcome})
     dashboard_call_ended(call=call, agent=agent.name, result=result)
+    if telemetry.enabled:
+        attempt_traced(agent=agent, call=call, result=result)
     if then is not None:
         then(result)
     provider_health_note(provider=agent.provider, result=result)

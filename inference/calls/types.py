@@ -92,6 +92,15 @@ def token_count(value: Any) -> int | None:
     return int(value)
 
 
+# The longest response model name kept (an attribute of the call's span, never stored).
+RESPONSE_MODEL_LIMIT = 200
+
+
+def response_model(value: Any) -> str:
+    """A response's ``model`` as kept: a string, bounded; "" for anything else."""
+    return value[:RESPONSE_MODEL_LIMIT] if isinstance(value, str) else ""
+
+
 def token_detail(usage: Any, section: str, name: str) -> int | None:
     """``usage[section][name]`` as a token count (OpenAI's ``*_tokens_details``)."""
     details = usage.get(section) if isinstance(usage, dict) else None
@@ -105,6 +114,8 @@ class CallOutput:
     blocks: list[dict[str, Any]] = field(default_factory=list)
     stop_reason: str = ""
     usage: dict[str, Any] = field(default_factory=dict)
+    # The model the provider says answered (its response's ``model``), bounded; "" when unsaid.
+    model: str = ""
 
     @property
     def text(self) -> str:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from agentops import telemetry
 from agentops.exceptions import CallTimedOut, ProviderFailed, RateLimited
 from agentops.models import Agent
 from inference.calls.adapters import build_wire
@@ -23,6 +24,7 @@ from inference.calls.events import dashboard_call_ended
 from inference.calls.health import provider_health_note
 from inference.calls.records import call_create, ms_to_dt
 from inference.calls.run import call_deferred, provider_vetted
+from inference.calls.tracing import attempt_traced
 from inference.calls.types import CompiledRequest, Message
 from inference.models import InferenceCall
 from waits.admission import admission_check, remaining_ms
@@ -104,6 +106,8 @@ def _record_once(agent: Agent, request: CompiledRequest, result: CallResult) -> 
     )
     dashboard_call_ended(call=call, agent=agent.name, result=result)
     provider_health_note(provider=agent.provider, result=result)
+    if telemetry.enabled:  # under the request's server span (this thread runs in its context)
+        attempt_traced(agent=agent, call=call, result=result)
     return _outcome(agent, request.model, call, result)
 
 

@@ -31,13 +31,14 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from agentops import lifecycle, rows
+from agentops import lifecycle, rows, telemetry
 from agentops.background import LoopWake, PerProcess, background_loop, blocking, bookkeeping
 from agentops.models import Agent, HistoryRow, Provider
-from inference.calls.client import CallResult
+from inference.calls.client import CallResult, Timeline
 from inference.calls.compile import compile_request
 from inference.calls.records import UNSTORABLE
 from inference.calls.run import Begun, call_begin, call_run_on_loop
+from inference.calls.tracing import attempt_traced
 from inference.calls.types import CompiledRequest, ProviderError
 from inference.models import InferenceCall, Turn
 
@@ -65,6 +66,7 @@ from .services import (
     turn_hand_back,
     turn_rearm,
 )
+from .tracing import held_since_ns, turn_held_recorded, turn_noted, turn_traced
 
 logger = logging.getLogger(__name__)
 
@@ -265,6 +267,13 @@ async def turn_run(turn_id: int, status: str, lease: TurnLease) -> Ran:
     if started is None:
         return _STOPPED
     turn, ready = started
+    with turn_traced(turn):
+        return await _turn_rounds(turn, ready, lease)
+
+
+async def _turn_rounds(turn: Turn, ready: Ready | None, lease: TurnLease) -> Ran:
+    """``turn_run`` once the turn is claimed: its rounds, under the turn's span."""
+    turn_id = turn.pk
     # The pacing kept on the turn (a 429's, a retry delay, a re-arm) binds whichever worker
     # runs it, after a hand-back, a crash or a release.
     if ready is None and not await _sleep_unless_cancelled(turn, paced_left_ms(turn) / 1000, lease):
@@ -342,6 +351,35 @@ async def turn_run(turn_id: int, status: str, lease: TurnLease) -> Ran:
 # A turn ready for its call: the turn, its request and the call's start (``call_begin``).
 Ready = tuple[Turn, CompiledRequest, Begun]
 
+STOPPED_MID_CALL: Final = ProviderError(type="aborted", message="the worker making this call stopped before it ended")
+
+
+def _taken_over(turn: Turn, lost_by: str, taken_by: str, aborted: int, stopped: list[InferenceCall]) -> None:
+    """Say that this run took the turn over from the run ``lost_by``, whose lease lapsed and
+    which left ``aborted`` calls in flight, and trace those (``stopped``: their rows, when
+    telemetry is exported) as aborted: their ends were never recorded."""
+    with turn_traced(turn):
+        logger.warning(
+            "agent %s turn %s taken over: %s runs it now; %s left it running and its lease lapsed (that worker died, lost "
+            "the database, or its run stopped on an error); %d call(s) it left in flight recorded as aborted",
+            turn.agent.name, turn.pk, taken_by, lost_by, aborted,
+        )
+        now_ms = time.time() * 1000
+        for call in stopped:
+            sent_ms = call.sent_at.timestamp() * 1000 if call.sent_at is not None else now_ms
+            result = CallResult(outcome="aborted", timeline=Timeline(sent=sent_ms, ended=now_ms), error=STOPPED_MID_CALL)
+            attempt_traced(agent=turn.agent, call=call, result=result)
+
+
+def _resumed(turn: Turn, held: Turn) -> None:
+    """A held turn claimed to run: how long it was held, on its span and in the held-time metric."""
+    since = held_since_ns(held) if telemetry.enabled else None
+    if since is None:
+        return
+    held_s = max(time.time_ns() - since, 0) / 1e9
+    turn_noted(turn.pk, "agentops.turn.resumed", {"agentops.held_ms": round(held_s * 1000)})
+    turn_held_recorded(turn.agent, held_s)
+
 
 def _turn_start(turn_id: int, status: str, lease: TurnLease) -> tuple[Turn, Ready | None] | None:
     """Claim the turn for this run (a held one only once its wait is over), and close what a
@@ -351,18 +389,27 @@ def _turn_start(turn_id: int, status: str, lease: TurnLease) -> tuple[Turn, Read
     held = Turn.objects.select_related("agent").filter(pk=turn_id, status=Turn.Status.HELD).first() if status == Turn.Status.HELD else None
     if held is not None and hold_if_waiting(held):
         return None
+    # A turn left running was another run's: the worker that ran it died, or lost its lease.
+    lost_by = Turn.objects.filter(pk=turn_id).values_list("claimed_by", flat=True).first() if status == Turn.Status.RUNNING else None
     if not turn_claim(turn_id=turn_id, owner=lease.owner, now=now):
         return None
     # A call still "in flight" now belonged to a worker that stopped mid-call (this run holds
     # the lease, so no one else is calling): record it as aborted, not leave it open forever.
     # Only a turn left running has one (a queued or held turn's calls all ended).
+    stopped: list[InferenceCall] = []
+    aborted = 0
     if status == Turn.Status.RUNNING:
-        InferenceCall.objects.filter(turn_id=turn_id, outcome__isnull=True).update(
-            outcome=InferenceCall.Outcome.ABORTED,
-            ended_at=now,
-            error=ProviderError(type="aborted", message="the worker making this call stopped before it ended").as_dict(),
-        )
+        open_calls = InferenceCall.objects.filter(turn_id=turn_id, outcome__isnull=True)
+        if telemetry.enabled:
+            stopped = list(open_calls)
+        aborted = open_calls.update(outcome=InferenceCall.Outcome.ABORTED, ended_at=now, error=STOPPED_MID_CALL.as_dict())
+        if lost_by and lost_by != lease.owner:
+            turn_noted(turn_id, "agentops.turn.taken_over", {"agentops.lease.lost_by": lost_by, "agentops.lease.taken_by": lease.owner})
     turn = _turn_loaded(turn_id)
+    if lost_by and lost_by != lease.owner:
+        _taken_over(turn, lost_by, lease.owner, aborted, stopped)
+    if held is not None:
+        _resumed(turn, held)
     if held is not None and (release_pacing_ms := pacing_left_ms(turn)) > paced_left_ms(turn):
         # A release lifted a 429's wait: the next call still keeps the 429's own pacing.
         pace(turn, delay_ms=release_pacing_ms, reason="pacing after a 429", lease=lease)

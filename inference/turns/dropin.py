@@ -23,6 +23,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
+from agentops import telemetry
 from agentops.models import Agent
 from inference.calls.adapters import build_wire
 from inference.calls.client import CallResult, perform_call
@@ -31,6 +32,7 @@ from inference.calls.events import dashboard_call_ended, dashboard_call_started
 from inference.calls.health import provider_health_note
 from inference.calls.records import call_create, call_record
 from inference.calls.run import provider_vetted
+from inference.calls.tracing import attempt_traced
 from inference.calls.types import CompiledRequest
 from inference.models import InferenceCall
 from waits.services import wait_record
@@ -151,6 +153,8 @@ class DropinCall:
             )
         dashboard_call_ended(call=call, agent=self.agent.name, result=result)
         provider_health_note(provider=self.agent.provider, result=result)
+        if telemetry.enabled:  # under the request's server span (this thread runs in its context)
+            attempt_traced(agent=self.agent, call=call, result=result)
 
 
 def wait_headers(wait_ms: float) -> dict[str, str]:

@@ -32,6 +32,7 @@ from waits.journal import journal_pending, journal_session
 
 from .lease import TurnLease
 from .policy import PolicySettings, RetryState
+from .tracing import turn_event
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +137,10 @@ def pace(turn: Turn, *, delay_ms: float, reason: str, lease: TurnLease | None) -
     not_before = timezone.now() + timedelta(milliseconds=max(delay_ms, 0.0))
     durably(
         f"turn {turn.pk}: keep its next call's earliest instant",
-        lambda: Turn.objects.filter(pk=turn.pk).update(not_before=not_before, waiting_reason=reason[:200]),
+        lambda: Turn.objects.filter(pk=turn.pk).update(
+            not_before=not_before, waiting_reason=reason[:200],
+            **turn_event("agentops.turn.paced", {"agentops.pace.delay_ms": max(delay_ms, 0.0), "agentops.pace.reason": reason[:200]}),
+        ),
         lease,
     )
     turn.not_before, turn.waiting_reason = not_before, reason[:200]

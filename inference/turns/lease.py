@@ -13,8 +13,6 @@ while its call is out: the renewer wakes it if the lease is lost (``wake_on_loss
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import time
 import uuid
@@ -25,6 +23,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 from django.utils import timezone
 
+from agentops import telemetry
 from agentops.background import PerProcess
 from agentops.lifecycle import Wake
 from inference.models import AgentLease
@@ -150,7 +149,10 @@ class TurnLease:
 
 def lease_claim(agent_id: int) -> TurnLease | None:
     """Claim the agent's turn lease for this run, or None if a live one is held."""
-    owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+    # Who holds it, as an operator reads it in a takeover's log line: the Celery worker's name
+    # (or the host), the process, and this run.
+    me = telemetry.process_identity()
+    owner = f"{(me['worker'] or me['host'])[:150]}:{me['pid']}:{uuid.uuid4().hex[:12]}"
     now = timezone.now()
     until = now + timedelta(milliseconds=settings.AGENTOPS_TURN_LEASE_MS)
     # A lapsed lease is taken over only after a grace, and not within a grace of the database

@@ -3,9 +3,12 @@ module imports the drain, so nothing here imports the tasks module."""
 
 from __future__ import annotations
 
+from agentops import telemetry
 from agentops.celery import task_send
 from agentops.rows import after_commit
 from inference.models import Turn
+
+from .tracing import turn_event
 
 AGENT_DRAIN = "inference.tasks.agent_drain"
 
@@ -21,11 +24,15 @@ def schedule_drain(agent_id: int, delay_s: float) -> None:
     after_commit(lambda: task_send(AGENT_DRAIN, agent_id, countdown_s=delay_s))
 
 
-def held_turns_wake(*, agent: str) -> int:
+def held_turns_wake(*, agent: str, model: str | None = None, by: str = "") -> int:
     """After a release: re-check the named agent's held turns now rather than at the next
-    sweep (the release itself lives in waits, below turns, and knows nothing of them).
+    sweep (the release itself lives in waits, below turns, and knows nothing of them), and
+    note the release on their spans (``model``, ``by``: what was released, by whom).
     Returns how many agents were woken."""
-    agent_ids = set(Turn.objects.filter(agent__name=agent, status=Turn.Status.HELD).values_list("agent_id", flat=True))
+    held = Turn.objects.filter(agent__name=agent, status=Turn.Status.HELD)
+    if telemetry.enabled:
+        held.update(**turn_event("agentops.turn.released", {"agentops.wait.model": model or "*", "agentops.release.by": by}))
+    agent_ids = set(held.values_list("agent_id", flat=True))
     for agent_id in agent_ids:
         enqueue_drain(agent_id)  # its admission check reads the journal fresh: it sees the release
     return len(agent_ids)

@@ -23,7 +23,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from agentops import rows
+from agentops import rows, telemetry
 from agentops.alerts import alert_raise
 from agentops.cancels import abort_signal
 from agentops.exceptions import BadRequest, Conflict, NotFound
@@ -39,6 +39,7 @@ from inference.models import InferenceCall, Turn
 
 from .notes import failure_note_text
 from .queue import enqueue_drain, schedule_drain
+from .tracing import turn_event, turn_link, turn_trace_begin, turn_trace_end
 
 logger = logging.getLogger(__name__)
 
@@ -141,8 +142,10 @@ def turn_submit(*, agent_id: int, messages: list[IncomingMessage]) -> tuple[Turn
             for m in messages
         ]
         if turn is None:
-            turn = rows.insert(Turn(agent=agent, status=Status.QUEUED))
+            turn = rows.insert(Turn(agent=agent, status=Status.QUEUED, trace_context=turn_trace_begin(agent)))
             _announce(turn.pk, turn.status)
+        elif telemetry.enabled:
+            Turn.objects.filter(pk=turn.pk).update(**turn_link())  # the joining request, linked from the turn's span
         with connection.cursor() as cursor:
             cursor.executemany(sql.trigger, [(turn.pk, row.pk) for row in added])
         if turn.status == Status.QUEUED:
@@ -187,7 +190,7 @@ def turn_tool_results(*, turn_id: int, results: list[dict[str, Any]]) -> Turn:
         blocks = [{"type": "tool_result", "tool_call_id": r["tool_call_id"], "content": r["content"]} for r in results]
         row = history_append(agent=agent, participant="tool", role=HistoryRow.Role.TOOL, content=blocks)
         turn.trigger_rows.add(row)
-        _move(turn.pk, Status.QUEUED, among=[Status.REQUIRES_ACTION], pending_tool_calls=[])  # locked: it moves
+        _move(turn.pk, Status.QUEUED, among=[Status.REQUIRES_ACTION], pending_tool_calls=[], **turn_link())  # locked: it moves
         turn.status, turn.pending_tool_calls = Status.QUEUED, []
         _announce(turn.pk, turn.status)
         enqueue_drain(agent.pk)
@@ -207,6 +210,7 @@ def turn_cancel(*, turn_id: int) -> Turn:
         _move(turn.pk, Status.CANCELLED, ended_at=now)  # locked: it moves
         turn.status, turn.ended_at = Status.CANCELLED, now
         _announce(turn.pk, turn.status)
+        turn_trace_end(turn, status=Status.CANCELLED)
         transaction.on_commit(lambda: _signal_cancel(turn))
         # The agent's next queued turn may now run.
         enqueue_drain(turn.agent_id)
@@ -226,6 +230,8 @@ def agent_dispose(*, agent: Agent, actor: str) -> None:
         Turn.objects.filter(pk__in=[t.pk for t in open_turns], status__in=sources(Status.CANCELLED)).update(
             status=Status.CANCELLED, ended_at=now
         )
+        for turn in open_turns:
+            turn_trace_end(turn, agent=agent, status=Status.CANCELLED)
         AuditEntry.objects.create(actor=actor, action="agent.dispose", target=f"agent:{agent.name}")
         # A probe still out is withdrawn (DESIGN §7.3): its answer is set aside and its call aborted.
         breaker_probe_withdraw(agent=agent, reason="the agent was removed while it was out")
@@ -260,7 +266,11 @@ def turn_claim(*, turn_id: int, owner: str, now: datetime) -> bool:
 def turn_hold(*, turn: Turn, until: datetime | None, reason: str) -> bool:
     """Hold a running or held turn by a provider wait until ``until`` (None: until released);
     no failure is counted and no note written (DESIGN §6.6). False if it moved meanwhile."""
-    held = _move(turn.pk, Status.HELD, hold_until=until, hold_reason=reason)
+    # A held turn held again at its re-check is the same hold: its span has the event already.
+    event = {} if turn.status == Status.HELD else turn_event(
+        "agentops.turn.held", {"agentops.hold.until": until.isoformat() if until else "released", "agentops.hold.reason": telemetry.bounded(reason)},
+    )
+    held = _move(turn.pk, Status.HELD, hold_until=until, hold_reason=reason, **event)
     if held and turn.status != Status.HELD:
         # The drain claims a held turn at each re-check and holds it again: one line per hold,
         # not one per re-check (the same end and reason is the same hold).
@@ -279,7 +289,7 @@ _HOLDS_LOGGED: dict[int, tuple[datetime | None, str]] = {}
 def turn_hand_back(*, turn: Turn) -> bool:
     """A worker's warm shutdown hands a running turn back without a call (DESIGN §6.10):
     queued again for the next worker."""
-    handed = _move(turn.pk, Status.QUEUED, among=[Status.RUNNING])
+    handed = _move(turn.pk, Status.QUEUED, among=[Status.RUNNING], **turn_event("agentops.turn.handed_back", {"agentops.worker": telemetry.process_label()}))
     if handed:
         logger.warning("agent %s turn %s handed back: the worker is shutting down", turn.agent.name, turn.pk)
         _announce(turn.pk, Status.QUEUED)
@@ -336,6 +346,8 @@ def turn_complete(*, turn: Turn, output: CallOutput) -> None:
             pending_tool_calls=locked.pending_tool_calls, ended_at=locked.ended_at,
         )
         _announce(turn.pk, locked.status)
+        if locked.status in Turn.ENDED:
+            turn_trace_end(locked, agent=agent, status=locked.status)
 
 
 def turn_rearm(*, turn: Turn, error: ProviderError) -> bool:
@@ -349,6 +361,7 @@ def turn_rearm(*, turn: Turn, error: ProviderError) -> bool:
     rearmed = _move(
         turn.pk, Status.QUEUED, among=[Status.RUNNING], rearms=F("rearms") + 1, not_before=not_before, waiting_reason="re-armed", error=error.as_dict(),
         hold_reason=f"re-armed after {error.type}: sent again at {not_before:%H:%M:%S} UTC ({turn.rearms + 1} of {len(ladder)})",
+        **turn_event("agentops.turn.rearmed", {"error.type": error.type, "agentops.rearm.delay_ms": delay_ms, "agentops.rearm.count": turn.rearms + 1}),
     )
     if rearmed:
         logger.warning(
@@ -378,6 +391,7 @@ def turn_fail(*, turn: Turn, error: ProviderError, status: str, timed_out_again:
         locked.note = note
         locked.ended_at = now
         locked.save(update_fields=["status", "error", "note", "ended_at"])
+        turn_trace_end(locked, agent=agent, status=status, error_type=error.bound or error.type, message=error.message)
         logger.warning(
             "agent %s turn %s %s: %s (%s, HTTP %s)", agent.name, turn.pk, status, error.message[:300], error.type, error.http_status,
         )
@@ -412,17 +426,28 @@ def turn_fail_unstorable(*, turn: Turn, call_id: int, exc: BaseException) -> Non
         logger.error("agent %s turn %s: its failure note could not be stored either (%s)", turn.agent.name, turn.pk, note_exc)
         if _move(turn.pk, Status.FAILED, among=[Status.RUNNING], error=error.as_dict(), ended_at=timezone.now()):
             _announce(turn.pk, Status.FAILED)
+            if telemetry.enabled:
+                turn_trace_end(Turn.objects.get(pk=turn.pk), status=Status.FAILED, error_type=error.type, message=error.message)
 
 
 # --- the breaker's retry ---------------------------------------------------------------------
 
 
-def turn_queue_retry(*, agent: Agent) -> None:
+def turn_queue_retry(*, agent: Agent, set_aside: list[int] | None = None) -> None:
     """Queue one retry after a shed (DESIGN §7.4): a new turn over the history with the newest
     turn set aside, unless one is already queued or held (it will run over that history too).
-    Call inside the shed's transaction, so both commit or neither."""
+    ``set_aside``: the sequence numbers of the rows the shed set aside (an event of the retry's
+    span). Call inside the shed's transaction, so both commit or neither."""
     Agent.objects.select_for_update().get(pk=agent.pk)
-    if not Turn.objects.filter(agent=agent, status__in=Turn.JOINABLE).exists():
-        retry = Turn.objects.create(agent=agent, status=Status.QUEUED)
+    event = ("agentops.turn.set_aside", {"agentops.history.set_aside": set_aside or []})
+    waiting = Turn.objects.filter(agent=agent, status__in=Turn.JOINABLE).order_by("id").first()
+    if waiting is None:
+        # The retry's span starts under the context here: the failed turn's, or its probe's.
+        stored = turn_trace_begin(agent)
+        if stored is not None:
+            stored["events"].append(telemetry.stored_event(*event))
+        retry = Turn.objects.create(agent=agent, status=Status.QUEUED, trace_context=stored)
         _announce(retry.pk, retry.status)
+    elif telemetry.enabled:
+        Turn.objects.filter(pk=waiting.pk).update(**turn_event(*event))
     enqueue_drain(agent.pk)

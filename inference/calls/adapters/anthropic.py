@@ -6,7 +6,7 @@ from typing import Any
 
 from ..classify import classify_frame
 from ..sse import SseEvent
-from ..types import CallOutput, CompiledRequest, Progress, TokenUsage, token_count
+from ..types import CallOutput, CompiledRequest, Progress, TokenUsage, response_model, token_count
 from .base import WireRequest, event_object, parse_arguments
 
 ANTHROPIC_VERSION = "2023-06-01"
@@ -77,7 +77,7 @@ class AnthropicAdapter:
                 blocks.append({"type": "thinking", "thinking": block.get("thinking", ""), "signature": block.get("signature", "")})
             elif kind == "tool_use":
                 blocks.append({"type": "tool_call", "id": block.get("id", ""), "name": block.get("name", ""), "arguments": block.get("input") or {}})
-        return CallOutput(blocks=blocks, stop_reason=data.get("stop_reason") or "", usage=data.get("usage") or {})
+        return CallOutput(blocks=blocks, stop_reason=data.get("stop_reason") or "", usage=data.get("usage") or {}, model=response_model(data.get("model")))
 
     def reader(self) -> AnthropicStreamReader:
         return AnthropicStreamReader()
@@ -101,6 +101,7 @@ class AnthropicStreamReader:
         self._blocks: dict[int, dict[str, Any]] = {}
         self._stop = ""
         self._usage: dict[str, Any] = {}
+        self._model = ""
 
     def feed(self, event: SseEvent, now_ms: float) -> list[Progress]:
         data = event_object(event)
@@ -163,7 +164,9 @@ class AnthropicStreamReader:
         if kind == "message_stop":
             return [Progress(model_event=True, done=True)]
         if kind == "message_start":
-            self._usage.update((data.get("message") or {}).get("usage") or {})
+            message = data.get("message") or {}
+            self._usage.update(message.get("usage") or {})
+            self._model = response_model(message.get("model"))
         # message_start, ping and anything unknown are keepalives.
         return [Progress(model_event=False)]
 
@@ -177,4 +180,4 @@ class AnthropicStreamReader:
                     blocks.append({"type": "text", "text": block["text"]})
             else:
                 blocks.append(block)
-        return CallOutput(blocks=blocks, stop_reason=self._stop, usage=self._usage)
+        return CallOutput(blocks=blocks, stop_reason=self._stop, usage=self._usage, model=self._model)

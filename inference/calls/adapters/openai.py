@@ -7,7 +7,15 @@ from typing import Any
 
 from ..classify import classify_frame
 from ..sse import SseEvent
-from ..types import CallOutput, CompiledRequest, Progress, TokenUsage, token_count, token_detail
+from ..types import (
+    CallOutput,
+    CompiledRequest,
+    Progress,
+    TokenUsage,
+    response_model,
+    token_count,
+    token_detail,
+)
 from .base import WireRequest, event_object, parse_arguments
 
 _FINISH = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens", "function_call": "tool_use"}
@@ -82,7 +90,7 @@ class OpenAIAdapter:
                 }
             )
         finish = choice.get("finish_reason") or ""
-        return CallOutput(blocks=blocks, stop_reason=_FINISH.get(finish, finish), usage=data.get("usage") or {})
+        return CallOutput(blocks=blocks, stop_reason=_FINISH.get(finish, finish), usage=data.get("usage") or {}, model=response_model(data.get("model")))
 
     def reader(self) -> OpenAIStreamReader:
         return OpenAIStreamReader()
@@ -106,6 +114,7 @@ class OpenAIStreamReader:
         self._usage: dict[str, Any] = {}
         self._in_thinking = False
         self._thinking_started = False
+        self._model: str | None = None  # the first chunk's model: each chunk repeats it
 
     def feed(self, event: SseEvent, now_ms: float) -> list[Progress]:
         if not event.comment and event.data.strip() == "[DONE]":
@@ -115,6 +124,8 @@ class OpenAIStreamReader:
             return [Progress(model_event=False)]
         if "error" in chunk:
             return [Progress(model_event=False, error=classify_frame(chunk, now_ms), done=True)]
+        if self._model is None:
+            self._model = response_model(chunk.get("model"))
         if chunk.get("usage"):
             self._usage = chunk["usage"]
         items: list[Progress] = []
@@ -161,4 +172,4 @@ class OpenAIStreamReader:
             blocks.append(
                 {"type": "tool_call", "id": call["id"], "name": call["name"], "arguments": parse_arguments(call["arguments"])}
             )
-        return CallOutput(blocks=blocks, stop_reason=_FINISH.get(self._finish, self._finish), usage=self._usage)
+        return CallOutput(blocks=blocks, stop_reason=_FINISH.get(self._finish, self._finish), usage=self._usage, model=self._model or "")

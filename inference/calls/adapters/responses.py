@@ -17,7 +17,15 @@ from typing import Any
 
 from ..classify import classify_frame
 from ..sse import SseEvent
-from ..types import CallOutput, CompiledRequest, Progress, TokenUsage, token_count, token_detail
+from ..types import (
+    CallOutput,
+    CompiledRequest,
+    Progress,
+    TokenUsage,
+    response_model,
+    token_count,
+    token_detail,
+)
 from .base import WireRequest, event_object, parse_arguments
 
 _THINKING_DELTAS = frozenset({"response.reasoning_summary_text.delta", "response.reasoning_text.delta"})
@@ -108,7 +116,7 @@ class ResponsesAdapter:
 
     def parse_body(self, data: Any) -> CallOutput:
         output = data.get("output") or []
-        return CallOutput(blocks=_output_blocks(output), stop_reason=_stop_reason(data, output), usage=data.get("usage") or {})
+        return CallOutput(blocks=_output_blocks(output), stop_reason=_stop_reason(data, output), usage=data.get("usage") or {}, model=response_model(data.get("model")))
 
     def reader(self) -> ResponsesStreamReader:
         return ResponsesStreamReader()
@@ -128,6 +136,7 @@ class ResponsesStreamReader:
         self._thinking = ""
         self._text = ""
         self._calls: dict[int, dict[str, Any]] = {}
+        self._model = ""
 
     def feed(self, event: SseEvent, now_ms: float) -> list[Progress]:
         data = event_object(event)
@@ -144,7 +153,10 @@ class ResponsesStreamReader:
             response = data.get("response") or {}
             output = response.get("output") or []
             blocks = _output_blocks(output) if output else self._streamed_blocks()
-            self._output = CallOutput(blocks=blocks, stop_reason=_stop_reason(response, output or self._streamed_items()), usage=response.get("usage") or {})
+            self._output = CallOutput(
+                blocks=blocks, stop_reason=_stop_reason(response, output or self._streamed_items()), usage=response.get("usage") or {},
+                model=response_model(response.get("model")) or self._model,
+            )
             return [Progress(model_event=True, done=True)]
         if kind == "response.output_item.added":
             item = data.get("item") or {}
@@ -178,6 +190,8 @@ class ResponsesStreamReader:
             return [Progress(model_event=True, content=True)]
         if kind in _MODEL_EVENTS:
             return [Progress(model_event=True)]
+        if kind == "response.created":
+            self._model = response_model((data.get("response") or {}).get("model"))
         # response.created, response.in_progress and anything unknown are keepalives.
         return [Progress(model_event=False)]
 
@@ -198,4 +212,4 @@ class ResponsesStreamReader:
         if self._output is not None:
             return self._output
         # The stream ended without its stop: what arrived, with no stop reason (incomplete).
-        return CallOutput(blocks=self._streamed_blocks(), stop_reason="", usage={})
+        return CallOutput(blocks=self._streamed_blocks(), stop_reason="", usage={}, model=self._model)

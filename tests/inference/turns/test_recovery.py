@@ -14,7 +14,7 @@ from django.test import Client
 from agentops.models import HistoryRow
 from inference.models import AgentLease, InferenceCall, Turn
 from inference.tasks import turns_sweep
-from tests.conftest import WorkerPool, celery_app, wait_for
+from tests.conftest import LOG_DIR, WorkerPool, celery_app, wait_for
 from tests.inference.turns.test_turns import submit, wait_turn
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -52,6 +52,11 @@ def test_a_turn_left_running_by_a_killed_worker_is_resumed_by_another(api: Clien
     lost, retried = InferenceCall.objects.filter(agent=agent).order_by("id")
     assert lost.outcome == "aborted" and lost.error is not None and lost.error["message"].startswith("the worker making this call stopped")
     assert retried.outcome == "completed"
+    # One line at WARNING, in the worker that took over, names the turn and both workers (with
+    # telemetry off too: these workers export nothing).
+    log = (LOG_DIR / f"{rescuer.names[0].split('@')[0]}.log").read_text()
+    [line] = [line for line in log.splitlines() if f"turn {turn_id} taken over" in line]
+    assert " WARNING " in line and f"{rescuer.names[0]}:" in line and f"{doomed.names[0]}:" in line
 
 
 def _now() -> Any:

@@ -38,7 +38,7 @@ class Command(BaseCommand):
             )
         except AgentopsError as exc:
             raise CommandError(exc.message) from None
-        held_turns_wake(agent=options["agent"])
+        held_turns_wake(agent=options["agent"], model=options.get("model"), by=f"command:{requester}")
         if journal_pending():
             raise CommandError(
                 "the release could not be recorded in the provider-waits journal (the database refused the write; "
