@@ -10,4 +10,4 @@ COPY templates templates
 COPY manage.py ./
 RUN pip install .
 EXPOSE 8000
-CMD ["uvicorn", "agentops.asgi:application", "--host", "0.0.0.0", "--port", "8000"]
+CMD ["uvicorn", "agentops.asgi:application", "--host", "0.0.0.0", "--port", "8000", "--proxy-headers", "--forwarded-allow-ips", "*"]

@@ -15,8 +15,8 @@ from .providers import provider_problem
 
 def provider_create(*, name: str, kind: str, base_url: str, api_key_env: str = "") -> Provider:
     """Create a provider. Refused (BadRequest naming the field) when ``base_url`` breaks the
-    provider policy or ``api_key_env`` is not an allowed variable (``agentops.providers``).
-    Resolves the URL's host: call it outside a transaction."""
+    provider policy or ``api_key_env`` is not an allowed variable set in the environment
+    (``agentops.providers``). No DNS: a host name is checked when it is called."""
     refused = provider_problem(base_url=base_url, api_key_env=api_key_env)
     if refused:
         raise bad_field(*refused)

@@ -85,7 +85,10 @@ TEMPLATES = [
 ]
 
 DATABASE_URL = env_str("DATABASE_URL", "postgres:///agentops")
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+try:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+except ValueError as exc:  # an unknown scheme, a URL that does not parse
+    raise ConfigError(f"DATABASE_URL is not a database URL Django can use ({exc})") from None
 # Workers run turns on threads; a pool caps the connections a process opens however many
 # turns it holds (each turn gives its connection back while its call runs).
 DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
@@ -303,7 +306,7 @@ LOGGING = {
         },
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": AGENTOPS_LOG_FORMAT, "filters": ["process"]}},
-    "root": {"handlers": ["console"], "level": env_str("AGENTOPS_LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": env_choice("AGENTOPS_LOG_LEVEL", "info", ("debug", "info", "warning", "error", "critical")).upper()},
     "loggers": {
         "httpx": {"level": "WARNING"},
         "aiohttp": {"level": "WARNING"},

@@ -44,7 +44,10 @@ class WebhookEndpoint(models.Model):
     # Alert kinds this endpoint receives; empty receives every kind.
     kinds = ArrayField(
         models.CharField(max_length=50), blank=True, default=list,
-        help_text="Alert kinds to send, comma-separated (provider-wait, hard-down, history-kept, turn-exhausted). Empty: every kind.",
+        help_text=(
+            "Alert kinds to send, comma-separated (provider-wait, hard-down, history-kept, turn-exhausted, "
+            "provider-down, provider-up, journal-act-dropped). Empty: every kind."
+        ),
     )
     secret = models.CharField(
         max_length=100, default=secret_generate, validators=[validate_webhook_secret], help_text="whsec_…: receivers verify signatures with it."

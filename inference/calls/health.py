@@ -2,7 +2,8 @@
 the provider itself looks unreachable or broken (a network or TLS error, an auth refusal, a
 5xx) and ends with its first completed call. An episode that lasts
 ``AGENTOPS_PROVIDER_DOWN_AFTER_MS`` raises one ``provider-down`` alert naming the provider and
-its last error; the success that ends it raises ``provider-up``. Other outcomes (a rate limit,
+its last error (its ``agent`` is ``provider:<name>``, so each provider has its own webhook
+cooldown); the success that ends it raises ``provider-up``. Other outcomes (a rate limit,
 a refused request, a cut) say nothing either way.
 
 The state is on the provider's row, so every process's calls count. A success needs a write
@@ -63,7 +64,7 @@ def _failed(provider_id: int, error: dict[str, object], now: datetime) -> None:
         if alert:
             minutes = down_for.total_seconds() / 60
             alert_raise(
-                kind="provider-down", agent="framework", model=row.name,
+                kind="provider-down", agent=f"provider:{row.name}", model="*",
                 message=(
                     f"provider {row.name}: every call for {minutes:.0f} min has failed ({error.get('type')}, HTTP "
                     f"{error.get('http_status')}): {error.get('message')}. Check its base_url, its key "
@@ -84,7 +85,7 @@ def _recovered(provider_id: int, now: datetime) -> None:
         minutes = (now - began).total_seconds() / 60
         if alerted is not None:
             alert_raise(
-                kind="provider-up", agent="framework", model=row.name,
+                kind="provider-up", agent=f"provider:{row.name}", model="*",
                 message=f"provider {row.name} answers again: a call completed after {minutes:.0f} min of failures",
                 data={"provider": row.name, "failing_since": began.isoformat(), "recovered_at": now.isoformat()},
             )

@@ -34,7 +34,7 @@ def test_a_provider_that_only_fails_raises_one_alert_per_episode_and_its_first_s
     time.sleep(0.35)  # the episode outlasts the setting
     assert complete(api, agent.name) == 502
     (down,) = Alert.objects.filter(kind="provider-down")
-    assert down.model == "flaky" and "every call for" in down.message and "network" in down.message
+    assert (down.agent, down.model) == ("provider:flaky", "*") and "every call for" in down.message and "network" in down.message
     assert down.data["provider"] == "flaky"
     assert complete(api, agent.name) == 502
     assert Alert.objects.filter(kind="provider-down").count() == 1  # one per episode
