@@ -29,6 +29,7 @@ from django.conf import settings
 
 from . import telemetry
 from .cancels import AbortWatcher
+from .outbound import outbound_close
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -256,6 +257,10 @@ background_loop = PerProcess(BackgroundLoop)
 def _flush_at_exit() -> None:
     if (loop := background_loop.made()) is not None:
         loop.flush(EXIT_FLUSH_S)
+        try:  # its kept provider connections, closed rather than left for the collector to warn of
+            loop.submit(outbound_close()).result(EXIT_FLUSH_S)
+        except Exception:  # best effort, at exit
+            pass
 
 
 atexit.register(_flush_at_exit)

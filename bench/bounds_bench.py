@@ -64,6 +64,32 @@ def bench_database_url() -> str:
     return urlunsplit(parts._replace(path=f"/{BENCH_DATABASE}"))
 
 
+OTLP_SINK = r'''
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+class Sink(BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        self.send_response(200)
+        self.send_header("content-type", "application/x-protobuf")
+        self.send_header("content-length", "0")
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+server = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+'''
+
+
+def start_otlp_sink() -> subprocess.Popen[str]:
+    """An OTLP/HTTP endpoint that takes and discards: the worker's export is measured, not a collector's."""
+    proc = subprocess.Popen([sys.executable, "-c", OTLP_SINK], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{proc.stdout.readline().strip()}"
+    return proc
+
+
 def start_standin() -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "inference.standin", "--port", "0"], cwd=BASE_DIR, stdout=subprocess.PIPE, text=True
@@ -326,11 +352,15 @@ def main() -> None:
     # Measure the first call of each turn only (its cut), not the fresh call after it: a run
     # at 10,000 streams then takes one before-content bound, not two.
     parser.add_argument("--first-cuts-only", action="store_true")
+    # The worker exports OpenTelemetry traces and metrics (the default batch processor) to an
+    # OTLP/HTTP sink on loopback, a process of its own that discards what it gets.
+    parser.add_argument("--otel", action="store_true")
     parser.add_argument("--repeat", type=int, default=3)
     # Long enough that every call is open before the first one is cut (the CPU window).
     parser.add_argument("--before-content-ms", type=int, default=60000)
     args = parser.parse_args()
     prepare_database()
+    sink = start_otlp_sink() if args.otel else None
     standin, url = start_standin()
     results: list[dict[str, float]] = []
     try:
@@ -348,9 +378,11 @@ def main() -> None:
             results.append(service)
     finally:
         standin.terminate()
+        if sink is not None:
+            sink.terminate()
     keys = [k for k in results[0] if isinstance(results[0][k], int | float) and not isinstance(results[0][k], bool)]
     flags = {k for k in results[0] if isinstance(results[0][k], bool)}
-    print(json.dumps({"calls": args.calls, "keepalive_ms": args.keepalive_ms, "runs": args.repeat, "median": {k: statistics.median(r[k] for r in results) for k in keys},
+    print(json.dumps({"calls": args.calls, "keepalive_ms": args.keepalive_ms, "otel": args.otel, "runs": args.repeat, "median": {k: statistics.median(r[k] for r in results) for k in keys},
                       **{k: all(r[k] for r in results) for k in flags}}, indent=2))
 
 
