@@ -19,10 +19,10 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/python -m agentops.launcher run
+	$(BIN)/python -m devtools.launcher run
 
 test: $(STAMP)
-	$(BIN)/python -m agentops.launcher test -- $(ARGS)
+	$(BIN)/python -m devtools.launcher test -- $(ARGS)
 
 # An API token, printed alone on stdout (the launcher's own lines go to stderr), for the
 # service `make run` runs: TOKEN=$(make -s token NAME=me OPERATOR=1). NAME defaults to "me";
@@ -32,37 +32,37 @@ NAME ?= me
 token: export AGENTOPS_TOKEN_NAME := $(NAME)
 token: export AGENTOPS_TOKEN_PROJECT := $(PROJECT)
 token: $(STAMP)
-	@$(BIN)/python -m agentops.launcher exec -- $(BIN)/python manage.py create_api_token "$$AGENTOPS_TOKEN_NAME" $(if $(filter 1 yes true,$(OPERATOR)),--operator) $(if $(PROJECT),--project "$$AGENTOPS_TOKEN_PROJECT")
+	@$(BIN)/python -m devtools.launcher exec -- $(BIN)/python manage.py create_api_token "$$AGENTOPS_TOKEN_NAME" $(if $(filter 1 yes true,$(OPERATOR)),--operator) $(if $(PROJECT),--project "$$AGENTOPS_TOKEN_PROJECT")
 
 # The API fuzzed against its OpenAPI document at length (make test runs a bounded pass).
 fuzz: $(STAMP)
-	AGENTOPS_FUZZ_EXAMPLES=$${AGENTOPS_FUZZ_EXAMPLES:-1000} $(BIN)/python -m agentops.launcher test -- tests/agentops/test_fuzz.py -q $(ARGS)
+	AGENTOPS_FUZZ_EXAMPLES=$${AGENTOPS_FUZZ_EXAMPLES:-1000} $(BIN)/python -m devtools.launcher test -- tests/agentops/test_fuzz.py -q $(ARGS)
 
 # Benchmarks (method and results in docs/performance.md). Slow: minutes, not seconds.
 bench: $(STAMP)
-	$(BIN)/python -m agentops.launcher exec -- $(BIN)/python bench/bounds_bench.py
-	$(BIN)/python -m agentops.launcher exec -- $(BIN)/python -m pytest bench/admission_bench.py -q -s
+	$(BIN)/python -m devtools.launcher exec -- $(BIN)/python bench/bounds_bench.py
+	$(BIN)/python -m devtools.launcher exec -- $(BIN)/python -m pytest bench/admission_bench.py -q -s
 
 # Mutation testing of the pure cores, each against its own tests (tools/mutate.py; equivalent
 # survivors in tools/mutate_equivalents.md). CPU-heavy: one core and one mutant at a time.
 # ARGS="journal text" runs some cores; ARGS="--survivors journal" also prints what survives.
 mutate: $(STAMP)
-	$(BIN)/python -m agentops.launcher exec -- $(BIN)/python tools/mutate.py $(ARGS)
+	$(BIN)/python -m devtools.launcher exec -- $(BIN)/python tools/mutate.py $(ARGS)
 
 # The drop-in endpoint against LiteLLM's proxy (docs/performance.md). LiteLLM is no dependency:
 # LITELLM_BIN names its command in a venv of its own, outside the repository.
 bench-dropin: $(STAMP)
-	LITELLM_BIN=$(LITELLM_BIN) $(BIN)/python -m agentops.launcher exec -- $(BIN)/python bench/dropin_bench.py
+	LITELLM_BIN=$(LITELLM_BIN) $(BIN)/python -m devtools.launcher exec -- $(BIN)/python bench/dropin_bench.py
 
 # Turn throughput end to end against a bare Celery task making the same call, in the same run
 # (issue 15; bench/turns_bench.py). ARGS="--agents 200 --lone 30 --repeat 3". Results in bench/results/.
 bench-turns: $(STAMP)
-	$(BIN)/python -m agentops.launcher exec -- $(BIN)/python bench/turns_bench.py $(ARGS)
+	$(BIN)/python -m devtools.launcher exec -- $(BIN)/python bench/turns_bench.py $(ARGS)
 
 # The pictures under docs/ (the README's, docs/operations.md's), from a live server in headless
 # Chromium (docs/screenshots.py).
 screenshots: $(STAMP)
-	$(BIN)/python -m agentops.launcher exec -- $(BIN)/python -m pytest docs/screenshots.py -q -rs
+	$(BIN)/python -m devtools.launcher exec -- $(BIN)/python -m pytest docs/screenshots.py -q -rs
 
 # mypy's Django plugin loads the settings, which need a secret key (never used by the check).
 lint: export DJANGO_SECRET_KEY ?= type-checking-only-never-used-to-sign
@@ -72,5 +72,5 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 clean-var:
-	$(BIN)/python -m agentops.embedded down var || true
+	$(BIN)/python -m devtools.embedded down var || true
 	rm -rf var

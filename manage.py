@@ -7,7 +7,7 @@ HOW = (
     "DATABASE_URL is not set and no embedded servers are running under var/.\n"
     "Start the service with `make run` (then run this again, or use `make token`), or run the\n"
     "command through the launcher, which starts what is missing:\n"
-    "  .venv/bin/python -m agentops.launcher exec -- .venv/bin/python manage.py ...\n"
+    "  .venv/bin/python -m devtools.launcher exec -- .venv/bin/python manage.py ...\n"
     "or set DATABASE_URL and REDIS_URL to your own servers."
 )
 
@@ -16,7 +16,7 @@ if __name__ == "__main__":
     if not os.environ.get("DATABASE_URL"):
         # Never fall back silently to a default socket that may be another server's: use the
         # embedded servers `make run` started, or say how to run this.
-        from agentops.embedded.running import running_urls
+        from devtools.embedded.running import running_urls
 
         found = running_urls(Path(os.environ.get("AGENTOPS_VAR_DIR") or Path(__file__).resolve().parent / "var"))
         if found is None:

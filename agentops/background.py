@@ -1,6 +1,6 @@
 """The background loop: one asyncio event loop per process, in its own thread.
 
-A worker runs each agent's turns as one coroutine on this loop (``inference.turns.drain``): the
+A worker runs each agent's turns as one coroutine on this loop (``turns.drain``): the
 call itself (the socket, the stream reader, the deadline timer) and the waits between calls
 cost a coroutine each, not a thread. The ORM bookkeeping around them (claiming, compiling,
 recording) is blocking, so it runs in a small pool of threads (``bookkeeping``), whose size

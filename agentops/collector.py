@@ -19,7 +19,7 @@ piled up and the collection that came at last walked hundreds of thousands of th
 ms, each followed by the run's largest lateness).
 
 The cost: a cycle made of objects that lived past one young collection stays until the next
-sweep. A call leaves none (``tests/inference/calls/test_call_garbage.py``), and each sweep logs
+sweep. A call leaves none (``tests/calls/test_call_garbage.py``), and each sweep logs
 what it freed, so a leak shows.
 """
 

@@ -1,4 +1,4 @@
-"""The one error hierarchy. The API renders these in one place (agentops.api.errors)."""
+"""The one error hierarchy. The API renders these in one place (interfaces.api.errors)."""
 
 from __future__ import annotations
 

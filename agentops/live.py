@@ -1,11 +1,11 @@
 """Live events over the Channels layer: a turn's websocket, and the operator dashboard.
 
 Dashboard events go to the Channels group ``dashboard`` as ``{"type": "dashboard.event",
-"event": {...}}`` through ``dashboard_publish``; ``agentops.consumers.DashboardConsumer``
+"event": {...}}`` through ``dashboard_publish``; ``interfaces.consumers.DashboardConsumer``
 forwards the inner event as is. Event types: ``snapshot`` (sent by the consumer on connect and
-on request, built by ``agentops.dashboard``), ``alert.raised`` (``agentops.alerts``, the alert as
+on request, built by ``interfaces.dashboard``), ``alert.raised`` (``agentops.alerts``, the alert as
 ``agentops.selectors.alert_json``), ``call.started`` and ``call.ended``
-(``inference.calls.events``), ``hold.started`` and ``hold.ended`` (here, for ``waits``).
+(``calls.events``), ``hold.started`` and ``hold.ended`` (here, for ``waits``).
 Producers call one function each; the event goes out once the current transaction commits,
 from the process's background loop, so the caller never waits on Redis.
 

@@ -1,4 +1,4 @@
-"""Reading a stated wait and spreading retries: shared by provider calls (``inference.calls``)
+"""Reading a stated wait and spreading retries: shared by provider calls (``calls``)
 and webhook deliveries (``agentops.webhooks``), so both read a ``retry-after`` alike and drift
 apart alike. Pure: values and ``now`` in, values out."""
 

@@ -22,7 +22,7 @@ from .conf import (
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 # Admin sessions and CSRF tokens are signed with it: a published default would let anyone
-# forge them. `make run`/`make test` keep a random one under var/ (agentops.launcher).
+# forge them. `make run`/`make test` keep a random one under var/ (devtools.launcher).
 SECRET_KEY = env_str("DJANGO_SECRET_KEY", "")
 if not SECRET_KEY.strip() or SECRET_KEY.strip() in ("change-me", "agentops-dev-only-not-secret"):
     raise ConfigError(
@@ -45,34 +45,36 @@ INSTALLED_APPS = [
     "ninja",
     "agentops",
     "inference",
+    "calls",
     "waits",
     "breaker",
     "agentops.webhooks",
+    "interfaces",
 ]
 
-# Django's stock middleware, as agentops.edge adapts it to run without a thread hop per step.
+# Django's stock middleware, as interfaces.edge adapts it to run without a thread hop per step.
 MIDDLEWARE = [
-    "agentops.edge.LoopSecurityMiddleware",
-    "agentops.edge.BrowserSessionMiddleware",
-    "agentops.edge.LoopCommonMiddleware",
-    "agentops.edge.LoopCsrfViewMiddleware",
-    "agentops.edge.BrowserAuthenticationMiddleware",
-    "agentops.edge.BrowserMessageMiddleware",
-    "agentops.edge.LoopXFrameOptionsMiddleware",
-    "agentops.edge.api_edge_middleware",
+    "interfaces.edge.LoopSecurityMiddleware",
+    "interfaces.edge.BrowserSessionMiddleware",
+    "interfaces.edge.LoopCommonMiddleware",
+    "interfaces.edge.LoopCsrfViewMiddleware",
+    "interfaces.edge.BrowserAuthenticationMiddleware",
+    "interfaces.edge.BrowserMessageMiddleware",
+    "interfaces.edge.LoopXFrameOptionsMiddleware",
+    "interfaces.edge.api_edge_middleware",
 ]
 
 # Django's deploy checks look for its own dotted paths; the edge's are its subclasses, which
 # agentops.checks (E003) requires in their place.
 SILENCED_SYSTEM_CHECKS = ["security.W001", "security.W002", "security.W003"]
 
-ROOT_URLCONF = "agentops.urls"
-ASGI_APPLICATION = "agentops.asgi.application"
+ROOT_URLCONF = "interfaces.urls"
+ASGI_APPLICATION = "interfaces.asgi.application"
 
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [BASE_DIR / "interfaces" / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -179,7 +181,7 @@ AGENTOPS_BREAKER_SHED_CAP = env_int("AGENTOPS_BREAKER_SHED_CAP", 3, minimum=1)
 AGENTOPS_ALERT_WEBHOOK_COOLDOWN_MS = env_ms("AGENTOPS_ALERT_WEBHOOK_COOLDOWN_MS", 900_000)
 AGENTOPS_FAILURES_LOG = env_str("AGENTOPS_FAILURES_LOG", str(BASE_DIR / "var" / "failures.log"))
 # The raw value (JSON, or false), refused here at every process's start when it does not
-# read (DESIGN §5.4); inference.calls.config turns it into the bounds.
+# read (DESIGN §5.4); calls.config turns it into the bounds.
 AGENTOPS_INFERENCE_BOUNDS = env_str("AGENTOPS_INFERENCE_BOUNDS", "")
 bounds_values(AGENTOPS_INFERENCE_BOUNDS)
 # How long a worker may hold one turn, at most: the absolute bound plus the retry episode.
@@ -256,7 +258,7 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # A worker's task threads only hand turns over to the process's background loop, where each
-# agent's run is a coroutine (inference.turns.drain): a few threads take turns from the broker
+# agent's run is a coroutine (turns.drain): a few threads take turns from the broker
 # as fast as it hands them out, and the webhooks' deliveries run beside them.
 CELERY_WORKER_POOL = "threads"
 CELERY_WORKER_CONCURRENCY = env_int("AGENTOPS_WORKER_CONCURRENCY", 8, minimum=1)

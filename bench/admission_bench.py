@@ -3,7 +3,7 @@ newest id (a wait another process committed binds the next call) and the rest fr
 process's cached view. Not part of the suite (the file name does not match ``test_*.py``); run
 it on purpose:
 
-    python -m agentops.launcher exec -- python -m pytest bench/admission_bench.py -q -s
+    python -m devtools.launcher exec -- python -m pytest bench/admission_bench.py -q -s
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ the bare asyncio + httpx reader earlier results were measured against (``httpx_*
 - the stand-in's CPU in the window (it must not be the limit), the worker's peak RSS and the
   peak number of database connections to the bench database.
 
-Run: ``make bench`` (or ``python -m agentops.launcher exec -- python bench/bounds_bench.py``).
+Run: ``make bench`` (or ``python -m devtools.launcher exec -- python bench/bounds_bench.py``).
 Options: ``--calls 1000 --keepalive-ms 1000 --repeat 3 --before-content-ms 60000`` (long enough
 that every stream is open before the first cut), ``--first-cuts-only`` (each turn's first call
 only: the worker is killed once they are all cut).
@@ -92,7 +92,7 @@ def start_otlp_sink() -> subprocess.Popen[str]:
 
 def start_standin() -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "inference.standin", "--port", "0"], cwd=BASE_DIR, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", "devtools.standin", "--port", "0"], cwd=BASE_DIR, stdout=subprocess.PIPE, text=True
     )
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
@@ -215,7 +215,7 @@ def run_service(standin: str, n: int, before_content_ms: int, keepalive_ms: int,
 
     from agentops.models import Agent, HistoryRow, Provider, default_project_id
     from inference.models import InferenceCall, Turn
-    from inference.tasks import agent_drain
+    from interfaces.tasks import agent_drain
 
     InferenceCall.objects.all().delete()
     Turn.objects.all().delete()

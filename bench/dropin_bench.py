@@ -12,7 +12,7 @@ LiteLLM is not a project dependency: install it in an environment of its own, ou
 repository, and name its ``litellm`` command (no database, no key)::
 
     python3 -m venv /tmp/litellm-venv && /tmp/litellm-venv/bin/pip install 'litellm[proxy]'
-    LITELLM_BIN=/tmp/litellm-venv/bin/litellm python -m agentops.launcher exec -- \\
+    LITELLM_BIN=/tmp/litellm-venv/bin/litellm python -m devtools.launcher exec -- \\
         .venv/bin/python bench/dropin_bench.py
 
 Options: ``--requests 300`` per target and phase, ``--concurrency 20``, ``--repeat 3``.
@@ -92,7 +92,7 @@ MASTER_KEY = "sk-bench-" + "0" * 32
 
 
 def start_servers(litellm: str, procs: list[subprocess.Popen[bytes]]) -> dict[str, tuple[str, dict[str, str], str]]:
-    standin = subprocess.Popen([sys.executable, "-m", "inference.standin", "--port", "0"], cwd=BASE_DIR, stdout=subprocess.PIPE)
+    standin = subprocess.Popen([sys.executable, "-m", "devtools.standin", "--port", "0"], cwd=BASE_DIR, stdout=subprocess.PIPE)
     procs.append(standin)
     assert standin.stdout is not None
     standin_url = standin.stdout.readline().decode().strip().removeprefix("standin listening on ")
@@ -100,7 +100,7 @@ def start_servers(litellm: str, procs: list[subprocess.Popen[bytes]]) -> dict[st
     token = subprocess.run([sys.executable, "-c", SEED, standin_url], cwd=BASE_DIR, env=env, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
     port = free_port()
     agentops = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "agentops.asgi:application", "--port", str(port), "--log-level", "warning", "--no-access-log"],
+        [sys.executable, "-m", "uvicorn", "interfaces.asgi:application", "--port", str(port), "--log-level", "warning", "--no-access-log"],
         cwd=BASE_DIR, env=env, stderr=subprocess.DEVNULL,
     )
     procs.append(agentops)

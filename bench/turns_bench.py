@@ -7,7 +7,7 @@ run; a lone turn's submit-to-succeeded beyond its call's own duration at most 50
 One run of this script starts, on a bench database (``BENCH_DATABASE``, default
 ``agentops_turns_bench``, dropped, created and migrated each time) and a Redis given by
 ``BENCH_REDIS_URL`` (default ``REDIS_URL``): its own stand-in provider, the web app (uvicorn on
-the ASGI app), ONE service worker and beat, started as ``agentops.launcher`` starts them
+the ASGI app), ONE service worker and beat, started as ``devtools.launcher`` starts them
 (the worker without ``-P`` or ``-c``: its pool and concurrency are the settings'
 ``CELERY_WORKER_POOL`` and ``CELERY_WORKER_CONCURRENCY``, e.g. ``AGENTOPS_WORKER_CONCURRENCY``;
 ``make run``'s launcher passes ``-c 2``), and the bare worker (``bench/turns_bench_bare.py``:
@@ -52,7 +52,7 @@ used (every process, and the rest of the machine: Redis is there), says whether 
 limit (it is one process on one event loop: near a full core busy, or turns near its direct
 rate), and writes everything to ``bench/results/turns-<UTC time>.json`` (not committed).
 
-Run: ``make bench-turns`` (or ``python -m agentops.launcher exec -- python bench/turns_bench.py``).
+Run: ``make bench-turns`` (or ``python -m devtools.launcher exec -- python bench/turns_bench.py``).
 Options: ``--agents 200 --lone 30 --repeat 3 --timeout 300`` (seconds any one wait may take).
 """
 
@@ -216,17 +216,17 @@ class Service:
             # The stand-in listens on loopback, which the provider policy refuses unless told.
             AGENTOPS_PROVIDERS_ALLOW_PRIVATE="true",
         )
-        env.pop("AGENTOPS_PROCESS_ROLE", None)  # agentops.asgi sets "web" for the web app alone
-        # The launcher's commands (agentops/launcher.py, run), less the worker's "-c": the
+        env.pop("AGENTOPS_PROCESS_ROLE", None)  # interfaces.asgi sets "web" for the web app alone
+        # The launcher's commands (devtools/launcher.py, run), less the worker's "-c": the
         # worker's pool and concurrency are the settings' (CELERY_WORKER_POOL, _CONCURRENCY).
-        standin = children.start("standin", [PY, "-m", "inference.standin", "--host", "127.0.0.1", "--port", "0"], env, stdout_pipe=True)
+        standin = children.start("standin", [PY, "-m", "devtools.standin", "--host", "127.0.0.1", "--port", "0"], env, stdout_pipe=True)
         line = _read_line(standin, 30, "the stand-in")
         if not line.startswith("standin listening on "):
             raise BenchError(f"the stand-in did not start (it printed {line!r})")
         self.standin_url = line.removeprefix("standin listening on ")
         port = free_port()
         self.base = f"http://127.0.0.1:{port}"
-        self.web = children.start("web", [PY, "-m", "uvicorn", "agentops.asgi:application", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"], env)
+        self.web = children.start("web", [PY, "-m", "uvicorn", "interfaces.asgi:application", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"], env)
         self.worker_name = f"{TAG}@bench"
         self.worker = children.start("worker", [PY, "-m", "celery", "-A", "agentops", "worker", "-l", "info", "-n", self.worker_name], env)
         self.beat = children.start("beat", [PY, "-m", "celery", "-A", "agentops", "beat", "-l", "info", "-s", str(children.logs / "celerybeat-schedule")], env)
@@ -472,7 +472,7 @@ def worker_burst(service: Service, names: Sequence[str], timeout: float) -> dict
     from django.db import transaction
 
     from agentops.models import Agent
-    from inference.turns.services import IncomingMessage, turn_submit
+    from turns.services import IncomingMessage, turn_submit
 
     agent_ids = list(Agent.objects.filter(name__in=names).values_list("id", flat=True))
     cpu = Cpu(service.processes)

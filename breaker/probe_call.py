@@ -14,8 +14,8 @@ from typing import Literal
 
 from agentops.background import background_loop
 from agentops.models import Agent, HistoryRow
-from inference.calls.run import Holding, call_deferred, call_run_on_loop
-from inference.calls.types import CompiledRequest, Message, ProviderError
+from calls.run import Holding, call_deferred, call_run_on_loop
+from calls.types import CompiledRequest, Message, ProviderError
 from inference.models import InferenceCall, Turn
 from waits.admission import admission_check
 

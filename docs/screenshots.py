@@ -36,7 +36,7 @@ from tests.conftest import (
     wait_for,
     worker_pool,
 )
-from tests.inference.turns.test_turns import submit, wait_turn
+from tests.turns.test_turns import submit, wait_turn
 
 if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver
@@ -102,7 +102,7 @@ DASHBOARD_PATH = "/dashboard/"
 
 @pytest.fixture
 def asgi_server(transactional_db: None) -> Iterator[str]:
-    """uvicorn serving ``agentops.asgi:application`` on the test database and this Redis, in
+    """uvicorn serving ``interfaces.asgi:application`` on the test database and this Redis, in
     its own process. Yields its base URL."""
     yield from live_asgi.asgi_server("shots")
 

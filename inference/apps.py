@@ -2,8 +2,7 @@ from django.apps import AppConfig
 
 
 class InferenceConfig(AppConfig):
+    """The models of agents, turns, calls and history (the app label the tables keep)."""
+
     name = "inference"
     default_auto_field = "django.db.models.BigAutoField"
-
-    def ready(self) -> None:
-        from .calls import config  # noqa: F401  (registers the bounds system check)

@@ -104,14 +104,14 @@ class InferenceCall(models.Model):
     bound_deadline = models.DateTimeField(null=True, blank=True)
     cut_lateness_ms = models.FloatField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
-    # The recorded picture of the call (inference.calls.records.call_marks): when model events and
+    # The recorded picture of the call (calls.records.call_marks): when model events and
     # keepalives arrived, in ms after send (first 200 and last 50 of each, and how many were
     # left out between), and the bounds the call ran under. Empty while the call is in flight.
     marks = models.JSONField(default=dict, blank=True)
     # A probe's verdict once the breaker has read it (breaker.services.breaker_probe_end):
     # answered, refused, unclear, set_aside, withdrawn or aborted. Empty for other calls.
     probe_verdict = models.CharField(max_length=20, blank=True, default="")
-    # Token usage as the provider reported it (inference.calls.adapters, each format's usage);
+    # Token usage as the provider reported it (calls.adapters, each format's usage);
     # null when it reported none, never 0 in its place. Input counts cached input too.
     input_tokens = models.PositiveBigIntegerField(null=True, blank=True)
     output_tokens = models.PositiveBigIntegerField(null=True, blank=True)

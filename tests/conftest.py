@@ -93,7 +93,7 @@ def standin() -> Iterator[str]:
     """The stand-in provider as a real HTTP server in its own process. Yields its base URL."""
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "inference.standin", "--host", "127.0.0.1", "--port", "0"],
+        [sys.executable, "-m", "devtools.standin", "--host", "127.0.0.1", "--port", "0"],
         cwd=BASE_DIR, stdout=subprocess.PIPE, stderr=open(LOG_DIR / "standin.log", "w"), text=True,
     )
     assert proc.stdout is not None

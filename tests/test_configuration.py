@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from inference.calls.config import BoundsConfigError, parse_bounds
+from calls.config import BoundsConfigError, parse_bounds
 from tests.conftest import BASE_DIR
 
 COMMANDS = {
     "manage.py": [sys.executable, "manage.py", "check"],
-    "web": [sys.executable, "-m", "uvicorn", "agentops.asgi:application", "--port", "0"],
+    "web": [sys.executable, "-m", "uvicorn", "interfaces.asgi:application", "--port", "0"],
     "worker": [sys.executable, "-m", "celery", "-A", "agentops", "worker", "-l", "warning"],
     "beat": [sys.executable, "-m", "celery", "-A", "agentops", "beat", "-l", "warning"],
 }
@@ -60,7 +60,7 @@ def test_an_unknown_key_in_the_bounds_is_refused_naming_it_and_the_one_meant(raw
 
 
 def launcher(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "agentops.launcher", "run"], cwd=BASE_DIR, env={**os.environ, **env},
+    return subprocess.run([sys.executable, "-m", "devtools.launcher", "run"], cwd=BASE_DIR, env={**os.environ, **env},
                           capture_output=True, text=True, timeout=90)
 
 

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 import redis
 
-from agentops.embedded import (
+from devtools.embedded import (
     EmbeddedService,
     EmbeddedServiceError,
     start_postgres,
@@ -183,7 +183,7 @@ def _cli(*args: str) -> subprocess.Popen[str]:
     env.pop("DATABASE_URL", None)
     env.pop("REDIS_URL", None)
     return subprocess.Popen(
-        [sys.executable, "-m", "agentops.embedded", *args],
+        [sys.executable, "-m", "devtools.embedded", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -289,7 +289,7 @@ def test_works_as_a_normal_user_too(var_dir: Path, request: pytest.FixtureReques
     os.chown(var_dir, NOBODY, NOBODY)
     script = (
         "import socket, sys, psycopg; from pathlib import Path;"
-        "from agentops.embedded import start_postgres, start_redis;"
+        "from devtools.embedded import start_postgres, start_redis;"
         "v = Path(sys.argv[1]); pg = start_postgres(v); rd = start_redis(v);"
         "psycopg.connect(pg.url).close();"
         "s = socket.create_connection(('127.0.0.1', rd.port)); s.sendall(b'PING\\r\\n');"

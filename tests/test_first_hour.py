@@ -64,7 +64,7 @@ def test_make_token_with_a_project_makes_a_token_of_that_project() -> None:
 
 def test_the_launchers_own_messages_go_to_stderr_and_stdout_is_the_commands() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "agentops.launcher", "exec", "--", sys.executable, "-c", "print('only this')"],
+        [sys.executable, "-m", "devtools.launcher", "exec", "--", sys.executable, "-c", "print('only this')"],
         cwd=BASE_DIR, env=_env(REDIS_URL=None), capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 0, done.stderr
@@ -81,5 +81,5 @@ def test_manage_py_without_a_database_url_or_running_servers_stops_and_says_how(
     )
     assert done.returncode != 0
     assert "DATABASE_URL is not set" in done.stderr
-    assert "make run" in done.stderr and "agentops.launcher" in done.stderr
+    assert "make run" in done.stderr and "devtools.launcher" in done.stderr
     assert done.stdout == ""

@@ -53,9 +53,9 @@ class Core:
 
 
 CORES = (
-    Core("bounds", "deadline arithmetic", "inference/calls/bounds.py", ("tests/inference/calls/test_bounds.py",)),
-    Core("policy", "the turn policy", "inference/turns/policy.py", ("tests/inference/turns/test_policy.py",)),
-    Core("classify", "classification", "inference/calls/classify.py", ("tests/inference/calls/test_classify.py",)),
+    Core("bounds", "deadline arithmetic", "calls/bounds.py", ("tests/calls/test_bounds.py",)),
+    Core("policy", "the turn policy", "turns/policy.py", ("tests/turns/test_policy.py",)),
+    Core("classify", "classification", "calls/classify.py", ("tests/calls/test_classify.py",)),
     Core("journal", "the journal's reduction", "waits/core.py", ("tests/waits/test_core.py",)),
     Core("breaker", "the breaker's decision", "breaker/decision.py", ("tests/breaker/test_decision.py",)),
     Core("webhook-retry", "webhook retry", "agentops/webhooks/retry.py", ("tests/agentops/webhooks/test_retry.py",)),

@@ -37,7 +37,7 @@ from .signing import signature
 logger = logging.getLogger(__name__)
 
 EVENT_TYPE = "alert.raised"
-WEBHOOK_DELIVER = "webhooks.tasks.webhook_deliver"  # agentops.webhooks.tasks, sent by name
+WEBHOOK_DELIVER = "webhooks.tasks.webhook_deliver"  # interfaces.tasks, sent by name
 _OUTCOMES = {
     Next.DELIVERED: WebhookAttempt.Outcome.DELIVERED,
     Next.RETRY: WebhookAttempt.Outcome.RETRY,

@@ -29,7 +29,7 @@ def asgi_server(label: str, extra_env: dict[str, str] | None = None) -> Iterator
         PGOPTIONS="-c deadlock_timeout=100ms", **(extra_env or {}),
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "agentops.asgi:application", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
+        [sys.executable, "-m", "uvicorn", "interfaces.asgi:application", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
         cwd=BASE_DIR, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"

@@ -15,10 +15,10 @@ from django.urls import path
 from ninja import NinjaAPI
 
 from agentops.alerts import alert_raise
-from agentops.api import errors
-from agentops.api.alerts_routes import ALERTS_LIMIT, router
-from agentops.api.auth import TokenAuth
 from agentops.models import Alert, AuditEntry
+from interfaces.api import errors
+from interfaces.api.alerts_routes import ALERTS_LIMIT, router
+from interfaces.api.auth import TokenAuth
 
 api = NinjaAPI(title="agentops alerts (tests)", version="1", auth=TokenAuth(), urls_namespace="api-v1-alerts-tests")
 errors.install(api)

@@ -21,7 +21,7 @@ import redis.asyncio
 from django.conf import settings
 
 from agentops.cancels import SWEEP_S, AbortWatcher, abort_channel, abort_signal
-from agentops.embedded.redis_server import start_redis
+from devtools.embedded.redis_server import start_redis
 
 # Far below the old poll interval (250 ms) and the sweep (5 s): only the push meets it.
 PUSHED_WITHIN_S = 0.15

@@ -16,15 +16,15 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from agentops.alerts import alert_raise
-from agentops.asgi import application
 from agentops.models import Agent
-from inference.calls.config import bounds_settings
-from inference.calls.events import call_deadline_ms
+from calls.config import bounds_settings
+from calls.events import call_deadline_ms
 from inference.models import InferenceCall
+from interfaces.asgi import application
 from tests.agentops.test_production import asgi_get
 from tests.conftest import refused_with
 from tests.factories import AgentFactory
-from tests.inference.turns.test_websocket import _queued_turn_without_enqueue
+from tests.turns.test_websocket import _queued_turn_without_enqueue
 from tests.waits.conftest import manage
 from waits.clock import clock_ms
 from waits.services import wait_record, wait_release
@@ -220,7 +220,7 @@ async def test_a_call_in_flight_shows_with_its_deadline_and_its_end(staff: User,
     ws, connected, _ = await dashboard_socket(staff)
     assert connected
     assert (await ws.receive_json_from(timeout=10))["type"] == "snapshot"
-    from inference.tasks import agent_drain
+    from interfaces.tasks import agent_drain
 
     await database_sync_to_async(agent_drain.delay)(agent.pk)
     started = await ws.receive_json_from(timeout=20)

@@ -16,7 +16,7 @@ from django.test import Client
 from inference.models import InferenceCall
 from tests.agentops.test_dashboard import dashboard_socket, staff  # noqa: F401  (a fixture)
 from tests.conftest import wait_for
-from tests.inference.turns.test_websocket import _queued_turn_without_enqueue
+from tests.turns.test_websocket import _queued_turn_without_enqueue
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -40,7 +40,7 @@ async def test_a_receiving_streams_progress_reaches_the_dashboard_and_moves_its_
     ws, connected, _ = await dashboard_socket(staff)
     assert connected
     assert (await ws.receive_json_from(timeout=10))["type"] == "snapshot"
-    from inference.tasks import agent_drain
+    from interfaces.tasks import agent_drain
 
     await database_sync_to_async(agent_drain.delay)(agent.pk)
     started = await ws.receive_json_from(timeout=20)
@@ -78,7 +78,7 @@ async def test_a_receiving_streams_progress_reaches_the_dashboard_and_moves_its_
 def test_get_turn_shows_an_in_flight_calls_live_counts_and_next_deadline(api: Client, make_agent: Any) -> None:
     agent = make_agent(model="answer:chunks=30,interval_ms=300")
     turn = _queued_turn_without_enqueue(agent, "hello")
-    from inference.tasks import agent_drain
+    from interfaces.tasks import agent_drain
 
     agent_drain.delay(agent.pk)
 

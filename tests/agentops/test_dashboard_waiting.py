@@ -11,8 +11,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from agentops.dashboard import dashboard_snapshot
 from inference.models import Turn
+from interfaces.dashboard import dashboard_snapshot
 from tests.factories import AgentFactory
 
 

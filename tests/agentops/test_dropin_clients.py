@@ -25,7 +25,7 @@ from agentops.tokens import api_token_create
 from inference.models import InferenceCall
 from tests.agentops.live_asgi import asgi_server
 from tests.conftest import wait_for
-from tests.inference.turns.test_turns import submit
+from tests.turns.test_turns import submit
 from waits.clock import clock_ms
 from waits.services import wait_record
 

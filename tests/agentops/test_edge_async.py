@@ -1,4 +1,4 @@
-"""Django's middleware on the ASGI path (``agentops.edge``): a token request runs no middleware
+"""Django's middleware on the ASGI path (``interfaces.edge``): a token request runs no middleware
 step in a thread and still gets the security headers; a browser's session, login and CSRF check
 still work. Through Django's AsyncClient, which loads the middleware in async mode as the ASGI
 handler does (with the body in memory: a spooled body is not exercised here)."""
@@ -102,7 +102,7 @@ async def _asgi_get(app: Any, path: str) -> int:
 async def test_requests_one_after_another_run_on_one_kept_thread_and_concurrent_ones_on_threads_of_their_own() -> None:
     from django.core.signals import request_started
 
-    from agentops.asgi import django_asgi_app
+    from interfaces.asgi import django_asgi_app
 
     threads: list[int] = []
 

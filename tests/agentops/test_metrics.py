@@ -17,12 +17,12 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentops.alerts import alert_raise
-from agentops.metrics import metrics_view
 from agentops.models import Agent, HistoryRow
 from breaker.probe_call import probe_send
 from breaker.probes import breaker_probe_begin
-from inference.calls.compile import compile_request
+from calls.compile import compile_request
 from inference.models import InferenceCall, Turn
+from interfaces.metrics import metrics_view
 from tests.conftest import scraper
 from tests.factories import AgentFactory, HistoryRowFactory
 from waits.clock import clock_ms

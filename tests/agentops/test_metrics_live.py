@@ -12,9 +12,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from inference.models import InferenceCall
 from tests.breaker.test_live import alerts, fail_in_a_row
+from tests.calls.test_bounds_live import POOL_ENV
 from tests.conftest import WorkerPool, scraper, wait_for, worker_pool
-from tests.inference.calls.test_bounds_live import POOL_ENV
-from tests.inference.turns.test_turns import submit, wait_turn
+from tests.turns.test_turns import submit, wait_turn
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -23,7 +23,7 @@ Scrape = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 @pytest.fixture(scope="module")
 def bounded_pool(django_db_setup: None, django_db_blocker: Any) -> Iterator[WorkerPool]:
-    """One worker whose bounds are half a second (tests.inference.calls.test_bounds_live)."""
+    """One worker whose bounds are half a second (tests.calls.test_bounds_live)."""
     yield from worker_pool(1, label="metrics-bounded", extra_env=POOL_ENV)
 
 

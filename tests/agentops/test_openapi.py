@@ -14,7 +14,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture(scope="module")
 def schemas() -> dict[str, Any]:
-    from agentops.api.routes import api
+    from interfaces.api.routes import api
 
     return api.get_openapi_schema()["components"]["schemas"]
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from django.test import Client
 
-from agentops.asgi import application
+from interfaces.asgi import application
 from tests.conftest import BASE_DIR
 
 pytestmark = pytest.mark.django_db

@@ -14,10 +14,10 @@ from channels.testing import WebsocketCommunicator
 from django.core.management import call_command
 from django.test import Client
 
-from agentops.asgi import application
 from agentops.models import Agent, ApiToken, HistoryRow
 from agentops.tokens import api_token_check, api_token_create
 from inference.models import Turn
+from interfaces.asgi import application
 from tests.factories import ProviderFactory
 
 pytestmark = pytest.mark.django_db

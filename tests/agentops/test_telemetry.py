@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from agentops import telemetry
-from inference.turns.services import IncomingMessage, turn_submit
 from tests.conftest import BASE_DIR
+from turns.services import IncomingMessage, turn_submit
 
 NOWHERE = "http://127.0.0.1:9"
 

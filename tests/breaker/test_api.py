@@ -13,12 +13,12 @@ from django.urls import path
 from django.utils import timezone
 from ninja import NinjaAPI
 
-from agentops.api import errors
-from agentops.api.auth import TokenAuth
-from agentops.api.breaker_routes import router
 from agentops.models import Agent, AuditEntry, HistoryRow
 from breaker.probes import breaker_probe_begin
 from breaker.services import breaker_note_failure
+from interfaces.api import errors
+from interfaces.api.auth import TokenAuth
+from interfaces.api.breaker_routes import router
 from tests.factories import AgentFactory, HistoryRowFactory
 
 api = NinjaAPI(title="agentops breaker (tests)", version="1", auth=TokenAuth(), urls_namespace="api-v1-breaker-tests")

@@ -12,7 +12,7 @@ from agentops.models import Alert, HistoryRow
 from breaker.models import BreakerState
 from inference.models import InferenceCall, Turn
 from tests.conftest import wait_for
-from tests.inference.turns.test_turns import submit, wait_turn
+from tests.turns.test_turns import submit, wait_turn
 
 TOOLS = [{"name": "lookup", "description": "Look up", "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}}}]
 

@@ -22,7 +22,7 @@ from inference.models import AgentLease, InferenceCall, Turn
 from tests.breaker.test_live import alerts, streak_reached
 from tests.breaker.test_live_moves import probe_out, probe_status, probes, sequence
 from tests.conftest import WorkerPool, wait_for, worker_pool
-from tests.inference.turns.test_turns import submit, wait_turn
+from tests.turns.test_turns import submit, wait_turn
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

@@ -22,7 +22,7 @@ from breaker.services import breaker_note_failure, breaker_note_success
 from inference.models import InferenceCall, Turn
 from tests.breaker.test_live import alerts, fail_in_a_row
 from tests.conftest import wait_for
-from tests.inference.turns.test_turns import submit
+from tests.turns.test_turns import submit
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("workers")]
 

@@ -21,7 +21,7 @@ from inference.models import Turn
 from tests.breaker.test_live import streak_reached
 from tests.breaker.test_live_moves import nothing_shed, probe_out, probe_status, probes, sequence
 from tests.conftest import WorkerPool, celery_app, wait_for, worker_pool
-from tests.inference.turns.test_turns import submit, wait_turn
+from tests.turns.test_turns import submit, wait_turn
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

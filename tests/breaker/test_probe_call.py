@@ -8,9 +8,9 @@ import pytest
 
 from agentops.models import HistoryRow
 from breaker.probe_call import PROBE_FIELDS, PROBE_TEXT, probe_participant, probe_request
-from inference.calls.adapters import adapter_for
-from inference.calls.compile import compile_request
-from inference.calls.types import CompiledRequest, Message
+from calls.adapters import adapter_for
+from calls.compile import compile_request
+from calls.types import CompiledRequest, Message
 from tests.factories import AgentFactory, HistoryRowFactory
 
 pytestmark = pytest.mark.django_db

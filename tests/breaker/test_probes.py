@@ -20,8 +20,8 @@ from breaker.models import BreakerState
 from breaker.probes import ProbeEnd, ProbeTicket, breaker_probe_begin, breaker_probe_moved
 from breaker.services import breaker_note_success, breaker_probe_withdraw, probe_abort_key
 from inference.models import Turn
-from inference.turns.services import agent_dispose
 from tests.breaker.common import end, fail, probe_out, row, state
+from turns.services import agent_dispose
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("breaker_settings")]
 

@@ -1,5 +1,5 @@
 """The ``asgi_server`` fixture for browser tests that need websockets: uvicorn serving
-``agentops.asgi:application`` on the test database and this Redis, in its own process
+``interfaces.asgi:application`` on the test database and this Redis, in its own process
 (pytest-django's ``live_server`` is WSGI and serves no websocket)."""
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from tests.conftest import wait_for
-from tests.inference.turns.test_turns import submit, wait_turn
+from tests.turns.test_turns import submit, wait_turn
 
 from .asgi import asgi_server  # noqa: F401  (a fixture)
 from .test_release_in_browser import HELD_MODEL, VIEW, content, log_in, operator

@@ -14,7 +14,7 @@ from django.test import Client
 from agentops.models import AuditEntry
 from inference.models import Turn
 from tests.conftest import wait_for
-from tests.inference.turns.test_turns import submit, wait_turn
+from tests.turns.test_turns import submit, wait_turn
 
 if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver

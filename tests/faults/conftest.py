@@ -26,9 +26,9 @@ import pytest
 import redis
 from psycopg.rows import dict_row
 
-from agentops.embedded.postgres import start_postgres
-from agentops.embedded.processes import free_port
-from agentops.embedded.redis_server import start_redis
+from devtools.embedded.postgres import start_postgres
+from devtools.embedded.processes import free_port
+from devtools.embedded.redis_server import start_redis
 from tests.conftest import BASE_DIR, LOG_DIR, wait_for
 
 DATABASE = "agentops_faults"
@@ -95,7 +95,7 @@ class FaultStack:
         port = free_port(None)
         # The web process at the default pool timeout (10 s): its own short wait must make 503s fast.
         web_env = {k: v for k, v in self.env.items() if k != "AGENTOPS_DB_POOL_TIMEOUT_MS"}
-        self._spawn("web", [sys.executable, "-m", "uvicorn", "agentops.asgi:application", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"], web_env, replace_env=True)
+        self._spawn("web", [sys.executable, "-m", "uvicorn", "interfaces.asgi:application", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"], web_env, replace_env=True)
         self.web_url = f"http://127.0.0.1:{port}"
 
         def up() -> bool:

@@ -9,9 +9,9 @@ from django.contrib import admin
 from django.urls import path
 from ninja import NinjaAPI
 
-from agentops.api import errors
-from agentops.api.auth import TokenAuth
-from agentops.api.waits_routes import router
+from interfaces.api import errors
+from interfaces.api.auth import TokenAuth
+from interfaces.api.waits_routes import router
 
 api = NinjaAPI(title="agentops waits (tests)", version="1", auth=TokenAuth(), urls_namespace="api-v1-waits-tests")
 errors.install(api)

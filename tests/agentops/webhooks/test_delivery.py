@@ -13,7 +13,7 @@ from standardwebhooks.webhooks import WebhookVerificationError
 from agentops.alerts import alert_raise
 from agentops.celery import app as celery_app
 from agentops.webhooks.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
-from agentops.webhooks.tasks import webhooks_sweep
+from interfaces.tasks import webhooks_sweep
 from tests.conftest import WorkerPool, wait_for
 
 from .conftest import Receiver, Reply

@@ -7,10 +7,10 @@ import pytest
 from django.urls import path
 from django.utils import timezone
 
-from agentops.metrics import metrics_view
 from agentops.models import Alert
 from agentops.webhooks.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
 from agentops.webhooks.services import webhook_delivery_resend
+from interfaces.metrics import metrics_view
 from tests.agentops.test_metrics import scrape, value
 
 urlpatterns = [path("metrics", metrics_view)]

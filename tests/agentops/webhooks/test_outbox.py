@@ -91,7 +91,7 @@ def test_each_endpoint_has_its_own_cooldown(settings: Any, webhook_workers: Work
 
 
 def test_a_delivery_task_sent_many_times_makes_one_request(receiver: Receiver, webhook_workers: WorkerPool) -> None:
-    from agentops.webhooks.tasks import webhook_deliver
+    from interfaces.tasks import webhook_deliver
 
     receiver.answer(Reply(200, delay_s=0.5))
     WebhookEndpoint.objects.create(url=receiver.url)

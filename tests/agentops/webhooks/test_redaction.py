@@ -16,13 +16,13 @@ from django.utils import timezone
 
 from agentops.exceptions import Conflict
 from agentops.models import Alert, AuditEntry
-from agentops.webhooks.admin import URL_HIDDEN
 from agentops.webhooks.models import WebhookDelivery, WebhookEndpoint
 from agentops.webhooks.services import (
     alert_payload,
     webhook_delivery_attempt,
     webhook_delivery_resend,
 )
+from interfaces.admin.webhooks import URL_HIDDEN
 
 from .conftest import Receiver, Reply
 

@@ -70,7 +70,7 @@ def test_retry_after_reads_seconds_and_http_dates() -> None:
 
 @pytest.mark.parametrize("zone", [" -0000", ""])
 def test_an_http_date_without_a_time_zone_is_read_as_gmt_as_inference_reads_it(zone: str) -> None:
-    from inference.calls.classify import stated_wait_ms
+    from calls.classify import stated_wait_ms
 
     header = "Wed, 01 Jan 2025 12:01:30" + zone  # NOW + 90 s, GMT
     assert retry_after_ms(header, now=NOW) == 90_000

@@ -1,0 +1,226 @@
+"""Admin for the core records. Records (tokens, audit entries) are read-only here."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django import forms
+from django.contrib import admin
+from django.contrib.admin.views.main import ChangeList
+from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models.functions import Coalesce
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+
+from agentops.models import Agent, Alert, ApiToken, AuditEntry, HistoryRow, Project, Provider
+from agentops.providers import provider_problem
+from agentops.wording import excerpt
+from interfaces.admin.base import ReadOnlyAdmin
+from interfaces.admin.display import when
+
+if TYPE_CHECKING:
+    from inference.models import Turn
+
+admin.site.site_header = "agentops operations"
+admin.site.site_url = "/dashboard/"  # "View site": the live dashboard
+admin.site.site_title = "agentops"
+
+
+class ProviderForm(forms.ModelForm):
+    """The provider policy of the API (agentops.providers), for rows saved in the admin."""
+
+    class Meta:
+        model = Provider
+        fields = ("name", "kind", "base_url", "api_key_env")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if "base_url" in data and "api_key_env" in data:
+            refused = provider_problem(base_url=data["base_url"], api_key_env=data["api_key_env"] or "")
+            if refused:
+                self.add_error(refused[0], refused[1])
+        return data
+
+
+@admin.register(Provider)
+class ProviderAdmin(admin.ModelAdmin):
+    form = ProviderForm
+    list_display = ("name", "kind", "base_url", "api_key_env", "created_at")
+    search_fields = ("name",)
+
+
+@admin.register(Project)
+class ProjectAdmin(admin.ModelAdmin):
+    list_display = ("name", "created_at")
+    search_fields = ("name",)
+
+
+@admin.register(Agent)
+class AgentAdmin(admin.ModelAdmin):
+    """The list reads a fixed handful of queries whatever the page size: each agent's streak is
+    annotated, its open turns prefetched, and the binding waits read once for the page (a
+    journal read reduces the whole journal; once per row made a page of 100 agents crawl)."""
+
+    list_display = ("name", "project", "kind", "provider", "model", "status", "failure_streak", "holds", "current_turn", "disposed_at")
+    list_filter = ("project", "kind", "provider")
+    search_fields = ("name", "model")
+    readonly_fields = ("status", "failure_streak", "holds", "current_turn", "created_at", "disposed_at")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Agent]:
+        from breaker.models import BreakerState
+        from interfaces.selectors import agent_open_turns
+
+        streak = BreakerState.objects.filter(agent=OuterRef("pk")).values("streak")[:1]
+        return (
+            super().get_queryset(request)
+            .select_related("provider", "project")
+            .annotate(breaker_streak=Coalesce(Subquery(streak), 0))
+            .prefetch_related(agent_open_turns())
+        )
+
+    def get_changelist_instance(self, request: HttpRequest) -> ChangeList:
+        from waits.clock import clock_ms
+        from waits.selectors import binding_waits
+
+        changelist = super().get_changelist_instance(request)
+        _, waits = binding_waits(now_ms=clock_ms())
+        by_agent: dict[str, list[dict[str, Any]]] = {}
+        for wait in waits:
+            by_agent.setdefault(wait["agent"], []).append(wait)
+        for agent in changelist.result_list:
+            agent.page_holds = by_agent.get(agent.name, [])
+        return changelist
+
+    def _current(self, obj: Agent) -> Turn | None:
+        from interfaces.selectors import agent_current_turn, current_turn_of
+
+        open_turns = getattr(obj, "open_turns", None)
+        return agent_current_turn(obj) if open_turns is None else current_turn_of(open_turns)
+
+    @admin.display(description="status")
+    def status(self, obj: Agent) -> str:
+        current = self._current(obj)
+        return str(current.status) if current else "idle"
+
+    @admin.display(description="failure streak")
+    def failure_streak(self, obj: Agent) -> int:
+        from interfaces.selectors import agent_failure_streak
+
+        streak = getattr(obj, "breaker_streak", None)
+        return agent_failure_streak(obj) if streak is None else int(streak)
+
+    @admin.display(description="holds")
+    def holds(self, obj: Agent) -> str:
+        """The provider waits that bind the agent now (the Binding waits page releases them)."""
+        from waits.clock import clock_ms
+        from waits.selectors import binding_waits
+
+        waits = getattr(obj, "page_holds", None)
+        if waits is None:  # the agent's own page
+            _, waits = binding_waits(agent=obj.name, now_ms=clock_ms())
+        if not waits:
+            return "-"
+        return format_html_join(
+            "; ", "{} until {}",
+            ((w["model"], f"{w['until']:%Y-%m-%d %H:%M:%S} UTC" if w["until"] else "released") for w in waits),
+        )
+
+    @admin.display(description="current turn")
+    def current_turn(self, obj: Agent) -> str:
+        current = self._current(obj)
+        if current is None:
+            return "-"
+        url = reverse("admin:inference_turn_change", args=[current.pk])
+        return format_html('<a href="{}">turn {} ({})</a>', url, current.pk, current.status)
+
+
+@admin.register(HistoryRow)
+class HistoryRowAdmin(ReadOnlyAdmin):
+    """History is never edited here. Set-aside rows are marked, and an operator with the
+    ``breaker.restore_historyrow`` permission can put them back (audited)."""
+
+    list_display = ("agent", "seq", "participant", "role", "state_marked", "short_content", "set_aside_reason", "created_at")
+    list_filter = ("state", "role", "agent")
+    search_fields = ("agent__name", "participant")
+    actions = ["restore"]
+
+    @admin.display(description="state", ordering="state")
+    def state_marked(self, obj: HistoryRow) -> str:
+        return "SET ASIDE" if obj.state == HistoryRow.State.SET_ASIDE else obj.state
+
+    def has_restore_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("breaker.restore_historyrow")
+
+    @admin.action(description="Restore the selected set-aside rows", permissions=["restore"])
+    def restore(self, request: HttpRequest, queryset: Any) -> None:
+        from agentops.exceptions import AgentopsError
+        from breaker.services import history_row_restore
+
+        restored = 0
+        for row in queryset.filter(state=HistoryRow.State.SET_ASIDE).select_related("agent"):
+            try:
+                history_row_restore(agent_name=row.agent.name, row_id=row.pk, actor=f"admin:{request.user.get_username()}", requester=None)
+                restored += 1
+            except AgentopsError as exc:
+                self.message_user(request, f"Row {row.pk}: {exc.message}", level="warning")
+        self.message_user(request, f"Restored {restored} row(s).")
+
+    @admin.display(description="content")
+    def short_content(self, obj: HistoryRow) -> str:
+        text = obj.content if isinstance(obj.content, str) else " ".join(
+            str(b.get("text") or b.get("name") or b.get("content") or "") for b in obj.content if isinstance(b, dict)
+        )
+        return text[:120]
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(ReadOnlyAdmin):
+    list_display = ("name", "project", "prefix", "operator", "created_at", "last_used_at", "revoked_at")
+    list_filter = ("project", "operator")
+    exclude = ("token_hash",)
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(ReadOnlyAdmin):
+    list_display = ("at", "actor", "action", "target", "reason")
+    list_filter = ("action",)
+    search_fields = ("actor", "target", "reason")
+
+
+@admin.register(Alert)
+class AlertAdmin(ReadOnlyAdmin):
+    """Alerts are records; the one change an operator makes is to acknowledge them, which needs
+    the ``agentops.acknowledge_alert`` permission."""
+
+    list_display = ("raised", "kind", "agent", "model", "verdict", "short_message", "acknowledged_at", "acknowledged_by")
+    list_filter = ("kind", "verdict", ("acknowledged_at", admin.EmptyFieldListFilter))
+    search_fields = ("agent", "model", "message")
+    actions = ["acknowledge"]
+
+    @admin.display(description="raised", ordering="created_at")
+    def raised(self, obj: Alert) -> Any:
+        return when(obj.created_at)
+
+    @admin.display(description="message")
+    def short_message(self, obj: Alert) -> str:
+        return excerpt(obj.message, 160)
+
+    def has_acknowledge_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("agentops.acknowledge_alert")
+
+    @admin.action(description="Acknowledge the selected alerts", permissions=["acknowledge"])
+    def acknowledge(self, request: HttpRequest, queryset: Any) -> None:
+        from django.utils import timezone
+
+        from agentops.alerts import alert_acknowledge
+        from agentops.exceptions import Conflict
+
+        done = 0
+        for alert_id in queryset.filter(acknowledged_at__isnull=True).values_list("id", flat=True):
+            try:
+                alert_acknowledge(alert_id=alert_id, actor=f"admin:{request.user.get_username()}", now=timezone.now())
+                done += 1
+            except Conflict:
+                continue  # acknowledged meanwhile by someone else
+        self.message_user(request, f"Acknowledged {done} alert(s).")

@@ -1,0 +1,61 @@
+"""API.md's breaker endpoints (operator only): the breaker of one agent, and restoring a row it
+(or anyone) set aside. Mounted at the API root: ``api.add_router("", router)``."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.http import HttpRequest
+from ninja import Router
+from pydantic import BaseModel
+
+from agentops.exceptions import NotFound
+from agentops.selectors import agent_for, history_row_out, id_valid
+from breaker.selectors import breaker_out
+from breaker.services import history_row_restore
+from interfaces.api.auth import require_operator
+from interfaces.api.body import json_body, optional_line
+from interfaces.api.schemas import ErrorOut, HistoryRowOut, RestoreIn
+
+router = Router(tags=["breaker"])
+
+ERRORS: dict[int, type] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut}
+
+
+class ProbeOut(BaseModel):
+    status: str
+    sent_at: datetime | None
+    verdict: str | None
+
+
+class BreakerOut(BaseModel):
+    streak: int
+    threshold: int
+    sheds_this_run: int
+    shed_cap: int
+    probe: ProbeOut | None
+    set_aside: list[HistoryRowOut]
+
+
+@router.get("/agents/{name}/breaker", response={200: BreakerOut, **ERRORS})
+def agent_breaker(request: HttpRequest, name: str) -> dict[str, Any]:
+    token = require_operator(request)
+    return breaker_out(agent=agent_for(token=token, name=name))
+
+
+@router.post(
+    "/agents/{name}/history/{row_id}/restore",
+    response={200: HistoryRowOut, **ERRORS},
+    openapi_extra={"requestBody": {"required": False, "content": {"application/json": {"schema": RestoreIn.model_json_schema()}}}},
+)
+def history_restore(request: HttpRequest, name: str, row_id: int) -> dict[str, Any]:
+    # The body is read raw so a non-string requester is a 400 naming it, not a 422.
+    token = require_operator(request)
+    agent = agent_for(token=token, name=name)
+    if not id_valid(row_id):
+        raise NotFound(f"row_id: agent {name!r} has no history row {row_id}", data={"field": "row_id"})
+    body = json_body(request, shape="{requester?}", required=False)
+    requester = optional_line(body, "requester", limit=1000)
+    row = history_row_restore(agent_name=agent.name, row_id=row_id, actor=f"api:{token.name}", requester=requester)
+    return history_row_out(row)

@@ -1,0 +1,237 @@
+"""The HTTP API of API.md, v1. Thin: validate, call a service or selector, shape the answer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, get_type_hints
+
+from django.db import connection
+from django.http import HttpRequest
+from ninja import NinjaAPI, Query, Schema, Status
+from ninja.pagination import LimitOffsetPagination, paginate
+
+from agentops import services
+from agentops.exceptions import bad_field
+from agentops.models import ApiToken, HistoryRow, Provider
+from agentops.selectors import agent_for, history_row_out
+from interfaces import selectors as turn_selectors
+from interfaces.api import errors
+from interfaces.api.alerts_routes import router as alerts_router
+from interfaces.api.auth import AsyncTokenAuth, TokenAuth, require_operator
+from interfaces.api.breaker_routes import router as breaker_router
+from interfaces.api.schemas import (
+    AgentIn,
+    AgentOut,
+    AgentPatch,
+    AgentStatus,
+    CompleteIn,
+    CompleteOut,
+    ErrorOut,
+    HealthOut,
+    HistoryRowOut,
+    Label,
+    ProviderIn,
+    ProviderOut,
+    ToolResultsIn,
+    TurnAccepted,
+    TurnIn,
+    TurnOut,
+)
+from interfaces.api.waits_routes import router as waits_router
+from turns import services as turn_services
+from turns.auxiliary import AuxMessage, auxiliary_complete_on_loop
+from turns.on_loop import in_thread
+
+api = NinjaAPI(
+    title="agentops",
+    version="1",
+    description="Runs LLM agents' model calls under progress bounds, durable provider waits and a poison-history breaker.",
+    auth=TokenAuth(),
+    urls_namespace="api-v1",
+)
+errors.install(api)
+api.add_router("/waits", waits_router, tags=["waits"])
+api.add_router("/alerts", alerts_router, tags=["alerts"])
+api.add_router("", breaker_router, tags=["breaker"])
+
+# Every operation can answer 400 (a bad value), 401, 404 and 413 (a body over the limit).
+ERRORS: dict[int, type] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut}
+
+
+def _token(request: HttpRequest) -> ApiToken:
+    return request.auth  # type: ignore[attr-defined,no-any-return]
+
+
+def _provider_out(p: Provider, *, operator: bool) -> dict[str, str | None]:
+    # Where a provider points and which variable holds its key are for operators only.
+    if not operator:
+        return {"name": p.name, "kind": p.kind, "base_url": None, "api_key_env": None}
+    return {"name": p.name, "kind": p.kind, "base_url": p.base_url, "api_key_env": p.api_key_env}
+
+
+# --- providers ---------------------------------------------------------------
+
+
+@api.post("/providers", response={201: ProviderOut, **ERRORS}, tags=["providers"])
+def provider_create(request: HttpRequest, payload: ProviderIn) -> Status:
+    require_operator(request)
+    provider = services.provider_create(
+        name=payload.name, kind=payload.kind, base_url=payload.base_url, api_key_env=payload.api_key_env or ""
+    )
+    return Status(201, _provider_out(provider, operator=True))
+
+
+@api.get("/providers", response={200: list[ProviderOut], **ERRORS}, tags=["providers"])
+def provider_list(request: HttpRequest) -> list[dict[str, str | None]]:
+    operator = _token(request).operator
+    return [_provider_out(p, operator=operator) for p in Provider.objects.order_by("name")]
+
+
+# --- agents -------------------------------------------------------------------
+
+
+@api.post("/agents", response={201: AgentOut, **ERRORS}, tags=["agents"])
+def agent_create(request: HttpRequest, payload: AgentIn) -> Status:
+    agent = services.agent_create(**payload.model_dump(), project_id=_token(request).project_id)
+    return Status(201, turn_selectors.agent_out(agent))
+
+
+class AgentsFilter(Schema):
+    status: AgentStatus | None = None
+    project: Label | None = None
+
+
+def _annotations_resolved(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Resolve a view's annotations here: ``paginate`` wraps the view, and ninja would read
+    the string annotations against the wrapper's module instead of this one."""
+    func.__annotations__ = get_type_hints(func, include_extras=True)
+    return func
+
+
+@api.get("/agents", response={200: list[AgentOut], **ERRORS}, tags=["agents"])
+@paginate(LimitOffsetPagination)
+@_annotations_resolved
+def agent_list(request: HttpRequest, filters: Query[AgentsFilter]) -> list[dict]:
+    """Live agents the token may see, by name, with status, failure streak and holds;
+    ``?status=`` keeps one status, ``?project=`` one project."""
+    return turn_selectors.agents_out(token=_token(request), status=filters.status, project=filters.project)
+
+
+@api.get("/agents/{name}", response={200: AgentOut, **ERRORS}, tags=["agents"])
+def agent_read(request: HttpRequest, name: str) -> dict:
+    return turn_selectors.agent_out(agent_for(token=_token(request), name=name))
+
+
+@api.patch("/agents/{name}", response={200: AgentOut, **ERRORS}, tags=["agents"])
+def agent_patch(request: HttpRequest, name: str, payload: AgentPatch) -> dict:
+    agent = agent_for(token=_token(request), name=name)
+    changes = payload.model_dump(exclude_unset=True)
+    for field in ("model", "system"):
+        if field in changes and changes[field] is None:
+            raise bad_field(field, "must not be null")
+    services.agent_update(agent=agent, changes=changes)
+    return turn_selectors.agent_out(agent_for(token=_token(request), name=name))
+
+
+@api.delete("/agents/{name}", response={204: None, **ERRORS}, tags=["agents"])
+def agent_delete(request: HttpRequest, name: str) -> Status:
+    token = _token(request)
+    agent = agent_for(token=token, name=name)
+    turn_services.agent_dispose(agent=agent, actor=f"api:{token.name}")
+    return Status(204, None)
+
+
+class HistoryFilter(Schema):
+    include_set_aside: bool = False
+
+
+@api.get("/agents/{name}/history", response={200: list[HistoryRowOut], **ERRORS}, tags=["agents"])
+def agent_history(request: HttpRequest, name: str, filters: Query[HistoryFilter]) -> list[dict]:
+    agent = agent_for(token=_token(request), name=name)
+    rows = HistoryRow.objects.filter(agent=agent).order_by("seq")
+    if not filters.include_set_aside:
+        rows = rows.filter(state=HistoryRow.State.PRESENTED)
+    return [history_row_out(r) for r in rows]
+
+
+# --- turns --------------------------------------------------------------------
+
+
+@api.post("/agents/{name}/turns", response={202: TurnAccepted, **ERRORS}, tags=["turns"])
+def turn_submit(request: HttpRequest, name: str, payload: TurnIn) -> Status:
+    agent = agent_for(token=_token(request), name=name)
+    messages = [turn_services.IncomingMessage(participant=m.participant, content=m.content) for m in payload.messages]
+    turn, joined = turn_services.turn_submit(agent_id=agent.pk, messages=messages)
+    return Status(202, {"id": turn.pk, "status": turn.status, "joined": joined})
+
+
+@api.get("/turns/{turn_id}", response={200: TurnOut, **ERRORS}, tags=["turns"])
+def turn_read(request: HttpRequest, turn_id: int) -> dict:
+    return turn_selectors.turn_out(turn_selectors.turn_for(token=_token(request), turn_id=turn_id))
+
+
+@api.post("/turns/{turn_id}/tool_results", response={202: TurnOut, **ERRORS}, tags=["turns"])
+def turn_tool_results(request: HttpRequest, turn_id: int, payload: ToolResultsIn) -> Status:
+    turn_selectors.turn_for(token=_token(request), turn_id=turn_id)
+    turn_services.turn_tool_results(turn_id=turn_id, results=[r.model_dump() for r in payload.results])
+    return Status(202, turn_selectors.turn_out(turn_selectors.turn_get(turn_id=turn_id)))
+
+
+@api.post("/turns/{turn_id}/cancel", response={200: TurnOut, **ERRORS}, tags=["turns"])
+def turn_cancel(request: HttpRequest, turn_id: int) -> dict:
+    turn_selectors.turn_for(token=_token(request), turn_id=turn_id)
+    turn_services.turn_cancel(turn_id=turn_id)
+    return turn_selectors.turn_out(turn_selectors.turn_get(turn_id=turn_id))
+
+
+# --- auxiliary completion ---------------------------------------------------------
+
+
+@api.post(
+    "/agents/{name}/complete", auth=AsyncTokenAuth(), tags=["agents"],
+    response={200: CompleteOut, 429: ErrorOut, 502: ErrorOut, 504: ErrorOut, **ERRORS},
+)
+async def agent_complete(request: HttpRequest, name: str, payload: CompleteIn) -> dict:
+    # Async, and the call runs on the request's own event loop: a long provider call holds no
+    # thread and no database connection (each read or write gives its connection back).
+    agent = await in_thread(agent_for, token=_token(request), name=name)
+    messages = [AuxMessage(participant=m.participant, content=m.content) for m in payload.messages]
+    done = await auxiliary_complete_on_loop(agent=agent, messages=messages, model=payload.model, max_tokens=payload.max_tokens)
+    return {**done, "call": turn_selectors.call_out(done["call"])}
+
+
+# --- health -------------------------------------------------------------------
+
+
+def health_payload() -> dict:
+    import redis
+    from django.conf import settings
+
+    database = redis_ok = False
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        database = True
+    except Exception:  # the answer is the health report, not an error
+        database = False
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1)
+    try:
+        redis_ok = bool(client.ping())
+        workers = len(client.keys("agentops:worker:*"))
+    except redis.RedisError:
+        redis_ok, workers = False, 0
+    finally:
+        client.close()
+    readable = False
+    if database:
+        from waits.clock import clock_ms
+        from waits.journal import journal_binding
+
+        readable = journal_binding(now_ms=clock_ms()).readable
+    ok = database and redis_ok and readable
+    return {"status": "ok" if ok else "degraded", "database": database, "redis": redis_ok, "journal_readable": readable, "workers": workers}
+
+
+@api.get("/health", auth=None, response=HealthOut, tags=["health"])
+def health(request: HttpRequest) -> dict:
+    return health_payload()

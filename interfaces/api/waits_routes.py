@@ -1,0 +1,133 @@
+"""API.md's Waits endpoints (operator only), mounted at ``/waits``: thin over ``waits``.
+
+``POST /waits/release`` reads its body as raw JSON so that a number, list, object or null
+``model`` reaches the release service's validation and is refused with a 400 naming ``model``,
+instead of being coerced or reported as a schema error.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from django.http import HttpRequest
+from ninja import Field, Query, Router, Schema
+
+from agentops.exceptions import bad_field
+from agentops.validation import Line, Text
+from interfaces.api.auth import require_operator
+from interfaces.api.body import json_body, optional_line, optional_text
+from interfaces.api.schemas import ErrorOut
+from turns.holds import next_call_at
+from turns.queue import held_turns_wake  # an interface may wake turns
+from waits.clock import clock_ms
+from waits.selectors import binding_waits, journal_entries
+from waits.services import RELEASE_REASON_LIMIT, REQUESTER_LIMIT, wait_release
+
+router = Router(tags=["waits"])
+
+ERRORS: dict[int, type] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 413: ErrorOut}
+AgentName = Annotated[Line, Field(max_length=100)]
+ModelName = Annotated[Line, Field(max_length=200)]
+
+
+class WaitOut(Schema):
+    agent: str
+    model: str
+    until: datetime | None
+    reason: str
+    set_at: datetime | None
+    source: Literal["recorded", "pending", "unreadable"]
+
+
+class WaitsOut(Schema):
+    journal_readable: bool
+    waits: list[WaitOut]
+
+
+class WaitsFilter(Schema):
+    agent: AgentName | None = None
+    model: ModelName | None = None
+
+
+class ReleaseIn(Schema):
+    """For the OpenAPI document only: the handler validates the raw body itself."""
+
+    agent: Annotated[Line, Field(min_length=1, max_length=100)]
+    model: Annotated[Line, Field(min_length=1, max_length=200, description='A model name, or "*" (or omitted) for every model.')] | None = None
+    requester: Annotated[Line, Field(max_length=200, description="Who asked for the release (free text, kept in the audit entry's data).")] | None = None
+    reason: Annotated[Text, Field(max_length=1000)] | None = None
+
+
+class ReceiptOut(Schema):
+    agent: str
+    model: str
+    until: datetime | None
+    release: Literal["recorded", "pending", "in-process override"]
+    next_call_at: datetime | None = Field(
+        None, description="When the next call for (agent, model) may go: now, or after the pacing a lifted 429 still keeps.",
+    )
+
+
+class ReleaseOut(Schema):
+    receipts: list[ReceiptOut]
+
+
+class JournalFilter(Schema):
+    agent: AgentName | None = None
+    limit: int = Field(100, ge=1, le=1000)
+
+
+class JournalEntryOut(Schema):
+    id: int
+    kind: str
+    agent: str
+    model: str
+    until: datetime | None
+    reason: str
+    by: str
+    at: datetime
+    until_ms: int | None
+    act_id: str
+    problem: str | None
+
+
+@router.get("", response={200: WaitsOut, **ERRORS})
+def waits_list(request: HttpRequest, filters: Query[WaitsFilter]) -> dict[str, Any]:
+    require_operator(request)
+    readable, waits = binding_waits(agent=filters.agent or None, model=filters.model or None, now_ms=clock_ms())
+    return {"journal_readable": readable, "waits": waits}
+
+
+@router.post(
+    "/release",
+    response={200: ReleaseOut, **ERRORS},
+    openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": ReleaseIn.model_json_schema()}}}},
+)
+def waits_release(request: HttpRequest) -> dict[str, Any]:
+    token = require_operator(request)
+    body = json_body(request, shape="{agent, model?, requester?, reason?}")
+    if "agent" not in body:
+        raise bad_field("agent", "is required")
+    if "model" in body and body["model"] is None:
+        raise bad_field("model", 'must be a non-empty string, not null (omit model, or send "*", to release every model)')
+    # What could not be stored, or would mislead a reader, is refused before the act exists.
+    optional_line(body, "requester", limit=REQUESTER_LIMIT)
+    optional_text(body, "reason", limit=RELEASE_REASON_LIMIT)
+    # The act is the token's (api:<token name>); the free-text requester is kept as data.
+    receipts = wait_release(
+        agent=body["agent"],
+        model=body.get("model"),
+        requester=body.get("requester"),
+        reason=body.get("reason"),
+        via="api",
+        caller=token.name,
+    )
+    held_turns_wake(agent=str(body["agent"]), model=body.get("model"), by=f"api:{token.name}")
+    return {"receipts": [{**r.out(), "next_call_at": next_call_at(agent=r.agent, model=r.model)} for r in receipts]}
+
+
+@router.get("/journal", response={200: list[JournalEntryOut], **ERRORS})
+def waits_journal(request: HttpRequest, filters: Query[JournalFilter]) -> list[dict[str, Any]]:
+    require_operator(request)
+    return journal_entries(agent=filters.agent or None, limit=filters.limit)

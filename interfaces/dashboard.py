@@ -1,0 +1,108 @@
+"""The live operator dashboard's snapshot (DESIGN §9): everything the page shows, read now.
+
+The live events that follow it are produced where things happen (``agentops.live`` lists
+them). Instants are milliseconds since the epoch (``*_ms``): the page counts down against them
+with the browser's clock, corrected by the snapshot's ``now_ms``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Count, Q
+
+from agentops.live import REASON_LIMIT, hold_out
+from agentops.models import Agent, Alert, HistoryRow, Provider
+from agentops.selectors import alert_json
+from agentops.text import bound_text
+from breaker.models import BreakerState
+from calls.events import call_live_out
+from calls.progress import call_progress_read
+from inference.models import InferenceCall
+from interfaces.selectors import turns_waiting
+from waits.selectors import binding_waits
+
+SNAPSHOT_CALLS = 200
+SNAPSHOT_AGENTS = 300
+SNAPSHOT_ALERTS = 25
+
+
+def _ms(value: datetime | None) -> float | None:
+    return None if value is None else value.timestamp() * 1000
+
+
+def dashboard_snapshot(*, now_ms: float) -> dict[str, Any]:
+    """Everything the page shows, read now: in-flight calls, binding holds, each agent's
+    breaker and the newest alerts. A fixed handful of queries whatever the number of rows."""
+    readable, waits = binding_waits(now_ms=now_ms)
+    return {
+        "type": "snapshot",
+        "now_ms": now_ms,
+        "calls": _calls_in_flight(),
+        "holds": [
+            hold_out(
+                agent=w["agent"], model=w["model"], until_ms=_ms(w["until"]), reason=w["reason"],
+                set_at_ms=_ms(w["set_at"]), source=w["source"],
+            )
+            for w in waits
+        ],
+        "journal_readable": readable,
+        # Turns whose next call waits (pacing after a 429, a retry delay, a re-arm), and why.
+        "waiting": turns_waiting(now=datetime.fromtimestamp(now_ms / 1000, tz=UTC)),
+        "breakers": _breakers(),
+        # Providers in an episode of failures long enough to have raised provider-down.
+        "providers_down": [
+            {"provider": p.name, "since_ms": _ms(p.failing_since), "alerted_ms": _ms(p.down_alerted_at),
+             "error": bound_text(str((p.last_failure or {}).get("message") or ""), REASON_LIMIT)}
+            for p in Provider.objects.filter(down_alerted_at__isnull=False).order_by("name")
+        ],
+        "alerts": [alert_json(a) for a in Alert.objects.order_by("-id")[:SNAPSHOT_ALERTS]],
+    }
+
+
+def _calls_in_flight() -> list[dict[str, Any]]:
+    """In-flight calls, each with its live progress when it has any (its counts, and its
+    nearest deadline now rather than as of its send)."""
+    rows = list(InferenceCall.objects.filter(outcome__isnull=True).select_related("agent").order_by("id")[:SNAPSHOT_CALLS])
+    live = call_progress_read([call.pk for call in rows])
+    out = []
+    for call in rows:
+        entry = call_live_out(call, agent=call.agent.name)
+        progress = live.get(call.pk)
+        if progress is not None:
+            entry.update({k: v for k, v in progress.items() if k not in ("id", "agent", "turn")})
+        out.append(entry)
+    return out
+
+
+def _breakers() -> list[dict[str, Any]]:
+    """Each live agent's breaker, agents in trouble first (longest streak, then name)."""
+    agents = list(
+        Agent.objects.filter(disposed_at__isnull=True)
+        .annotate(set_aside=Count("history", filter=Q(history__state=HistoryRow.State.SET_ASIDE)))
+        .values("id", "name", "model", "kind", "set_aside")
+        .order_by("name")[:SNAPSHOT_AGENTS]
+    )
+    states = {s.agent_id: s for s in BreakerState.objects.filter(agent_id__in=[a["id"] for a in agents])}
+    out = []
+    for a in agents:
+        state = states.get(a["id"])
+        probe = None
+        if state is not None and state.probe_status:
+            probe = {"status": state.probe_status, "sent_ms": _ms(state.probe_sent_at), "verdict": bound_text(state.probe_verdict, REASON_LIMIT) or None}
+        out.append({
+            "agent": a["name"],
+            "model": a["model"],
+            "kind": a["kind"],
+            "streak": state.streak if state else 0,
+            "threshold": int(settings.AGENTOPS_BREAKER_THRESHOLD),
+            "sheds_this_run": state.sheds_this_run if state else 0,
+            "shed_cap": int(settings.AGENTOPS_BREAKER_SHED_CAP),
+            "probe": probe,
+            "set_aside": a["set_aside"],
+        })
+    out.sort(key=lambda b: (-b["streak"], b["probe"] is None, b["agent"]))
+    return out
+

@@ -1,0 +1,332 @@
+"""``POST /v1/chat/completions``, ``POST /v1/messages`` and ``POST /v1/responses``: the drop-in
+endpoints (DESIGN §14, API.md "Drop-in endpoints").
+
+An official SDK pointed here with an agentops API token as its key (``Authorization: Bearer``
+or ``x-api-key``) and an agent's name as ``model`` gets the agent's provider and model, as an
+auxiliary call (``turns.dropin``): admission, the progress bounds, classification,
+the provider's stated waits recorded, a call row. Streams are relayed event by event as they
+arrive, keepalives included; a cut ends the stream with an error event naming the bound.
+Errors come in the endpoint's own format, so the SDK raises its usual exceptions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBase,
+    StreamingHttpResponse,
+)
+from django.views.decorators.csrf import csrf_exempt
+
+from agentops import selectors
+from agentops.exceptions import NotFound
+from agentops.models import Agent, ApiToken
+from agentops.text import bound_text, untrusted_json, untrusted_json_text
+from agentops.tokens import api_token_check
+from agentops.validation import PASS_ON_DEPTH_LIMIT, json_loads, number_problem, sendable_problem
+from calls.client import CallResult
+from calls.sse import SseEvent
+from interfaces.dropin.formats import (
+    ANTHROPIC,
+    FORMATS,
+    OPENAI,
+    RESPONSES,
+    Format,
+    error,
+    sse_bytes,
+)
+from interfaces.dropin.listing import asked_format, models_response
+from turns.auxiliary import Deferred
+from turns.dropin import DropinCall, wait_headers
+from turns.on_loop import in_thread
+
+# A provider's error body up to this size is passed through as it came; a larger one is
+# replaced by the format's error with the classified (bounded) message.
+PASSTHROUGH_CAP = 64 * 1024
+# The provider's response headers a passed-through error keeps.
+PASSED_HEADERS = ("retry-after", "retry-after-ms", "x-request-id", "request-id")
+STREAM_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+# The fields that bound a reply's length, in any of the three formats, and their range.
+MAX_TOKENS_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+MAX_TOKENS_LIMIT = 2**31 - 1
+
+
+@csrf_exempt
+async def chat_completions(request: HttpRequest) -> HttpResponseBase:
+    return await serve(request, OPENAI)
+
+
+@csrf_exempt
+async def messages(request: HttpRequest) -> HttpResponseBase:
+    return await serve(request, ANTHROPIC)
+
+
+@csrf_exempt
+async def responses(request: HttpRequest) -> HttpResponseBase:
+    return await serve(request, RESPONSES)
+
+
+@csrf_exempt
+async def models(request: HttpRequest, model_id: str | None = None) -> HttpResponseBase:
+    """``GET /v1/models`` and ``GET /v1/models/{id}`` (``interfaces.dropin.listing``)."""
+    if request.method not in ("GET", "HEAD"):
+        return error(asked_format(request), 405, f"method {request.method} is not allowed here: use GET")
+    return await in_thread(models_response, request, presented_token(request), model_id)
+
+
+@csrf_exempt
+async def unknown(request: HttpRequest) -> HttpResponseBase:
+    """Any other path under ``/v1/``: a 404 in the shape of the SDK that asked (Anthropic's
+    sends ``anthropic-version``), naming the endpoints there are."""
+    fmt = ANTHROPIC if "anthropic-version" in request.headers else OPENAI
+    there = ", ".join([*(f"POST {f.path}" for f in FORMATS.values()), "GET /v1/models"])
+    # OpenAI's code for a 404 is model_not_found, which would mislead here.
+    return error(fmt, 404, f"no drop-in endpoint at {bound_text(request.path, 200)}: there are {there}", code="unknown_url" if fmt is OPENAI else None)
+
+
+def presented_token(request: HttpRequest) -> str:
+    """The API key as either SDK sends it: ``Authorization: Bearer`` or ``x-api-key``."""
+    authorization = request.headers.get("Authorization", "")
+    scheme, _, value = authorization.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    return request.headers.get("X-Api-Key", "").strip()
+
+
+@dataclass
+class Looked:
+    """What one trip to the database found: the token, the agent, the call and its admission."""
+
+    token: ApiToken | None = None
+    agent: Agent | None = None
+    call: DropinCall | None = None
+    deferred: Deferred | None = None
+
+
+# Tokens and agents found are kept this long in the process's memory, so a steady client costs
+# no query for them: a revoked token, a disposed or changed agent reach these endpoints within
+# this many seconds. What was not found is never kept.
+CACHE_S = 2.0
+_tokens: dict[str, tuple[float, ApiToken]] = {}
+_agents: dict[tuple[int, str], tuple[float, Agent]] = {}
+CACHE_LIMIT = 10_000
+
+
+def _cached(cache: dict[Any, tuple[float, Any]], key: Any, find: Any) -> Any:
+    now = time.monotonic()
+    hit = cache.get(key)
+    if hit is not None and now - hit[0] < CACHE_S:
+        return hit[1]
+    value = find()
+    if value is not None:
+        if len(cache) >= CACHE_LIMIT:
+            cache.clear()
+        cache[key] = (now, value)
+    return value
+
+
+def look_up(token_text: str, body: dict[str, Any] | None, fmt: Format, headers: dict[str, str]) -> Looked:
+    """The token, then (for a well-formed body) the agent ``model`` names and, when it speaks
+    this endpoint's format, the admission of its call: all in one thread hop."""
+    key = hashlib.sha256(token_text.encode()).hexdigest()  # the token itself is not kept
+    token = _cached(_tokens, key, lambda: api_token_check(token_text)) if token_text else None
+    looked = Looked(token=token)
+    if token is None or body is None:
+        return looked
+    try:
+        looked.agent = _cached(_agents, (token.pk, body["model"]), lambda: selectors.agent_for(token=token, name=body["model"]))
+    except NotFound:
+        return looked
+    assert looked.agent is not None
+    if looked.agent.provider.kind == fmt.kind:
+        looked.call = DropinCall(agent=looked.agent, body=body, headers=headers)
+        looked.deferred = looked.call.admit()
+    return looked
+
+
+def parse(request: HttpRequest) -> tuple[dict[str, Any] | None, tuple[int, str, str] | None]:
+    """The body as a JSON object, or the problem with it (status, message, field)."""
+    try:
+        raw = request.body
+    except RequestDataTooBig:
+        return None, (413, "body: the request body is too large", "body")
+    try:
+        body = json_loads(raw, depth_limit=PASS_ON_DEPTH_LIMIT, strings=sendable_problem)
+    except ValueError as exc:
+        return None, (400, f"body: {exc}", "body")
+    if not isinstance(body, dict):
+        return None, (400, "body: must be a JSON object", "body")
+    model = body.get("model")
+    if not isinstance(model, str) or not model.strip():
+        return None, (400, "model: required, the name of an agent", "model")
+    if "stream" in body and not isinstance(body["stream"], bool):
+        return None, (400, "stream: must be true or false", "stream")
+    # Numbers are checked before any call, so every call made can be recorded (a call row's
+    # max_tokens is a 32-bit column) and no provider is sent what it cannot read.
+    numbers = number_problem(body)
+    if numbers is not None:
+        where, why = numbers
+        return None, (400, f"{where}: {why}", where)
+    for field in MAX_TOKENS_FIELDS:
+        value = body.get(field)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TOKENS_LIMIT):
+            return None, (400, f"{field}: must be a whole number from 1 to {MAX_TOKENS_LIMIT}", field)
+    return body, None
+
+
+async def serve(request: HttpRequest, fmt: Format) -> HttpResponseBase:
+    if request.method != "POST":
+        return error(fmt, 405, f"method {request.method} is not allowed here: use POST {fmt.path}")
+    body, problem = parse(request)
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    looked = await in_thread(look_up, presented_token(request), body, fmt, headers)
+    if looked.token is None:
+        return error(fmt, 401, "a valid agentops API token is required as the API key (Authorization: Bearer <token> or x-api-key: <token>)")
+    if problem is not None or body is None:
+        status, message, field = problem or (400, "body: missing", "body")
+        return error(fmt, status, message, extra={"param": field})
+    agent = looked.agent
+    if agent is None:
+        return error(fmt, 404, f"model: no agent named {bound_text(body['model'], 200)!r}", extra={"param": "model"})
+    call = looked.call
+    if call is None:
+        right = FORMATS.get(agent.provider.kind)
+        where = f"send it to POST {right.path}" if right else "no drop-in endpoint serves it"
+        label = right.label if right else agent.provider.kind
+        return error(fmt, 400, f"model: agent {agent.name!r} speaks the {label} format, not {fmt.label}: {where}", extra={"param": "model"})
+    deferred = looked.deferred
+    if deferred is not None:
+        remaining = deferred.retry_after_ms if deferred.retry_after_ms is not None else math.inf
+        return error(fmt, 429, deferred.message, extra=deferred.data(), headers=wait_headers(remaining))
+    call.start()
+    try:
+        streaming, seen = await opening(call)
+    except asyncio.CancelledError:
+        call.abort()  # the client went away before the answer: the call ends, recorded as aborted
+        raise
+    if streaming:
+        return StreamingHttpResponse(relay(call, fmt, seen), content_type="text/event-stream; charset=utf-8", headers=STREAM_HEADERS)
+    wire = next((item for item in reversed(seen) if item[0] in ("body", "error_body")), None)
+    return answer(fmt, seen[-1][1], wire)
+
+
+async def opening(call: DropinCall) -> tuple[bool, list[tuple[str, Any]]]:
+    """Whether to answer with a stream, and what the call said so far (through its end, when
+    not). A streamed call's answer starts once the provider's does (2xx headers), or once the
+    client has waited ``AGENTOPS_DROPIN_KEEPALIVE_MS``: from then on it gets keepalives, and a
+    failure comes as an error event. Any other answer is whole, once the call has ended."""
+    seen: list[tuple[str, Any]] = []
+    started = asyncio.get_running_loop().time() + settings.AGENTOPS_DROPIN_KEEPALIVE_MS / 1000 if call.streamed else None
+    try:
+        async with asyncio.timeout_at(started):
+            while not seen or seen[-1][0] != "end":
+                seen.append(await call.queue.get())
+                kind, value = seen[-1]
+                if call.streamed and (kind == "sse" or (kind == "headers" and 200 <= value < 300)):
+                    return True, seen
+    except TimeoutError:
+        return True, seen
+    return False, seen
+
+
+def answer(fmt: Format, result: CallResult | None, wire: tuple[str, Any] | None) -> HttpResponse:
+    """The whole response of a call that sent no stream: the provider's body as it came, its
+    error passed through, or the format's error for a cut or a failure of its own."""
+    if result is None:
+        return error(fmt, 503, "the call could not be made or recorded (the database is unavailable)")
+    if result.outcome == "completed" and wire is not None and wire[0] == "body":
+        return HttpResponse(untrusted_json_text(wire[1].decode("utf-8", "replace")), status=200, content_type="application/json")
+    if wire is not None and wire[0] == "error_body":
+        status, headers, data = wire[1]
+        kept = {name: headers[name] for name in PASSED_HEADERS if name in headers}
+        stated = result.error.retry_after_ms if result.error is not None else None
+        if stated is not None:  # as the SDK reads it, whichever form the provider or gateway used
+            kept.update(wait_headers(stated))
+        relayed = _json_passed(data, headers.get("content-type", "")) if len(data) <= PASSTHROUGH_CAP else None
+        if relayed is not None:
+            return HttpResponse(relayed, status=status, content_type="application/json", headers=kept)
+        # Not JSON (a gateway's HTML page), or too large to pass: the format's own error,
+        # whose message is the provider's text, bounded.
+        message = result.error.message if result.error else f"HTTP {status}"
+        return error(fmt, status, message, headers=kept)
+    failure = result.error
+    message = failure.message if failure else "the call did not complete"
+    if result.outcome == "cut" and result.bound is not None:
+        return error(fmt, 504, message, code=result.bound.value, extra={"bound": result.bound.value})
+    return error(fmt, 502, message, extra={"provider_error": failure.as_dict() if failure else None})
+
+
+def _json_passed(data: bytes, content_type: str) -> str | None:
+    """A provider's error body as it is passed on, made safe; None when it is not JSON."""
+    if "json" not in content_type.lower():
+        return None
+    text = data.decode("utf-8", "replace")
+    try:
+        untrusted_json(text)
+    except ValueError:
+        return None
+    return untrusted_json_text(text)
+
+
+def _relayed(event: SseEvent) -> bytes:
+    """One of the provider's events as it goes on to the client, its data made safe."""
+    return sse_bytes(event if event.comment else SseEvent(event.event, untrusted_json_text(event.data)))
+
+
+# The provider's answers after which the stream gets an error event of ours: its own error
+# frames are relayed as they came, but not these.
+REFUSED_CODES = frozenset({"bad_status", "bad_response", "response_too_large", "line_too_long"})
+
+
+async def relay(call: DropinCall, fmt: Format, seen: list[tuple[str, Any]]) -> AsyncIterator[bytes]:
+    """The provider's events as they arrive, and a keepalive whenever nothing else went to the
+    client for ``AGENTOPS_DROPIN_KEEPALIVE_MS`` (clients and load balancers cut quiet streams;
+    a keepalive is the client's, never progress for the call's own bounds). Then, for a cut, a
+    stream that broke off, an answer refused or an error answer that came after the stream
+    started, one error event in the format's shape."""
+    ended = False
+    every_s = settings.AGENTOPS_DROPIN_KEEPALIVE_MS / 1000
+    errored = False  # the provider answered an error status after the stream had started
+    try:
+        if not any(kind == "headers" for kind, _ in seen):
+            yield fmt.keepalive()  # the provider has not answered yet: the client hears at once
+        for kind, value in seen:
+            if kind == "sse":
+                yield _relayed(value)
+            errored = errored or kind == "error_body"
+        while True:
+            try:
+                async with asyncio.timeout(every_s):
+                    kind, value = await call.queue.get()
+            except TimeoutError:
+                yield fmt.keepalive()
+                continue
+            if kind == "sse":
+                yield _relayed(value)
+            errored = errored or kind == "error_body"
+            if kind != "end":
+                continue
+            ended = True
+            result: CallResult | None = value
+            failure = result.error if result is not None else None
+            if result is None:
+                yield fmt.stream_error("the call could not be recorded (the database is unavailable)", code="unavailable")
+            elif result.outcome == "cut" and result.bound is not None and failure is not None:
+                yield fmt.stream_error(failure.message, code=result.bound.value)
+            elif failure is not None and (errored or failure.type == "network" or failure.provider_code in REFUSED_CODES):
+                yield fmt.stream_error(failure.message, code=failure.type if errored else failure.provider_code or failure.type)
+            return
+    finally:
+        if not ended:
+            call.abort()  # the client went away: the call ends, recorded as aborted

@@ -1,0 +1,60 @@
+"""A provider down (DESIGN §15): calls that all fail with network, TLS, auth or 5xx errors for
+``AGENTOPS_PROVIDER_DOWN_AFTER_MS`` raise one ``provider-down`` alert per episode (the row, the
+dashboard's snapshot), and the first completed call ends the episode and says so."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from django.test import Client, override_settings
+
+from agentops.models import Alert, Provider
+from interfaces.dashboard import dashboard_snapshot
+from tests.factories import AgentFactory
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+REFUSED = "http://127.0.0.1:1/v1"  # nothing listens: every call is a network error
+
+
+def complete(api: Client, agent: str) -> int:
+    body = {"messages": [{"participant": "alice", "content": "hi"}]}
+    return api.post(f"/api/v1/agents/{agent}/complete", data=json.dumps(body), content_type="application/json").status_code
+
+
+@override_settings(AGENTOPS_PROVIDER_DOWN_AFTER_MS=300)
+def test_a_provider_that_only_fails_raises_one_alert_per_episode_and_its_first_success_ends_it(api: Client, standin: str) -> None:
+    provider = Provider.objects.create(name="flaky", kind="openai", base_url=REFUSED)
+    agent = AgentFactory.create(provider=provider, model="answer")
+    assert complete(api, agent.name) == 502
+    assert not Alert.objects.filter(kind="provider-down").exists()  # one failure is no episode yet
+    time.sleep(0.35)  # the episode outlasts the setting
+    assert complete(api, agent.name) == 502
+    (down,) = Alert.objects.filter(kind="provider-down")
+    assert (down.agent, down.model) == ("provider:flaky", "*") and "every call for" in down.message and "network" in down.message
+    assert down.data["provider"] == "flaky"
+    assert complete(api, agent.name) == 502
+    assert Alert.objects.filter(kind="provider-down").count() == 1  # one per episode
+    assert [p["provider"] for p in dashboard_snapshot(now_ms=time.time() * 1000)["providers_down"]] == ["flaky"]
+
+    Provider.objects.filter(pk=provider.pk).update(base_url=f"{standin}/v1")
+    assert complete(api, agent.name) == 200
+    (up,) = Alert.objects.filter(kind="provider-up")
+    assert "answers again" in up.message
+    provider.refresh_from_db()
+    assert provider.failing_since is None and provider.down_alerted_at is None
+    assert dashboard_snapshot(now_ms=time.time() * 1000)["providers_down"] == []
+
+
+@override_settings(AGENTOPS_PROVIDER_DOWN_AFTER_MS=1)
+@pytest.mark.parametrize("model", ["error:status=429", "error:status=400", "refuse"])
+def test_answers_that_say_the_provider_is_up_start_no_episode(api: Client, standin: str, model: str, make_agent: Any) -> None:
+    agent = make_agent(model=model)
+    for _ in range(2):
+        complete(api, agent.name)
+        time.sleep(0.01)
+    assert not Alert.objects.filter(kind="provider-down").exists()
+    assert Provider.objects.get(pk=agent.provider_id).failing_since is None

@@ -1,0 +1,127 @@
+"""Auxiliary completions (API.md ``POST /agents/{name}/complete``, DESIGN §6.6).
+
+An auxiliary call to a held model is refused without a call: a retryable ``rate_limit``
+carrying the remaining wait and ``provider_admission: "deferred"``, so a pacing caller does not
+count it as a failed call. A wait the provider states here is recorded and holds the agent's
+primary turns too.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from agentops import telemetry
+from agentops.exceptions import CallTimedOut, ProviderFailed, RateLimited
+from agentops.models import Agent
+from calls.adapters import build_wire
+from calls.client import CallResult, perform_call
+from calls.config import bounds_settings
+from calls.events import dashboard_call_ended
+from calls.health import provider_health_note
+from calls.records import call_create, ms_to_dt
+from calls.run import call_deferred, provider_vetted
+from calls.tracing import attempt_traced
+from calls.types import CompiledRequest, Message
+from inference.models import InferenceCall
+from turns.on_loop import in_thread
+from waits.admission import admission_check, remaining_ms
+from waits.services import wait_record
+
+
+@dataclass(frozen=True)
+class AuxMessage:
+    participant: str
+    content: str
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """An auxiliary call's model is held: no call was made."""
+
+    message: str
+    retry_after_ms: int | None
+    until: datetime | None
+
+    def data(self) -> dict[str, Any]:
+        """The 429's fields, the API's and the drop-in endpoints' alike (the instant rendered
+        as every instant of the response is)."""
+        return {"retryable": True, "provider_admission": "deferred", "retry_after_ms": self.retry_after_ms, "until": self.until}
+
+
+def auxiliary_admit(*, agent: Agent, model: str, max_tokens: int | None) -> Deferred | None:
+    """None when an auxiliary call may go out; else the hold, its ``deferred`` row written.
+    Reads the database: call it in a thread."""
+    now_ms = time.time() * 1000
+    hold = admission_check(agent=agent, model=model, now_ms=now_ms)
+    if hold is None:
+        return None
+    call_deferred(agent=agent, kind=InferenceCall.Kind.AUXILIARY, model=model, max_tokens=max_tokens)
+    return Deferred(
+        message=f"{agent.name} / {hold.model} is held by a provider wait ({hold.reason}); no call was made",
+        retry_after_ms=remaining_ms(hold, now_ms),
+        until=ms_to_dt(hold.until_ms),
+    )
+
+
+def _admit(agent: Agent, model: str, max_tokens: int | None) -> None:
+    """Raises RateLimited (deferred, with its ``deferred`` row written) when the model is held."""
+    deferred = auxiliary_admit(agent=agent, model=model, max_tokens=max_tokens)
+    if deferred is not None:
+        raise RateLimited(deferred.message, data=deferred.data())
+
+
+def _request(agent: Agent, messages: list[AuxMessage], model: str, max_tokens: int | None) -> CompiledRequest:
+    return CompiledRequest(
+        model=model, system=agent.system, max_tokens=max_tokens or agent.max_tokens, stream=False,
+        messages=[Message(role="user", blocks=[{"type": "text", "text": f"{m.participant}: {m.content}"}]) for m in messages],
+    )
+
+
+async def auxiliary_complete_on_loop(*, agent: Agent, messages: list[AuxMessage], model: str | None, max_tokens: int | None) -> dict[str, Any]:
+    """Make one non-streamed auxiliary call, for an async view: the call runs on the request's
+    own event loop, and no database connection is held while it does. Returns ``{content,
+    stop_reason, call}`` (``call`` the recorded row); raises RateLimited (deferred or
+    refused), CallTimedOut, ProviderFailed. The row is written once, with the
+    outcome (so an auxiliary call made here is not among the dashboard's calls in flight; it
+    shows as it ends)."""
+    model = model or agent.model
+    await in_thread(_admit, agent, model, max_tokens)
+    request = _request(agent, messages, model, max_tokens)
+    adapter, wire = build_wire(agent.provider, request)
+    wire, refused = await in_thread(provider_vetted, agent, wire)
+    result = refused or await perform_call(
+        adapter=adapter, wire=wire, streamed=False, max_tokens=request.max_tokens, bounds=bounds_settings(),
+    )
+    return await in_thread(_record_once, agent, request, result)
+
+
+def _record_once(agent: Agent, request: CompiledRequest, result: CallResult) -> dict[str, Any]:
+    call = call_create(
+        result, agent=agent, kind=InferenceCall.Kind.AUXILIARY, model=request.model, streamed=False, max_tokens=request.max_tokens,
+    )
+    dashboard_call_ended(call=call, agent=agent.name, result=result)
+    provider_health_note(provider=agent.provider, result=result)
+    if telemetry.enabled:  # under the request's server span (this thread runs in its context)
+        attempt_traced(agent=agent, call=call, result=result)
+    return _outcome(agent, request.model, call, result)
+
+
+def _outcome(agent: Agent, model: str, call: InferenceCall, result: CallResult) -> dict[str, Any]:
+    """The completion, or the error it raises (a stated wait recorded first)."""
+    if result.outcome == "completed" and result.output is not None:
+        return {"content": result.output.text, "stop_reason": result.output.stop_reason, "call": call}
+    error = result.error
+    assert error is not None
+    if result.outcome == "cut":
+        raise CallTimedOut(error.message, data={"bound": error.bound, "call": call.pk})
+    if error.retry_after_ms is not None:
+        recorded = wait_record(agent=agent, model=model, retry_after_ms=error.retry_after_ms,
+                               reason=f"{error.type} (HTTP {error.http_status}): {error.message[:300]}", now_ms=time.time() * 1000)
+        wait = error.retry_after_ms if math.isfinite(error.retry_after_ms) else None
+        raise RateLimited(error.message, data={"retryable": error.retryable, "provider_admission": "refused",
+                                              "retry_after_ms": wait, "recorded": recorded.binding, "call": call.pk})
+    raise ProviderFailed(error.message, data={**error.as_dict(), "call": call.pk})

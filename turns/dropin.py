@@ -1,0 +1,171 @@
+"""Drop-in calls (DESIGN §14): a client's own request body, in its provider's wire format, sent
+to an agent's provider as an auxiliary call (DESIGN §6.6).
+
+Admission first: a held model is refused without a call (a ``deferred`` row). Then the body
+goes out with only ``model`` replaced (and the agent's ``max_tokens`` when the request sets
+none), on the request's own event loop, read under the progress bounds like every call; each
+event is handed to the caller as it arrives (``DropinCall.queue``) so it can relay it. When the
+call ends its row gets its timeline and usage, and a wait the provider stated is recorded for
+(agent, model) and holds the agent's turns too. The agent's history is not touched.
+
+No database connection is held while the provider is waited on: each piece of bookkeeping runs
+in a thread and gives its connection back when it is done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from agentops import telemetry
+from agentops.models import Agent
+from calls.adapters import build_wire
+from calls.client import CallResult, perform_call
+from calls.config import bounds_settings
+from calls.events import dashboard_call_ended, dashboard_call_started
+from calls.health import provider_health_note
+from calls.records import call_create, call_record
+from calls.run import provider_vetted
+from calls.tracing import attempt_traced
+from calls.types import CompiledRequest
+from inference.models import InferenceCall
+from turns.auxiliary import Deferred, auxiliary_admit
+from turns.on_loop import in_thread
+from waits.services import wait_record
+
+# The field that bounds a reply's length in each wire format's request.
+MAX_TOKENS_FIELD = {"openai": "max_tokens", "anthropic": "max_tokens", "openai-responses": "max_output_tokens"}
+# Request headers of the client's that go on to the provider (the Anthropic SDK's version and
+# betas; everything else, its key above all, stays here).
+FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
+
+def request_max_tokens(kind: str, body: dict[str, Any]) -> int | None:
+    for field in (MAX_TOKENS_FIELD[kind], "max_completion_tokens"):
+        value = body.get(field)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+class DropinCall:
+    """One drop-in call. ``admit()`` (in a thread), then ``start()`` (on the loop); read
+    ``queue`` until ``("end", result)``: before it come ``("headers", status)``, ``("sse",
+    event)``, ``("body", bytes)`` and ``("error_body", (status, headers, bytes))`` as the
+    provider sent them.
+
+    A streamed call's row is written before it is sent (the dashboard shows it in flight) and
+    completed when it ends; a call that is not streamed has its row written once, when it
+    ends, with its outcome."""
+
+    def __init__(self, *, agent: Agent, body: dict[str, Any], headers: dict[str, str]) -> None:
+        kind = agent.provider.kind
+        self.agent = agent
+        self.streamed = body.get("stream") is True
+        self.max_tokens = request_max_tokens(kind, body) or agent.max_tokens
+        self.body = {**body, "model": agent.model}
+        if self.max_tokens and not request_max_tokens(kind, body):
+            self.body[MAX_TOKENS_FIELD[kind]] = self.max_tokens
+        self.headers = {k: v for k, v in headers.items() if k in FORWARDED_HEADERS}
+        self.queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        self.call: InferenceCall | None = None
+        self.result: CallResult | None = None
+        self._aborts: list[Callable[[], None]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def admit(self) -> Deferred | None:
+        """None when the call may go out; else the hold (its ``deferred`` row is written).
+        Reads the database: call it in a thread."""
+        return auxiliary_admit(agent=self.agent, model=self.agent.model, max_tokens=self.max_tokens)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def abort(self) -> None:
+        """End the call (the client went away): it is recorded as ``aborted``."""
+        for abort in self._aborts:
+            abort()
+
+    async def _run(self) -> None:
+        try:
+            if self.streamed:
+                self.call = await in_thread(self._row)
+                self.result = await self._perform()
+                await in_thread(self._record, self.call, self.result)
+            else:
+                self.result = await self._perform()
+                self.call = await in_thread(self._record_once, self.result)
+        finally:
+            self.queue.put_nowait(("end", self.result))
+
+    def _record_once(self, result: CallResult) -> InferenceCall:
+        call = call_create(
+            result, agent=self.agent, kind=InferenceCall.Kind.AUXILIARY, model=self.agent.model, streamed=False,
+            max_tokens=self.max_tokens,
+        )
+        self._after(call, result)
+        return call
+
+    def _row(self) -> InferenceCall:
+        call = InferenceCall.objects.create(
+            agent=self.agent, kind=InferenceCall.Kind.AUXILIARY, model=self.agent.model, streamed=self.streamed,
+            max_tokens=self.max_tokens, sent_at=timezone.now(),
+        )
+        dashboard_call_started(call=call, agent=self.agent.name)
+        return call
+
+    async def _perform(self) -> CallResult:
+        # The adapter's URL and headers (the provider's key), with the client's own body.
+        request = CompiledRequest(model=self.agent.model, system="", messages=[], max_tokens=self.max_tokens, stream=self.streamed)
+        adapter, wire = build_wire(self.agent.provider, request)
+        wire, refused = await in_thread(provider_vetted, self.agent, wire)
+        if refused is not None:
+            return refused
+        wire.body = self.body
+        wire.headers = {**wire.headers, **self.headers}
+
+        async def on_wire(kind: str, value: Any) -> None:
+            self.queue.put_nowait((kind, value))
+
+        return await perform_call(
+            adapter=adapter, wire=wire, streamed=self.streamed, max_tokens=self.max_tokens, bounds=bounds_settings(),
+            on_abortable=self._aborts.append, on_wire=on_wire,
+        )
+
+    def _record(self, call: InferenceCall, result: CallResult) -> None:
+        call_record(call, result)
+        self._after(call, result)
+
+    def _after(self, call: InferenceCall, result: CallResult) -> None:
+        """A stated wait recorded for (agent, model); the dashboard told the call ended."""
+        error = result.error
+        if error is not None and error.retry_after_ms is not None:
+            model = self.agent.model
+            wait_record(
+                agent=self.agent, model=model, retry_after_ms=error.retry_after_ms,
+                reason=f"{error.type} (HTTP {error.http_status}): {error.message[:300]}", now_ms=time.time() * 1000,
+            )
+        dashboard_call_ended(call=call, agent=self.agent.name, result=result)
+        provider_health_note(provider=self.agent.provider, result=result)
+        if telemetry.enabled:  # under the request's server span (this thread runs in its context)
+            attempt_traced(agent=self.agent, call=call, result=result)
+
+
+def wait_headers(wait_ms: float) -> dict[str, str]:
+    """What a 429 of the drop-in endpoints tells the client's SDK of a wait (``wait_ms``: the
+    remaining or stated wait; NaN or infinite: until released): ``retry-after`` (whole
+    seconds, rounded up) and ``retry-after-ms`` for a finite wait, which the SDKs' backoff
+    honours; and ``x-should-retry: false`` past ``AGENTOPS_DROPIN_CLIENT_RETRY_MAX_MS``, which
+    both official SDKs obey before they look at the wait, so none sleeps through hours."""
+    headers: dict[str, str] = {}
+    finite = math.isfinite(wait_ms)
+    if finite:
+        headers = {"retry-after": str(max(0, math.ceil(wait_ms / 1000))), "retry-after-ms": str(max(0, math.ceil(wait_ms)))}
+    if not finite or wait_ms > settings.AGENTOPS_DROPIN_CLIENT_RETRY_MAX_MS:
+        headers["x-should-retry"] = "false"
+    return headers

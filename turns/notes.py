@@ -1,0 +1,23 @@
+"""The ``[inference-failed]`` note written into an agent's history (DESIGN §5.8)."""
+
+from __future__ import annotations
+
+from agentops.text import NOTE_TEXT_LIMIT, bound_text
+from calls.types import ProviderError
+
+CLOSING = "If a reply is still owed from that turn, you can give it now."
+TIMED_OUT_AGAIN = "The call was made again, and it timed out again."
+
+
+def failure_note_text(error: ProviderError, *, timed_out_again: bool = False) -> str:
+    reason = bound_text(error.message, NOTE_TEXT_LIMIT)
+    if error.type == "timeout":
+        parts = [f"[inference-failed] The model call timed out: {reason}."]
+        if timed_out_again:
+            parts.append(TIMED_OUT_AGAIN)
+        parts.append(CLOSING)
+        return " ".join(parts)
+    if error.provider_code == "answer_unstorable":
+        return f"[inference-failed] The model answered, but its answer could not be stored: {reason}. {CLOSING}"
+    cause = error.type if error.http_status is None else f"{error.type}, HTTP {error.http_status}"
+    return f"[inference-failed] The model call failed ({cause}): {reason}. {CLOSING}"

@@ -1,0 +1,452 @@
+"""Turn writes (DESIGN §5.1): every change of a turn's status goes through this module.
+
+``TRANSITIONS`` lists the moves a turn may make; each service below makes one of them with a
+conditional update (or under the row's lock), so a turn that moved meanwhile (cancelled while
+its call was out, claimed by another drain) is left as it is and the service says so. The API
+submits, answers tool calls and cancels; the drain claims, holds, hands back, completes,
+re-arms and fails; the breaker's retry after a shed queues a new turn.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import cache
+from types import SimpleNamespace
+from typing import Any, Final
+
+import redis
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from agentops import rows, telemetry
+from agentops.alerts import alert_raise
+from agentops.cancels import abort_signal
+from agentops.exceptions import BadRequest, Conflict, NotFound
+from agentops.failures import failures_log_write
+from agentops.live import broadcast_turn_event
+from agentops.models import Agent, AuditEntry, HistoryRow
+from agentops.services import history_append
+from agentops.text import bound_text
+from breaker.services import breaker_note_success, breaker_probe_withdraw
+from calls.records import UNSTORABLE
+from calls.types import CallOutput, ProviderError
+from inference.models import InferenceCall, Turn
+from turns.notes import failure_note_text
+from turns.queue import enqueue_drain, schedule_drain
+from turns.tracing import turn_event, turn_link, turn_trace_begin, turn_trace_end
+
+logger = logging.getLogger(__name__)
+
+Status = Turn.Status
+# The most messages one turn carries, joined ones included (API.md, Turns: 409 past it).
+TURN_MESSAGES_LIMIT: Final = 100
+
+# The moves a turn may make: from each status, the statuses it may go to. An ended turn
+# (succeeded, failed, exhausted, cancelled) never moves again.
+TRANSITIONS: Final[dict[str, frozenset[str]]] = {
+    # A drain claims it.
+    Status.QUEUED: frozenset({Status.RUNNING, Status.CANCELLED}),
+    # A drain claims it again once its wait is over or released; the admission check keeps it held.
+    Status.HELD: frozenset({Status.RUNNING, Status.HELD, Status.CANCELLED}),
+    # Claimed again (a dead worker's turn resumes), held by a wait, handed back or re-armed,
+    # waiting for tool results, or ended.
+    Status.RUNNING: frozenset({
+        Status.RUNNING, Status.HELD, Status.QUEUED, Status.REQUIRES_ACTION,
+        Status.SUCCEEDED, Status.FAILED, Status.EXHAUSTED, Status.CANCELLED,
+    }),
+    # The client's tool results queue its next round.
+    Status.REQUIRES_ACTION: frozenset({Status.QUEUED, Status.CANCELLED}),
+}
+
+
+def sources(to: str, *, among: Iterable[str] | None = None) -> list[str]:
+    """The statuses a turn may move to ``to`` from (``among`` narrows them for one service).
+    Raises ValueError for a move the table does not allow: a service asking for one is a bug."""
+    allowed = [status for status, targets in TRANSITIONS.items() if to in targets]
+    if among is None:
+        return allowed
+    wanted = list(among)
+    if not set(wanted) <= set(allowed):
+        raise ValueError(f"a turn may not move from {sorted(set(wanted) - set(allowed))} to {to}")
+    return wanted
+
+
+def _move(turn_id: int, to: str, *, among: Iterable[str] | None = None, **fields: Any) -> bool:
+    """Move the turn to ``to`` if it is in one of ``sources(to, among=among)``; True if it moved."""
+    return bool(Turn.objects.filter(pk=turn_id, status__in=sources(to, among=among)).update(status=to, **fields))
+
+
+def _may_move(turn: Turn, to: str) -> bool:
+    """For a turn row locked with ``select_for_update``: whether it may move to ``to`` now."""
+    return turn.status in sources(to)
+
+
+def _announce(turn_id: int, status: str, **extra: Any) -> None:
+    broadcast_turn_event(turn_id, {"type": "turn.status", "turn": turn_id, "status": status, **extra})
+    if status in Turn.ENDED:
+        broadcast_turn_event(turn_id, {"type": "turn.ended", "turn": turn_id, "status": status})
+
+
+def cancel_key(turn: Turn) -> str:
+    """A Redis key a running call watches: set when its turn is cancelled. It names the turn's
+    creation instant too, so a key left from a database that was since reset matches nothing."""
+    return f"agentops:turn-cancel:{turn.pk}:{turn.created_at.timestamp():.6f}"
+
+
+def _signal_cancel(turn: Turn) -> None:
+    try:
+        abort_signal(settings.REDIS_URL, cancel_key(turn))
+    except redis.RedisError:
+        # The drain also re-reads the turn's status after the call; this only speeds it up.
+        logger.warning("turn %s: could not signal the cancel to its running call", turn.pk, exc_info=True)
+
+
+# --- the API's writes ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IncomingMessage:
+    participant: str
+    content: Any
+
+
+def turn_submit(*, agent_id: int, messages: list[IncomingMessage]) -> tuple[Turn, bool]:
+    """Store the messages as presented rows and queue a turn, or join the agent's queued or
+    held turn. Returns (turn, joined)."""
+    sql = _submit_sql()
+    with transaction.atomic():
+        agents = rows.instances(sql.agent, [agent_id], Agent)
+        if not agents:
+            raise NotFound("agent not found")
+        agent = agents[0]
+        joinable = rows.instances(sql.joinable, [agent_id, [str(s) for s in Turn.JOINABLE]], Turn)
+        turn = joinable[0] if joinable else None
+        joined = turn is not None
+        if turn is not None:
+            # A turn's prompt grows with every join: at most TURN_MESSAGES_LIMIT in all.
+            held = turn.trigger_rows.count()
+            if held + len(messages) > TURN_MESSAGES_LIMIT:
+                raise Conflict(
+                    f"messages: turn {turn.pk} already has {held} message(s); joining {len(messages)} more would pass "
+                    f"the limit of {TURN_MESSAGES_LIMIT} per turn (wait for it to start, then submit a new turn)",
+                    data={"field": "messages", "turn": turn.pk, "count": held, "adding": len(messages), "limit": TURN_MESSAGES_LIMIT},
+                )
+        added = [
+            history_append(agent=agent, participant=m.participant, role=HistoryRow.Role.USER, content=m.content)
+            for m in messages
+        ]
+        if turn is None:
+            turn = rows.insert(Turn(agent=agent, status=Status.QUEUED, trace_context=turn_trace_begin(agent)))
+            _announce(turn.pk, turn.status)
+        elif telemetry.enabled:
+            Turn.objects.filter(pk=turn.pk).update(**turn_link())  # the joining request, linked from the turn's span
+        with connection.cursor() as cursor:
+            cursor.executemany(sql.trigger, [(turn.pk, row.pk) for row in added])
+        if turn.status == Status.QUEUED:
+            enqueue_drain(agent.pk)
+    return turn, joined
+
+
+@cache
+def _submit_sql() -> SimpleNamespace:
+    """``turn_submit``'s statements, hand-written (``agentops.rows``): every submit makes them."""
+    through = Turn.trigger_rows.through._meta
+    turn_column, row_column = (through.get_field(name).column for name in ("turn", "historyrow"))  # type: ignore[union-attr]
+    return SimpleNamespace(
+        agent=f"SELECT {rows.columns(Agent, 'a')} FROM {Agent._meta.db_table} a WHERE a.id = %s AND a.disposed_at IS NULL FOR UPDATE",
+        joinable=f"SELECT {rows.columns(Turn, 't')} FROM {Turn._meta.db_table} t WHERE t.agent_id = %s AND t.status = ANY(%s) ORDER BY t.id LIMIT 1",
+        # As ``trigger_rows.add``: a row already there is left as it is.
+        trigger=f"INSERT INTO {through.db_table} ({turn_column}, {row_column}) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+    )
+
+
+def turn_tool_results(*, turn_id: int, results: list[dict[str, Any]]) -> Turn:
+    """Store tool results for a turn in ``requires_action`` and queue its next round.
+
+    Every pending tool call must get exactly one result."""
+    with transaction.atomic():
+        turn = Turn.objects.select_for_update().select_related("agent").filter(pk=turn_id).first()
+        if turn is None:
+            raise NotFound("turn not found")
+        if turn.status != Status.REQUIRES_ACTION:
+            raise Conflict(f"turn {turn_id} is {turn.status}, not requires_action")
+        pending = [c["id"] for c in turn.pending_tool_calls]
+        given = [r["tool_call_id"] for r in results]
+        unknown = [g for g in given if g not in pending]
+        if unknown:
+            raise BadRequest(f"results.tool_call_id: {unknown[0]!r} is not a pending tool call of this turn", data={"field": "results.tool_call_id"})
+        if len(set(given)) != len(given):
+            raise BadRequest("results.tool_call_id: each tool call takes one result", data={"field": "results.tool_call_id"})
+        missing = [p for p in pending if p not in given]
+        if missing:
+            raise BadRequest(f"results: missing a result for tool call {missing[0]!r}", data={"field": "results"})
+        agent = Agent.objects.select_for_update().get(pk=turn.agent_id)
+        blocks = [{"type": "tool_result", "tool_call_id": r["tool_call_id"], "content": r["content"]} for r in results]
+        row = history_append(agent=agent, participant="tool", role=HistoryRow.Role.TOOL, content=blocks)
+        turn.trigger_rows.add(row)
+        _move(turn.pk, Status.QUEUED, among=[Status.REQUIRES_ACTION], pending_tool_calls=[], **turn_link())  # locked: it moves
+        turn.status, turn.pending_tool_calls = Status.QUEUED, []
+        _announce(turn.pk, turn.status)
+        enqueue_drain(agent.pk)
+    return turn
+
+
+def turn_cancel(*, turn_id: int) -> Turn:
+    """Cancel an open turn. A running call notices within a fraction of a second and is
+    aborted; a cancel is never turned into a retry. Cancelling an ended turn is a 409."""
+    now = timezone.now()
+    with transaction.atomic():
+        turn = Turn.objects.select_for_update().filter(pk=turn_id).first()
+        if turn is None:
+            raise NotFound("turn not found")
+        if not _may_move(turn, Status.CANCELLED):
+            raise Conflict(f"turn {turn_id} already ended ({turn.status})")
+        _move(turn.pk, Status.CANCELLED, ended_at=now)  # locked: it moves
+        turn.status, turn.ended_at = Status.CANCELLED, now
+        _announce(turn.pk, turn.status)
+        turn_trace_end(turn, status=Status.CANCELLED)
+        transaction.on_commit(lambda: _signal_cancel(turn))
+        # The agent's next queued turn may now run.
+        enqueue_drain(turn.agent_id)
+    return turn
+
+
+def agent_dispose(*, agent: Agent, actor: str) -> None:
+    """Dispose a conversation or ephemeral agent: it takes no more turns and its open turns
+    are cancelled. Its rows stay (history is never deleted) and so does its name."""
+    if agent.kind == Agent.Kind.RESIDENT:
+        raise Conflict("a resident agent cannot be disposed; only conversation and ephemeral agents can")
+    now = timezone.now()
+    with transaction.atomic():
+        if not Agent.objects.filter(pk=agent.pk, disposed_at__isnull=True).update(disposed_at=now):
+            raise NotFound(f"no agent named {agent.name!r}")
+        open_turns = list(Turn.objects.filter(agent=agent, status__in=Turn.OPEN))
+        Turn.objects.filter(pk__in=[t.pk for t in open_turns], status__in=sources(Status.CANCELLED)).update(
+            status=Status.CANCELLED, ended_at=now
+        )
+        for turn in open_turns:
+            turn_trace_end(turn, agent=agent, status=Status.CANCELLED)
+        AuditEntry.objects.create(actor=actor, action="agent.dispose", target=f"agent:{agent.name}")
+        # A probe still out is withdrawn (DESIGN §7.3): its answer is set aside and its call aborted.
+        breaker_probe_withdraw(agent=agent, reason="the agent was removed while it was out")
+    for turn in open_turns:
+        _signal_cancel(turn)
+
+
+# --- the drain's moves -----------------------------------------------------------------------
+
+
+# ``_move`` to running for ``turn_claim``, hand-written: it runs once per turn on the worker's
+# hot path, where the ORM's query building costs more CPU than the statement.
+_CLAIM_SQL = f"""
+UPDATE {Turn._meta.db_table}
+SET status = %s, claimed_by = %s, started_at = COALESCE(started_at, %s), attempts = attempts + 1,
+    hold_until = NULL, hold_reason = ''
+WHERE id = %s AND status = ANY(%s)
+"""
+
+
+def turn_claim(*, turn_id: int, owner: str, now: datetime) -> bool:
+    """Claim a queued, held or running (left by a dead worker) turn for the drain holding the
+    agent's lease: it runs now. False if it is no longer open."""
+    with connection.cursor() as cursor:
+        cursor.execute(_CLAIM_SQL, [Status.RUNNING.value, owner, now, turn_id, [str(s) for s in sources(Status.RUNNING)]])
+        claimed = cursor.rowcount == 1
+    if claimed:
+        _announce(turn_id, Status.RUNNING)
+    return claimed
+
+
+def turn_hold(*, turn: Turn, until: datetime | None, reason: str) -> bool:
+    """Hold a running or held turn by a provider wait until ``until`` (None: until released);
+    no failure is counted and no note written (DESIGN §6.6). False if it moved meanwhile."""
+    # A held turn held again at its re-check is the same hold: its span has the event already.
+    event = {} if turn.status == Status.HELD else turn_event(
+        "agentops.turn.held", {"agentops.hold.until": until.isoformat() if until else "released", "agentops.hold.reason": telemetry.bounded(reason)},
+    )
+    held = _move(turn.pk, Status.HELD, hold_until=until, hold_reason=reason, **event)
+    if held and turn.status != Status.HELD:
+        # The drain claims a held turn at each re-check and holds it again: one line per hold,
+        # not one per re-check (the same end and reason is the same hold).
+        if _HOLDS_LOGGED.get(turn.pk) != (until, reason):
+            if len(_HOLDS_LOGGED) > 10_000:
+                _HOLDS_LOGGED.clear()
+            _HOLDS_LOGGED[turn.pk] = (until, reason)
+            logger.info("agent %s turn %s held until %s: %s", turn.agent.name, turn.pk, until or "released", reason)
+        _announce(turn.pk, Status.HELD, held_until=until.isoformat() if until else None)
+    return held
+
+
+_HOLDS_LOGGED: dict[int, tuple[datetime | None, str]] = {}
+
+
+def turn_hand_back(*, turn: Turn) -> bool:
+    """A worker's warm shutdown hands a running turn back without a call (DESIGN §6.10):
+    queued again for the next worker."""
+    handed = _move(turn.pk, Status.QUEUED, among=[Status.RUNNING], **turn_event("agentops.turn.handed_back", {"agentops.worker": telemetry.process_label()}))
+    if handed:
+        logger.warning("agent %s turn %s handed back: the worker is shutting down", turn.agent.name, turn.pk)
+        _announce(turn.pk, Status.QUEUED)
+        # Its pacing (``not_before``) stays on the turn: the next worker runs it no earlier.
+        not_before = Turn.objects.filter(pk=turn.pk).values_list("not_before", flat=True).first()
+        left_s = (not_before - timezone.now()).total_seconds() if not_before is not None else 0.0
+        if left_s > 0:
+            schedule_drain(turn.agent_id, left_s)
+        else:
+            enqueue_drain(turn.agent_id)
+    return handed
+
+
+def _locked_with_agent(turn_id: int) -> Turn:
+    """The turn's row and its agent's (for the history's next sequence number), locked until
+    the transaction ends, in one hand-written statement (``agentops.rows``)."""
+    found = rows.fetch(
+        f"""SELECT {rows.columns(Turn, "t")}, {rows.columns(Agent, "a")}
+        FROM {Turn._meta.db_table} t JOIN {Agent._meta.db_table} a ON a.id = t.agent_id
+        WHERE t.id = %s FOR UPDATE""",
+        [turn_id], Turn, Agent,
+    )
+    if not found:
+        raise Turn.DoesNotExist(f"turn {turn_id}")
+    locked, agent = found[0]
+    assert isinstance(locked, Turn) and isinstance(agent, Agent)
+    locked.agent = agent
+    return locked
+
+
+def turn_complete(*, turn: Turn, output: CallOutput) -> None:
+    """A completed call: store the assistant row, end the breaker's run of failures, and move
+    the turn to ``requires_action`` (tool calls handed out) or ``succeeded``."""
+    now = timezone.now()
+    with transaction.atomic():
+        locked = _locked_with_agent(turn.pk)
+        if not _may_move(locked, Status.SUCCEEDED):  # cancelled while the call was out
+            return
+        agent = locked.agent
+        history_append(agent=agent, participant=agent.participant, role=HistoryRow.Role.ASSISTANT, content=output.blocks)
+        breaker_note_success(agent=agent)
+        calls = output.tool_calls
+        locked.output = {"content": output.text, "stop_reason": output.stop_reason, "tool_calls": calls}
+        locked.rounds += 1
+        locked.error = None
+        if calls:
+            locked.status = Status.REQUIRES_ACTION
+            locked.pending_tool_calls = calls
+        else:
+            locked.status = Status.SUCCEEDED
+            locked.ended_at = now
+        rows.update(
+            Turn, turn.pk, output=locked.output, rounds=locked.rounds, error=None, status=locked.status,
+            pending_tool_calls=locked.pending_tool_calls, ended_at=locked.ended_at,
+        )
+        _announce(turn.pk, locked.status)
+        if locked.status in Turn.ENDED:
+            turn_trace_end(locked, agent=agent, status=locked.status)
+
+
+def turn_rearm(*, turn: Turn, error: ProviderError) -> bool:
+    """Queue an exhausted turn to be sent again after the next delay of the ladder (DESIGN
+    §5.7). Returns False when the ladder is spent (or the turn moved meanwhile)."""
+    ladder = settings.AGENTOPS_REARM_DELAYS_MS
+    if turn.rearms >= len(ladder):
+        return False
+    delay_ms = ladder[turn.rearms]
+    not_before = timezone.now() + timedelta(milliseconds=delay_ms)
+    rearmed = _move(
+        turn.pk, Status.QUEUED, among=[Status.RUNNING], rearms=F("rearms") + 1, not_before=not_before, waiting_reason="re-armed", error=error.as_dict(),
+        hold_reason=f"re-armed after {error.type}: sent again at {not_before:%H:%M:%S} UTC ({turn.rearms + 1} of {len(ladder)})",
+        **turn_event("agentops.turn.rearmed", {"error.type": error.type, "agentops.rearm.delay_ms": delay_ms, "agentops.rearm.count": turn.rearms + 1}),
+    )
+    if rearmed:
+        logger.warning(
+            "agent %s turn %s exhausted by %s; sending it again in %.0f s (%s of %s)",
+            turn.agent.name, turn.pk, error.type, delay_ms / 1000, turn.rearms + 1, len(ladder),
+        )
+        _announce(turn.pk, Status.QUEUED)
+        schedule_drain(turn.agent_id, delay_ms / 1000)
+    return rearmed
+
+
+def turn_fail(*, turn: Turn, error: ProviderError, status: str, timed_out_again: bool) -> bool:
+    """End a running turn in failure (``failed`` or ``exhausted``) with its note and incident.
+    False if it was no longer running (cancelled meanwhile)."""
+    now = timezone.now()
+    with transaction.atomic():
+        locked = _locked_with_agent(turn.pk)
+        if not _may_move(locked, status):  # cancelled while the call was out
+            return False
+        agent = locked.agent
+        note = history_append(
+            agent=agent, participant="agentops", role=HistoryRow.Role.SYSTEM_NOTE,
+            content=failure_note_text(error, timed_out_again=timed_out_again),
+        )
+        locked.status = status
+        locked.error = error.as_dict()
+        locked.note = note
+        locked.ended_at = now
+        locked.save(update_fields=["status", "error", "note", "ended_at"])
+        turn_trace_end(locked, agent=agent, status=status, error_type=error.bound or error.type, message=error.message)
+        logger.warning(
+            "agent %s turn %s %s: %s (%s, HTTP %s)", agent.name, turn.pk, status, error.message[:300], error.type, error.http_status,
+        )
+        # The incident record, in this transaction: a rolled-back ending leaves none. An exhausted
+        # turn is an alert (DESIGN §8: row, failures.log line, dashboard, webhooks); a failed one
+        # is only logged (its note and the breaker's streak tell the rest).
+        message = f"turn {turn.pk} {status}: {error.message}"
+        incident = {"turn": turn.pk, "rearms": locked.rearms, "error": error.as_dict()}
+        if status == Status.EXHAUSTED:
+            alert_raise(kind="turn-exhausted", agent=agent.name, model=agent.model, message=message, data=incident)
+        else:
+            agent_name, model = agent.name, agent.model
+            transaction.on_commit(lambda: failures_log_write(kind="turn-failed", agent=agent_name, model=model, message=message, **incident))
+        _announce(turn.pk, status)
+    return True
+
+
+def turn_fail_unstorable(*, turn: Turn, call_id: int, exc: BaseException) -> None:
+    """End a turn whose answer arrived but could not be stored (DESIGN §15): the database
+    refused it for what it holds, so storing it again would fail again, and calling again would
+    pay for the answer twice. The call's row says so; the turn fails with its note, or without
+    one when the note cannot be stored either."""
+    error = ProviderError(
+        type="unknown", provider_code="answer_unstorable",
+        message=bound_text(f"the model's answer arrived but could not be stored ({type(exc).__name__}: {exc}); it was not requested again"),
+    )
+    InferenceCall.objects.filter(pk=call_id).update(error=error.as_dict())
+    try:
+        with transaction.atomic():
+            turn_fail(turn=turn, error=error, status=Status.FAILED, timed_out_again=False)
+    except UNSTORABLE as note_exc:
+        logger.error("agent %s turn %s: its failure note could not be stored either (%s)", turn.agent.name, turn.pk, note_exc)
+        if _move(turn.pk, Status.FAILED, among=[Status.RUNNING], error=error.as_dict(), ended_at=timezone.now()):
+            _announce(turn.pk, Status.FAILED)
+            if telemetry.enabled:
+                turn_trace_end(Turn.objects.get(pk=turn.pk), status=Status.FAILED, error_type=error.type, message=error.message)
+
+
+# --- the breaker's retry ---------------------------------------------------------------------
+
+
+def turn_queue_retry(*, agent: Agent, set_aside: list[int] | None = None) -> None:
+    """Queue one retry after a shed (DESIGN §7.4): a new turn over the history with the newest
+    turn set aside, unless one is already queued or held (it will run over that history too).
+    ``set_aside``: the sequence numbers of the rows the shed set aside (an event of the retry's
+    span). Call inside the shed's transaction, so both commit or neither."""
+    Agent.objects.select_for_update().get(pk=agent.pk)
+    event = ("agentops.turn.set_aside", {"agentops.history.set_aside": set_aside or []})
+    waiting = Turn.objects.filter(agent=agent, status__in=Turn.JOINABLE).order_by("id").first()
+    if waiting is None:
+        # The retry's span starts under the context here: the failed turn's, or its probe's.
+        stored = turn_trace_begin(agent)
+        if stored is not None:
+            stored["events"].append(telemetry.stored_event(*event))
+        retry = Turn.objects.create(agent=agent, status=Status.QUEUED, trace_context=stored)
+        _announce(retry.pk, retry.status)
+    elif telemetry.enabled:
+        Turn.objects.filter(pk=waiting.pk).update(**turn_event(*event))
+    enqueue_drain(agent.pk)
