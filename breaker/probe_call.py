@@ -12,9 +12,10 @@ import time
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from agentops.background import background_loop
+from agentops.background import background_loop, bookkeeping
 from agentops.models import Agent, HistoryRow
-from calls.run import Holding, call_deferred, call_run_on_loop
+from calls.client import CallResult
+from calls.run import Holding, ProviderCall, Watch
 from calls.types import CompiledRequest, Message, ProviderError
 from inference.models import InferenceCall, Turn
 from waits.admission import admission_check
@@ -71,13 +72,20 @@ def probe_send(*, turn: Turn, failed: CompiledRequest, ticket: ProbeTicket, hold
     probe is aborted if it is lost while the probe is out."""
     agent = turn.agent
     if admission_check(agent=agent, model=failed.model, now_ms=time.time() * 1000) is not None:
-        deferred = call_deferred(agent=agent, kind=InferenceCall.Kind.PROBE, model=failed.model, max_tokens=failed.max_tokens, turn=turn)
+        deferred = ProviderCall.deferred(agent=agent, kind=InferenceCall.Kind.PROBE, model=failed.model, max_tokens=failed.max_tokens, turn=turn)
         return ProbeOutcome("deferred", None, deferred.pk)
-    call, result = background_loop().submit(call_run_on_loop(
-        agent=agent, request=probe_request(failed, probe_participant(agent)), kind=InferenceCall.Kind.PROBE, turn=turn,
-        abort_key=probe_abort_key(ticket.probe_id), holding=holding,
-    )).result()
+    call = ProviderCall(agent, probe_request(failed, probe_participant(agent)), InferenceCall.Kind.PROBE, turn=turn)
+    watch = Watch(abort_key=probe_abort_key(ticket.probe_id), holding=holding)
+    result = background_loop().submit(_probe_run(call, watch)).result()
     outcomes: dict[str, Literal["answered", "error", "cut", "aborted"]] = {
         "completed": "answered", "error": "error", "cut": "cut", "aborted": "aborted",
     }
-    return ProbeOutcome(outcomes[result.outcome], result.error, call.pk)
+    return ProbeOutcome(outcomes[result.outcome], result.error, call.row.pk)
+
+
+async def _probe_run(call: ProviderCall, watch: Watch) -> CallResult:
+    """The probe on the background loop: its row and its end in the bookkeeping pool."""
+    await bookkeeping(call.begin)
+    result = await call.perform(watch=watch)
+    await bookkeeping(call.end)
+    return result

@@ -14,7 +14,6 @@ from typing import Any, TypeVar
 
 from django.db import DataError, IntegrityError, connection, transaction
 
-from agentops import rows
 from agentops.text import bound_text
 from calls.bounds import BoundsSettings
 from calls.client import CallResult, Timeline
@@ -114,13 +113,3 @@ def stored(write: Callable[[dict[str, Any]], T], result: CallResult) -> T:
             return write(fields)
     except UNSTORABLE as exc:
         return write(unstorable_fields(result, exc))
-
-
-def call_record(call: InferenceCall, result: CallResult) -> None:
-    """Write the ended call's result to its row (written before the call was sent)."""
-    stored(lambda fields: rows.update(InferenceCall, call.pk, **fields), result)
-
-
-def call_create(result: CallResult, **row: Any) -> InferenceCall:
-    """The row of a call that ended before it had one (written once, with its outcome)."""
-    return stored(lambda fields: InferenceCall.objects.create(**row, **fields), result)

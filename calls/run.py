@@ -1,27 +1,31 @@
-"""Running one provider call on the process's background loop.
+"""Running one provider call: ``ProviderCall``, the one runner every path uses (a turn's call
+in ``turns.drain``, the breaker's probe in ``breaker.probe_call``, ``complete`` in
+``turns.auxiliary`` and the drop-in endpoints in ``turns.dropin``).
 
-How a turn's primary call (``turns.drain``, a coroutine on that loop) and the
-breaker's probe (``breaker.probe_call``, submitted to the loop by a thread that waits) are made. (The ``complete``
-endpoint's and the drop-in endpoints' auxiliary calls run on their request's own event loop
-instead: ``turns.auxiliary``, ``turns.dropin``.) The call's I/O (the socket,
-the stream reader, the deadline timer) is a coroutine on the process's one loop
-(``agentops.background``); its row is written in the bookkeeping pool, before the call is sent
-and after it ends, and nothing waits on a thread while it is out: a cancel, the loss of what it
-is made under (``holding``) or a warm shutdown wakes it on the loop and aborts it.
+A call has three steps, and the caller decides which thread or loop runs each: ``begin`` (in a
+thread: it may resolve DNS and write the row), ``perform`` (a coroutine: the socket, the stream
+reader, the deadline timer) and ``end`` (in a thread: the row's record and the call's end
+announced). Nothing of the caller's runs inside them: each returns what happened and the caller
+decides what follows (a stated wait recorded, an answer stored, an error raised).
+
+Its row is written in one place (``_row_write``): before the call is sent when it is shown in
+flight (``begin(in_flight=True)``: a turn's call, a probe, a streamed drop-in call), else once,
+with its outcome, when it ends; a call that a binding wait refused gets its row too
+(``ProviderCall.deferred``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from django.utils import timezone
 
 from agentops import lifecycle, rows, telemetry
-from agentops.background import BackgroundLoop, LoopWake, background_loop, bookkeeping
+from agentops.background import BackgroundLoop, LoopWake, background_loop
 from agentops.lifecycle import Wake
 from agentops.live import broadcast_turn_event, publish_turn_event
 from agentops.models import Agent
@@ -37,16 +41,12 @@ from calls.config import bounds_settings
 from calls.events import dashboard_call_ended, dashboard_call_started
 from calls.health import provider_health_note
 from calls.progress import progress_entry, progress_hub
-from calls.records import call_record
+from calls.records import stored
 from calls.tracing import attempt_traced
 from calls.types import CompiledRequest, ProviderError
 from inference.models import InferenceCall, Turn
 
 logger = logging.getLogger(__name__)
-
-# What a call's start gives: its adapter, its wire request, its row, and the result of a call
-# the provider policy refused (None: send it).
-Begun = tuple[Adapter, WireRequest, InferenceCall, CallResult | None]
 
 
 class Holding(Protocol):
@@ -61,121 +61,151 @@ class Holding(Protocol):
         ...
 
 
-async def call_run_on_loop(
-    *,
-    agent: Agent,
-    request: CompiledRequest,
-    kind: str,
-    turn: Turn | None = None,
-    abort_key: str | None = None,
-    holding: Holding | None = None,
-    abort_on_shutdown: bool = True,
-    turn_events: bool = False,
-    on_result: Callable[[CallResult], None] | None = None,
-    record: Callable[[Callable[[], None]], None] | None = None,
-    then: Callable[[CallResult], None] | None = None,
-    begun: Begun | None = None,
-) -> tuple[InferenceCall, CallResult]:
-    """Make one call under the bounds (``request.stream`` says streamed or not), with no
-    retries, and record it on its ``InferenceCall`` row, which is written before the call is
-    sent. A coroutine on the background loop; ``agent`` comes with its provider loaded, and
-    the admission check was made. Returns the row as created (``call_record`` wrote the rest:
-    refresh it to read the recorded instants) and the result.
+@dataclass(frozen=True)
+class Watch:
+    """What watches a call on the process's background loop (a turn's call, a probe): it is
+    aborted when the Redis key ``abort_key`` appears, when ``holding`` is lost and, with
+    ``abort_on_shutdown``, when the worker's warm shutdown begins (a turn's call is left to end:
+    the worker waits for it); it has its entry among the dashboard's calls in flight; with
+    ``turn_events`` the turn's websocket gets ``call.started``, ``call.delta`` and
+    ``call.ended``."""
 
-    The call is aborted (outcome ``aborted``) when the Redis key ``abort_key`` appears, when
-    ``holding`` is lost, and, with ``abort_on_shutdown``, when the worker's warm shutdown
-    begins (a turn's primary call is left to end: the worker waits for it). With
-    ``turn_events``, the turn's websocket gets ``call.started``, ``call.delta`` and
-    ``call.ended``.
-
-    Decide before you write: ``on_result`` gets the result as soon as the call ends, before
-    any of it is written (a turn hands a stated wait to the journal there), and ``record``
-    runs the write of the call's row (a turn retries it while the database is down); both run
-    in the bookkeeping pool. ``then`` runs in that same hop once the row is written and the
-    call's ``call.ended`` is sent (a turn stores its answer there: one hop, not two).
-
-    ``begun`` is what ``call_begin`` gave for this call, when the caller ran it in a hop of its
-    own bookkeeping just before (a turn does, with its claim); else it runs here."""
-    if begun is None:
-        begun = await bookkeeping(call_begin, agent, request, kind, turn)
-    adapter, wire, call, refused = begun
-    turn_id = turn.pk if turn is not None and turn_events else None
-    result = refused or await _perform(
-        adapter=adapter, wire=wire, call=call, agent=agent, request=request, turn_id=turn_id,
-        abort_key=abort_key, holding=holding, abort_on_shutdown=abort_on_shutdown,
-    )
-    await bookkeeping(_call_end, call, agent, result, turn_id, on_result, record, then)
-    return call, result
+    abort_key: str | None = None
+    holding: Holding | None = None
+    abort_on_shutdown: bool = True
+    turn_events: bool = False
 
 
-def call_begin(agent: Agent, request: CompiledRequest, kind: str, turn: Turn | None) -> Begun:
-    """Start a call, in the bookkeeping pool, just before it is sent: its wire request, the
-    provider policy, its row (``sent_at`` now) and the dashboard's ``call.started``."""
-    adapter, wire = build_wire(agent.provider, request)
-    # The provider policy again, before every call: the settings, or what the host resolves
-    # to, may have changed since the provider was created. A refused call ends at once, as an
-    # error (not retryable), with its row and its call.ended like any other.
-    wire, refused = provider_vetted(agent, wire)
-    call = rows.insert(InferenceCall(
-        turn=turn, agent=agent, kind=kind, model=request.model, streamed=request.stream,
-        max_tokens=request.max_tokens, round=turn.rounds if turn else 0, sent_at=timezone.now(),
-    ))
-    dashboard_call_started(call=call, agent=agent.name)
-    return adapter, wire, call, refused
+OnWire = Callable[[str, Any], Awaitable[None]]
 
 
-def _call_end(
-    call: InferenceCall, agent: Agent, result: CallResult, turn_id: int | None,
-    on_result: Callable[[CallResult], None] | None, record: Callable[[Callable[[], None]], None] | None,
-    then: Callable[[CallResult], None] | None,
-) -> None:
-    if on_result is not None:
-        on_result(result)
-    if record is not None:
-        record(lambda: call_record(call, result))
-    else:
-        call_record(call, result)
-    if turn_id is not None:
-        broadcast_turn_event(turn_id, {"type": "call.ended", "turn": turn_id, "call": call.pk, "outcome": result.outcome})
-    dashboard_call_ended(call=call, agent=agent.name, result=result)
-    if telemetry.enabled:
-        attempt_traced(agent=agent, call=call, result=result)
-    if then is not None:
-        then(result)
-    provider_health_note(provider=agent.provider, result=result)
+class ProviderCall:
+    """One provider call from its row to its end, with no retries. ``agent`` comes with its
+    provider loaded and the admission check made. ``body`` and ``headers`` replace the wire
+    request's body and add to its headers (a drop-in call sends the client's own body)."""
 
+    __slots__ = ("_aborts", "adapter", "agent", "body", "headers", "kind", "refused", "request", "result", "row", "turn", "watch", "wire")
 
-async def _perform(
-    *, adapter: Adapter, wire: WireRequest, call: InferenceCall, agent: Agent, request: CompiledRequest,
-    turn_id: int | None, abort_key: str | None, holding: Holding | None, abort_on_shutdown: bool,
-) -> CallResult:
-    engine = background_loop()
-    hooks = _Hooks(engine, call, agent.name, turn_id, abort_key, holding, abort_on_shutdown)
-    try:
-        return await perform_call(
-            adapter=adapter, wire=wire, streamed=request.stream, max_tokens=request.max_tokens,
-            bounds=bounds_settings(), on_abortable=hooks.on_abortable,
-            on_milestone=hooks.on_milestone, on_delta=hooks.on_delta, on_progress=hooks.on_progress,
+    def __init__(
+        self, agent: Agent, request: CompiledRequest, kind: str, *, turn: Turn | None = None,
+        body: dict[str, Any] | None = None, headers: dict[str, str] | None = None,
+    ) -> None:
+        self.agent, self.request, self.kind, self.turn = agent, request, kind, turn
+        self.body, self.headers = body, headers or {}
+        self.row = InferenceCall(
+            turn=turn, agent=agent, kind=kind, model=request.model, streamed=request.stream,
+            max_tokens=request.max_tokens, round=turn.rounds if turn else 0,
         )
-    finally:
-        hooks.hub.ended(call.pk)
-        for step in hooks.undo:
-            step()
+        self.adapter: Adapter
+        self.wire: WireRequest
+        self.refused: CallResult | None = None
+        self.result: CallResult | None = None
+        self.watch: Watch | None = None
+        self._aborts: list[Callable[[], None]] = []
+
+    def begin(self, *, in_flight: bool = True) -> None:
+        """In a thread, just before the call is sent: its wire request and the provider policy
+        (which may resolve DNS); ``in_flight``: its row written now (``sent_at`` now) and the
+        dashboard's ``call.started``."""
+        self.adapter, wire = build_wire(self.agent.provider, self.request)
+        # The provider policy again, before every call: the settings, or what the host resolves
+        # to, may have changed since the provider was created. A refused call ends at once, as
+        # an error (not retryable), with its row and its call.ended like any other.
+        wire, self.refused = provider_vetted(self.agent, wire)
+        if self.body is not None:
+            wire = replace(wire, body=self.body)
+        if self.headers:
+            wire = replace(wire, headers={**wire.headers, **self.headers})
+        self.wire = wire
+        if in_flight:
+            _row_write(self.row, {"sent_at": timezone.now()})
+            dashboard_call_started(call=self.row, agent=self.agent.name)
+
+    async def perform(self, *, watch: Watch | None = None, on_wire: OnWire | None = None) -> CallResult:
+        """Make the call (``request.stream`` says streamed or not) under the bounds, or end it
+        at once when the provider policy refused it. ``on_wire`` gets what the provider sent, as
+        it arrives (a drop-in call relays it)."""
+        self.watch = watch
+        if self.refused is not None:
+            self.result = self.refused
+            return self.refused
+        hooks = _Hooks(background_loop(), self, watch) if watch is not None else None
+        try:
+            self.result = await perform_call(
+                adapter=self.adapter, wire=self.wire, streamed=self.request.stream, max_tokens=self.request.max_tokens,
+                bounds=bounds_settings(), on_abortable=hooks.on_abortable if hooks else self._aborts.append,
+                on_milestone=hooks.on_milestone if hooks else None, on_delta=hooks.on_delta if hooks else None,
+                on_progress=hooks.on_progress if hooks else None, on_wire=on_wire,
+            )
+        finally:
+            if hooks is not None:
+                hooks.ended()
+        return self.result
+
+    def abort(self) -> None:
+        """End the call being performed (the client went away): it is recorded ``aborted``."""
+        for abort in self._aborts:
+            abort()
+
+    def record(self) -> InferenceCall:
+        """In a thread, once the call ended: its row written with the result (created now when
+        the call was not shown in flight). Safe to run again: a turn retries it while the
+        database is down."""
+        assert self.result is not None
+        stored(lambda fields: _row_write(self.row, fields), self.result)
+        return self.row
+
+    def announce(self) -> None:
+        """In a thread, once recorded: the call's end told to the turn's websocket, the
+        dashboard, the provider's health and the traces."""
+        result, call, agent = self.result, self.row, self.agent
+        assert result is not None
+        if self.watch is not None and self.watch.turn_events and call.turn_id is not None:
+            broadcast_turn_event(call.turn_id, {"type": "call.ended", "turn": call.turn_id, "call": call.pk, "outcome": result.outcome})
+        dashboard_call_ended(call=call, agent=agent.name, result=result)
+        if telemetry.enabled:  # under the span current in this thread (a drop-in request's, say)
+            attempt_traced(agent=agent, call=call, result=result)
+        provider_health_note(provider=agent.provider, result=result)
+
+    def end(self) -> InferenceCall:
+        """``record`` then ``announce``, in one hop."""
+        self.record()
+        self.announce()
+        return self.row
+
+    @staticmethod
+    def deferred(*, agent: Agent, kind: str, model: str, max_tokens: int | None, turn: Turn | None = None) -> InferenceCall:
+        """The row of an auxiliary call or probe that a binding wait refused without a call
+        (DESIGN §6.6, outcome ``deferred``): every such call has its row, as a made call does."""
+        now = timezone.now()
+        row = InferenceCall(
+            turn=turn, agent=agent, kind=kind, model=model, streamed=False, max_tokens=max_tokens,
+            round=turn.rounds if turn else 0,
+        )
+        return _row_write(row, {"sent_at": now, "ended_at": now, "outcome": InferenceCall.Outcome.DEFERRED})
+
+
+def _row_write(row: InferenceCall, fields: dict[str, Any]) -> InferenceCall:
+    """The one place a call's row is written: inserted when it has none yet, else updated."""
+    for name, value in fields.items():
+        setattr(row, name, value)
+    if row.pk is None:
+        rows.insert(row)
+    else:
+        rows.update(InferenceCall, row.pk, **fields)
+    return row
 
 
 class _Hooks:
-    """What a turn's or an auxiliary call's reading tells the rest of the service: its cancel
-    watch and wakes, its live events, its entry on the dashboard. (Methods rather than
-    closures: a worker holds thousands of calls at once.)"""
+    """What a watched call's reading tells the rest of the service: its cancel watch and
+    wakes, its live events, its entry on the dashboard. (Methods rather than closures: a worker
+    holds thousands of calls at once.)"""
 
-    __slots__ = ("abort_key", "abort_on_shutdown", "agent_name", "call", "deadline", "engine", "firsts", "holding", "hub", "timeline", "turn_id", "undo")
+    __slots__ = ("call", "deadline", "engine", "firsts", "hub", "timeline", "turn_id", "undo", "watch")
 
-    def __init__(
-        self, engine: BackgroundLoop, call: InferenceCall, agent_name: str, turn_id: int | None,
-        abort_key: str | None, holding: Holding | None, abort_on_shutdown: bool,
-    ) -> None:
-        self.engine, self.call, self.agent_name, self.turn_id = engine, call, agent_name, turn_id
-        self.abort_key, self.holding, self.abort_on_shutdown = abort_key, holding, abort_on_shutdown
+    def __init__(self, engine: BackgroundLoop, call: ProviderCall, watch: Watch) -> None:
+        self.engine, self.call, self.watch = engine, call, watch
+        self.turn_id = call.row.turn_id if watch.turn_events else None
         self.undo: list[Callable[[], None]] = []
         self.hub = progress_hub()
         self.firsts = (False, False)  # first event, first content: sent at once
@@ -183,37 +213,44 @@ class _Hooks:
         self.deadline: Deadline | None = None
 
     def on_abortable(self, abort: Callable[[], None]) -> None:
-        if self.abort_key is not None:
-            self.undo.append(self.engine.watch_cancel(self.abort_key, abort))
+        self.call._aborts.append(abort)
+        watch = self.watch
+        if watch.abort_key is not None:
+            self.undo.append(self.engine.watch_cancel(watch.abort_key, abort))
         # Woken from another thread (the renewer that found the lease taken, a warm shutdown).
         wake = LoopWake(self.engine.loop)
         wake.future.add_done_callback(lambda _: abort())
-        if self.holding is not None:
-            self.undo.append(self.holding.wake_on_loss(wake))
-        if self.abort_on_shutdown:
+        if watch.holding is not None:
+            self.undo.append(watch.holding.wake_on_loss(wake))
+        if watch.abort_on_shutdown:
             lifecycle.wake_on_shutdown(wake)
             self.undo.append(lambda: lifecycle.forget(wake))
 
     async def on_milestone(self, name: str, timeline: Timeline) -> None:
         if name == "sent" and self.turn_id is not None:
-            call = self.call
-            publish_turn_event(self.turn_id, {"type": "call.started", "turn": self.turn_id, "call": call.pk, "model": call.model, "streamed": call.streamed})
+            row = self.call.row
+            publish_turn_event(self.turn_id, {"type": "call.started", "turn": self.turn_id, "call": row.pk, "model": row.model, "streamed": row.streamed})
 
     async def on_delta(self, text: str) -> None:
         if self.turn_id is not None:
-            publish_turn_event(self.turn_id, {"type": "call.delta", "turn": self.turn_id, "call": self.call.pk, "text": text})
+            publish_turn_event(self.turn_id, {"type": "call.delta", "turn": self.turn_id, "call": self.call.row.pk, "text": text})
 
     def on_progress(self, timeline: Timeline, deadline: Deadline | None) -> None:
         firsts = (timeline.first_event is not None, timeline.first_content is not None)
         urgent, self.firsts = firsts != self.firsts, firsts
         self.timeline, self.deadline = timeline, deadline
-        self.hub.update(self.call.pk, self, urgent=urgent)
+        self.hub.update(self.call.row.pk, self, urgent=urgent)
 
     def progress(self) -> dict[str, Any]:
         """The call's progress as it stands (the hub reads it when it flushes)."""
         assert self.timeline is not None
-        call = self.call
-        return progress_entry(call_id=call.pk, agent=self.agent_name, turn_id=call.turn_id, timeline=self.timeline, deadline=self.deadline)
+        row = self.call.row
+        return progress_entry(call_id=row.pk, agent=self.call.agent.name, turn_id=row.turn_id, timeline=self.timeline, deadline=self.deadline)
+
+    def ended(self) -> None:
+        self.hub.ended(self.call.row.pk)
+        for step in self.undo:
+            step()
 
 
 def provider_vetted(agent: Agent, wire: WireRequest) -> tuple[WireRequest, CallResult | None]:
@@ -251,13 +288,3 @@ def _provider_check(agent: Agent) -> ProviderError | tuple[IPAddress, ...] | Non
             message=bound_text(redacted(f"provider {provider.name!r} is refused by the service's provider policy, so no call was made: {problem}", host)),
         )
     return vetted.addresses or None
-
-
-def call_deferred(*, agent: Agent, kind: str, model: str, max_tokens: int | None, turn: Turn | None = None) -> InferenceCall:
-    """The row of an auxiliary call or probe that a binding wait refused without a call
-    (DESIGN §6.6, outcome ``deferred``): every such call has its row, as a made call does."""
-    now = timezone.now()
-    return InferenceCall.objects.create(
-        turn=turn, agent=agent, kind=kind, model=model, streamed=False, max_tokens=max_tokens,
-        round=turn.rounds if turn else 0, sent_at=now, ended_at=now, outcome=InferenceCall.Outcome.DEFERRED,
-    )

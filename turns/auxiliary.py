@@ -14,17 +14,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from agentops import telemetry
 from agentops.exceptions import CallTimedOut, ProviderFailed, RateLimited
 from agentops.models import Agent
-from calls.adapters import build_wire
-from calls.client import CallResult, perform_call
-from calls.config import bounds_settings
-from calls.events import dashboard_call_ended
-from calls.health import provider_health_note
-from calls.records import call_create, ms_to_dt
-from calls.run import call_deferred, provider_vetted
-from calls.tracing import attempt_traced
+from calls.client import CallResult
+from calls.records import ms_to_dt
+from calls.run import ProviderCall
 from calls.types import CompiledRequest, Message
 from inference.models import InferenceCall
 from turns.on_loop import in_thread
@@ -59,7 +53,7 @@ def auxiliary_admit(*, agent: Agent, model: str, max_tokens: int | None) -> Defe
     hold = admission_check(agent=agent, model=model, now_ms=now_ms)
     if hold is None:
         return None
-    call_deferred(agent=agent, kind=InferenceCall.Kind.AUXILIARY, model=model, max_tokens=max_tokens)
+    ProviderCall.deferred(agent=agent, kind=InferenceCall.Kind.AUXILIARY, model=model, max_tokens=max_tokens)
     return Deferred(
         message=f"{agent.name} / {hold.model} is held by a provider wait ({hold.reason}); no call was made",
         retry_after_ms=remaining_ms(hold, now_ms),
@@ -90,24 +84,18 @@ async def auxiliary_complete_on_loop(*, agent: Agent, messages: list[AuxMessage]
     shows as it ends)."""
     model = model or agent.model
     await in_thread(_admit, agent, model, max_tokens)
-    request = _request(agent, messages, model, max_tokens)
-    adapter, wire = build_wire(agent.provider, request)
-    wire, refused = await in_thread(provider_vetted, agent, wire)
-    result = refused or await perform_call(
-        adapter=adapter, wire=wire, streamed=False, max_tokens=request.max_tokens, bounds=bounds_settings(),
-    )
-    return await in_thread(_record_once, agent, request, result)
+    call = ProviderCall(agent, _request(agent, messages, model, max_tokens), InferenceCall.Kind.AUXILIARY)
+    await in_thread(call.begin, in_flight=False)
+    await call.perform()
+    # One hop: the row, its end announced (under the request's server span: the thread runs in
+    # the request's context) and what the result means.
+    return await in_thread(_ended, call)
 
 
-def _record_once(agent: Agent, request: CompiledRequest, result: CallResult) -> dict[str, Any]:
-    call = call_create(
-        result, agent=agent, kind=InferenceCall.Kind.AUXILIARY, model=request.model, streamed=False, max_tokens=request.max_tokens,
-    )
-    dashboard_call_ended(call=call, agent=agent.name, result=result)
-    provider_health_note(provider=agent.provider, result=result)
-    if telemetry.enabled:  # under the request's server span (this thread runs in its context)
-        attempt_traced(agent=agent, call=call, result=result)
-    return _outcome(agent, request.model, call, result)
+def _ended(call: ProviderCall) -> dict[str, Any]:
+    row = call.end()
+    assert call.result is not None
+    return _outcome(call.agent, call.request.model, row, call.result)
 
 
 def _outcome(agent: Agent, model: str, call: InferenceCall, result: CallResult) -> dict[str, Any]:

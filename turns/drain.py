@@ -37,7 +37,7 @@ from agentops.models import Agent, HistoryRow, Provider
 from calls.client import CallResult, Timeline
 from calls.compile import compile_request
 from calls.records import UNSTORABLE
-from calls.run import Begun, call_begin, call_run_on_loop
+from calls.run import ProviderCall, Watch
 from calls.tracing import attempt_traced
 from calls.types import CompiledRequest, ProviderError
 from inference.models import InferenceCall, Turn
@@ -292,8 +292,8 @@ async def _turn_rounds(turn: Turn, ready: Ready | None, lease: TurnLease) -> Ran
             ready = await bookkeeping(_turn_ready, turn_id)
             if ready is None:
                 return _STOPPED
-        (turn, request, begun), ready = ready, None
-        ended = await _call_once(turn, request, begun, lease)
+        (turn, request, provider_call), ready = ready, None
+        ended = await _call_once(turn, provider_call, lease)
         if ended.answered:
             return Ran(True, ended.next)
         if ended.unstorable is not None:
@@ -353,8 +353,8 @@ async def _turn_rounds(turn: Turn, ready: Ready | None, lease: TurnLease) -> Ran
         return _ENDED
 
 
-# A turn ready for its call: the turn, its request and the call's start (``call_begin``).
-Ready = tuple[Turn, CompiledRequest, Begun]
+# A turn ready for its call: the turn, its request and its call, begun (``ProviderCall.begin``).
+Ready = tuple[Turn, CompiledRequest, ProviderCall]
 
 STOPPED_MID_CALL: Final = ProviderError(type="aborted", message="the worker making this call stopped before it ended")
 
@@ -426,7 +426,7 @@ def _turn_start(turn_id: int, status: str, lease: TurnLease) -> tuple[Turn, Read
 
 def _turn_ready(turn_id: int) -> Ready | None:
     """The running turn, its request compiled from its presented rows and its call started
-    (``call_begin``), at the last moment before the call: None when it is no longer running,
+    (``ProviderCall.begin``), at the last moment before the call: None when it is no longer running,
     or the admission check holds it."""
     return _ready(_turn_loaded(turn_id))
 
@@ -437,7 +437,9 @@ def _ready(turn: Turn) -> Ready | None:
     presented = rows.instances(_sql().presented, [turn.agent_id, HistoryRow.State.PRESENTED.value], HistoryRow)
     request = compile_request(turn.agent, presented)
     # The call's start (its row, sent_at now) in this same hop: it is sent as soon as this returns.
-    return turn, request, call_begin(turn.agent, request, InferenceCall.Kind.PRIMARY, turn)
+    call = ProviderCall(turn.agent, request, InferenceCall.Kind.PRIMARY, turn=turn)
+    call.begin()
+    return turn, request, call
 
 
 @cache
@@ -530,18 +532,23 @@ class _CallEnded:
         self.result: CallResult
         self.call: InferenceCall
 
-    def on_result(self, result: CallResult) -> None:
+    def settle(self, call: ProviderCall) -> None:
+        """In one bookkeeping hop once the call ended. Decide before you write: a wait the
+        provider stated goes to the journal's write path first, before the call's row is
+        written (``binding``: whether it binds; a failed write is a pending act that binds in
+        this process at once); then the row (retried while the database is down), the call's
+        end announced, and the answer stored (with the agent's next turn looked up) or the
+        turn's status read."""
+        turn, lease = self.turn, self.lease
+        result = call.result
+        assert result is not None
         self.result = result
         self.completed = result.outcome == "completed" and result.output is not None
         error = result.error
-        if error is not None and error.retry_after_ms is not None and self.turn.agent.kind != Agent.Kind.EPHEMERAL:
-            self.binding = record_wait(self.turn, error, time.time() * 1000)
-
-    def record(self, write: Callable[[], None]) -> None:
-        durably(f"turn {self.turn.pk}: record its call", write, self.lease)
-
-    def then(self, result: CallResult) -> None:
-        turn, lease = self.turn, self.lease
+        if error is not None and error.retry_after_ms is not None and turn.agent.kind != Agent.Kind.EPHEMERAL:
+            self.binding = record_wait(turn, error, time.time() * 1000)
+        self.call = durably(f"turn {turn.pk}: record its call", call.record, lease)
+        call.announce()
         output = result.output
         if not self.completed:
             self.status = durably(f"turn {turn.pk}: read its status", partial(_status_of, turn.pk), lease)
@@ -555,18 +562,10 @@ class _CallEnded:
             self.next = durably(f"agent {self.agent_id}: find its next turn", lambda: next_turn(self.agent_id, now=timezone.now()), lease)
 
 
-async def _call_once(turn: Turn, request: CompiledRequest, begun: Begun, lease: TurnLease) -> _CallEnded:
-    """Make the turn's call, aborted if its lease is lost or the turn cancelled, and, in the
-    hop that records it, store its answer (and look for the agent's next turn) or read the
-    turn's status.
-
-    Decide before you write: a wait the provider stated goes to the journal's write path as
-    soon as the call ends, before the call's row is written (``binding``: whether it binds);
-    a failed write is a pending act that binds in this process at once."""
+async def _call_once(turn: Turn, call: ProviderCall, lease: TurnLease) -> _CallEnded:
+    """Make the turn's call (begun in the hop that readied the turn), aborted if its lease is
+    lost or the turn cancelled, and settle it in one hop (``_CallEnded.settle``)."""
     ended = _CallEnded(turn, lease)
-    ended.call, _ = await call_run_on_loop(
-        agent=turn.agent, request=request, kind=InferenceCall.Kind.PRIMARY, turn=turn, abort_key=cancel_key(turn),
-        holding=lease, abort_on_shutdown=False, turn_events=True,
-        on_result=ended.on_result, record=ended.record, then=ended.then, begun=begun,
-    )
+    await call.perform(watch=Watch(abort_key=cancel_key(turn), holding=lease, abort_on_shutdown=False, turn_events=True))
+    await bookkeeping(ended.settle, call)
     return ended

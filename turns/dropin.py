@@ -17,22 +17,13 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
-from django.utils import timezone
 
-from agentops import telemetry
 from agentops.models import Agent
-from calls.adapters import build_wire
-from calls.client import CallResult, perform_call
-from calls.config import bounds_settings
-from calls.events import dashboard_call_ended, dashboard_call_started
-from calls.health import provider_health_note
-from calls.records import call_create, call_record
-from calls.run import provider_vetted
-from calls.tracing import attempt_traced
+from calls.client import CallResult
+from calls.run import ProviderCall
 from calls.types import CompiledRequest
 from inference.models import InferenceCall
 from turns.auxiliary import Deferred, auxiliary_admit
@@ -75,7 +66,9 @@ class DropinCall:
         self.queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self.call: InferenceCall | None = None
         self.result: CallResult | None = None
-        self._aborts: list[Callable[[], None]] = []
+        # The adapter's URL and headers (the provider's key), with the client's own body.
+        request = CompiledRequest(model=agent.model, system="", messages=[], max_tokens=self.max_tokens, stream=self.streamed)
+        self._call = ProviderCall(agent, request, InferenceCall.Kind.AUXILIARY, body=self.body, headers=self.headers)
         self._task: asyncio.Task[None] | None = None
 
     def admit(self) -> Deferred | None:
@@ -88,72 +81,31 @@ class DropinCall:
 
     def abort(self) -> None:
         """End the call (the client went away): it is recorded as ``aborted``."""
-        for abort in self._aborts:
-            abort()
+        self._call.abort()
 
     async def _run(self) -> None:
+        call = self._call
         try:
-            if self.streamed:
-                self.call = await in_thread(self._row)
-                self.result = await self._perform()
-                await in_thread(self._record, self.call, self.result)
-            else:
-                self.result = await self._perform()
-                self.call = await in_thread(self._record_once, self.result)
+            await in_thread(call.begin, in_flight=self.streamed)
+
+            async def on_wire(kind: str, value: Any) -> None:
+                self.queue.put_nowait((kind, value))
+
+            self.result = await call.perform(on_wire=on_wire)
+            self.call = await in_thread(self._ended)
         finally:
             self.queue.put_nowait(("end", self.result))
 
-    def _record_once(self, result: CallResult) -> InferenceCall:
-        call = call_create(
-            result, agent=self.agent, kind=InferenceCall.Kind.AUXILIARY, model=self.agent.model, streamed=False,
-            max_tokens=self.max_tokens,
-        )
-        self._after(call, result)
-        return call
-
-    def _row(self) -> InferenceCall:
-        call = InferenceCall.objects.create(
-            agent=self.agent, kind=InferenceCall.Kind.AUXILIARY, model=self.agent.model, streamed=self.streamed,
-            max_tokens=self.max_tokens, sent_at=timezone.now(),
-        )
-        dashboard_call_started(call=call, agent=self.agent.name)
-        return call
-
-    async def _perform(self) -> CallResult:
-        # The adapter's URL and headers (the provider's key), with the client's own body.
-        request = CompiledRequest(model=self.agent.model, system="", messages=[], max_tokens=self.max_tokens, stream=self.streamed)
-        adapter, wire = build_wire(self.agent.provider, request)
-        wire, refused = await in_thread(provider_vetted, self.agent, wire)
-        if refused is not None:
-            return refused
-        wire.body = self.body
-        wire.headers = {**wire.headers, **self.headers}
-
-        async def on_wire(kind: str, value: Any) -> None:
-            self.queue.put_nowait((kind, value))
-
-        return await perform_call(
-            adapter=adapter, wire=wire, streamed=self.streamed, max_tokens=self.max_tokens, bounds=bounds_settings(),
-            on_abortable=self._aborts.append, on_wire=on_wire,
-        )
-
-    def _record(self, call: InferenceCall, result: CallResult) -> None:
-        call_record(call, result)
-        self._after(call, result)
-
-    def _after(self, call: InferenceCall, result: CallResult) -> None:
-        """A stated wait recorded for (agent, model); the dashboard told the call ended."""
-        error = result.error
+    def _ended(self) -> InferenceCall:
+        """The row written and the end announced; a stated wait recorded for (agent, model)."""
+        row = self._call.end()
+        error = self.result.error if self.result is not None else None
         if error is not None and error.retry_after_ms is not None:
-            model = self.agent.model
             wait_record(
-                agent=self.agent, model=model, retry_after_ms=error.retry_after_ms,
+                agent=self.agent, model=self.agent.model, retry_after_ms=error.retry_after_ms,
                 reason=f"{error.type} (HTTP {error.http_status}): {error.message[:300]}", now_ms=time.time() * 1000,
             )
-        dashboard_call_ended(call=call, agent=self.agent.name, result=result)
-        provider_health_note(provider=self.agent.provider, result=result)
-        if telemetry.enabled:  # under the request's server span (this thread runs in its context)
-            attempt_traced(agent=self.agent, call=call, result=result)
+        return row
 
 
 def wait_headers(wait_ms: float) -> dict[str, str]:
