@@ -1,22 +1,12 @@
 """The cyclic garbage collector in a worker process: kept from stalling the loop that times the
 cuts (``quiet``), and swept now and then for what it no longer looks at (``sweep``).
 
-What exists once a worker is ready (Django, the threads' stacks) lives as long as the process
-and is frozen first: a full collection over it, through the weakref callbacks it ran, let the
-GIL go to bookkeeping threads mid-collection and stopped the loop for 0.3-0.8 s.
-
-A worker also holds thousands of streams whose objects live for minutes, and CPython walks
-every object that survived a young collection again in each older collection: in the bounds
-bench at 4,000 held streams the older collections found nothing and stopped the loop for
-190-440 ms, and every cut due then was that late. So what survives a young collection is
-frozen (``gc.freeze``) at once: young collections still free the young cycles, and nothing
-older is walked again until a sweep.
-
-Young collections run every ``YOUNG_EVERY_S`` from a thread of their own, not only by CPython's
-count: it counts allocations less deallocations, so in the storm of cuts, where old streams'
-objects die as fast as the fresh calls' are made, the count hardly grew, the young objects
-piled up and the collection that came at last walked hundreds of thousands of them (50-115
-ms, each followed by the run's largest lateness).
+What exists once a worker is ready is frozen first, and so is whatever survives a young
+collection: a worker holds thousands of streams whose objects live for minutes, and each older
+collection walked them all again, stopping the loop (and every cut due meanwhile). Young
+collections run by time from a thread of their own, since CPython's allocation count hardly
+grows in a storm of cuts. The measurements behind each choice: docs/performance.md ("The
+collector").
 
 The cost: a cycle made of objects that lived past one young collection stays until the next
 sweep. A call leaves none (``tests/calls/test_call_garbage.py``), and each sweep logs
@@ -57,8 +47,8 @@ def _freeze_survivors(phase: str, info: dict[str, Any]) -> None:
 
 
 def sweep() -> tuple[int, int, float]:
-    """One full collection over everything, frozen or not (the process stops for it: 1.7 s with
-    10,000 streams held, in the bounds bench). The objects that were frozen, the unreachable
+    """One full collection over everything, frozen or not (the process stops for it: seconds
+    with thousands of streams held). The objects that were frozen, the unreachable
     ones it found and the milliseconds it took."""
     started = time.perf_counter()
     frozen = gc.get_freeze_count()

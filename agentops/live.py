@@ -34,8 +34,8 @@ class ChannelLayer(RedisChannelLayer):  # type: ignore[misc]
     """channels_redis's layer, whose group send costs one Redis command when nobody is in the
     group, and whose sends in a batch (``group_send_many``) ask that of all their groups in one
     round trip. Most turns have no websocket open, and a streamed call sends an event per
-    delta: channels_redis trims the group and reads its members first, two round trips (about
-    0.25 ms of CPU here) for each event nobody receives. A group with members (an open
+    delta: channels_redis trims the group and reads its members first, two round trips for each
+    event nobody receives (docs/performance.md, "Live events"). A group with members (an open
     dashboard) pays one round trip more than with the stock layer."""
 
     async def group_send(self, group: str, message: dict[str, Any]) -> None:
@@ -46,7 +46,7 @@ class ChannelLayer(RedisChannelLayer):  # type: ignore[misc]
     async def group_send_many(self, sends: list[tuple[str, dict[str, Any]]]) -> None:
         """Each ``(group, message)`` sent in order to the group's members, if it has any;
         which groups have members is asked once for all of them (one pipelined round trip per
-        Redis server: about 20 µs of CPU a group here, against 130 µs asked one at a time).
+        Redis server, not one per group).
         A send that fails is logged and the others still go (best effort, as every live
         event); when the question fails, the batch is dropped."""
         groups: dict[str, bool] = dict.fromkeys((group for group, _ in sends), False)

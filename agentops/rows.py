@@ -1,9 +1,8 @@
 """Model rows read and written by hand-written statements, for the hot path of every turn.
 
-The ORM builds each query anew: about 1.5 ms of CPU per statement on a small machine, where
-the statement itself costs the client about 0.2 ms. A worker makes a dozen statements per turn
-and the submit half as many, so the statements on that path are written by hand and their rows
-turned into model instances here. The column lists come from the models' own fields (cached per
+The ORM builds each query anew, at several times the CPU of the statement itself, and a turn
+makes a dozen statements (docs/performance.md, "Hand-written statements"), so the statements on
+that path are written by hand and their rows turned into model instances here. The column lists come from the models' own fields (cached per
 model), and values go through the fields' own conversions both ways, so a field added to a
 model is read and written here as by the ORM.
 """

@@ -106,8 +106,8 @@ DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 # Parameters travel apart from the statement, and a statement a connection has run 5 times is
 # prepared: a turn's ~25 statements are the same few texts every time, and PostgreSQL parsing
-# and planning each one again cost more than running it (a join of the turn, its agent and
-# its provider: 73 µs of server CPU prepared against 263 µs bound into the text, here).
+# and planning each one again cost more than running it (docs/performance.md, "Prepared
+# statements").
 # Off for a pooler in front of PostgreSQL that cannot keep prepared statements (PgBouncer in
 # transaction mode before 1.21): statements are then bound into their text, as Django does.
 if env_bool("AGENTOPS_DB_PREPARED_STATEMENTS", True):

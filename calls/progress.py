@@ -34,7 +34,8 @@ URGENT_GAP_S: Final = 0.05  # first events and first content: out within this
 # entries): with many calls in flight the interval stretches so that stays a small share.
 PER_CALL_S: Final = 0.002
 # A flush goes out this many calls at a time, each slice its own round trip (the loop runs its
-# timers while it waits for the answer): encoding 10,000 calls at once held it for about 60 ms.
+# timers while it waits for the answer): encoding thousands of calls at once stalled it
+# (docs/performance.md, "Live events").
 SLICE: Final = 250
 
 

@@ -138,7 +138,7 @@ def favicon_view(request: HttpRequest) -> HttpResponse:
 # --- Django's middleware on the loop -----------------------------------------------------
 #
 # Under ASGI a stock middleware runs its process_request and its process_response each in the
-# request's thread: a hop there and back (about 0.1 ms of CPU here, more in a burst), 12 hops a
+# request's thread: a hop there and back (docs/performance.md, "The web edge"), 12 hops a
 # request with the seven below, and a 13th for CSRF's process_view. Those that only read and
 # write headers and cookies run on the loop instead (CSRF's check of an unsafe request, which
 # reads the body, still runs in the thread); those that keep a browser's session (sessions,

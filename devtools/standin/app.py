@@ -4,7 +4,7 @@
 endpoints (health, the recorded requests, open requests) and the provider
 endpoints: it records each provider request, picks its wire format by path,
 parses the scenario and hands the request to
-:func:`devtools.standin.playback.play_scenario`.  See the package docstring
+:func:`devtools.standin.playback.play_scenario`.  See docs/standin.md
 (:mod:`devtools.standin`) for the endpoints and the scenarios.  Serve it with
 uvicorn, e.g. ``python -m devtools.standin``.
 """

@@ -1,7 +1,7 @@
 """Parsing of stand-in scenario strings (``NAME`` or ``NAME:k=v,k=v``).
 
 The scenario table here is the single source of truth for which scenarios and
-parameters exist; the package docstring (``devtools/standin/__init__.py``)
+parameters exist; docs/standin.md
 documents them for humans.
 """
 
