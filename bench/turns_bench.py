@@ -1,8 +1,10 @@
-"""Benchmark: turn throughput end to end, against a bare Celery task making the same call (issue 15).
+"""Benchmark: turn throughput end to end, against Celery tasks making the same call (issue 15).
 
 The target: short turns on 200 agents, submit to ``succeeded`` end to end, at least half the
 rate of a bare Celery task making the same direct call to the stand-in, measured in the same
 run; a lone turn's submit-to-succeeded beyond its call's own duration at most 50 ms p50.
+Beside the bare task, the ORM task (``bench/turns_bench_orm.py``): what a user would write
+instead, a Celery task that makes the same call and writes the same rows with the Django ORM.
 
 One run of this script starts, on a bench database (``BENCH_DATABASE``, default
 ``agentops_turns_bench``, dropped, created and migrated each time) and a Redis given by
@@ -10,10 +12,11 @@ One run of this script starts, on a bench database (``BENCH_DATABASE``, default
 the ASGI app), ONE service worker and beat, started as ``devtools.launcher`` starts them
 (the worker without ``-P`` or ``-c``: its pool and concurrency are the settings'
 ``CELERY_WORKER_POOL`` and ``CELERY_WORKER_CONCURRENCY``, e.g. ``AGENTOPS_WORKER_CONCURRENCY``;
-``make run``'s launcher passes ``-c 2``), and the bare worker (``bench/turns_bench_bare.py``:
-the service's Celery settings, hence the same pool and concurrency, on a queue of its own;
-the bench checks both workers' banners agree). The provider policy allows loopback for the
-stand-in. Every process stops when the bench ends, fails or is killed.
+``make run``'s launcher passes ``-c 2``), the bare worker (``bench/turns_bench_bare.py``: the
+service's Celery settings, hence the same pool and concurrency, on a queue of its own) and
+the ORM worker (``bench/turns_bench_orm.py``: the same, with Django on the bench database);
+the bench checks the three workers' banners agree. The provider policy allows loopback for
+the stand-in. Every process stops when the bench ends, fails or is killed.
 
 Each repeat measures, for streamed and non-streamed agents (the agent's ``stream``), with the
 stand-in's ``answer`` scenario (three short text deltas):
@@ -22,6 +25,15 @@ stand-in's ``answer`` scenario (three short text deltas):
 - bare: N bare Celery tasks sent at once, each making the same call (the body and headers the
   service's worker sent, as the stand-in recorded them at warm-up) and pushing its end time
   onto a Redis list; tasks/s = N / (last ended - first sent);
+- ORM: N ORM tasks sent at once, each running the queued turn of one of N agents of its own
+  and making the bare tasks' call: it takes the agent's lease, marks the turn running,
+  creates the call row, calls, completes the call row, appends the answer to the history,
+  marks the turn succeeded and deletes the lease, all with the ORM, then pushes its end time
+  as the bare task does; tasks/s = N / (last ended - first sent). The turns (the user's
+  message, the turn, their link) are written by this process with the ORM just before,
+  outside the timed span, with beat stopped (SIGSTOP) until they have ended, lest its sweep
+  hand them to the service's worker. The ORM worker's CPU a task, and the bench database's
+  PostgreSQL backends';
 - turns: one short turn submitted to each of N agents, concurrently, through
   ``POST /api/v1/agents/{name}/turns``; turns/s = N / (last turn's ``ended_at`` - first submit,
   taken just before its POST; a 503, the web app's answer when its database pool is busy, is
@@ -46,9 +58,11 @@ stand-in's ``answer`` scenario (three short text deltas):
   ``ended_at`` as the worker wrote it (same machine, same clock); client-observed times (a
   poll every 10 ms) are reported beside them.
 It then prints each run's values, the medians of the runs and the ratios turns/s : bare
-tasks/s (API burst, the issue's number, and worker burst), the machine's CPU a turn may use
-at the target (its cores' time over half the bare rate) against what a turn of the API burst
-used (every process, and the rest of the machine: Redis is there), says whether the stand-in was the
+tasks/s and turns/s : ORM tasks/s (API burst, the issue's numbers, and worker burst:
+``ratio_turns_to_bare``, ``ratio_worker_turns_to_bare``, ``turns_to_orm``, ``worker_to_orm``),
+the machine's CPU a turn may use at the target (its cores' time over half the bare rate)
+against what a turn of the API burst used (every process, and the rest of the machine: Redis
+is there), says whether the stand-in was the
 limit (it is one process on one event loop: near a full core busy, or turns near its direct
 rate), and writes everything to ``bench/results/turns-<UTC time>.json`` (not committed).
 
@@ -78,7 +92,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -101,6 +115,14 @@ STANDIN_LIMIT_UTIL = 0.8  # of one core: the stand-in is one process with one ev
 TAG = f"tbench-{os.getpid()}"
 T = TypeVar("T")
 DOING = ["starting"]  # what the bench is doing, for the message when it stops short
+
+
+class Queues(NamedTuple):
+    """The Celery queues of this run: the service's worker's, the bare worker's, the ORM worker's."""
+
+    service: str
+    bare: str
+    orm: str
 
 
 class BenchError(Exception):
@@ -205,9 +227,10 @@ def wait_until(what: str, ready: Callable[[], bool], timeout: float, children: C
 
 
 class Service:
-    """The stand-in, the web app, the service's worker and beat, and the bare worker."""
+    """The stand-in, the web app, the service's worker and beat, the bare worker and the ORM
+    worker."""
 
-    def __init__(self, children: Children, service_queue: str, bare_queue: str, bare_conf: dict[str, Any]) -> None:
+    def __init__(self, children: Children, service_queue: str, bare_conf: dict[str, Any], orm_conf: dict[str, Any]) -> None:
         self.children = children
         env = dict(
             os.environ, DATABASE_URL=bench_database_url(), REDIS_URL=bench_redis_url(),
@@ -234,16 +257,24 @@ class Service:
         bare_env["TBENCH_CELERY_CONF"] = json.dumps(bare_conf)
         self.bare_name = f"{TAG}-bare@bench"
         self.bare = children.start("bare-worker", [PY, "-m", "celery", "-A", "bench.turns_bench_bare", "worker", "-l", "info", "-n", self.bare_name], bare_env)
+        # The ORM worker: the same Celery settings, its own queue, Django on the bench database.
+        orm_env = dict(env, TBENCH_CELERY_CONF=json.dumps(orm_conf))
+        self.orm_name = f"{TAG}-orm@bench"
+        self.orm = children.start("orm-worker", [PY, "-m", "celery", "-A", "bench.turns_bench_orm", "worker", "-l", "info", "-n", self.orm_name], orm_env)
         self.standin = standin
         wait_until("the web app answering /health", lambda: _http_ok(f"{self.base}/health"), 60, children)
         from bench import turns_bench_bare as bare
 
-        for name in (self.worker_name, self.bare_name):
+        for name in (self.worker_name, self.bare_name, self.orm_name):
             wait_until(f"the worker {name} answering a ping", partial(_pings, bare.app, name), 90, children)
-        self.pools = {"worker": _banner(children.logs / "worker.log"), "bare_worker": _banner(children.logs / "bare-worker.log")}
-        if self.pools["worker"] != self.pools["bare_worker"]:
-            raise BenchError(f"the bare worker does not run as the service's worker does: {self.pools}")
-        self.processes = {"standin": standin.pid, "worker": self.worker.pid, "web": self.web.pid, "beat": self.beat.pid, "bare_worker": self.bare.pid}
+        self.pools = {name: _banner(children.logs / f"{name.replace('_', '-')}.log") for name in ("worker", "bare_worker", "orm_worker")}
+        for name in ("bare_worker", "orm_worker"):
+            if self.pools[name] != self.pools["worker"]:
+                raise BenchError(f"the {name.replace('_', ' ')} does not run as the service's worker does: {self.pools}")
+        self.processes = {
+            "standin": standin.pid, "worker": self.worker.pid, "web": self.web.pid, "beat": self.beat.pid,
+            "bare_worker": self.bare.pid, "orm_worker": self.orm.pid,
+        }
 
 
 def _pings(app: Any, name: str) -> bool:
@@ -408,6 +439,98 @@ def bare_burst(service: Service, wire: dict[str, Any], n: int, key: str, queue: 
         "bare_cpu_per_task_ms": used["cpu_bare_worker_s"] / n * 1000,
         **{f"bare_{k}": v for k, v in used.items()},
     }
+
+
+def orm_turns_queue(names: Sequence[str]) -> tuple[list[int], list[int]]:
+    """On each of the agents, what a submit leaves for a worker, written here with the ORM and
+    no drain sent: the user's message as the history's first row, a queued turn, the turn's
+    trigger link to the message. Returns the turns' ids and the agents'."""
+    from django.db import transaction
+
+    from agentops.models import Agent, HistoryRow
+    from inference.models import Turn
+
+    agents = list(Agent.objects.filter(name__in=names).order_by("id"))
+    if len(agents) != len(names):
+        raise BenchError(f"{len(names) - len(agents)} of the ORM tasks' agents do not exist")
+    trigger = Turn.trigger_rows.through
+    with transaction.atomic():
+        messages = HistoryRow.objects.bulk_create(
+            [HistoryRow(agent=a, seq=1, participant=MESSAGE["participant"], role=HistoryRow.Role.USER, content=MESSAGE["content"]) for a in agents]
+        )
+        turns = Turn.objects.bulk_create([Turn(agent=a, status=Turn.Status.QUEUED) for a in agents])
+        trigger.objects.bulk_create([trigger(turn_id=t.pk, historyrow_id=m.pk) for t, m in zip(turns, messages, strict=True)])
+    return [t.pk for t in turns], [a.pk for a in agents]
+
+
+def orm_burst(service: Service, wire: dict[str, Any], names: Sequence[str], key: str, queue: str, timeout: float) -> dict[str, float]:
+    """N ORM tasks sent at once, each running the queued turn of one of the agents (created
+    just before, outside the timed span) and recording its call's task start and end in a
+    Redis list, as the bare tasks do. Beat is stopped (SIGSTOP) from before the turns exist
+    until they have ended: its sweep would send the service's worker a drain for every agent
+    with a queued turn, and the service would run the ORM task's turns."""
+    import redis
+
+    from bench import turns_bench_bare as bare
+
+    beat = psutil.Process(service.beat.pid)
+    beat.suspend()
+    try:
+        time.sleep(0.5)  # a sweep beat sent just before runs now, before the turns exist
+        turn_ids, agent_ids = orm_turns_queue(names)
+        results = redis.Redis.from_url(bench_redis_url())
+        results.delete(key)
+        cpu = Cpu(service.processes)
+        cpu.start()
+        first = time.time()
+        for i, turn_id in enumerate(turn_ids):
+            bare.app.send_task("tbench.orm_turn", args=[key, i, turn_id, wire["url"], wire["headers"], wire["body"]], queue=queue)
+        sent = time.time()
+        n = len(turn_ids)
+        wait_until(f"{n} ORM tasks ended (Redis list {key})", lambda: results.llen(key) >= n, timeout, service.children, every=0.05)
+        done = [json.loads(raw) for raw in results.lrange(key, 0, -1)]
+        results.delete(key)
+        wall = max(r["ended"] for r in done) - first
+        used = cpu.stop(wall, ["standin", "orm_worker", "postgres"])
+    finally:
+        beat.resume()
+    bad = [r for r in done if r["status"] != 200]
+    if bad:
+        raise BenchError(f"{len(bad)} ORM tasks' calls were not answered 200 (first: {bad[0]})")
+    rows = _orm_rows_check(service, turn_ids, agent_ids)
+    return {
+        "orm_per_s": n / wall,
+        "orm_send_span_s": sent - first,
+        "orm_sent_to_start_p50_ms": statistics.median(r["started"] - first for r in done) * 1000,
+        "orm_task_p50_ms": statistics.median(r["ended"] - r["started"] for r in done) * 1000,
+        "orm_call_p50_ms": _ms([r["call_ended"] - r["sent"] for r in rows.values()])["p50"],
+        "orm_call_end_to_turn_end_p50_ms": _ms([r["ended"] - r["call_ended"] for r in rows.values()])["p50"],
+        "orm_cpu_per_task_ms": used["cpu_orm_worker_s"] / n * 1000,
+        "orm_cpu_postgres_per_task_ms": used["cpu_postgres_s"] / n * 1000,
+        **{f"orm_{k}": v for k, v in used.items()},
+    }
+
+
+def _orm_rows_check(service: Service, turn_ids: list[int], agent_ids: list[int]) -> dict[int, dict[str, float]]:
+    """The rows the ORM tasks were to write, all there: each turn succeeded with one ended
+    call (``_turn_rows``), run by the ORM worker (not by the service's), the answer in each
+    agent's history after the message, no lease left."""
+    from agentops.models import HistoryRow
+    from inference.models import AgentLease, Turn
+
+    rows = _turn_rows(turn_ids)
+    if max(r["calls"] for r in rows.values()) != 1:
+        raise BenchError("an ORM task's turn has more than one call row")
+    others = Turn.objects.filter(pk__in=turn_ids).exclude(claimed_by__startswith=f"{service.orm_name}:").count()
+    if others:
+        raise BenchError(f"{others} of the ORM tasks' turns were claimed by another worker than the ORM worker")
+    answers = HistoryRow.objects.filter(agent_id__in=agent_ids, seq=2, role=HistoryRow.Role.ASSISTANT).count()
+    if answers != len(agent_ids):
+        raise BenchError(f"{len(agent_ids) - answers} of the ORM tasks' answers are not in their agent's history")
+    leases = AgentLease.objects.filter(agent_id__in=agent_ids).count()
+    if leases:
+        raise BenchError(f"{leases} of the ORM tasks' leases were left behind")
+    return rows
 
 
 async def _submit_all(base: str, token: str, names: Sequence[str], timeout: float) -> tuple[dict[int, float], list[float], int]:
@@ -682,28 +805,30 @@ def warm_up(service: Service, token: str, timeout: float) -> dict[str, dict[str,
 # --- one run, the summary ----------------------------------------------------------------------
 
 
-def one_run(service: Service, token: str, wires: dict[str, dict[str, Any]], run: int, args: argparse.Namespace, bare_queue: str) -> dict[str, float]:
+def one_run(service: Service, token: str, wires: dict[str, dict[str, Any]], run: int, args: argparse.Namespace, queues: Queues) -> dict[str, float]:
     out: dict[str, float] = {}
     for mode, stream in MODES.items():
-        values = one_mode(service, token, wires[mode], f"run {run + 1}, {mode}", f"r{run}-{mode}", stream, args, bare_queue)
+        values = one_mode(service, token, wires[mode], f"run {run + 1}, {mode}", f"r{run}-{mode}", stream, args, queues)
         out.update({f"{mode}.{k}": v for k, v in values.items()})
     return out
 
 
-def one_mode(service: Service, token: str, wire: dict[str, Any], label: str, prefix: str, stream: bool, args: argparse.Namespace, bare_queue: str) -> dict[str, float]:
+def one_mode(service: Service, token: str, wire: dict[str, Any], label: str, prefix: str, stream: bool, args: argparse.Namespace, queues: Queues) -> dict[str, float]:
     names = [f"{prefix}-{i}" for i in range(args.agents)]
     worker_names = [f"{prefix}-w{i}" for i in range(args.agents)]
     intake_names = [f"{prefix}-i{i}" for i in range(args.agents)]
+    orm_names = [f"{prefix}-o{i}" for i in range(args.agents)]
     lone_name = f"{prefix}-lone"
 
     def create() -> dict[str, float]:
-        api_create(service.base, token, "/agents", agent_bodies([*names, *worker_names, *intake_names, lone_name], stream), args.timeout)
+        api_create(service.base, token, "/agents", agent_bodies([*names, *worker_names, *intake_names, *orm_names, lone_name], stream), args.timeout)
         return {}
 
     phases: list[tuple[str, Callable[[], dict[str, float]]]] = [
         ("creating the agents", create),
         ("direct calls", lambda: direct(service.processes, wire, args.agents, args.timeout)),
-        ("bare tasks", lambda: bare_burst(service, wire, args.agents, f"{TAG}:{prefix}", bare_queue, args.timeout)),
+        ("bare tasks", lambda: bare_burst(service, wire, args.agents, f"{TAG}:{prefix}", queues.bare, args.timeout)),
+        ("ORM tasks", lambda: orm_burst(service, wire, orm_names, f"{TAG}:{prefix}:orm", queues.orm, args.timeout)),
         ("API burst", lambda: turns_burst(service, token, names, args.timeout)),
         ("worker burst", lambda: worker_burst(service, worker_names, args.timeout)),
         ("intake alone", lambda: intake_alone(service, token, intake_names, args.timeout)),
@@ -718,6 +843,8 @@ def one_mode(service: Service, token: str, wire: dict[str, Any], label: str, pre
     values["ratio_turns_to_bare"] = values["turns_per_s"] / values["bare_per_s"]
     values["ratio_worker_turns_to_bare"] = values["worker_turns_per_s"] / values["bare_per_s"]
     values["ratio_intake_to_bare"] = values["intake_per_s"] / values["bare_per_s"]
+    values["turns_to_orm"] = values["turns_per_s"] / values["orm_per_s"]
+    values["worker_to_orm"] = values["worker_turns_per_s"] / values["orm_per_s"]
     values["turns_to_direct"] = values["turns_per_s"] / values["direct_per_s"]
     # The machine's CPU a turn can use at the target (half the bare rate, every core busy),
     # against what a turn of the API burst used (api_burst_cpu_per_turn_ms).
@@ -754,15 +881,16 @@ def main() -> None:
 
     prepare_database()
     os.environ.update(DATABASE_URL=bench_database_url(), REDIS_URL=bench_redis_url(), DJANGO_SETTINGS_MODULE="agentops.settings")
-    service_queue, bare_queue = f"{TAG}-service", f"{TAG}-bare"
-    os.environ["AGENTOPS_CELERY_QUEUE"] = service_queue
+    queues = Queues(f"{TAG}-service", f"{TAG}-bare", f"{TAG}-orm")
+    os.environ["AGENTOPS_CELERY_QUEUE"] = queues.service
     import django
     from django.conf import settings
 
     django.setup()
-    # The bare worker gets the service's Celery settings, with its own queue.
+    # The bare and ORM workers get the service's Celery settings, each with its own queue.
     bare_conf = {k.removeprefix("CELERY_").lower(): getattr(settings, k) for k in dir(settings) if k.startswith("CELERY_") and k != "CELERY_BEAT_SCHEDULE"}
-    bare_conf["task_default_queue"] = bare_queue
+    bare_conf["task_default_queue"] = queues.bare
+    orm_conf = dict(bare_conf, task_default_queue=queues.orm)
     os.environ["TBENCH_CELERY_CONF"] = json.dumps(bare_conf)  # read when the bench imports the bare app to send with it
 
     logs = Path(tempfile.mkdtemp(prefix=f"{TAG}-"))
@@ -770,18 +898,21 @@ def main() -> None:
     ok = False
     results: list[dict[str, float]] = []
     try:
-        service = Service(children, service_queue, bare_queue, bare_conf)
+        service = Service(children, queues.service, bare_conf, orm_conf)
         from agentops.tokens import api_token_create
 
         token = api_token_create(name=TAG, operator=True)[1]
         api_create(service.base, token, "/providers", [{"name": "standin", "kind": "openai", "base_url": f"{service.standin_url}/v1"}], args.timeout)
         DOING[0] = "warming up"
         wires = warm_up(service, token, args.timeout)
-        for mode in MODES:  # the bare worker's and this process's first calls, not measured
-            bare_burst(service, wires[mode], 10, f"{TAG}:warm:{mode}", bare_queue, args.timeout)
+        for mode, stream in MODES.items():  # the bare and ORM workers' and this process's first calls, not measured
+            bare_burst(service, wires[mode], 10, f"{TAG}:warm:{mode}", queues.bare, args.timeout)
+            warm_orm = [f"warm-orm-{mode}-{i}" for i in range(10)]
+            api_create(service.base, token, "/agents", agent_bodies(warm_orm, stream), args.timeout)
+            orm_burst(service, wires[mode], warm_orm, f"{TAG}:warm:{mode}:orm", queues.orm, args.timeout)
             direct(service.processes, wires[mode], 10, args.timeout)
         for run in range(args.repeat):
-            values = one_run(service, token, wires, run, args, bare_queue)
+            values = one_run(service, token, wires, run, args, queues)
             print(f"run {run + 1}: {json.dumps({k: round(v, 3) for k, v in values.items()})}", flush=True)
             results.append(values)
         ok = True
@@ -791,7 +922,7 @@ def main() -> None:
         raise SystemExit(f"turns bench: interrupted while {DOING[0]} (the processes' logs: {logs})") from None
     finally:
         children.stop()
-        _redis_cleanup(service_queue, bare_queue)
+        _redis_cleanup(*queues)
         problems = _log_problems(logs)
         if ok:
             shutil.rmtree(logs, ignore_errors=True)
@@ -809,7 +940,7 @@ def _log_problems(logs: Path) -> dict[str, Any]:
 
 
 def _redis_cleanup(*queues: str) -> None:
-    """Only what this run made: its two queues and their bindings, its result lists."""
+    """Only what this run made: its queues and their bindings, its result lists."""
     import redis
 
     client = redis.Redis.from_url(bench_redis_url())
@@ -825,7 +956,7 @@ def report(args: argparse.Namespace, results: list[dict[str, float]], pools: dic
     median = {k: statistics.median(r[k] for r in results) for k in results[0]}
     verdicts = standin_verdict(median)
     summary = {
-        "what": "issue 15, turn throughput: turns/s vs a bare Celery task's calls/s in the same run; a lone turn beyond its call",
+        "what": "issue 15, turn throughput: turns/s vs a bare Celery task's calls/s and an ORM Celery task's turns/s in the same run; a lone turn beyond its call",
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
         "commit": _git_commit(),
         "agents": args.agents, "lone": args.lone, "runs": args.repeat,
@@ -845,9 +976,10 @@ def report(args: argparse.Namespace, results: list[dict[str, float]], pools: dic
             return ", ".join(f"{r[f'{mode}.{key}']:.{digits}f}" for r in results)
 
         print(f"{mode}: turns through the API {m[f'{mode}.turns_per_s']:.1f}/s ({runs('turns_per_s')}), bare tasks {m[f'{mode}.bare_per_s']:.1f}/s "
-              f"({runs('bare_per_s')}), direct calls {m[f'{mode}.direct_per_s']:.1f}/s ({runs('direct_per_s')})")
-        print(f"  turns/bare {m[f'{mode}.ratio_turns_to_bare']:.2f} ({runs('ratio_turns_to_bare', digits=2)}; target >= 0.5); "
-              f"turns queued in one commit {m[f'{mode}.worker_turns_per_s']:.1f}/s ({runs('worker_turns_per_s')}), /bare {m[f'{mode}.ratio_worker_turns_to_bare']:.2f} ({runs('ratio_worker_turns_to_bare', digits=2)})")
+              f"({runs('bare_per_s')}), ORM tasks {m[f'{mode}.orm_per_s']:.1f}/s ({runs('orm_per_s')}), direct calls {m[f'{mode}.direct_per_s']:.1f}/s ({runs('direct_per_s')})")
+        print(f"  turns/bare {m[f'{mode}.ratio_turns_to_bare']:.2f} ({runs('ratio_turns_to_bare', digits=2)}; target >= 0.5), turns/ORM {m[f'{mode}.turns_to_orm']:.2f} ({runs('turns_to_orm', digits=2)}); "
+              f"turns queued in one commit {m[f'{mode}.worker_turns_per_s']:.1f}/s ({runs('worker_turns_per_s')}), /bare {m[f'{mode}.ratio_worker_turns_to_bare']:.2f} "
+              f"({runs('ratio_worker_turns_to_bare', digits=2)}), /ORM {m[f'{mode}.worker_to_orm']:.2f} ({runs('worker_to_orm', digits=2)})")
         print(f"  API burst: submit to succeeded p50 {m[f'{mode}.submit_to_succeeded_p50_ms']:.0f} ms, p99 {m[f'{mode}.submit_to_succeeded_p99_ms']:.0f} ms; "
               f"submit to created p50 {m[f'{mode}.submit_to_created_p50_ms']:.0f} ms (all taken in {m[f'{mode}.submit_span_s']:.1f} s, {m[f'{mode}.submit_503_retries']:.0f} 503s), "
               f"created to sent p50 {m[f'{mode}.created_to_sent_p50_ms']:.0f} ms, call p50 {m[f'{mode}.call_duration_p50_ms']:.1f} ms, "
@@ -856,6 +988,9 @@ def report(args: argparse.Namespace, results: list[dict[str, float]], pools: dic
               f"commit to sent p50 {m[f'{mode}.worker_commit_to_sent_p50_ms']:.0f} ms, call end to turn end p50 {m[f'{mode}.worker_call_end_to_turn_end_p50_ms']:.0f} ms; "
               f"worker CPU {m[f'{mode}.worker_cpu_per_turn_ms']:.1f} ms a turn ({m[f'{mode}.worker_cpu_worker_s']:.1f} s in {args.agents / m[f'{mode}.worker_turns_per_s']:.1f} s), "
               f"bare worker {m[f'{mode}.bare_cpu_per_task_ms']:.1f} ms a task")
+        print(f"  ORM tasks: ORM worker CPU {m[f'{mode}.orm_cpu_per_task_ms']:.1f} ms a task ({runs('orm_cpu_per_task_ms')}), postgres (bench db) "
+              f"{m[f'{mode}.orm_cpu_postgres_per_task_ms']:.1f} ms a task; task p50 {m[f'{mode}.orm_task_p50_ms']:.1f} ms, its call p50 {m[f'{mode}.orm_call_p50_ms']:.1f} ms, "
+              f"call end to turn end p50 {m[f'{mode}.orm_call_end_to_turn_end_p50_ms']:.1f} ms")
         print(f"  the web app alone (worker stopped): {m[f'{mode}.intake_per_s']:.1f} turns accepted/s ({runs('intake_per_s')}), "
               f"/bare {m[f'{mode}.ratio_intake_to_bare']:.2f} ({runs('ratio_intake_to_bare', digits=2)}); CPU a turn: web "
               f"{m[f'{mode}.intake_cpu_web_per_turn_ms']:.1f} ms, postgres {m[f'{mode}.intake_cpu_postgres_per_turn_ms']:.1f} ms, "
