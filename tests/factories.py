@@ -5,6 +5,7 @@ from __future__ import annotations
 import factory
 
 from agentops.models import Agent, HistoryRow, Provider
+from inference.models import InferenceCall, Turn
 
 
 class ProviderFactory(factory.django.DjangoModelFactory[Provider]):
@@ -38,3 +39,25 @@ class HistoryRowFactory(factory.django.DjangoModelFactory[HistoryRow]):
     participant = "alice"
     role = HistoryRow.Role.USER
     content = "hello"
+
+
+class TurnFactory(factory.django.DjangoModelFactory[Turn]):
+    """A turn of its own agent, queued (the model's default): a test names the status it needs."""
+
+    class Meta:
+        model = Turn
+
+    agent = factory.SubFactory(AgentFactory)
+
+
+class CallFactory(factory.django.DjangoModelFactory[InferenceCall]):
+    """A primary, streamed call of its own agent's model, in flight (no outcome): a test names
+    the turn, kind, outcome and marks it reads."""
+
+    class Meta:
+        model = InferenceCall
+
+    agent = factory.SubFactory(AgentFactory)
+    model = factory.LazyAttribute(lambda c: c.agent.model)
+    streamed = True
+

@@ -13,7 +13,7 @@ from django.test import Client, override_settings
 
 from agentops.models import Alert, Provider
 from interfaces.dashboard import dashboard_snapshot
-from tests.factories import AgentFactory
+from tests.factories import AgentFactory, ProviderFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -27,7 +27,7 @@ def complete(api: Client, agent: str) -> int:
 
 @override_settings(AGENTOPS_PROVIDER_DOWN_AFTER_MS=300)
 def test_a_provider_that_only_fails_raises_one_alert_per_episode_and_its_first_success_ends_it(api: Client, standin: str) -> None:
-    provider = Provider.objects.create(name="flaky", kind="openai", base_url=REFUSED)
+    provider = ProviderFactory.create(name="flaky", kind="openai", base_url=REFUSED)
     agent = AgentFactory.create(provider=provider, model="answer")
     assert complete(api, agent.name) == 502
     assert not Alert.objects.filter(kind="provider-down").exists()  # one failure is no episode yet
