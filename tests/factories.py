@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import factory
 
-from agentops.models import Agent, HistoryRow, Provider
+from agentops.models import Agent, Alert, HistoryRow, Provider
+from agentops.webhooks.models import WebhookDelivery, WebhookEndpoint
 from inference.models import InferenceCall, Turn
 
 
@@ -61,3 +62,31 @@ class CallFactory(factory.django.DjangoModelFactory[InferenceCall]):
     model = factory.LazyAttribute(lambda c: c.agent.model)
     streamed = True
 
+
+class AlertFactory(factory.django.DjangoModelFactory[Alert]):
+    """An alert row as it stands, written without ``alert_raise``: no delivery is queued for it."""
+
+    class Meta:
+        model = Alert
+
+    kind = "hard-down"
+    agent = "ada"
+    message = "down"
+
+
+class WebhookEndpointFactory(factory.django.DjangoModelFactory[WebhookEndpoint]):
+    class Meta:
+        model = WebhookEndpoint
+
+    url = "https://8.8.8.8/hook"
+
+
+class WebhookDeliveryFactory(factory.django.DjangoModelFactory[WebhookDelivery]):
+    """A delivery row written directly: no task is sent for it."""
+
+    class Meta:
+        model = WebhookDelivery
+
+    endpoint = factory.SubFactory(WebhookEndpointFactory)
+    alert = factory.SubFactory(AlertFactory)
+    payload = "{}"

@@ -15,6 +15,7 @@ from agentops.celery import app as celery_app
 from agentops.webhooks.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
 from interfaces.tasks import webhooks_sweep
 from tests.conftest import WorkerPool, wait_for
+from tests.factories import AlertFactory, WebhookDeliveryFactory
 
 from .conftest import Receiver, Reply
 
@@ -166,13 +167,12 @@ def test_a_refused_connection_is_retried(receiver: Receiver, webhook_workers: Wo
 def test_the_sweep_sends_a_due_delivery_whose_task_was_lost(receiver: Receiver, webhook_workers: WorkerPool) -> None:
     from django.utils import timezone
 
-    from agentops.models import Alert
     from agentops.webhooks.services import alert_payload
 
     hook = endpoint(receiver.url)
-    alert = Alert.objects.create(kind="hard-down", agent="ada", message="down")
+    alert = AlertFactory.create(kind="hard-down", agent="ada", message="down")
     # A delivery row as the outbox writes it, but no task was ever sent for it.
-    lost = WebhookDelivery.objects.create(endpoint=hook, alert=alert, payload=alert_payload(alert), next_attempt_at=timezone.now())
+    lost = WebhookDeliveryFactory.create(endpoint=hook, alert=alert, payload=alert_payload(alert), next_attempt_at=timezone.now())
     time.sleep(0.5)
     assert receiver.received() == []
     webhooks_sweep.delay()

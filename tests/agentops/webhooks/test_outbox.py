@@ -12,8 +12,9 @@ from django.db import close_old_connections, connection, transaction
 
 from agentops.alerts import alert_raise
 from agentops.models import Alert
-from agentops.webhooks.models import WebhookDelivery, WebhookEndpoint
+from agentops.webhooks.models import WebhookDelivery
 from tests.conftest import WorkerPool, wait_for
+from tests.factories import WebhookEndpointFactory
 
 from .conftest import Receiver, Reply
 
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_a_rolled_back_alert_leaves_no_delivery_and_sends_nothing(receiver: Receiver, webhook_workers: WorkerPool) -> None:
-    WebhookEndpoint.objects.create(url=receiver.url)
+    WebhookEndpointFactory.create(url=receiver.url)
     with pytest.raises(RuntimeError), transaction.atomic():
         alert_raise(kind="hard-down", agent="ada", model="m1", message="down")
         raise RuntimeError("the caller's transaction fails")
@@ -34,7 +35,7 @@ def test_a_rolled_back_alert_leaves_no_delivery_and_sends_nothing(receiver: Rece
 
 
 def test_the_delivery_is_sent_once_the_alerts_transaction_commits(receiver: Receiver, webhook_workers: WorkerPool) -> None:
-    WebhookEndpoint.objects.create(url=receiver.url)
+    WebhookEndpointFactory.create(url=receiver.url)
     with transaction.atomic():
         alert = alert_raise(kind="hard-down", agent="ada", model="m1", message="down")
         time.sleep(0.5)  # the caller goes on in its transaction
@@ -44,7 +45,7 @@ def test_the_delivery_is_sent_once_the_alerts_transaction_commits(receiver: Rece
 
 
 def test_concurrent_alerts_of_one_key_queue_one_delivery(receiver: Receiver, webhook_workers: WorkerPool) -> None:
-    WebhookEndpoint.objects.create(url=receiver.url)
+    WebhookEndpointFactory.create(url=receiver.url)
     start = threading.Barrier(6)
     errors: list[BaseException] = []
 
@@ -78,9 +79,9 @@ def test_each_endpoint_has_its_own_cooldown(settings: Any, webhook_workers: Work
 
     first, second = Made(), Made()
     try:
-        WebhookEndpoint.objects.create(url=first.url)
+        WebhookEndpointFactory.create(url=first.url)
         alert_raise(kind="hard-down", agent="ada", model="m1", message="down")
-        WebhookEndpoint.objects.create(url=second.url)  # added after the first alert
+        WebhookEndpointFactory.create(url=second.url)  # added after the first alert
         alert_raise(kind="hard-down", agent="ada", model="m1", message="still down")
         wait_for(lambda: first.received() and second.received(), what="one delivery to each")
         time.sleep(0.3)
@@ -94,7 +95,7 @@ def test_a_delivery_task_sent_many_times_makes_one_request(receiver: Receiver, w
     from interfaces.tasks import webhook_deliver
 
     receiver.answer(Reply(200, delay_s=0.5))
-    WebhookEndpoint.objects.create(url=receiver.url)
+    WebhookEndpointFactory.create(url=receiver.url)
     alert_raise(kind="hard-down", agent="ada", model="m1", message="down")
     delivery = WebhookDelivery.objects.get()
     for _ in range(8):  # redeliveries, the sweep, a countdown: all at once
