@@ -334,7 +334,7 @@ def test_a_revoked_token_is_refused_within_the_cache_time(server: str, user_toke
     client = openai.OpenAI(base_url=f"{server}/v1", api_key=user_token, max_retries=0, timeout=20)
     client.chat.completions.create(model=agent.name, messages=USER)
     ApiToken.objects.filter(name="test-user").update(revoked_at=timezone.now())
-    time.sleep(2.1)  # the drop-in endpoints keep a token found for 2 s
+    time.sleep(2.1)  # past the 2 s the drop-in endpoints keep a token found
     with pytest.raises(openai.AuthenticationError):
         client.chat.completions.create(model=agent.name, messages=USER)
 

@@ -48,5 +48,5 @@ def test_the_dashboard_shows_a_turn_waiting_for_its_pacing_with_a_live_countdown
 
     first = left_s()
     assert 80 <= first <= 90, first
-    time.sleep(2.2)  # no reload: the page's own clock moves it
+    time.sleep(2.2)  # no reload: two ticks of the page's own 1 s clock move it (the 1..4 s bound below)
     assert 1 <= first - left_s() <= 4
