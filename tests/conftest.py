@@ -25,7 +25,7 @@ from django.test import Client, override_settings
 from agentops.celery import app as celery_app
 from agentops.models import Agent, Provider
 from agentops.tokens import api_token_create
-from tests.factories import AgentFactory
+from tests.factories import AgentFactory, ProviderFactory
 from waits.journal import journal_forget_process_state
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -273,8 +273,8 @@ def providers(standin: str, db: None) -> dict[str, Provider]:
     """Providers pointing at the stand-in, whose record and ``times`` counters start empty."""
     httpx.delete(f"{standin}/_standin/requests")
     return {
-        "openai": Provider.objects.create(name="standin-openai", kind="openai", base_url=f"{standin}/v1"),
-        "anthropic": Provider.objects.create(name="standin-anthropic", kind="anthropic", base_url=standin),
+        "openai": ProviderFactory.create(name="standin-openai", kind="openai", base_url=f"{standin}/v1"),
+        "anthropic": ProviderFactory.create(name="standin-anthropic", kind="anthropic", base_url=standin),
     }
 
 

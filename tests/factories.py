@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import factory
 
-from agentops.models import Agent, HistoryRow, Provider
+from agentops.models import Agent, Alert, HistoryRow, Provider
+from agentops.webhooks.models import WebhookDelivery, WebhookEndpoint
+from inference.models import InferenceCall, Turn
 
 
 class ProviderFactory(factory.django.DjangoModelFactory[Provider]):
@@ -38,3 +40,53 @@ class HistoryRowFactory(factory.django.DjangoModelFactory[HistoryRow]):
     participant = "alice"
     role = HistoryRow.Role.USER
     content = "hello"
+
+
+class TurnFactory(factory.django.DjangoModelFactory[Turn]):
+    """A turn of its own agent, queued (the model's default): a test names the status it needs."""
+
+    class Meta:
+        model = Turn
+
+    agent = factory.SubFactory(AgentFactory)
+
+
+class CallFactory(factory.django.DjangoModelFactory[InferenceCall]):
+    """A primary, streamed call of its own agent's model, in flight (no outcome): a test names
+    the turn, kind, outcome and marks it reads."""
+
+    class Meta:
+        model = InferenceCall
+
+    agent = factory.SubFactory(AgentFactory)
+    model = factory.LazyAttribute(lambda c: c.agent.model)
+    streamed = True
+
+
+class AlertFactory(factory.django.DjangoModelFactory[Alert]):
+    """An alert row as it stands, written without ``alert_raise``: no delivery is queued for it."""
+
+    class Meta:
+        model = Alert
+
+    kind = "hard-down"
+    agent = "ada"
+    message = "down"
+
+
+class WebhookEndpointFactory(factory.django.DjangoModelFactory[WebhookEndpoint]):
+    class Meta:
+        model = WebhookEndpoint
+
+    url = "https://8.8.8.8/hook"
+
+
+class WebhookDeliveryFactory(factory.django.DjangoModelFactory[WebhookDelivery]):
+    """A delivery row written directly: no task is sent for it."""
+
+    class Meta:
+        model = WebhookDelivery
+
+    endpoint = factory.SubFactory(WebhookEndpointFactory)
+    alert = factory.SubFactory(AlertFactory)
+    payload = "{}"

@@ -15,7 +15,7 @@ from django.utils import timezone
 from agentops.alerts import alert_raise
 from agentops.models import Agent
 from inference.models import InferenceCall, Turn
-from tests.factories import AgentFactory
+from tests.factories import AgentFactory, CallFactory, TurnFactory
 from waits.clock import clock_ms
 from waits.services import wait_record
 
@@ -32,9 +32,9 @@ def agent() -> Agent:
 
 @pytest.fixture
 def call(agent: Agent) -> InferenceCall:
-    turn = Turn.objects.create(agent=agent, status=Turn.Status.HELD)
+    turn = TurnFactory.create(agent=agent, status=Turn.Status.HELD)
     sent = timezone.now() - timedelta(minutes=3)
-    return InferenceCall.objects.create(
+    return CallFactory.create(
         turn=turn, agent=agent, kind="primary", model="m1", streamed=True, sent_at=sent, ended_at=sent + timedelta(seconds=1),
         outcome="error", cut_lateness_ms=12.345678,
         error={"type": "rate_limit", "http_status": 429, "provider_code": "rate_limit_exceeded", "message": "Slow down, please",

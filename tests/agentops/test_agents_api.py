@@ -11,7 +11,7 @@ from django.test import Client
 
 from agentops.models import Agent
 from inference.models import Turn
-from tests.factories import AgentFactory, ProviderFactory
+from tests.factories import AgentFactory, ProviderFactory, TurnFactory
 from waits.clock import clock_ms
 from waits.services import wait_record, wait_release
 
@@ -22,9 +22,9 @@ pytestmark = pytest.mark.django_db
 def agents() -> dict[str, Agent]:
     provider = ProviderFactory(name="p1")
     made = {name: AgentFactory.create(name=name, provider=provider, model="m1") for name in ("ada", "bob", "cy", "dee")}
-    Turn.objects.create(agent=made["bob"], status=Turn.Status.RUNNING)
-    Turn.objects.create(agent=made["cy"], status=Turn.Status.HELD)
-    Turn.objects.create(agent=made["dee"], status=Turn.Status.QUEUED)
+    TurnFactory.create(agent=made["bob"], status=Turn.Status.RUNNING)
+    TurnFactory.create(agent=made["cy"], status=Turn.Status.HELD)
+    TurnFactory.create(agent=made["dee"], status=Turn.Status.QUEUED)
     return made
 
 

@@ -18,8 +18,9 @@ from agentops.live import DASHBOARD_GROUP
 from agentops.models import Alert
 from agentops.selectors import alert_json
 from agentops.text import DATA_ITEMS_LIMIT, FAILURE_TEXT_LIMIT
-from agentops.webhooks.models import WebhookDelivery, WebhookEndpoint
+from agentops.webhooks.models import WebhookDelivery
 from agentops.webhooks.services import alert_payload
+from tests.factories import WebhookEndpointFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -41,7 +42,7 @@ async def test_an_alerts_data_is_bounded_alike_in_its_row_its_log_line_its_dashb
     failures_log: Path,
 ) -> None:
     # Nobody listens at this address: the delivery row is what is checked, not a request.
-    await database_sync_to_async(WebhookEndpoint.objects.create)(url="http://127.0.0.1:9/hook")
+    await database_sync_to_async(WebhookEndpointFactory.create)(url="http://127.0.0.1:9/hook")
     layer = get_channel_layer()
     assert layer is not None
     channel = await layer.new_channel()

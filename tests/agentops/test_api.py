@@ -10,7 +10,7 @@ from django.test import Client
 
 from agentops.models import Agent, AuditEntry, HistoryRow, Provider
 from inference.models import Turn
-from tests.factories import AgentFactory, ProviderFactory
+from tests.factories import AgentFactory, ProviderFactory, TurnFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -296,17 +296,17 @@ def test_messages_join_a_queued_turn(api: Client, agent: Agent) -> None:
     ("/api/v1/turns/{id}/tool_results", {"results": [{"tool_call_id": "t", "content": 1}]}, "results[0].content"),
 ])
 def test_tool_results_refuse_malformed_fields(api: Client, agent: Agent, url: str, body: Any, field: str) -> None:
-    turn = Turn.objects.create(agent=agent, status=Turn.Status.REQUIRES_ACTION, pending_tool_calls=[{"id": "t", "name": "f", "arguments": {}}])
+    turn = TurnFactory.create(agent=agent, status=Turn.Status.REQUIRES_ACTION, pending_tool_calls=[{"id": "t", "name": "f", "arguments": {}}])
     response = post(api, url.format(id=turn.pk), body)
     assert response.status_code == 400
     assert response.json()["data"]["field"] == field
 
 
 def test_tool_results_must_match_the_pending_calls(api: Client, agent: Agent) -> None:
-    turn = Turn.objects.create(agent=agent, status=Turn.Status.REQUIRES_ACTION, pending_tool_calls=[{"id": "t1", "name": "f", "arguments": {}}])
+    turn = TurnFactory.create(agent=agent, status=Turn.Status.REQUIRES_ACTION, pending_tool_calls=[{"id": "t1", "name": "f", "arguments": {}}])
     response = post(api, f"/api/v1/turns/{turn.pk}/tool_results", {"results": [{"tool_call_id": "zz", "content": "x"}]})
     assert response.status_code == 400 and response.json()["data"]["field"] == "results.tool_call_id"
-    queued = Turn.objects.create(agent=agent, status=Turn.Status.QUEUED)
+    queued = TurnFactory.create(agent=agent, status=Turn.Status.QUEUED)
     response = post(api, f"/api/v1/turns/{queued.pk}/tool_results", {"results": [{"tool_call_id": "t1", "content": "x"}]})
     assert response.status_code == 409
     assert not HistoryRow.objects.exists()

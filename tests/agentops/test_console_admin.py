@@ -16,7 +16,7 @@ from agentops.alerts import alert_raise
 from agentops.models import Agent, AuditEntry, HistoryRow
 from breaker.models import BreakerState
 from inference.models import InferenceCall, Turn
-from tests.factories import AgentFactory, HistoryRowFactory
+from tests.factories import AgentFactory, CallFactory, HistoryRowFactory, TurnFactory
 from tests.waits.conftest import insert_row
 from waits.clock import clock_ms
 from waits.journal import journal_forget_process_state
@@ -49,7 +49,7 @@ def staff(username: str, *codenames: str) -> Client:
 
 
 def cut_call(turn: Turn) -> InferenceCall:
-    return InferenceCall.objects.create(
+    return CallFactory.create(
         turn=turn, agent=turn.agent, model="m1", streamed=True, sent_at=SENT, headers_at=at(10), first_event_at=at(40),
         first_content_at=at(40), last_event_at=at(140), ended_at=at(650), model_events=3, keepalives=4, outcome="cut",
         bound="between_events", bound_deadline=at(640), cut_lateness_ms=3.0,
@@ -67,7 +67,7 @@ def row_of(html: str, name: str) -> str:
 def test_the_agents_list_shows_status_streak_holds_and_the_current_turn() -> None:
     agent: Agent = AgentFactory.create(name="ada", model="m1")
     idle: Agent = AgentFactory.create(name="bob")
-    turn = Turn.objects.create(agent=agent, status=Turn.Status.HELD)
+    turn = TurnFactory.create(agent=agent, status=Turn.Status.HELD)
     BreakerState.objects.create(agent=agent, streak=2)
     wait_record(agent=agent, model="m1", retry_after_ms=600_000, reason="429 slow down", now_ms=clock_ms())
 
@@ -89,8 +89,8 @@ def agents_page_queries(client: Client, count: int) -> int:
     count the agents list's queries (from a cold journal, as each page load may find it)."""
     for _ in range(count - Agent.objects.count()):
         agent: Agent = AgentFactory.create(model="m1")
-        Turn.objects.create(agent=agent, status=Turn.Status.QUEUED)
-        Turn.objects.create(agent=agent, status=Turn.Status.HELD)
+        TurnFactory.create(agent=agent, status=Turn.Status.QUEUED)
+        TurnFactory.create(agent=agent, status=Turn.Status.HELD)
         BreakerState.objects.create(agent=agent, streak=1)
         wait_record(agent=agent, model="m1", retry_after_ms=600_000, reason="429", now_ms=clock_ms())
     journal_forget_process_state()
@@ -115,7 +115,7 @@ def test_the_agents_list_reads_as_many_queries_for_20_agents_as_for_2(journal: s
 
 
 def test_a_turns_page_shows_its_calls_inline_each_with_a_small_timeline() -> None:
-    turn = Turn.objects.create(agent=AgentFactory.create(), status=Turn.Status.FAILED)
+    turn = TurnFactory.create(status=Turn.Status.FAILED)
     call = cut_call(turn)
     html = superuser().get(f"/admin/inference/turn/{turn.pk}/change/").content.decode()
     assert 'class="call-timeline small"' in html
@@ -134,7 +134,7 @@ def superuser_again() -> Client:
 
 @pytest.mark.parametrize("path", ["inference/turn", "inference/inferencecall"])
 def test_turns_and_calls_are_read_only_even_for_a_superuser(path: str) -> None:
-    turn = Turn.objects.create(agent=AgentFactory.create(), status=Turn.Status.FAILED)
+    turn = TurnFactory.create(status=Turn.Status.FAILED)
     call = cut_call(turn)
     pk = turn.pk if path == "inference/turn" else call.pk
     client = superuser()

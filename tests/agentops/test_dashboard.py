@@ -19,11 +19,10 @@ from agentops.alerts import alert_raise
 from agentops.models import Agent
 from calls.config import bounds_settings
 from calls.events import call_deadline_ms
-from inference.models import InferenceCall
 from interfaces.asgi import application
 from tests.agentops.test_production import asgi_get
 from tests.conftest import refused_with
-from tests.factories import AgentFactory
+from tests.factories import AgentFactory, CallFactory
 from tests.turns.test_websocket import _queued_turn_without_enqueue
 from tests.waits.conftest import manage
 from waits.clock import clock_ms
@@ -287,7 +286,7 @@ def test_the_page_sends_a_user_who_is_not_staff_to_the_admin_login(not_staff: Us
 
 def test_the_page_shows_staff_the_snapshot_and_serves_its_script(staff: User) -> None:
     agent: Agent = AgentFactory.create(name="ada", model="m1")
-    InferenceCall.objects.create(agent=agent, model="m1", streamed=True)  # in flight
+    CallFactory.create(agent=agent, model="m1", streamed=True)  # in flight
     wait_record(agent=agent, model="m1", retry_after_ms=600_000, reason="HTTP 429: slow down", now_ms=clock_ms())
     alert_raise(kind="hard-down", agent="ada", model="m1", message="ada failed 3 times in a row")
     client = Client()

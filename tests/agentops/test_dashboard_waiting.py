@@ -13,16 +13,16 @@ from django.utils import timezone
 
 from inference.models import Turn
 from interfaces.dashboard import dashboard_snapshot
-from tests.factories import AgentFactory
+from tests.factories import AgentFactory, TurnFactory
 
 
 @pytest.mark.django_db
 def test_the_snapshot_and_the_admin_show_a_turn_waiting_for_its_pacing() -> None:
     agent = AgentFactory.create(name="pacey")
     until = timezone.now() + timedelta(seconds=40)
-    waiting = Turn.objects.create(agent=agent, status=Turn.Status.RUNNING, not_before=until, waiting_reason="pacing after a 429")
-    Turn.objects.create(agent=agent, status=Turn.Status.SUCCEEDED, not_before=until, waiting_reason="pacing after a 429")  # ended: no wait
-    Turn.objects.create(agent=agent, status=Turn.Status.QUEUED, not_before=timezone.now() - timedelta(seconds=1), waiting_reason="re-armed")  # over
+    waiting = TurnFactory.create(agent=agent, status=Turn.Status.RUNNING, not_before=until, waiting_reason="pacing after a 429")
+    TurnFactory.create(agent=agent, status=Turn.Status.SUCCEEDED, not_before=until, waiting_reason="pacing after a 429")  # ended: no wait
+    TurnFactory.create(agent=agent, status=Turn.Status.QUEUED, not_before=timezone.now() - timedelta(seconds=1), waiting_reason="re-armed")  # over
 
     snapshot = dashboard_snapshot(now_ms=time.time() * 1000)
     assert snapshot["waiting"] == [

@@ -19,7 +19,7 @@ from agentops.models import Agent, Provider
 from inference.models import InferenceCall
 from tests.agentops.live_asgi import asgi_server
 from tests.conftest import wait_for
-from tests.factories import AgentFactory
+from tests.factories import AgentFactory, ProviderFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(90)]
 
@@ -263,7 +263,7 @@ def test_a_body_that_cannot_be_passed_on_is_a_400_before_any_call(
     edge, and nothing recorded. The agent exists and serves the endpoint, so nothing else
     stops the body."""
     if path == "/v1/responses":
-        agent = AgentFactory.create(provider=Provider.objects.create(name="standin-responses", kind="openai-responses", base_url=f"{standin}/v1"))
+        agent = AgentFactory.create(provider=ProviderFactory.create(name="standin-responses", kind="openai-responses", base_url=f"{standin}/v1"))
     else:
         agent = make_agent(provider="openai" if path == "/v1/chat/completions" else "anthropic")
     for headers in ({"authorization": f"Bearer {user_token}"}, {}):
@@ -297,7 +297,7 @@ def test_another_path_under_v1_is_a_404_in_the_askers_format(server: str, oai: o
 
 
 def test_the_responses_endpoint_serves_responses_agents(server: str, user_token: str, standin: str) -> None:
-    provider = Provider.objects.create(name="standin-responses", kind="openai-responses", base_url=f"{standin}/v1")
+    provider = ProviderFactory.create(name="standin-responses", kind="openai-responses", base_url=f"{standin}/v1")
     agent = AgentFactory.create(provider=provider, model="think")
     client = openai.OpenAI(base_url=f"{server}/v1", api_key=user_token, max_retries=0, timeout=20)
     response = client.responses.create(model=agent.name, input="hi")
@@ -334,7 +334,7 @@ def test_a_revoked_token_is_refused_within_the_cache_time(server: str, user_toke
     client = openai.OpenAI(base_url=f"{server}/v1", api_key=user_token, max_retries=0, timeout=20)
     client.chat.completions.create(model=agent.name, messages=USER)
     ApiToken.objects.filter(name="test-user").update(revoked_at=timezone.now())
-    time.sleep(2.1)  # the drop-in endpoints keep a token found for 2 s
+    time.sleep(2.1)  # past the 2 s the drop-in endpoints keep a token found
     with pytest.raises(openai.AuthenticationError):
         client.chat.completions.create(model=agent.name, messages=USER)
 

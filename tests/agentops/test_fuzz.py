@@ -23,10 +23,10 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from agentops.models import Agent, HistoryRow, Provider
+from agentops.models import Agent, HistoryRow
 from agentops.services import history_append
 from agentops.tokens import api_token_create
-from tests.factories import AgentFactory
+from tests.factories import AgentFactory, ProviderFactory
 
 EXAMPLES = int(os.environ.get("AGENTOPS_FUZZ_EXAMPLES", "50"))
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance, response_schema_conformance]
@@ -40,7 +40,7 @@ schema.config.generation.update(modes=[GenerationMode.POSITIVE, GenerationMode.N
 @pytest.fixture(params=["operator", "user"])
 def token(request: pytest.FixtureRequest, transactional_db: None) -> str:
     # Something for the fuzzer to find: an agent of each kind of token's project, with history.
-    provider = Provider.objects.create(name="p1", kind="openai", base_url="http://127.0.0.1:9/v1")
+    provider = ProviderFactory.create(name="p1", kind="openai", base_url="http://127.0.0.1:9/v1")
     agent: Agent = AgentFactory.create(name="ada", provider=provider, model="m1")
     history_append(agent=agent, participant="alice", role=HistoryRow.Role.USER, content="hi")
     return api_token_create(name=f"fuzz-{request.param}", operator=request.param == "operator")[1]

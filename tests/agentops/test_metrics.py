@@ -24,7 +24,7 @@ from calls.compile import compile_request
 from inference.models import InferenceCall, Turn
 from interfaces.metrics import metrics_view
 from tests.conftest import scraper
-from tests.factories import AgentFactory, HistoryRowFactory
+from tests.factories import AgentFactory, CallFactory, HistoryRowFactory, TurnFactory
 from waits.clock import clock_ms
 from waits.models import WaitJournalEntry
 from waits.services import wait_record
@@ -63,7 +63,7 @@ def value(samples: Scrape, name: str, **labels: str) -> float:
 
 
 def call(agent: Agent, **fields: Any) -> InferenceCall:
-    made: InferenceCall = InferenceCall.objects.create(agent=agent, model=agent.model, streamed=True, **fields)
+    made: InferenceCall = CallFactory.create(agent=agent, model=agent.model, streamed=True, **fields)
     return made
 
 
@@ -161,7 +161,7 @@ def test_a_probe_deferred_by_a_provider_wait_gets_its_row_and_is_counted(agent: 
     HistoryRowFactory.create(agent=agent, seq=1, participant="alice", content="hello")
     failed = compile_request(agent, HistoryRow.objects.filter(agent=agent).order_by("seq"))
     wait_record(agent=agent, model="m1", retry_after_ms=600_000, reason="429 slow down", now_ms=clock_ms())
-    turn = Turn.objects.create(agent=agent, status=Turn.Status.RUNNING)
+    turn = TurnFactory.create(agent=agent, status=Turn.Status.RUNNING)
     outcome = probe_send(turn=turn, failed=failed, ticket=breaker_probe_begin(agent=agent))
     assert outcome.outcome == "deferred" and outcome.call_id is not None
     row = InferenceCall.objects.get(pk=outcome.call_id)
@@ -171,9 +171,9 @@ def test_a_probe_deferred_by_a_provider_wait_gets_its_row_and_is_counted(agent: 
 
 
 def test_the_turns_gauge_counts_turns_by_status(agent: Agent) -> None:
-    Turn.objects.create(agent=agent, status=Turn.Status.RUNNING)
-    Turn.objects.create(agent=agent, status=Turn.Status.HELD)
-    Turn.objects.create(agent=agent, status=Turn.Status.HELD)
+    TurnFactory.create(agent=agent, status=Turn.Status.RUNNING)
+    TurnFactory.create(agent=agent, status=Turn.Status.HELD)
+    TurnFactory.create(agent=agent, status=Turn.Status.HELD)
     samples, _ = scrape()
     assert value(samples, "agentops_turns", status="running") == 1
     assert value(samples, "agentops_turns", status="held") == 2
@@ -219,7 +219,7 @@ def test_a_scrape_costs_the_same_few_queries_however_many_rows_there_are(agent: 
 
     empty = queries()
     for i in range(30):
-        turn = Turn.objects.create(agent=agent, status=Turn.Status.SUCCEEDED)
+        turn = TurnFactory.create(agent=agent, status=Turn.Status.SUCCEEDED)
         call(agent, turn=turn, outcome="cut", bound="flat", cut_lateness_ms=i)
         call(agent, turn=turn, kind="auxiliary", outcome="deferred")
         alert_raise(kind=f"kind-{i % 3}", agent="ada", message="x")

@@ -20,11 +20,11 @@ import pytest
 from django.db import connection
 from django.test import Client
 
-from agentops.models import Agent, HistoryRow, Provider
+from agentops.models import Agent, HistoryRow
 from inference.models import InferenceCall, Turn
 from tests.agentops.live_asgi import SERVER_PIDS, asgi_server
 from tests.conftest import WorkerPool, wait_for
-from tests.factories import AgentFactory
+from tests.factories import AgentFactory, ProviderFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 
@@ -39,7 +39,7 @@ def web(django_db_setup: None, django_db_blocker: Any) -> Iterator[str]:
 
 @pytest.fixture
 def hostile_agent(hostile: str, hostile_requests: Any) -> Callable[..., Agent]:
-    provider = Provider.objects.create(name="hostile", kind="openai", base_url=f"{hostile}/v1")
+    provider = ProviderFactory.create(name="hostile", kind="openai", base_url=f"{hostile}/v1")
 
     def make(model: str, **fields: Any) -> Agent:
         agent: Agent = AgentFactory.create(provider=provider, model=model, **fields)
@@ -293,7 +293,7 @@ def test_a_drop_in_number_no_provider_or_column_takes_is_a_400_naming_it_and_no_
 
 
 def test_the_anthropic_sdk_reads_a_hostile_html_page_as_its_own_error(web: str, user_token: str, hostile: str, hostile_requests: Any) -> None:
-    provider = Provider.objects.create(name="hostile-anthropic", kind="anthropic", base_url=hostile)
+    provider = ProviderFactory.create(name="hostile-anthropic", kind="anthropic", base_url=hostile)
     agent = AgentFactory.create(provider=provider, model="html-error")
     client = anthropic.Anthropic(base_url=web, api_key=user_token, max_retries=0, timeout=30)
     with pytest.raises(anthropic.InternalServerError) as raised:

@@ -14,7 +14,7 @@ from django.test import Client
 from agentops.models import Agent, Provider
 from inference.models import InferenceCall, Turn
 from tests.conftest import wait_for
-from tests.factories import AgentFactory
+from tests.factories import AgentFactory, ProviderFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -124,7 +124,7 @@ def test_a_provider_row_that_breaks_the_policy_is_refused_at_call_time_without_a
     api: Client, standin: str, standin_requests: Any, fields: dict[str, str], words: str
 ) -> None:
     # Written past the API (an old row, or the database edited by hand): the worker checks again.
-    provider = Provider.objects.create(name="old", kind="openai", **{"base_url": f"{standin}/v1", "api_key_env": "", **fields})
+    provider = ProviderFactory.create(name="old", kind="openai", **{"base_url": f"{standin}/v1", "api_key_env": "", **fields})
     agent: Agent = AgentFactory.create(provider=provider, model="answer")
     response = complete(api, agent.name)
     assert response.status_code == 502, response.content
@@ -174,7 +174,7 @@ def test_a_call_connects_to_the_checked_address_with_the_name_in_the_host_header
 
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
     by_name = standin.replace("127.0.0.1", NAME)
-    provider = Provider.objects.create(name="named", kind="openai", base_url=f"{by_name}/v1")
+    provider = ProviderFactory.create(name="named", kind="openai", base_url=f"{by_name}/v1")
     agent: Agent = AgentFactory.create(provider=provider, model="answer")
     response = complete(api, agent.name)
     assert response.status_code == 200, response.content
@@ -189,7 +189,7 @@ def test_a_call_whose_key_variable_went_missing_is_an_auth_error_without_a_reque
     api: Client, standin: str, standin_requests: Any, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("GONE_API_KEY", raising=False)  # set when the provider was created, unset since
-    provider = Provider.objects.create(name="keyless", kind="openai", base_url=f"{standin}/v1", api_key_env="GONE_API_KEY")
+    provider = ProviderFactory.create(name="keyless", kind="openai", base_url=f"{standin}/v1", api_key_env="GONE_API_KEY")
     agent: Agent = AgentFactory.create(provider=provider, model="answer")
     response = complete(api, agent.name)
     assert response.status_code == 502, response.content
@@ -203,7 +203,7 @@ def test_a_call_whose_key_variable_went_missing_is_an_auth_error_without_a_reque
 def test_a_turn_whose_provider_is_refused_at_call_time_fails_cleanly_with_the_reason(
     api: Client, standin: str, standin_requests: Any
 ) -> None:
-    provider = Provider.objects.create(name="leaky", kind="openai", base_url=f"{standin}/v1", api_key_env="DATABASE_URL")
+    provider = ProviderFactory.create(name="leaky", kind="openai", base_url=f"{standin}/v1", api_key_env="DATABASE_URL")
     agent: Agent = AgentFactory.create(provider=provider, model="answer")
     body = {"messages": [{"participant": "alice", "content": "hi"}]}
     turn_id = api.post(f"/api/v1/agents/{agent.name}/turns", data=json.dumps(body), content_type="application/json").json()["id"]

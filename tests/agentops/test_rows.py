@@ -12,7 +12,7 @@ from agentops import rows
 from agentops.models import Agent, HistoryRow
 from agentops.services import history_append
 from inference.models import Turn
-from tests.factories import AgentFactory
+from tests.factories import AgentFactory, TurnFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -35,7 +35,7 @@ def test_a_row_inserted_by_hand_reads_back_through_the_orm_field_for_field() -> 
 
 def test_a_row_read_by_hand_equals_the_orm_s_instance() -> None:
     agent = AgentFactory.create(tools=[{"name": "look", "parameters": {"type": "object"}}], system="be brief")
-    turn = Turn.objects.create(agent=agent, status=Turn.Status.QUEUED, pending_tool_calls=[{"id": "c1"}], error={"type": "network", "n": 1.5})
+    turn = TurnFactory.create(agent=agent, status=Turn.Status.QUEUED, pending_tool_calls=[{"id": "c1"}], error={"type": "network", "n": 1.5})
     (read_turn, read_agent), = rows.fetch(
         f"SELECT {rows.columns(Turn, 't')}, {rows.columns(Agent, 'a')} FROM inference_turn t JOIN agentops_agent a ON a.id = t.agent_id WHERE t.id = %s",
         [turn.pk], Turn, Agent,
@@ -46,7 +46,7 @@ def test_a_row_read_by_hand_equals_the_orm_s_instance() -> None:
 
 
 def test_an_update_by_hand_converts_values_as_the_orm_does() -> None:
-    turn = Turn.objects.create(agent=AgentFactory.create(), status=Turn.Status.RUNNING)
+    turn = TurnFactory.create(status=Turn.Status.RUNNING)
     assert rows.update(Turn, turn.pk, output={"content": "done"}, status=Turn.Status.SUCCEEDED, pending_tool_calls=[]) == 1
     turn.refresh_from_db()
     assert (turn.output, turn.status, turn.pending_tool_calls) == ({"content": "done"}, Turn.Status.SUCCEEDED, [])

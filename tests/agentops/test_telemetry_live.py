@@ -279,7 +279,7 @@ def takeover(receiver: Receiver, django_db_setup: None, django_db_blocker: Any) 
 
 
 def test_a_turn_taken_over_after_its_worker_died_stays_in_its_trace_and_says_who_took_it(
-    takeover: tuple[WorkerPool, str], receiver: Receiver, make_agent: Any,
+    takeover: tuple[WorkerPool, str], receiver: Receiver, standin_requests: Any, make_agent: Any,
 ) -> None:
     lost, base = takeover
     agent = make_agent(model="sequence:steps=hang|answer")
@@ -288,6 +288,9 @@ def test_a_turn_taken_over_after_its_worker_died_stays_in_its_trace_and_says_who
     with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=20) as http:
         turn_id = submit(http, agent.name, header)
     wait_for(lambda: InferenceCall.objects.filter(turn_id=turn_id, outcome__isnull=True).exists(), what="the first call to be out")
+    # Its row is written just before it is sent: killed in between, the sequence's hang would be
+    # the next worker's call (a third attempt span; seen under load).
+    wait_for(lambda: len(standin_requests()) >= 1, what="the stand-in to receive the first call")
     lost.procs[0].send_signal(signal.SIGKILL)
     lost.procs[0].wait(timeout=10)
 

@@ -12,6 +12,7 @@ from breaker.models import BreakerState
 from breaker.probes import ProbeEnd, ProbeTicket, breaker_probe_begin, breaker_probe_end
 from breaker.services import breaker_note_failure
 from inference.models import Turn
+from tests.factories import TurnFactory
 
 SHED_REASON = "invalid_request at HTTP 400"
 
@@ -34,7 +35,7 @@ def probe_out(agent: Agent) -> ProbeTicket:
     """Two rows, three sheddable failures, and the probe out."""
     row(agent, content="one")
     row(agent, HistoryRow.Role.ASSISTANT, "two", participant=agent.participant)
-    Turn.objects.create(agent=agent, status=Turn.Status.FAILED, attempts=1)  # the failed turn
+    TurnFactory.create(agent=agent, status=Turn.Status.FAILED, attempts=1)  # the failed turn
     for _ in range(3):
         fail(agent)
     return breaker_probe_begin(agent=agent)

@@ -22,6 +22,7 @@ from breaker.services import breaker_note_failure, breaker_note_success
 from inference.models import InferenceCall, Turn
 from tests.breaker.test_live import alerts, fail_in_a_row
 from tests.conftest import wait_for
+from tests.factories import TurnFactory
 from tests.turns.test_turns import submit
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("workers")]
@@ -98,7 +99,7 @@ def _move_the_streak_and_back(api: Client, agent: Agent) -> bool:
 
 
 def _start_another_turn(api: Client, agent: Agent) -> bool:
-    Turn.objects.create(agent=agent, status=Turn.Status.QUEUED)
+    TurnFactory.create(agent=agent, status=Turn.Status.QUEUED)
     return False  # the drain runs it once the probe is done: the next failure
 
 

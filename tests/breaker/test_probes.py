@@ -21,6 +21,7 @@ from breaker.probes import ProbeEnd, ProbeTicket, breaker_probe_begin, breaker_p
 from breaker.services import breaker_note_success, breaker_probe_withdraw, probe_abort_key
 from inference.models import Turn
 from tests.breaker.common import end, fail, probe_out, row, state
+from tests.factories import TurnFactory
 from turns.services import agent_dispose
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("breaker_settings")]
@@ -56,7 +57,7 @@ def _streak_moved_and_back(agent: Agent) -> None:
 
 
 def _another_turn(agent: Agent) -> None:
-    Turn.objects.create(agent=agent)
+    TurnFactory.create(agent=agent)
 
 
 def _turn_claimed(agent: Agent) -> None:

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from inference.models import Turn
 from tests.conftest import wait_for
-from tests.factories import AgentFactory
+from tests.factories import AgentFactory, TurnFactory
 
 from .test_release_in_browser import content, log_in
 
@@ -32,7 +32,7 @@ def test_the_dashboard_shows_a_turn_waiting_for_its_pacing_with_a_live_countdown
 
     agent = AgentFactory.create(name="paced")
     # No worker runs here: the turn stays queued, its next call 90 s away (a 429's pacing).
-    turn = Turn.objects.create(agent=agent, status=Turn.Status.QUEUED, not_before=timezone.now() + timedelta(seconds=90), waiting_reason="pacing after a 429")
+    turn = TurnFactory.create(agent=agent, status=Turn.Status.QUEUED, not_before=timezone.now() + timedelta(seconds=90), waiting_reason="pacing after a 429")
     User.objects.create_superuser("wanda", password="a long operator password")
     log_in(browser, live_server.url, "wanda", "/dashboard/")
 
@@ -48,5 +48,5 @@ def test_the_dashboard_shows_a_turn_waiting_for_its_pacing_with_a_live_countdown
 
     first = left_s()
     assert 80 <= first <= 90, first
-    time.sleep(2.2)  # no reload: the page's own clock moves it
+    time.sleep(2.2)  # no reload: two ticks of the page's own 1 s clock move it (the 1..4 s bound below)
     assert 1 <= first - left_s() <= 4

@@ -131,15 +131,14 @@ async def test_a_provider_name_only_the_proxy_resolves_is_called_through_it(
 ) -> None:
     from asgiref.sync import sync_to_async
 
-    from agentops.models import Provider
     from calls.run import provider_vetted
-    from tests.factories import AgentFactory
+    from tests.factories import AgentFactory, ProviderFactory
 
     monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{proxy.port}")
     monkeypatch.delenv("NO_PROXY", raising=False)
     proxy.names["provider.invalid"] = "127.0.0.1"  # .invalid never resolves here (RFC 6761)
     base_url = f"https://provider.invalid:{tls_provider}/v1"
-    agent = await sync_to_async(AgentFactory.create)(provider=await sync_to_async(Provider.objects.create)(name="behind-proxy", kind="openai", base_url=base_url))
+    agent = await sync_to_async(AgentFactory.create)(provider=await sync_to_async(ProviderFactory.create)(name="behind-proxy", kind="openai", base_url=base_url))
     adapter = OpenAIAdapter()
     request = CompiledRequest(model="answer", system="", max_tokens=50, stream=False, messages=[Message(role="user", blocks=[{"type": "text", "text": "hi"}])])
     wire, refused = await sync_to_async(provider_vetted)(agent, adapter.build(base_url=base_url, api_key="", request=request))

@@ -13,7 +13,7 @@ from django.test import Client, override_settings
 
 from agentops.models import Alert, Provider
 from interfaces.dashboard import dashboard_snapshot
-from tests.factories import AgentFactory
+from tests.factories import AgentFactory, ProviderFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -27,11 +27,11 @@ def complete(api: Client, agent: str) -> int:
 
 @override_settings(AGENTOPS_PROVIDER_DOWN_AFTER_MS=300)
 def test_a_provider_that_only_fails_raises_one_alert_per_episode_and_its_first_success_ends_it(api: Client, standin: str) -> None:
-    provider = Provider.objects.create(name="flaky", kind="openai", base_url=REFUSED)
+    provider = ProviderFactory.create(name="flaky", kind="openai", base_url=REFUSED)
     agent = AgentFactory.create(provider=provider, model="answer")
     assert complete(api, agent.name) == 502
     assert not Alert.objects.filter(kind="provider-down").exists()  # one failure is no episode yet
-    time.sleep(0.35)  # the episode outlasts the setting
+    time.sleep(0.35)  # the episode outlasts the setting (AGENTOPS_PROVIDER_DOWN_AFTER_MS, 300 ms)
     assert complete(api, agent.name) == 502
     (down,) = Alert.objects.filter(kind="provider-down")
     assert (down.agent, down.model) == ("provider:flaky", "*") and "every call for" in down.message and "network" in down.message
@@ -55,6 +55,6 @@ def test_answers_that_say_the_provider_is_up_start_no_episode(api: Client, stand
     agent = make_agent(model=model)
     for _ in range(2):
         complete(api, agent.name)
-        time.sleep(0.01)
+        time.sleep(0.01)  # past the 1 ms setting: were these failures an episode, the second call would raise its alert
     assert not Alert.objects.filter(kind="provider-down").exists()
     assert Provider.objects.get(pk=agent.provider_id).failing_since is None

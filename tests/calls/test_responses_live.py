@@ -10,13 +10,12 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from agentops.models import Provider
 from calls.adapters import ResponsesAdapter, adapter_for
 from calls.bounds import BoundsSettings
 from calls.client import CallResult, perform_call
 from calls.sse import SseEvent
 from calls.types import CompiledRequest, Message
-from tests.factories import AgentFactory
+from tests.factories import AgentFactory, ProviderFactory
 from tests.turns.test_turns import submit, wait_turn
 
 # Before content 300 ms; a thinking block's allowance 100 tokens / 100 per s = 1 s.
@@ -137,7 +136,7 @@ def test_response_failed_is_classified_by_its_error_code() -> None:
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("workers")
 def test_a_turn_on_a_responses_provider_answers(api: Client, standin: str) -> None:
-    provider = Provider.objects.create(name="standin-responses", kind="openai-responses", base_url=f"{standin}/v1")
+    provider = ProviderFactory.create(name="standin-responses", kind="openai-responses", base_url=f"{standin}/v1")
     agent = AgentFactory.create(provider=provider, model="think", max_tokens=200)
     turn = wait_turn(api, submit(api, agent.name, ("alice", "hello"))["id"])
     assert turn["status"] == "succeeded", turn

@@ -15,7 +15,7 @@ from calls.client import MARKS_HEAD, MARKS_TAIL, Timeline
 from calls.records import call_marks
 from calls.timeline import call_deadlines, call_picture, call_timeline_svg
 from inference.models import InferenceCall
-from tests.factories import AgentFactory
+from tests.factories import CallFactory
 
 SETTINGS = BoundsSettings(before_content_ms=500, between_events_ms=400, think_tokens_per_second=100, flat_minimum_ms=2000, absolute_ms=2500)
 SENT = datetime(2027, 1, 15, 8, 0, tzinfo=UTC)
@@ -77,7 +77,7 @@ def recorded(**fields: object) -> InferenceCall:
         "model_events": 3, "keepalives": 3, "outcome": "cut", "bound": "between_events", "bound_deadline": at(540),
         "cut_lateness_ms": 4.0, "marks": marks, **fields,
     }
-    return InferenceCall.objects.create(agent=AgentFactory.create(), **values)
+    return CallFactory.create(**values)
 
 
 @pytest.mark.django_db

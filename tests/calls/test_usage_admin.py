@@ -6,8 +6,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from inference.models import InferenceCall
-from tests.factories import AgentFactory
+from tests.factories import AgentFactory, CallFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -20,11 +19,11 @@ def admin() -> Client:
 
 def test_the_calls_list_and_page_show_the_reported_tokens_and_dashes_for_none() -> None:
     agent = AgentFactory.create()
-    counted = InferenceCall.objects.create(
+    counted = CallFactory.create(
         agent=agent, kind="auxiliary", model="m1", streamed=False, outcome="completed",
         input_tokens=1234, output_tokens=56, reasoning_tokens=7, cached_input_tokens=1000,
     )
-    InferenceCall.objects.create(agent=agent, kind="auxiliary", model="m2", streamed=False, outcome="cut")
+    CallFactory.create(agent=agent, kind="auxiliary", model="m2", streamed=False, outcome="cut")
     client = admin()
     listing = client.get("/admin/inference/inferencecall/").content.decode()
     assert "1234 / 56" in listing and "- / -" in listing and "0 / 0" not in listing

@@ -11,11 +11,11 @@ import httpx
 import pytest
 from django.test import Client
 
-from agentops.models import Agent, Provider
+from agentops.models import Agent
 from calls.adapters import AnthropicAdapter
 from inference.models import InferenceCall
 from tests.conftest import scraper
-from tests.factories import AgentFactory
+from tests.factories import AgentFactory, CallFactory, ProviderFactory
 from tests.turns.test_auxiliary import complete
 from tests.turns.test_turns import submit, wait_turn
 
@@ -25,7 +25,7 @@ PATHS = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages", "openai-
 
 
 def responses_agent(standin: str, **fields: Any) -> Agent:
-    provider = Provider.objects.create(name="standin-responses", kind="openai-responses", base_url=f"{standin}/v1")
+    provider = ProviderFactory.create(name="standin-responses", kind="openai-responses", base_url=f"{standin}/v1")
     agent: Agent = AgentFactory.create(provider=provider, **fields)
     return agent
 
@@ -128,6 +128,6 @@ def test_metrics_count_tokens_by_agent_model_kind_and_type(api: Client, standin:
     assert metric(text, **labels, type="reasoning") == 0  # reported as 0 by the provider
     assert metric(text, **labels, type="cached_input") == 0
     # A call that reported nothing adds nothing: no series for its model.
-    InferenceCall.objects.create(agent=agent, kind="auxiliary", model="silent", streamed=False, outcome="cut")
+    CallFactory.create(agent=agent, kind="auxiliary", model="silent", streamed=False, outcome="cut")
     text = scraper().get("/metrics").content.decode()
     assert metric(text, agent=agent.name, model="silent", kind="auxiliary", type="input") is None

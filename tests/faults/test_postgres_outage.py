@@ -27,7 +27,7 @@ def test_a_stated_wait_while_postgres_is_down_is_held_at_once_and_lands_in_the_j
     wait_for(lambda: provider_calls(standin, model), what="the call to go out")
     faults.stop_postgres()  # the 429 (retry-after: 7200) arrives about 2 s later
     answered_at = provider_calls(standin, model)[0]["received_at"] + 2.0
-    time.sleep(DOWN_S)
+    time.sleep(DOWN_S)  # the outage itself: the 429 arrives while PostgreSQL is down (DOWN_S: see above)
     faults.start_postgres()
     back = time.monotonic()
     rows = wait_for(
@@ -41,7 +41,7 @@ def test_a_stated_wait_while_postgres_is_down_is_held_at_once_and_lands_in_the_j
     held = wait_turn(faults, turn, ("held",), timeout=15)
     assert held["hold_until"] is not None and held["hold_until"].timestamp() > time.time() + 7000
     # Past the lease and several sweeps: nothing calls the provider before the wait's end.
-    time.sleep(LEASE_S + 3)
+    time.sleep(LEASE_S + 3)  # a lapsed lease and the sweeps after it: a second call would have gone out by now
     assert len(provider_calls(standin, model)) == 1
     print(f"measure 1: provider calls {len(provider_calls(standin, model))}")
     assert faults.sql("SELECT status FROM inference_turn WHERE id = %s", turn)[0]["status"] == "held"
@@ -55,7 +55,7 @@ def answers_out_through_an_outage(faults: FaultStack, standin: str, prefix: str,
     turns = [submit(faults, f"{prefix}-{i}", model) for i, model in enumerate(models)]
     wait_for(lambda: all(provider_calls(standin, m) for m in models), what="the calls to go out")
     faults.stop_postgres()
-    time.sleep(DOWN_S)
+    time.sleep(DOWN_S)  # the outage itself: the answers arrive while PostgreSQL is down (DOWN_S: see above)
     faults.start_postgres()
     return models, turns
 
@@ -86,7 +86,7 @@ def test_a_warm_shutdown_during_a_429_pacing_wait_keeps_the_pacing(faults: Fault
         what="the 429 to be recorded",
     )
     first = provider_calls(standin, model)[0]["received_at"]
-    time.sleep(0.5)
+    time.sleep(0.5)  # on from the recorded 429: the shutdown comes during the 8 s pacing, not as the call ends
     faults.stop_process("w1", signal.SIGTERM)  # warm shutdown: the turn is handed back
     faults.start_worker("w2", pacing)
     done = wait_turn(faults, turn, ("succeeded", "failed", "exhausted"), timeout=40)

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from inference.models import Turn
-from tests.factories import AgentFactory
+from tests.factories import TurnFactory
 from turns.services import turn_hold
 
 pytestmark = pytest.mark.django_db
@@ -25,7 +25,7 @@ def _running(turn: Turn) -> Turn:
 
 
 def test_a_re_check_that_holds_a_turn_by_the_same_wait_logs_nothing_new(caplog: pytest.LogCaptureFixture) -> None:
-    turn = Turn.objects.create(agent=AgentFactory.create(name="ada"), status=Turn.Status.RUNNING)
+    turn = TurnFactory.create(agent__name="ada", status=Turn.Status.RUNNING)
     until = timezone.now() + timedelta(hours=2)
     caplog.set_level(logging.INFO, logger="turns.services")
     for _ in range(5):  # the drain's re-checks: claimed (running), then held again

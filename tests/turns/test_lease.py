@@ -106,7 +106,7 @@ def test_one_statement_renews_every_lease_the_process_holds_each_quarter_lease()
         wait_for(lambda: _renewed_by_one_round(ids, claimed_until), timeout=5, what="a renewal round")
         # Every row renewed by one transaction, and so after each round that follows.
         assert _xmins(ids) == 1
-        time.sleep(1.0)
+        time.sleep(1.0)  # about five more 200 ms rounds: a round writing in more than one transaction would show
         assert _xmins(ids) == 1
         rounds = renewer.rounds - statements_before
         elapsed = time.monotonic() - started
@@ -160,7 +160,7 @@ renewer = lease_renewer()
 lease = TurnLease(agent_id=1, owner="w1")
 renewer.keep(lease)
 renewer.renew_now()
-time.sleep(2.0)
+time.sleep(2.0)  # 2 s unanswered: several rounds, were it to retry within a fraction of a second
 print(json.dumps({"tries": renewer.rounds, "lost": lease.lost, "failing": lease.failing}))
 """
 

@@ -36,7 +36,6 @@ def test_a_turn_left_running_by_a_killed_worker_is_resumed_by_another(api: Clien
 
     rescuer = WorkerPool(1, label="rescuer", extra_env=env)
     try:
-        time.sleep(0.1)
         # The dead worker's lease is still live: a sweep now must not run the turn twice.
         turns_sweep.delay()
         # Lapsed, and past the grace in which a live owner would have renewed it.

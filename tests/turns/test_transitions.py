@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from inference.models import Turn
-from tests.factories import AgentFactory
+from tests.factories import AgentFactory, TurnFactory
 from turns.services import TRANSITIONS, sources, turn_claim, turn_hand_back
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,8 +38,8 @@ def test_a_service_asking_for_a_move_the_table_does_not_allow_is_refused() -> No
 @pytest.mark.django_db
 def test_a_claim_takes_a_queued_turn_but_not_an_ended_one() -> None:
     agent = AgentFactory.create()
-    queued = Turn.objects.create(agent=agent, status=S.QUEUED)
-    cancelled = Turn.objects.create(agent=agent, status=S.CANCELLED)
+    queued = TurnFactory.create(agent=agent, status=S.QUEUED)
+    cancelled = TurnFactory.create(agent=agent, status=S.CANCELLED)
     assert turn_claim(turn_id=queued.pk, owner="test", now=queued.created_at)
     assert not turn_claim(turn_id=cancelled.pk, owner="test", now=queued.created_at)
     queued.refresh_from_db()
@@ -50,7 +50,7 @@ def test_a_claim_takes_a_queued_turn_but_not_an_ended_one() -> None:
 @pytest.mark.django_db
 def test_a_hand_back_queues_only_a_running_turn() -> None:
     agent = AgentFactory.create()
-    held = Turn.objects.create(agent=agent, status=S.HELD)
+    held = TurnFactory.create(agent=agent, status=S.HELD)
     assert not turn_hand_back(turn=held)
     held.refresh_from_db()
     assert held.status == S.HELD

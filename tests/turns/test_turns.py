@@ -74,7 +74,7 @@ def test_a_task_delivered_twice_stores_one_assistant_row(api: Client, make_agent
     agent_drain.delay(agent.pk)
     agent_drain.delay(agent.pk)
     wait_for(lambda: not Turn.objects.filter(agent=agent, status__in=Turn.OPEN).exists(), what="agent idle")
-    time.sleep(0.5)
+    time.sleep(0.5)  # a chance for the late deliveries to run a second call (an idle agent's drain takes milliseconds)
     assert HistoryRow.objects.filter(agent=agent, role="assistant").count() == 1
     assert InferenceCall.objects.filter(agent=agent).count() == 1
 
@@ -114,7 +114,7 @@ def test_a_turn_submitted_as_a_run_ends_runs_once_that_run_releases_the_lease(ap
     ending = lease_claim(agent.pk)  # the ending run's lease, held here in the test process
     assert ending is not None
     accepted = submit(api, agent.name, ("alice", "Hello"))
-    time.sleep(1.0)  # delivered: the worker found the lease held
+    time.sleep(1.0)  # delivered: the worker took the task and found the lease held; were it free, the turn would have run by now
     assert api.get(f"/api/v1/turns/{accepted['id']}").json()["status"] == "queued"
     run_end(ending, idle=True)
     assert wait_turn(api, accepted["id"], timeout=10)["status"] == "succeeded"
@@ -151,7 +151,7 @@ def test_a_running_turn_is_cancelled_and_not_retried(api: Client, make_agent: An
     agent = make_agent(model="endless:interval_ms=20")
     accepted = submit(api, agent.name, ("alice", "go on forever"))
     wait_for(standin_requests, what="the call to reach the provider")
-    time.sleep(0.3)  # content flowing
+    time.sleep(0.3)  # content flowing: some 15 events of the 20 ms stream, so the cancel lands mid-call
     response = api.post(f"/api/v1/turns/{accepted['id']}/cancel")
     assert response.status_code == 200 and response.json()["status"] == "cancelled"
     wait_for(lambda: InferenceCall.objects.filter(agent=agent, outcome__isnull=False).exists(), what="the call to end")
@@ -168,7 +168,7 @@ def test_a_cancel_reaches_the_running_call_within_a_short_bound(api: Client, mak
     agent = make_agent(model="endless:interval_ms=20")
     accepted = submit(api, agent.name, ("alice", "go on forever"))
     wait_for(standin_requests, what="the call to reach the provider")
-    time.sleep(0.3)  # content flowing
+    time.sleep(0.3)  # content flowing: some 15 events of the 20 ms stream, so the cancel lands mid-call
     asked = time.time()
     assert api.post(f"/api/v1/turns/{accepted['id']}/cancel").status_code == 200
     call = wait_for(lambda: InferenceCall.objects.filter(agent=agent, outcome__isnull=False).first(), what="the call to end")

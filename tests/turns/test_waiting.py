@@ -91,12 +91,12 @@ def test_drains_of_a_held_turn_do_not_multiply_its_rechecks(
     # Six more drains, as six sweeps would send them, each its own run (apart in time).
     for _ in range(6):
         agent_drain.delay(agent.pk)
-        time.sleep(0.3)
-    time.sleep(RECHECK_MS / 1000)
+        time.sleep(0.3)  # apart in time, as sweeps send them: each drain is a run of its own
+    time.sleep(RECHECK_MS / 1000)  # one re-check interval: time for an extra re-check chain to start
     counts = []
     for _ in range(5):
         counts.append(_scheduled_drains(pacing_pool, agent.pk))
-        time.sleep(0.5)
+        time.sleep(0.5)  # sampled over 2.5 s, past two re-check intervals: a chain per drain would show
     assert Turn.objects.get(pk=turn_id).status == Turn.Status.HELD
     assert 1 <= max(counts) <= 2, f"scheduled re-checks of the held agent, sampled every 0.5 s: {counts}"
     assert api.post(f"/api/v1/turns/{turn_id}/cancel").status_code == 200

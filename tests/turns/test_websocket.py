@@ -21,6 +21,7 @@ from interfaces.asgi import application
 from interfaces.tasks import agent_drain
 from tests.agentops.live_asgi import asgi_server
 from tests.conftest import refused_with
+from tests.factories import TurnFactory
 from turns.services import IncomingMessage, turn_submit
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -28,7 +29,7 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
 
 def _queued_turn_without_enqueue(agent: Agent, text: str) -> Turn:
     row = history_append(agent=agent, participant="alice", role=HistoryRow.Role.USER, content=text)
-    turn = Turn.objects.create(agent=agent, status=Turn.Status.QUEUED)
+    turn = TurnFactory.create(agent=agent, status=Turn.Status.QUEUED)
     turn.trigger_rows.add(row)
     return turn
 
@@ -130,7 +131,7 @@ def test_a_client_reads_why_its_socket_was_refused(server: str, make_agent: Any,
 def test_the_socket_of_a_turn_that_has_ended_says_so_and_closes(server: str, make_agent: Any, operator_token: str, status: str) -> None:
     """It sent the turn's status and stayed open: a client waiting for ``turn.ended`` waited
     forever."""
-    turn = Turn.objects.create(agent=make_agent(), status=status)
+    turn = TurnFactory.create(agent=make_agent(), status=status)
     events, code = _read_until_closed(f"{server.replace('http://', 'ws://')}/ws/turns/{turn.pk}?token={operator_token}")
     assert events == [
         {"type": "turn.status", "turn": turn.pk, "status": status},

@@ -9,8 +9,9 @@ from django.test import Client
 
 from agentops.alerts import alert_raise
 from agentops.models import AuditEntry
-from agentops.webhooks.models import WebhookDelivery, WebhookEndpoint
+from agentops.webhooks.models import WebhookDelivery
 from tests.conftest import WorkerPool, wait_for
+from tests.factories import WebhookEndpointFactory
 
 from .conftest import Receiver, Reply
 
@@ -30,7 +31,7 @@ def staff(name: str, *perms: str) -> Client:
 
 def test_resend_needs_the_permission_keeps_the_webhook_id_and_is_audited(receiver: Receiver, webhook_workers: WorkerPool) -> None:
     receiver.answer(Reply(400, body=b"schema mismatch"), 200)
-    WebhookEndpoint.objects.create(url=receiver.url)
+    WebhookEndpointFactory.create(url=receiver.url)
     alert_raise(kind="hard-down", agent="ada", model="m1", message="down")
     delivery = WebhookDelivery.objects.get()
     wait_for(lambda: WebhookDelivery.objects.filter(pk=delivery.pk, status="failed").exists(), what="the 400 to fail the delivery")
@@ -61,7 +62,7 @@ def test_resend_needs_the_permission_keeps_the_webhook_id_and_is_audited(receive
 
 def test_resending_to_a_disabled_endpoint_is_refused_with_a_message(receiver: Receiver, webhook_workers: WorkerPool) -> None:
     receiver.answer(410)
-    WebhookEndpoint.objects.create(url=receiver.url)
+    WebhookEndpointFactory.create(url=receiver.url)
     alert_raise(kind="hard-down", agent="ada", model="m1", message="down")
     wait_for(lambda: WebhookDelivery.objects.filter(status="failed").exists(), what="the 410")
     delivery = WebhookDelivery.objects.get()

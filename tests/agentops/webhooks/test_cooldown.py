@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from agentops.models import Alert
-from agentops.webhooks.models import WebhookDelivery, WebhookEndpoint
+from agentops.webhooks.models import WebhookDelivery
 from agentops.webhooks.services import webhook_deliveries_queue
+from tests.factories import AlertFactory, WebhookEndpointFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -21,13 +21,13 @@ COOLDOWN_MS = 60_000
 
 
 def raised(at: datetime, **key: Any) -> list[int]:
-    alert = Alert.objects.create(kind="hard-down", agent=key.get("agent", "ada"), model="m1", verdict=key.get("verdict", ""), message="down")
+    alert = AlertFactory.create(kind="hard-down", agent=key.get("agent", "ada"), model="m1", verdict=key.get("verdict", ""), message="down")
     return webhook_deliveries_queue(alert=alert, now=at)
 
 
 def test_a_key_queued_within_the_cooldown_is_not_queued_again_even_while_its_delivery_is_still_pending(settings: Any) -> None:
     settings.AGENTOPS_ALERT_WEBHOOK_COOLDOWN_MS = COOLDOWN_MS
-    WebhookEndpoint.objects.create(url="https://8.8.8.8/hook")
+    WebhookEndpointFactory.create(url="https://8.8.8.8/hook")
     t0 = timezone.now()
 
     [first] = raised(t0)

@@ -15,6 +15,7 @@ from agentops.celery import app as celery_app
 from agentops.webhooks.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
 from interfaces.tasks import webhooks_sweep
 from tests.conftest import WorkerPool, wait_for
+from tests.factories import AlertFactory, WebhookDeliveryFactory
 
 from .conftest import Receiver, Reply
 
@@ -47,7 +48,7 @@ def test_a_receiver_gets_each_alert_once_per_cooldown_key(settings: Any, receive
     other_verdict = alert_raise(kind="history-kept", agent="ada", model="m1", verdict="no-change", message="kept 2")
     other_agent = alert_raise(kind="history-kept", agent="bob", model="m1", verdict="refused", message="kept 3")
     wait_for(lambda: len(receiver.received()) >= 3, what="three deliveries")
-    time.sleep(1.6)  # past the cooldown
+    time.sleep(1.6)  # past the cooldown (1.5 s, set above)
     after_cooldown = alert_raise(kind="history-kept", agent="ada", model="m1", verdict="refused", message="kept 4")
     wait_for(lambda: len(receiver.received()) >= 4, what="the delivery after the cooldown")
     wait_for(lambda: not WebhookDelivery.objects.filter(status=WebhookDelivery.Status.PENDING).exists(), what="deliveries to end")
@@ -145,7 +146,7 @@ def test_a_receiver_that_keeps_failing_is_given_up_after_the_max_attempts(receiv
     endpoint(receiver.url)
     alert_raise(kind="hard-down", agent="ada", model="m1", message="down")
     delivery = wait_for(lambda: finished(only_delivery()), what="the delivery to end")
-    time.sleep(1.0)
+    time.sleep(1.0)  # ten times the retry base: a fourth attempt would have come
 
     assert delivery.status == WebhookDelivery.Status.GAVE_UP and delivery.attempts == 3  # the worker's max
     assert len(receiver.received()) == 3
@@ -166,14 +167,13 @@ def test_a_refused_connection_is_retried(receiver: Receiver, webhook_workers: Wo
 def test_the_sweep_sends_a_due_delivery_whose_task_was_lost(receiver: Receiver, webhook_workers: WorkerPool) -> None:
     from django.utils import timezone
 
-    from agentops.models import Alert
     from agentops.webhooks.services import alert_payload
 
     hook = endpoint(receiver.url)
-    alert = Alert.objects.create(kind="hard-down", agent="ada", message="down")
+    alert = AlertFactory.create(kind="hard-down", agent="ada", message="down")
     # A delivery row as the outbox writes it, but no task was ever sent for it.
-    lost = WebhookDelivery.objects.create(endpoint=hook, alert=alert, payload=alert_payload(alert), next_attempt_at=timezone.now())
-    time.sleep(0.5)
+    lost = WebhookDeliveryFactory.create(endpoint=hook, alert=alert, payload=alert_payload(alert), next_attempt_at=timezone.now())
+    time.sleep(0.5)  # a chance for anything but the sweep to send it (a queued delivery goes out well within that)
     assert receiver.received() == []
     webhooks_sweep.delay()
     delivery = wait_for(lambda: finished(lost), what="the swept delivery to end")
@@ -189,7 +189,7 @@ def test_a_delivery_to_a_loopback_url_sends_nothing_when_private_addresses_are_n
     try:
         alert_raise(kind="hard-down", agent="ada", model="m1", message="down")
         delivery = wait_for(lambda: finished(only_delivery()), what="the delivery to end")
-        time.sleep(0.5)
+        time.sleep(0.5)  # five times the retry base: a retry would have come
     finally:
         pool.stop()
         celery_app.conf.task_default_queue = pool.previous_queue

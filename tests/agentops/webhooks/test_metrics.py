@@ -7,11 +7,11 @@ import pytest
 from django.urls import path
 from django.utils import timezone
 
-from agentops.models import Alert
 from agentops.webhooks.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
 from agentops.webhooks.services import webhook_delivery_resend
 from interfaces.metrics import metrics_view
 from tests.agentops.test_metrics import scrape, value
+from tests.factories import AlertFactory, WebhookDeliveryFactory, WebhookEndpointFactory
 
 urlpatterns = [path("metrics", metrics_view)]
 
@@ -22,9 +22,9 @@ RESULTS = ("delivered", "failed", "gave_up")
 
 def delivery(status: str, *outcomes: str) -> WebhookDelivery:
     """A delivery in ``status`` whose attempts ended with ``outcomes``, in order."""
-    endpoint = WebhookEndpoint.objects.first() or WebhookEndpoint.objects.create(url="https://8.8.8.8/hook")
-    alert = Alert.objects.create(kind="hard-down", agent="ada", message="down")
-    made = WebhookDelivery.objects.create(endpoint=endpoint, alert=alert, payload="{}", status=status, attempts=len(outcomes))
+    endpoint = WebhookEndpoint.objects.first() or WebhookEndpointFactory.create(url="https://8.8.8.8/hook")
+    alert = AlertFactory.create(kind="hard-down", agent="ada", message="down")
+    made = WebhookDeliveryFactory.create(endpoint=endpoint, alert=alert, payload="{}", status=status, attempts=len(outcomes))
     now = timezone.now()
     for number, outcome in enumerate(outcomes, start=1):
         WebhookAttempt.objects.create(delivery=made, number=number, started_at=now, ended_at=now if outcome else None, outcome=outcome)

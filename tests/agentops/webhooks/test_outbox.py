@@ -12,8 +12,9 @@ from django.db import close_old_connections, connection, transaction
 
 from agentops.alerts import alert_raise
 from agentops.models import Alert
-from agentops.webhooks.models import WebhookDelivery, WebhookEndpoint
+from agentops.webhooks.models import WebhookDelivery
 from tests.conftest import WorkerPool, wait_for
+from tests.factories import WebhookEndpointFactory
 
 from .conftest import Receiver, Reply
 
@@ -21,11 +22,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_a_rolled_back_alert_leaves_no_delivery_and_sends_nothing(receiver: Receiver, webhook_workers: WorkerPool) -> None:
-    WebhookEndpoint.objects.create(url=receiver.url)
+    WebhookEndpointFactory.create(url=receiver.url)
     with pytest.raises(RuntimeError), transaction.atomic():
         alert_raise(kind="hard-down", agent="ada", model="m1", message="down")
         raise RuntimeError("the caller's transaction fails")
-    time.sleep(0.5)
+    time.sleep(0.5)  # a chance for a delivery to be sent anyway (a committed one reaches the receiver well within that)
     assert not Alert.objects.exists() and not WebhookDelivery.objects.exists()
     assert receiver.received() == []
     # ...and the key's cooldown went with it: the next alert is delivered.
@@ -34,17 +35,17 @@ def test_a_rolled_back_alert_leaves_no_delivery_and_sends_nothing(receiver: Rece
 
 
 def test_the_delivery_is_sent_once_the_alerts_transaction_commits(receiver: Receiver, webhook_workers: WorkerPool) -> None:
-    WebhookEndpoint.objects.create(url=receiver.url)
+    WebhookEndpointFactory.create(url=receiver.url)
     with transaction.atomic():
         alert = alert_raise(kind="hard-down", agent="ada", model="m1", message="down")
-        time.sleep(0.5)  # the caller goes on in its transaction
+        time.sleep(0.5)  # the caller goes on in its transaction: a delivery sent before the commit would arrive meanwhile
         assert receiver.received() == []
     [request] = wait_for(receiver.received, what="the delivery after commit")
     assert f'"id":{alert.pk},' in request.body.decode()
 
 
 def test_concurrent_alerts_of_one_key_queue_one_delivery(receiver: Receiver, webhook_workers: WorkerPool) -> None:
-    WebhookEndpoint.objects.create(url=receiver.url)
+    WebhookEndpointFactory.create(url=receiver.url)
     start = threading.Barrier(6)
     errors: list[BaseException] = []
 
@@ -69,7 +70,7 @@ def test_concurrent_alerts_of_one_key_queue_one_delivery(receiver: Receiver, web
     assert Alert.objects.count() == 6
     assert WebhookDelivery.objects.count() == 1
     wait_for(receiver.received, what="the one delivery")
-    time.sleep(0.5)
+    time.sleep(0.5)  # a chance for a second delivery to arrive (the first came within that)
     assert len(receiver.received()) == 1
 
 
@@ -78,12 +79,12 @@ def test_each_endpoint_has_its_own_cooldown(settings: Any, webhook_workers: Work
 
     first, second = Made(), Made()
     try:
-        WebhookEndpoint.objects.create(url=first.url)
+        WebhookEndpointFactory.create(url=first.url)
         alert_raise(kind="hard-down", agent="ada", model="m1", message="down")
-        WebhookEndpoint.objects.create(url=second.url)  # added after the first alert
+        WebhookEndpointFactory.create(url=second.url)  # added after the first alert
         alert_raise(kind="hard-down", agent="ada", model="m1", message="still down")
         wait_for(lambda: first.received() and second.received(), what="one delivery to each")
-        time.sleep(0.3)
+        time.sleep(0.3)  # a chance for a second delivery to either endpoint to arrive
         assert len(first.received()) == len(second.received()) == 1
     finally:
         first.close()
@@ -94,12 +95,12 @@ def test_a_delivery_task_sent_many_times_makes_one_request(receiver: Receiver, w
     from interfaces.tasks import webhook_deliver
 
     receiver.answer(Reply(200, delay_s=0.5))
-    WebhookEndpoint.objects.create(url=receiver.url)
+    WebhookEndpointFactory.create(url=receiver.url)
     alert_raise(kind="hard-down", agent="ada", model="m1", message="down")
     delivery = WebhookDelivery.objects.get()
     for _ in range(8):  # redeliveries, the sweep, a countdown: all at once
         webhook_deliver.delay(delivery.pk)
     wait_for(lambda: WebhookDelivery.objects.filter(pk=delivery.pk, status="delivered").exists(), what="the delivery")
-    time.sleep(1.0)
+    time.sleep(1.0)  # a chance for the other seven tasks to send again (an answer takes 0.5 s)
     assert len(receiver.received()) == 1
     assert WebhookDelivery.objects.get(pk=delivery.pk).attempts == 1

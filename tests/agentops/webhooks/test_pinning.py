@@ -21,11 +21,11 @@ import trustme
 import uvloop
 from django.utils import timezone
 
-from agentops.models import Alert
 from agentops.urlsafety import IPAddress, url_vet
-from agentops.webhooks.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
+from agentops.webhooks.models import WebhookAttempt, WebhookDelivery
 from agentops.webhooks.sender import post_signed
 from agentops.webhooks.services import alert_payload, webhook_delivery_attempt
+from tests.factories import AlertFactory, WebhookDeliveryFactory, WebhookEndpointFactory
 
 from .conftest import Receiver
 
@@ -71,9 +71,9 @@ def network(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeNetwork]:
 
 
 def queued_delivery(url: str) -> WebhookDelivery:
-    endpoint = WebhookEndpoint.objects.create(url=url)
-    alert = Alert.objects.create(kind="hard-down", agent="ada", model="m1", message="down")
-    return WebhookDelivery.objects.create(endpoint=endpoint, alert=alert, payload=alert_payload(alert), next_attempt_at=timezone.now())
+    endpoint = WebhookEndpointFactory.create(url=url)
+    alert = AlertFactory.create(kind="hard-down", agent="ada", model="m1", message="down")
+    return WebhookDeliveryFactory.create(endpoint=endpoint, alert=alert, payload=alert_payload(alert), next_attempt_at=timezone.now())
 
 
 def test_an_attempt_connects_to_the_address_it_checked_even_if_the_name_answers_differently_later(

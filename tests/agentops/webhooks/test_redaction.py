@@ -15,7 +15,7 @@ from django.test import Client
 from django.utils import timezone
 
 from agentops.exceptions import Conflict
-from agentops.models import Alert, AuditEntry
+from agentops.models import AuditEntry
 from agentops.webhooks.models import WebhookDelivery, WebhookEndpoint
 from agentops.webhooks.services import (
     alert_payload,
@@ -23,6 +23,7 @@ from agentops.webhooks.services import (
     webhook_delivery_resend,
 )
 from interfaces.admin.webhooks import URL_HIDDEN
+from tests.factories import AlertFactory, WebhookDeliveryFactory, WebhookEndpointFactory
 
 from .conftest import Receiver, Reply
 
@@ -40,13 +41,13 @@ def staff(name: str, *codenames: str) -> Client:
 
 
 def queued_delivery(url: str, **fields: Any) -> WebhookDelivery:
-    endpoint = WebhookEndpoint.objects.create(url=url)
-    alert = Alert.objects.create(kind="hard-down", agent="ada", model="m1", message="down")
-    return WebhookDelivery.objects.create(endpoint=endpoint, alert=alert, payload=alert_payload(alert), next_attempt_at=timezone.now(), **fields)
+    endpoint = WebhookEndpointFactory.create(url=url)
+    alert = AlertFactory.create(kind="hard-down", agent="ada", model="m1", message="down")
+    return WebhookDeliveryFactory.create(endpoint=endpoint, alert=alert, payload=alert_payload(alert), next_attempt_at=timezone.now(), **fields)
 
 
 def test_the_secret_is_shown_only_to_users_who_may_change_endpoints() -> None:
-    endpoint = WebhookEndpoint.objects.create(url="https://8.8.8.8/hook")
+    endpoint = WebhookEndpointFactory.create(url="https://8.8.8.8/hook")
     page = f"/admin/webhooks/webhookendpoint/{endpoint.pk}/change/"
 
     viewed = staff("viewer", "view_webhookendpoint").get(page)
@@ -108,7 +109,7 @@ def test_refusing_a_resend_to_a_disabled_endpoint_names_the_url_without_its_cred
 
 
 def test_the_admin_change_log_names_the_endpoint_without_its_credentials_or_query() -> None:
-    endpoint = WebhookEndpoint.objects.create(url=f"https://ops:{PASSWORD}@8.8.8.8/hook?token={TOKEN}")
+    endpoint = WebhookEndpointFactory.create(url=f"https://ops:{PASSWORD}@8.8.8.8/hook?token={TOKEN}")
     client = staff("changer", "view_webhookendpoint", "change_webhookendpoint")
     form = {"url": endpoint.url, "description": "renamed", "kinds": "", "enabled": "on", "secret": endpoint.secret}
 
@@ -139,7 +140,7 @@ FRAGMENT = "fr4gtoken"
 
 
 def endpoint_with_a_token_in_its_url() -> WebhookEndpoint:
-    return WebhookEndpoint.objects.create(url=f"https://ops:{PASSWORD}@8.8.8.8:8443/hook?token={TOKEN}#{FRAGMENT}")
+    return WebhookEndpointFactory.create(url=f"https://ops:{PASSWORD}@8.8.8.8:8443/hook?token={TOKEN}#{FRAGMENT}")
 
 
 def test_a_user_who_may_only_view_endpoints_sees_their_urls_without_credentials_or_query() -> None:
@@ -167,7 +168,7 @@ def test_a_user_who_may_change_endpoints_sees_their_full_urls() -> None:
 
 
 def test_a_url_without_credentials_or_query_is_shown_to_a_viewer_as_it_is() -> None:
-    WebhookEndpoint.objects.create(url="https://8.8.8.8/hook")
+    WebhookEndpointFactory.create(url="https://8.8.8.8/hook")
 
     html = staff("viewer", "view_webhookendpoint").get(ENDPOINTS).content.decode()
 

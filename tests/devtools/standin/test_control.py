@@ -12,6 +12,7 @@ import openai
 import pytest
 
 from devtools.standin.process import StandinProcess
+from tests.conftest import wait_for
 from tests.devtools.standin.common import ANSWER, APIS, USER, error_object, path_of, request_body
 
 pytestmark = [pytest.mark.timeout(60)]
@@ -108,7 +109,10 @@ def test_signal_exits_cleanly_with_open_requests(sig: signal.Signals) -> None:
         next(lines)
         process = standin.process
         assert process is not None
-        time.sleep(0.1)
+        wait_for(
+            lambda: httpx.get(standin.base_url + "/_standin/open").json() == {"open": 2},
+            timeout=5, what="the hanging request and the stream both open at the stand-in",
+        )
         start = time.monotonic()
         process.send_signal(sig)
         for _ in lines:  # the stream ends instead of running forever
