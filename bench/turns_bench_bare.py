@@ -25,21 +25,23 @@ app.conf.update(json.loads(os.environ.get("TBENCH_CELERY_CONF", "{}")))
 # connections alive too: agentops.background, pooled clients). One client shared by hundreds
 # of threads would measure httpcore's pool lock, not the call.
 _local = threading.local()
-_redis: redis.Redis | None = None
+_redis: dict[str, redis.Redis] = {}
 
 
-def _http() -> httpx.Client:
+def http_client() -> httpx.Client:
+    """This pool thread's client (the ORM baseline's task uses it too)."""
     client: httpx.Client | None = getattr(_local, "client", None)
     if client is None:
         client = _local.client = httpx.Client(timeout=httpx.Timeout(60, connect=5))
     return client
 
 
-def _results() -> redis.Redis:
-    global _redis
-    if _redis is None:
-        _redis = redis.Redis.from_url(str(app.conf.broker_url))
-    return _redis
+def results_redis(broker_url: str) -> redis.Redis:
+    """The Redis the tasks push their timings onto (the broker's)."""
+    client = _redis.get(broker_url)
+    if client is None:
+        client = _redis[broker_url] = redis.Redis.from_url(broker_url)
+    return client
 
 
 @app.task(name="tbench.bare_call")
@@ -48,13 +50,13 @@ def bare_call(key: str, index: int, url: str, headers: dict[str, str], body: dic
     then push ``{index, started, ended, status}`` (unix seconds) onto the Redis list ``key``."""
     started = time.time()
     if body.get("stream"):
-        with _http().stream("POST", url, headers=headers, json=body) as response:
+        with http_client().stream("POST", url, headers=headers, json=body) as response:
             for _ in response.iter_lines():
                 pass
             status = response.status_code
     else:
-        response = _http().post(url, headers=headers, json=body)
+        response = http_client().post(url, headers=headers, json=body)
         response.json()
         status = response.status_code
     ended = time.time()
-    _results().rpush(key, json.dumps({"index": index, "started": started, "ended": ended, "status": status}))
+    results_redis(str(app.conf.broker_url)).rpush(key, json.dumps({"index": index, "started": started, "ended": ended, "status": status}))

@@ -25,8 +25,6 @@ from datetime import timedelta
 from typing import Any
 
 import django
-import httpx
-import redis
 from celery import Celery
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings")
@@ -38,29 +36,11 @@ from django.db.models import Max  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from agentops.models import Agent, HistoryRow  # noqa: E402
+from bench.turns_bench_bare import http_client, results_redis  # noqa: E402  (as the bare task: a client per pool thread)
 from inference.models import AgentLease, InferenceCall, Turn  # noqa: E402
 
 app = Celery("tbench_orm")
 app.conf.update(json.loads(os.environ.get("TBENCH_CELERY_CONF", "{}")))
-
-# As the bare task: a client per pool thread, its connection kept alive between tasks.
-_local = threading.local()
-_redis: redis.Redis | None = None
-
-
-def _http() -> httpx.Client:
-    client: httpx.Client | None = getattr(_local, "client", None)
-    if client is None:
-        client = _local.client = httpx.Client(timeout=httpx.Timeout(60, connect=5))
-    return client
-
-
-def _results() -> redis.Redis:
-    global _redis
-    if _redis is None:
-        _redis = redis.Redis.from_url(str(app.conf.broker_url))
-    return _redis
-
 
 def _call(url: str, headers: dict[str, str], body: dict[str, Any]) -> tuple[int, str, str, dict[str, Any]]:
     """The bare task's call, its answer read as a user must to store it (OpenAI chat
@@ -69,7 +49,7 @@ def _call(url: str, headers: dict[str, str], body: dict[str, Any]) -> tuple[int,
     stop = ""
     usage: dict[str, Any] = {}
     if body.get("stream"):
-        with _http().stream("POST", url, headers=headers, json=body) as response:
+        with http_client().stream("POST", url, headers=headers, json=body) as response:
             for line in response.iter_lines():
                 if not line.startswith("data:") or line == "data: [DONE]":
                     continue
@@ -80,7 +60,7 @@ def _call(url: str, headers: dict[str, str], body: dict[str, Any]) -> tuple[int,
                 usage = chunk.get("usage") or usage
             status = response.status_code
     else:
-        response = _http().post(url, headers=headers, json=body)
+        response = http_client().post(url, headers=headers, json=body)
         status = response.status_code
         answer = response.json()
         if status == 200:
@@ -137,4 +117,4 @@ def orm_turn(key: str, index: int, turn_id: int, url: str, headers: dict[str, st
     finally:
         AgentLease.objects.filter(agent=agent, owner=owner).delete()
     ended = time.time()
-    _results().rpush(key, json.dumps({"index": index, "started": started, "ended": ended, "status": status}))
+    results_redis(str(app.conf.broker_url)).rpush(key, json.dumps({"index": index, "started": started, "ended": ended, "status": status}))
