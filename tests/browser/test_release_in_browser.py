@@ -64,6 +64,8 @@ def listed_row(browser: WebDriver, agent: str) -> WebElement:
     reads the journal rows the worker appended before its turn said ``held``)."""
     from selenium.webdriver.common.by import By
 
+    # The login's redirect changes the URL before the list is on the page (seen under load).
+    wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#result_list tbody tr"), timeout=10, what="the Binding waits list")
     listed = browser.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")
     matching = [r for r in listed if content(r.find_elements(By.TAG_NAME, "td")[0]) == agent]
     assert len(matching) == 1, [content(r) for r in listed]
