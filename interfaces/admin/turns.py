@@ -104,7 +104,8 @@ class TurnAdmin(ReadOnlyAdmin):
 
 @admin.register(InferenceCall)
 class InferenceCallAdmin(ReadOnlyAdmin):
-    list_display = ("id", "agent", "turn", "kind", "model", "streamed", "outcome", "bound", "model_events", "keepalives", "tokens", "sent")
+    # "streamed" is a filter, not a column: with it the titles' whole words overflow a 1,400 px window.
+    list_display = ("id", "agent", "turn", "kind", "model", "outcome", "bound", "model_events", "keepalives", "tokens", "sent")
     list_select_related = ("agent", "turn", "turn__agent")
     list_filter = ("kind", "outcome", "bound", "streamed")
     fieldsets = (

@@ -116,3 +116,16 @@ def test_the_admin_lists_fit_a_1400_px_window(browser: WebDriver, live_server: A
         page_width, window_width, table_width, box_width = wide
         assert page_width <= window_width, (path, wide)
         assert table_width <= box_width + 1, (path, wide)
+        # Column titles wrap between words, never inside one ("ST AT US"): a title's text runs on
+        # no more lines than it has words.
+        broken = browser.execute_script(
+            "return [...document.querySelectorAll('#result_list thead th')].map(th => {"
+            "  const text = th.innerText.trim(); if (!text) return null;"
+            "  const walker = document.createTreeWalker(th, NodeFilter.SHOW_TEXT); const tops = new Set();"
+            "  for (let node = walker.nextNode(); node; node = walker.nextNode()) { if (!node.textContent.trim()) continue;"
+            "    const range = document.createRange(); range.selectNodeContents(node);"
+            "    for (const r of range.getClientRects()) if (r.width > 0) tops.add(Math.round(r.top)); }"
+            "  const lines = tops.size;"
+            "  return lines > text.split(/\\s+/).length ? text : null; }).filter(Boolean);"
+        )
+        assert broken == [], (path, broken)
