@@ -1,4 +1,4 @@
-"""The alert service (DESIGN §8): every caller raises alerts through ``alert_raise``.
+"""The alert service (architecture.md §8): every caller raises alerts through ``alert_raise``.
 
 Raising one stores the alert row and queues its webhook deliveries (the outbox) in one
 transaction, then, once committed, writes the failures.log line, broadcasts it to the live

@@ -111,7 +111,7 @@ def env_ms_list(name: str, default: tuple[float, ...]) -> tuple[float, ...]:
     return tuple(values)
 
 
-# AGENTOPS_INFERENCE_BOUNDS (DESIGN §5.4): its sections and fields.
+# AGENTOPS_INFERENCE_BOUNDS (architecture.md §5.4): its sections and fields.
 BOUNDS_FIELDS = {
     "progress_bounds": ("before_content_ms", "between_events_ms", "think_tokens_per_second"),
     "": ("flat_minimum_ms", "absolute_ms"),

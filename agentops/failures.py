@@ -1,4 +1,4 @@
-"""The JSON-lines failure log (DESIGN §8, §10 ``AGENTOPS_FAILURES_LOG``).
+"""The JSON-lines failure log (architecture.md §8, §10 ``AGENTOPS_FAILURES_LOG``).
 
 One line per incident: a terminal failure, an alert. Every string field is bounded before it
 is written, so a provider's 1 MB error body never reaches the file whole. Each line names the

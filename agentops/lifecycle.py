@@ -1,4 +1,4 @@
-"""A worker's warm shutdown, as one process-wide flag (DESIGN §6.10).
+"""A worker's warm shutdown, as one process-wide flag (architecture.md §6.10).
 
 What waits (a turn's retry delay, a call that ends on shutdown) registers a wake here; shutdown
 sets them all, so a waiting turn is handed back at once instead of making its call on the way

@@ -110,7 +110,7 @@ def dashboard_publish(event: dict[str, Any]) -> None:
     after_commit(lambda: background_loop().send_batched_in_order(_group_sends, (DASHBOARD_GROUP, {"type": "dashboard.event", "event": event})))
 
 
-# --- holds (DESIGN §6) ---------------------------------------------------------------------
+# --- holds (architecture.md §6) ---------------------------------------------------------------------
 
 
 def hold_out(*, agent: str, model: str, until_ms: float | None, reason: str, set_at_ms: float | None, source: str) -> dict[str, Any]:

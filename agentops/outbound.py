@@ -1,4 +1,4 @@
-"""Outbound HTTP (provider calls, webhook deliveries) on aiohttp (DESIGN §15): one session per
+"""Outbound HTTP (provider calls, webhook deliveries) on aiohttp (architecture.md §15): one session per
 event loop, connecting only to addresses a policy checked, every answer bounded.
 
 - Addresses: the session's resolver answers a host name only with the addresses its policy

@@ -31,7 +31,7 @@ def wait_number(value: Any) -> float | None:
 
 
 def clamp_wait(value: float) -> float:
-    """A negative wait means 0; NaN and ±inf stay as they are (DESIGN §5.6)."""
+    """A negative wait means 0; NaN and ±inf stay as they are (architecture.md §5.6)."""
     if math.isnan(value) or math.isinf(value):
         return value
     return max(0.0, value)

@@ -1,4 +1,4 @@
-"""Django settings for agentops. Every value comes from the environment (DESIGN §10)."""
+"""Django settings for agentops. Every value comes from the environment (architecture.md §10)."""
 
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
     "max_size": env_int("AGENTOPS_DB_POOL_SIZE", 10, minimum=1),
     # How long a query waits for a connection (psycopg_pool raises PoolTimeout, an
     # OperationalError, past it). With the database down every query waits this long, so it
-    # is what bounds "the journal cannot be read, fail closed" (DESIGN §6.5).
+    # is what bounds "the journal cannot be read, fail closed" (architecture.md §6.5).
     "timeout": env_ms("AGENTOPS_DB_POOL_TIMEOUT_MS", 10_000) / 1000,
 }
 # A pooled connection is checked before it is handed out, so the first query after the
@@ -169,7 +169,7 @@ STATIC_ROOT = BASE_DIR / "var" / "static"
 # a 413 before it is parsed. A multipart body's file parts are not counted (Django spools them).
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("AGENTOPS_MAX_BODY_BYTES", 1_048_576, minimum=1024)
 
-# --- agentops (DESIGN §10) -------------------------------------------------
+# --- agentops (architecture.md §10) -------------------------------------------------
 AGENTOPS_DEADLINE_RETRY_DELAY_MS = env_ms("AGENTOPS_DEADLINE_RETRY_DELAY_MS", 1000)
 AGENTOPS_WAIT_ALERT_MS = env_ms("AGENTOPS_WAIT_ALERT_MS", 3_600_000)
 AGENTOPS_WAIT_RECHECK_MS = env_ms("AGENTOPS_WAIT_RECHECK_MS", 30_000)
@@ -181,7 +181,7 @@ AGENTOPS_BREAKER_SHED_CAP = env_int("AGENTOPS_BREAKER_SHED_CAP", 3, minimum=1)
 AGENTOPS_ALERT_WEBHOOK_COOLDOWN_MS = env_ms("AGENTOPS_ALERT_WEBHOOK_COOLDOWN_MS", 900_000)
 AGENTOPS_FAILURES_LOG = env_str("AGENTOPS_FAILURES_LOG", str(BASE_DIR / "var" / "failures.log"))
 # The raw value (JSON, or false), refused here at every process's start when it does not
-# read (DESIGN §5.4); calls.config turns it into the bounds.
+# read (architecture.md §5.4); calls.config turns it into the bounds.
 AGENTOPS_INFERENCE_BOUNDS = env_str("AGENTOPS_INFERENCE_BOUNDS", "")
 bounds_values(AGENTOPS_INFERENCE_BOUNDS)
 # How long a worker may hold one turn, at most: the absolute bound plus the retry episode.
@@ -189,10 +189,10 @@ AGENTOPS_RETRY_EPISODE_MS = env_ms("AGENTOPS_RETRY_EPISODE_MS", 20 * 60_000)
 AGENTOPS_TURN_SWEEP_S = env_ms("AGENTOPS_TURN_SWEEP_MS", 15_000) / 1000
 # The service's own pacing after a 429 that states no wait: at least this, plus up to half again.
 AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS = env_ms("AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS", 60_000)
-# A turn exhausted by a transient failure is sent again after each of these (DESIGN §5.7).
+# A turn exhausted by a transient failure is sent again after each of these (architecture.md §5.7).
 AGENTOPS_REARM_DELAYS_MS = env_ms_list("AGENTOPS_REARM_DELAYS_MS", (120_000, 480_000, 1_920_000))
 
-# --- webhooks (DESIGN §8) ---------------------------------------------------
+# --- webhooks (architecture.md §8) ---------------------------------------------------
 # Tests point endpoints at a loopback receiver; production refuses private addresses.
 AGENTOPS_WEBHOOKS_ALLOW_PRIVATE = env_bool("AGENTOPS_WEBHOOKS_ALLOW_PRIVATE", False)
 AGENTOPS_WEBHOOK_TIMEOUT_MS = env_ms("AGENTOPS_WEBHOOK_TIMEOUT_MS", 10_000)
@@ -219,7 +219,7 @@ AGENTOPS_PROVIDERS_ALLOW_PRIVATE = env_bool("AGENTOPS_PROVIDERS_ALLOW_PRIVATE", 
 # Comma-separated patterns (fnmatch) of the environment variables a provider may read its key
 # from; unset or empty: names ending in _API_KEY.
 AGENTOPS_PROVIDER_KEY_ENVS = env_str("AGENTOPS_PROVIDER_KEY_ENVS", "*_API_KEY")
-# The provider edge (DESIGN §15): what is read of a provider's answer, in bytes after decoding.
+# The provider edge (architecture.md §15): what is read of a provider's answer, in bytes after decoding.
 # Past a limit the call fails as a provider error naming it; an error body past its limit is
 # read no further (only a bounded part of it is kept anyway).
 AGENTOPS_PROVIDER_MAX_BODY_BYTES = env_int("AGENTOPS_PROVIDER_MAX_BODY_BYTES", 16 * 1024 * 1024, minimum=1024)

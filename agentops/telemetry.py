@@ -1,4 +1,4 @@
-"""OpenTelemetry in every process (DESIGN §16, docs/observability.md).
+"""OpenTelemetry in every process (architecture.md §16, docs/observability.md).
 
 ``telemetry_setup`` gives a process the SDK's tracer and meter providers when the standard
 environment asks for an export (``OTEL_EXPORTER_OTLP_ENDPOINT``, or a signal's own endpoint):

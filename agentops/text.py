@@ -1,5 +1,5 @@
 """Text from outside made safe, and failure text bounded, before it is stored, logged or sent
-(DESIGN §5.6, §15)."""
+(architecture.md §5.6, §15)."""
 
 from __future__ import annotations
 

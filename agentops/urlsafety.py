@@ -1,4 +1,4 @@
-"""Which URLs the service will send to, and where a request connects (DESIGN §8): the one
+"""Which URLs the service will send to, and where a request connects (architecture.md §8): the one
 resolver and address policy behind webhooks and providers.
 
 Only http and https. Unless private addresses are allowed (``AGENTOPS_WEBHOOKS_ALLOW_PRIVATE``,

@@ -1,4 +1,4 @@
-"""The breaker's pure decision core (DESIGN §7): plain values in, plain values out. No ORM, no
+"""The breaker's pure decision core (architecture.md §7): plain values in, plain values out. No ORM, no
 clock, no I/O; the services read the state, call these, and act on the answer."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Literal
 ProbeOutcome = Literal["answered", "error", "cut", "aborted", "deferred"]
 ProbeVerdict = Literal["answered", "refused", "unclear"]
 
-# DESIGN §7.2: only a request the provider refuses as malformed may be the history's fault.
+# architecture.md §7.2: only a request the provider refuses as malformed may be the history's fault.
 SHEDDABLE_TYPE = "invalid_request"
 SHEDDABLE_STATUSES: frozenset[int | None] = frozenset({400, 422, None})
 
@@ -23,7 +23,7 @@ class BreakerAction(enum.StrEnum):
 
 
 def failure_may_shed(*, failure_type: str, http_status: int | None) -> bool:
-    """True only for an ``invalid_request`` at HTTP 400 or 422, or with no status (DESIGN §7.2).
+    """True only for an ``invalid_request`` at HTTP 400 or 422, or with no status (architecture.md §7.2).
     Auth, context length, rate limits, server errors, timeouts, 404s and unclassified failures
     are never the history's fault."""
     return failure_type == SHEDDABLE_TYPE and http_status in SHEDDABLE_STATUSES
@@ -60,7 +60,7 @@ def probe_verdict(
     probe_type: str | None,
     probe_status: int | None,
 ) -> ProbeVerdict:
-    """Read the probe's outcome (DESIGN §7.3).
+    """Read the probe's outcome (architecture.md §7.3).
 
     ``answered``: the request went through without its history, so the history is implicated.
     ``refused``: the probe failed with the failure's own type *and* status, so the request fails

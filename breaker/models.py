@@ -1,4 +1,4 @@
-"""The breaker's per-agent state (DESIGN §7): the failure streak, this run's sheds and marker
+"""The breaker's per-agent state (architecture.md §7): the failure streak, this run's sheds and marker
 note, and the probe that may be out."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ class BreakerState(models.Model):
     agent = models.OneToOneField(Agent, on_delete=models.CASCADE, primary_key=True, related_name="breaker")
     streak = models.PositiveIntegerField(default=0)
     # Bumped on every change of the streak, so a probe can tell "moved and moved back" from
-    # "never moved" (DESIGN §7.3).
+    # "never moved" (architecture.md §7.3).
     streak_version = models.PositiveBigIntegerField(default=0)
     sheds_this_run = models.PositiveIntegerField(default=0)
     # The run's one [refusal-rewind] note, updated in place on each shed; None starts a new one.

@@ -1,4 +1,4 @@
-"""The probe's call (DESIGN §7.3): the failed request again with only its messages replaced
+"""The probe's call (architecture.md §7.3): the failed request again with only its messages replaced
 (``PROBE_FIELDS`` says what happens to each field), sent as an auxiliary call. Admission
 applies (a held model defers it), no retries, the bounds of a non-streamed call, and nothing of
 it is stored in the history. Its row is kind ``probe``. It is aborted when it is withdrawn (a

@@ -1,4 +1,4 @@
-"""The probe's life on the breaker's side (DESIGN §7.3): mark it out with a snapshot of what
+"""The probe's life on the breaker's side (architecture.md §7.3): mark it out with a snapshot of what
 must not move, read its verdict, and either shed (under the same locks as the move check, so
 nothing can move between the two) or set its answer aside. The call itself is
 ``breaker.probe_call``'s.
@@ -128,7 +128,7 @@ def _moved(ticket: ProbeTicket, state: BreakerState | None) -> str | None:
 
 
 def breaker_probe_moved(*, ticket: ProbeTicket) -> str | None:
-    """A human reason when anything moved while the probe was out (DESIGN §7.3), else None."""
+    """A human reason when anything moved while the probe was out (architecture.md §7.3), else None."""
     return _moved(ticket, BreakerState.objects.filter(agent_id=ticket.agent_id).first())
 
 

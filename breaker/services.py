@@ -1,4 +1,4 @@
-"""The breaker's writes (DESIGN §7): the failure streak and hard-down alert, withdrawing a
+"""The breaker's writes (architecture.md §7): the failure streak and hard-down alert, withdrawing a
 probe that is out, and restoring set-aside rows. The probe's life is in ``breaker.probes``,
 shedding in ``breaker.shedding``.
 
@@ -65,7 +65,7 @@ def _hard_down_message(*, agent: Agent, streak: int, failure: str, action: Break
 
 
 def breaker_note_failure(*, agent: Agent, failure_type: str, http_status: int | None) -> BreakerStep:
-    """Count one terminal failed turn (DESIGN §7.1): the streak grows, a probe still out is
+    """Count one terminal failed turn (architecture.md §7.1): the streak grows, a probe still out is
     withdrawn, and from the threshold on every failure raises a ``hard-down`` alert. The
     returned action is NOTHING below the threshold and for a disposed agent."""
     with transaction.atomic():
@@ -151,7 +151,7 @@ def _withdraw_locked(state: BreakerState, reason: str) -> bool:
 
 
 def breaker_probe_withdraw(*, agent: Agent, reason: str) -> bool:
-    """Withdraw the agent's probe still out (DESIGN §7.3), e.g. when the agent is removed; True
+    """Withdraw the agent's probe still out (architecture.md §7.3), e.g. when the agent is removed; True
     if there was one. Its answer is then set aside whatever it is, and its call is aborted."""
     with transaction.atomic():
         state = BreakerState.objects.select_for_update().filter(agent_id=agent.pk).first()

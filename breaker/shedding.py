@@ -1,4 +1,4 @@
-"""Shedding (DESIGN §7.4): set aside the newest presented turn under one ``[refusal-rewind]``
+"""Shedding (architecture.md §7.4): set aside the newest presented turn under one ``[refusal-rewind]``
 marker note per run of failures, at most ``breaker_shed_cap`` times a run.
 
 Lock order, everywhere: the agent row first (history writers hold it, see
@@ -120,7 +120,7 @@ def shed_locked(*, agent: Agent, state: BreakerState, reason: str) -> ShedResult
 
 
 def history_shed(*, agent: Agent, reason: str) -> ShedResult:
-    """Set aside the newest turn (DESIGN §7.4) and write or update the run's marker note, for a
+    """Set aside the newest turn (architecture.md §7.4) and write or update the run's marker note, for a
     failure of a run whose history a probe already implicated.
 
     Stops, sets nothing aside and logs why at ``shed_cap`` sheds in this run or with nothing

@@ -1,4 +1,4 @@
-"""The progress bounds: a pure function from a call's state to its next deadline (DESIGN §5.3).
+"""The progress bounds: a pure function from a call's state to its next deadline (architecture.md §5.3).
 
 All instants are milliseconds on one clock; ``now`` is never read here.
 """
@@ -20,7 +20,7 @@ class Bound(StrEnum):
 # The bounds whose deadline no model event moves: every call has exactly one of them.
 FIXED_BOUNDS = frozenset({Bound.ABSOLUTE, Bound.WHOLE_CALL})
 
-# The setting that raises each bound, named in a cut's message (DESIGN §5.5).
+# The setting that raises each bound, named in a cut's message (architecture.md §5.5).
 BOUND_SETTING = {
     Bound.BEFORE_CONTENT: "AGENTOPS_INFERENCE_BOUNDS.progress_bounds.before_content_ms",
     Bound.BETWEEN_EVENTS: "AGENTOPS_INFERENCE_BOUNDS.progress_bounds.between_events_ms",
@@ -69,7 +69,7 @@ class Deadline:
 
 
 def bound_deadlines(state: CallState, settings: BoundsSettings) -> list[Deadline]:
-    """Every bound's deadline for ``state``, in the order DESIGN §5.3 lists the bounds: for a
+    """Every bound's deadline for ``state``, in the order architecture.md §5.3 lists the bounds: for a
     streamed call its progress bound (before content, or between events after it), the flat
     and the absolute bound; for a non-streamed call the whole-call bound alone."""
     allowance = settings.allowance_ms(state.max_tokens)
@@ -97,7 +97,7 @@ def bound_deadlines(state: CallState, settings: BoundsSettings) -> list[Deadline
 def next_deadline(state: CallState, settings: BoundsSettings | None) -> Deadline | None:
     """The earliest deadline that applies to ``state``, or None when bounds are off.
 
-    Ties go to the bound listed first in DESIGN §5.3 (``min`` keeps the first of equals, and
+    Ties go to the bound listed first in architecture.md §5.3 (``min`` keeps the first of equals, and
     ``bound_deadlines`` lists them in that order)."""
     if settings is None:
         return None

@@ -1,4 +1,4 @@
-"""Classifying provider failures into one shape (DESIGN §5.6), with the stated wait.
+"""Classifying provider failures into one shape (architecture.md §5.6), with the stated wait.
 
 Pure: headers, bodies and ``now`` come in; a ProviderError goes out.
 """
@@ -85,7 +85,7 @@ def stated_wait_ms(headers: Mapping[str, str], body: Any, now_ms: float) -> floa
     gateway or vendor form (``MS_HEADERS``, ``SECONDS_HEADERS``); when several state a wait
     the longest wins. Without any, the body's ``retry_after_ms``, ``retry_after``,
     ``retryDelay``. Negative or past means 0; a value that is not a finite number comes back
-    as NaN or ±inf ("until released", DESIGN §6.2) and outlasts any other.
+    as NaN or ±inf ("until released", architecture.md §6.2) and outlasts any other.
     """
     lower = {k.lower(): v for k, v in headers.items()}
     stated: list[float] = []
@@ -208,7 +208,7 @@ def _classify(
 
 
 def protocol_error(code: str, message: str) -> ProviderError:
-    """An answer that breaks HTTP or a limit of ours (DESIGN §15): the provider misbehaved, as
+    """An answer that breaks HTTP or a limit of ours (architecture.md §15): the provider misbehaved, as
     a server error does, and the call may be made again."""
     return ProviderError(type="server", provider_code=code, message=bound_text(message), retryable=True)
 

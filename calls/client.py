@@ -1,4 +1,4 @@
-"""Making one provider call and reading it under the progress bounds (DESIGN §5.2, §5.3, §5.5).
+"""Making one provider call and reading it under the progress bounds (architecture.md §5.2, §5.3, §5.5).
 
 One task reads the response and applies each parsed event to the call's timeline; a timer on
 the event loop is armed for the next deadline and re-armed only when a model event moves it.
@@ -37,7 +37,7 @@ MARKS_HEAD, MARKS_TAIL = 200, 50
 
 @dataclass(frozen=True)
 class EdgeLimits:
-    """How much of an answer is read (DESIGN §15), in bytes after decoding: a non-streamed
+    """How much of an answer is read (architecture.md §15), in bytes after decoding: a non-streamed
     answer, a stream in all and one of its lines (past them the call fails, naming the limit),
     and an error body (past it the rest is not read: only a bounded part is kept)."""
 

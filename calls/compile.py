@@ -1,4 +1,4 @@
-"""Compiling a request from an agent's presented history rows (DESIGN §5.1)."""
+"""Compiling a request from an agent's presented history rows (architecture.md §5.1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Reading AGENTOPS_INFERENCE_BOUNDS (DESIGN §5.4) and its system check."""
+"""Reading AGENTOPS_INFERENCE_BOUNDS (architecture.md §5.4) and its system check."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A call's live events for the operator dashboard (DESIGN §9): ``call.started`` and
+"""A call's live events for the operator dashboard (architecture.md §9): ``call.started`` and
 ``call.ended``, sent through ``agentops.live.dashboard_publish`` (which lists every event type),
 and the shape of an in-flight call that the dashboard's snapshot shows too.
 

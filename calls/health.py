@@ -1,4 +1,4 @@
-"""Whether a provider is down (DESIGN §15): an episode begins with a call that fails so that
+"""Whether a provider is down (architecture.md §15): an episode begins with a call that fails so that
 the provider itself looks unreachable or broken (a network or TLS error, an auth refusal, a
 5xx) and ends with its first completed call. An episode that lasts
 ``AGENTOPS_PROVIDER_DOWN_AFTER_MS`` raises one ``provider-down`` alert naming the provider and

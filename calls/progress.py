@@ -1,4 +1,4 @@
-"""Live progress of in-flight calls (DESIGN §9): first event, first content, model-event and
+"""Live progress of in-flight calls (architecture.md §9): first event, first content, model-event and
 keepalive counts, and the nearest deadline with its bound, as the call is read.
 
 ``perform_call`` reports each item it applies (``on_progress``); the process's one

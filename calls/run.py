@@ -176,7 +176,7 @@ class ProviderCall:
     @staticmethod
     def deferred(*, agent: Agent, kind: str, model: str, max_tokens: int | None, turn: Turn | None = None) -> InferenceCall:
         """The row of an auxiliary call or probe that a binding wait refused without a call
-        (DESIGN §6.6, outcome ``deferred``): every such call has its row, as a made call does."""
+        (architecture.md §6.6, outcome ``deferred``): every such call has its row, as a made call does."""
         now = timezone.now()
         row = InferenceCall(
             turn=turn, agent=agent, kind=kind, model=model, streamed=False, max_tokens=max_tokens,

@@ -1,4 +1,4 @@
-"""A small Server-Sent Events parser that keeps comments (they are keepalives, DESIGN §5.2)."""
+"""A small Server-Sent Events parser that keeps comments (they are keepalives, architecture.md §5.2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The picture of one call's timeline, as an inline SVG string (DESIGN §9).
+"""The picture of one call's timeline, as an inline SVG string (architecture.md §9).
 
 Pure: values in (ms after the request was sent), markup out; every text is escaped. The admin
 shows it large on a call's page and small in a turn's calls; no script is needed to see it.

@@ -1,4 +1,4 @@
-"""A provider call attempt in the OpenTelemetry GenAI conventions (DESIGN §16,
+"""A provider call attempt in the OpenTelemetry GenAI conventions (architecture.md §16,
 docs/observability.md): one CLIENT span ``chat {model}`` per attempt and the GenAI client
 metrics, plus ours (cut lateness).
 
@@ -47,7 +47,7 @@ def _instruments() -> Any:
         ),
         meter.create_histogram(
             "agentops.call.cut.lateness", unit="s",
-            description="How long after its deadline a progress bound cut a call (DESIGN §5.3).",
+            description="How long after its deadline a progress bound cut a call (architecture.md §5.3).",
             explicit_bucket_boundaries_advisory=LATENESS_BUCKETS,
         ),
     )

@@ -35,7 +35,7 @@ class CompiledRequest:
 
 @dataclass
 class ProviderError:
-    """A classified failure (DESIGN §5.6). Travels as a value, stored as ``as_dict()``."""
+    """A classified failure (architecture.md §5.6). Travels as a value, stored as ``as_dict()``."""
 
     type: str
     message: str
@@ -56,7 +56,7 @@ class ProviderError:
             "message": self.message,
             "retryable": self.retryable,
             "retry_after_ms": wait if finite else None,
-            # A stated wait that is not a finite number holds until released (DESIGN §6.2).
+            # A stated wait that is not a finite number holds until released (architecture.md §6.2).
             "until_released": wait is not None and not finite,
         }
 
@@ -128,7 +128,7 @@ class CallOutput:
 
 @dataclass
 class Progress:
-    """One parsed wire event, as the reader counts it (DESIGN §5.2)."""
+    """One parsed wire event, as the reader counts it (architecture.md §5.2)."""
 
     model_event: bool
     content: bool = False

@@ -1,4 +1,4 @@
-"""Turns and the per-call timeline rows (DESIGN §4, §5.1, §5.2)."""
+"""Turns and the per-call timeline rows (architecture.md §4, §5.1, §5.2)."""
 
 from __future__ import annotations
 
@@ -36,11 +36,11 @@ class Turn(models.Model):
     note = models.ForeignKey(
         HistoryRow, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    # Re-arm (DESIGN §5.7): how many times the turn was sent again after it was exhausted, and
+    # Re-arm (architecture.md §5.7): how many times the turn was sent again after it was exhausted, and
     # when a queued turn may run next. A queued turn is not run before ``not_before``.
     rearms = models.PositiveIntegerField(default=0)
     not_before = models.DateTimeField(null=True, blank=True)
-    # Why the turn's next call may not go before ``not_before`` (DESIGN §5.7, §6.8): "pacing
+    # Why the turn's next call may not go before ``not_before`` (architecture.md §5.7, §6.8): "pacing
     # after a 429", "retry 2 of 3 after server error", "re-armed". Kept with the instant, so
     # whichever worker runs the turn next (after a hand-back, a crash, a release) honours it.
     waiting_reason = models.CharField(max_length=200, blank=True, default="")
@@ -128,7 +128,7 @@ class InferenceCall(models.Model):
 
 
 class AgentLease(models.Model):
-    """Which worker runs the agent's turns, until when (DESIGN §5.1: one turn at a time per
+    """Which worker runs the agent's turns, until when (architecture.md §5.1: one turn at a time per
     agent across all workers). Claimed and renewed with single conditional statements; a
     worker that dies stops renewing, and the lease lapses for the next one to take."""
 

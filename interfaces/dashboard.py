@@ -1,4 +1,4 @@
-"""The live operator dashboard's snapshot (DESIGN §9): everything the page shows, read now.
+"""The live operator dashboard's snapshot (architecture.md §9): everything the page shows, read now.
 
 The live events that follow it are produced where things happen (``agentops.live`` lists
 them). Instants are milliseconds since the epoch (``*_ms``): the page counts down against them

@@ -1,4 +1,4 @@
-"""Server spans for the web process's HTTP requests (DESIGN §16): the ASGI instrumentation of
+"""Server spans for the web process's HTTP requests (architecture.md §16): the ASGI instrumentation of
 OpenTelemetry around Django's handler, continuing a client's ``traceparent``. Each span is
 named after the Django route that answers (``POST api/v1/agents/<name>/turns``), not the path,
 so names stay few; a streamed response's span ends when its last event is sent. Health probes,

@@ -33,7 +33,7 @@ urlpatterns = [
     path("favicon.ico", favicon_view),
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
-    # The drop-in endpoints (DESIGN §14): where an official SDK's base URL points.
+    # The drop-in endpoints (architecture.md §14): where an official SDK's base URL points.
     path("v1/chat/completions", dropin.chat_completions),
     path("v1/messages", dropin.messages),
     path("v1/responses", dropin.responses),

@@ -1,4 +1,4 @@
-"""HTML pages of the service outside the admin: the live operator dashboard (DESIGN §9)."""
+"""HTML pages of the service outside the admin: the live operator dashboard (architecture.md §9)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A provider that misbehaves on purpose: a small HTTP/1.1 server on loopback, written on raw
-asyncio streams so it can send what no well-made server would (DESIGN §15). It answers
+asyncio streams so it can send what no well-made server would (architecture.md §15). It answers
 ``POST .../chat/completions`` in the OpenAI wire format; the request's ``model`` picks the
 misbehaviour:
 

@@ -1,4 +1,4 @@
-"""The layer contract (pyproject.toml, ``[tool.importlinter]``, DESIGN §2) covers the whole tree:
+"""The layer contract (pyproject.toml, ``[tool.importlinter]``, architecture.md §2) covers the whole tree:
 every module outside migrations stands in exactly one layer, so a new module cannot slip past
 ``lint-imports`` by being in none."""
 

@@ -1,4 +1,4 @@
-"""What the drain does after a turn ended in failure (DESIGN §7): tell the breaker, and act on
+"""What the drain does after a turn ended in failure (architecture.md §7): tell the breaker, and act on
 its answer: probe the failed request without its history, shed the newest turn, queue the one
 retry. The breaker decides; this module carries its decisions out for the turn."""
 
@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 
 
 def breaker_after_failure(*, turn: Turn, error: ProviderError, failed: CompiledRequest, holding: Holding | None = None) -> None:
-    """Tell the breaker about a turn that ended in failure (DESIGN §7): the streak and
+    """Tell the breaker about a turn that ended in failure (architecture.md §7): the streak and
     hard-down, then the probe (failures that may be the history's fault), a shed and one retry.
     Runs after the failure is recorded, outside any transaction: the probe is a network call.
     ``holding`` is the drain's lease, for the time the probe is out. Blocks while the probe

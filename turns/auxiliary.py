@@ -1,4 +1,4 @@
-"""Auxiliary completions (API.md ``POST /agents/{name}/complete``, DESIGN §6.6).
+"""Auxiliary completions (API.md ``POST /agents/{name}/complete``, architecture.md §6.6).
 
 An auxiliary call to a held model is refused without a call: a retryable ``rate_limit``
 carrying the remaining wait and ``provider_admission: "deferred"``, so a pacing caller does not

@@ -1,4 +1,4 @@
-"""Running an agent's turns: one at a time per agent, across any number of workers (DESIGN §5.1).
+"""Running an agent's turns: one at a time per agent, across any number of workers (architecture.md §5.1).
 
 Exclusivity is the agent's turn lease (``turns.lease``): a run takes the agent's turns
 only while it holds the lease, which the process's one renewer keeps alive. A worker that dies
@@ -284,7 +284,7 @@ async def _turn_rounds(turn: Turn, ready: Ready | None, lease: TurnLease) -> Ran
     if ready is None and not await _sleep_unless_cancelled(turn, paced_left_ms(turn) / 1000, lease):
         return _STOPPED
     # The count of consecutive cuts starts at zero with each turn, except that a re-armed turn
-    # gets no fresh call for a cut before one of its rounds has run (DESIGN §5.7).
+    # gets no fresh call for a cut before one of its rounds has run (architecture.md §5.7).
     state = RetryState(consecutive_cuts=1 if turn.rearms else 0)
     while True:
         if ready is None:

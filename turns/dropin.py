@@ -1,5 +1,5 @@
-"""Drop-in calls (DESIGN §14): a client's own request body, in its provider's wire format, sent
-to an agent's provider as an auxiliary call (DESIGN §6.6).
+"""Drop-in calls (architecture.md §14): a client's own request body, in its provider's wire format, sent
+to an agent's provider as an auxiliary call (architecture.md §6.6).
 
 Admission first: a held model is refused without a call (a ``deferred`` row). Then the body
 goes out with only ``model`` replaced (and the agent's ``max_tokens`` when the request sets

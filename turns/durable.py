@@ -1,4 +1,4 @@
-"""Keeping what a turn decided while the database does not answer (DESIGN §5.1, §6.4).
+"""Keeping what a turn decided while the database does not answer (architecture.md §5.1, §6.4).
 
 A call's outcome (its result, a stated wait, the next action) is decided in memory as soon as
 the call ends. A stated wait goes to the journal's write path first (``waits.services``): a

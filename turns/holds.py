@@ -1,4 +1,4 @@
-"""Provider waits in a turn (DESIGN §6.6, §6.9): the admission check before a primary call,
+"""Provider waits in a turn (architecture.md §6.6, §6.9): the admission check before a primary call,
 holding the turn, recording a stated wait, an ephemeral run's sleep, and the pacing a release
 falls back to."""
 
@@ -27,7 +27,7 @@ from waits.services import wait_record
 
 
 def hold_if_waiting(turn: Turn) -> bool:
-    """The admission check (DESIGN §6.6), at the last moment before a primary call. If a
+    """The admission check (architecture.md §6.6), at the last moment before a primary call. If a
     provider wait binds the agent's model, hold the turn (no failure, no note) until it ends
     or is released, and schedule the re-check. Returns True when the turn is held."""
     now_ms = time.time() * 1000

@@ -1,4 +1,4 @@
-"""Turn writes (DESIGN §5.1): every change of a turn's status goes through this module.
+"""Turn writes (architecture.md §5.1): every change of a turn's status goes through this module.
 
 ``TRANSITIONS`` lists the moves a turn may make; each service below makes one of them with a
 conditional update (or under the row's lock), so a turn that moved meanwhile (cancelled while
@@ -232,7 +232,7 @@ def agent_dispose(*, agent: Agent, actor: str) -> None:
         for turn in open_turns:
             turn_trace_end(turn, agent=agent, status=Status.CANCELLED)
         AuditEntry.objects.create(actor=actor, action="agent.dispose", target=f"agent:{agent.name}")
-        # A probe still out is withdrawn (DESIGN §7.3): its answer is set aside and its call aborted.
+        # A probe still out is withdrawn (architecture.md §7.3): its answer is set aside and its call aborted.
         breaker_probe_withdraw(agent=agent, reason="the agent was removed while it was out")
     for turn in open_turns:
         _signal_cancel(turn)
@@ -264,7 +264,7 @@ def turn_claim(*, turn_id: int, owner: str, now: datetime) -> bool:
 
 def turn_hold(*, turn: Turn, until: datetime | None, reason: str) -> bool:
     """Hold a running or held turn by a provider wait until ``until`` (None: until released);
-    no failure is counted and no note written (DESIGN §6.6). False if it moved meanwhile."""
+    no failure is counted and no note written (architecture.md §6.6). False if it moved meanwhile."""
     # A held turn held again at its re-check is the same hold: its span has the event already.
     event = {} if turn.status == Status.HELD else turn_event(
         "agentops.turn.held", {"agentops.hold.until": until.isoformat() if until else "released", "agentops.hold.reason": telemetry.bounded(reason)},
@@ -286,7 +286,7 @@ _HOLDS_LOGGED: dict[int, tuple[datetime | None, str]] = {}
 
 
 def turn_hand_back(*, turn: Turn) -> bool:
-    """A worker's warm shutdown hands a running turn back without a call (DESIGN §6.10):
+    """A worker's warm shutdown hands a running turn back without a call (architecture.md §6.10):
     queued again for the next worker."""
     handed = _move(turn.pk, Status.QUEUED, among=[Status.RUNNING], **turn_event("agentops.turn.handed_back", {"agentops.worker": telemetry.process_label()}))
     if handed:
@@ -350,7 +350,7 @@ def turn_complete(*, turn: Turn, output: CallOutput) -> None:
 
 
 def turn_rearm(*, turn: Turn, error: ProviderError) -> bool:
-    """Queue an exhausted turn to be sent again after the next delay of the ladder (DESIGN
+    """Queue an exhausted turn to be sent again after the next delay of the ladder (architecture.md
     §5.7). Returns False when the ladder is spent (or the turn moved meanwhile)."""
     ladder = settings.AGENTOPS_REARM_DELAYS_MS
     if turn.rearms >= len(ladder):
@@ -395,7 +395,7 @@ def turn_fail(*, turn: Turn, error: ProviderError, status: str, timed_out_again:
             "agent %s turn %s %s: %s (%s, HTTP %s)", agent.name, turn.pk, status, error.message[:300], error.type, error.http_status,
         )
         # The incident record, in this transaction: a rolled-back ending leaves none. An exhausted
-        # turn is an alert (DESIGN §8: row, failures.log line, dashboard, webhooks); a failed one
+        # turn is an alert (architecture.md §8: row, failures.log line, dashboard, webhooks); a failed one
         # is only logged (its note and the breaker's streak tell the rest).
         message = f"turn {turn.pk} {status}: {error.message}"
         incident = {"turn": turn.pk, "rearms": locked.rearms, "error": error.as_dict()}
@@ -409,7 +409,7 @@ def turn_fail(*, turn: Turn, error: ProviderError, status: str, timed_out_again:
 
 
 def turn_fail_unstorable(*, turn: Turn, call_id: int, exc: BaseException) -> None:
-    """End a turn whose answer arrived but could not be stored (DESIGN §15): the database
+    """End a turn whose answer arrived but could not be stored (architecture.md §15): the database
     refused it for what it holds, so storing it again would fail again, and calling again would
     pay for the answer twice. The call's row says so; the turn fails with its note, or without
     one when the note cannot be stored either."""
@@ -433,7 +433,7 @@ def turn_fail_unstorable(*, turn: Turn, call_id: int, exc: BaseException) -> Non
 
 
 def turn_queue_retry(*, agent: Agent, set_aside: list[int] | None = None) -> None:
-    """Queue one retry after a shed (DESIGN §7.4): a new turn over the history with the newest
+    """Queue one retry after a shed (architecture.md §7.4): a new turn over the history with the newest
     turn set aside, unless one is already queued or held (it will run over that history too).
     ``set_aside``: the sequence numbers of the rows the shed set aside (an event of the retry's
     span). Call inside the shed's transaction, so both commit or neither."""

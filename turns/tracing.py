@@ -1,4 +1,4 @@
-"""A turn's span, ``agentops.turn``, from its submit to its end across processes (DESIGN §16,
+"""A turn's span, ``agentops.turn``, from its submit to its end across processes (architecture.md §16,
 docs/observability.md).
 
 The submit starts it under the request's context and stores it on the turn's row
@@ -107,7 +107,7 @@ def held_since_ns(turn: Turn) -> int | None:
 @cache
 def _held_duration() -> Any:
     return telemetry.meter().create_histogram(
-        "agentops.turn.held.duration", unit="s", description="How long a turn was held by a provider wait before it ran again (DESIGN §6.6).",
+        "agentops.turn.held.duration", unit="s", description="How long a turn was held by a provider wait before it ran again (architecture.md §6.6).",
         explicit_bucket_boundaries_advisory=HELD_BUCKETS,
     )
 

@@ -1,4 +1,4 @@
-"""Admission (DESIGN §6.6, §15): may a call to this model be made for this agent now?
+"""Admission (architecture.md §6.6, §15): may a call to this model be made for this agent now?
 
 A wait committed by any process binds every process's next call: each check asks the journal
 whether rows were appended since this process last read it (one indexed ``SELECT max(id)``)

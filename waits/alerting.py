@@ -1,4 +1,4 @@
-"""One provider-wait alert per hold (DESIGN §6.7): whether a new long hold of (agent, model) is
+"""One provider-wait alert per hold (architecture.md §6.7): whether a new long hold of (agent, model) is
 the one an operator was already told about.
 
 A re-hold whose end is earlier than, or within a second of, the end of the last alerted hold

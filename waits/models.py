@@ -1,4 +1,4 @@
-"""The provider-waits journal (DESIGN §6.1): append-only rows, one per act.
+"""The provider-waits journal (architecture.md §6.1): append-only rows, one per act.
 
 The service only ever inserts rows (``waits.journal``), with ``INSERT ... ON CONFLICT (act_id)
 DO NOTHING`` so a replay after an ambiguous commit never applies twice. It never updates or

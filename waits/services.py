@@ -1,4 +1,4 @@
-"""Writes on provider waits (DESIGN §6): record a provider's stated wait, release waits.
+"""Writes on provider waits (architecture.md §6): record a provider's stated wait, release waits.
 
 ``wait_release`` is the one release service behind the API, the admin and the management
 command. Both services decide against this process's binding view (``waits.journal``) and

@@ -1,4 +1,4 @@
-"""Webhook endpoints, deliveries and attempts (DESIGN §8).
+"""Webhook endpoints, deliveries and attempts (architecture.md §8).
 
 A delivery is one alert for one endpoint: its ``webhook_id`` and body are fixed when it is
 queued, in the alert's own transaction, and stay the same across retries and resends. Each try

@@ -1,4 +1,4 @@
-"""Webhook services (DESIGN §8): queue deliveries in the alert's transaction, make attempts,
+"""Webhook services (architecture.md §8): queue deliveries in the alert's transaction, make attempts,
 resend.
 
 The life of a delivery: ``pending`` (next attempt due at ``next_attempt_at``) until an attempt

@@ -1,7 +1,7 @@
 """The OpenAI Responses API wire format (provider kind ``openai-responses``): ``POST
 {base}/responses``, streamed and not.
 
-Reading a stream (DESIGN §5.2): a ``reasoning`` output item's start is a thinking block's
+Reading a stream (architecture.md §5.2): a ``reasoning`` output item's start is a thinking block's
 start, and reasoning summary / reasoning text deltas are thinking model events (the thinking
 allowance of §5.3 applies); output text deltas, a function call's start and its argument
 deltas are content; the other output-item and part events are model events; ``response.created``

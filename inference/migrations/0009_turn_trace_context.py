@@ -1,4 +1,4 @@
-# A turn's span across processes (DESIGN §16, agentops.telemetry): nullable, so adding it
+# A turn's span across processes (architecture.md §16, agentops.telemetry): nullable, so adding it
 # rewrites no row.
 
 from django.db import migrations, models

@@ -1,4 +1,4 @@
-"""How the admin shows instants and call errors (DESIGN §9): to the second, in UTC, with a
+"""How the admin shows instants and call errors (architecture.md §9): to the second, in UTC, with a
 relative form (``3 min ago``); an error as its type, HTTP status, stated wait and message."""
 
 from __future__ import annotations

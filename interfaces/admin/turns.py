@@ -1,4 +1,4 @@
-"""Turns and their calls in the admin (DESIGN §9): read-only records, each call with the
+"""Turns and their calls in the admin (architecture.md §9): read-only records, each call with the
 picture of its timeline (calls.timeline_svg) large on its page and small in its turn."""
 
 from __future__ import annotations

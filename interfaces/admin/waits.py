@@ -1,4 +1,4 @@
-"""Admin for provider waits (DESIGN §9): the journal, read-only for everyone, and the
+"""Admin for provider waits (architecture.md §9): the journal, read-only for everyone, and the
 "Binding waits" page with a Release action behind the ``waits.release_wait`` permission.
 
 The Release action goes to a confirmation page that asks for a reason and then calls the one

@@ -1,4 +1,4 @@
-"""Admin for webhooks (DESIGN §9): endpoints are edited here; deliveries and their attempts are
+"""Admin for webhooks (architecture.md §9): endpoints are edited here; deliveries and their attempts are
 records, read-only, with a Resend action behind the ``webhooks.resend_webhookdelivery``
 permission (audited)."""
 

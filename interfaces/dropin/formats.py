@@ -1,4 +1,4 @@
-"""The wire formats the drop-in endpoints speak (DESIGN §14): which provider kind each serves,
+"""The wire formats the drop-in endpoints speak (architecture.md §14): which provider kind each serves,
 its error shape (so the official SDKs raise their usual exceptions), and SSE events as text."""
 
 from __future__ import annotations

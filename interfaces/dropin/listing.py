@@ -1,4 +1,4 @@
-"""``GET /v1/models`` and ``GET /v1/models/{id}`` (DESIGN §14): the agents a drop-in client may
+"""``GET /v1/models`` and ``GET /v1/models/{id}`` (architecture.md §14): the agents a drop-in client may
 call, as the asking SDK lists models, so tools that discover models that way (IDE plugins,
 chat UIs, ``client.models.list()``) find them.
 

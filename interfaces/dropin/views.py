@@ -1,5 +1,5 @@
 """``POST /v1/chat/completions``, ``POST /v1/messages`` and ``POST /v1/responses``: the drop-in
-endpoints (DESIGN §14, API.md "Drop-in endpoints").
+endpoints (architecture.md §14, API.md "Drop-in endpoints").
 
 An official SDK pointed here with an agentops API token as its key (``Authorization: Bearer``
 or ``x-api-key``) and an agent's name as ``model`` gets the agent's provider and model, as an

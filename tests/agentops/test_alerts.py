@@ -1,4 +1,4 @@
-"""The alert service (DESIGN §8): what one ``alert_raise`` writes and sends, and that its data is
+"""The alert service (architecture.md §8): what one ``alert_raise`` writes and sends, and that its data is
 bounded once for every consumer: the row, the failures.log line, the dashboard event and the
 webhook body."""
 

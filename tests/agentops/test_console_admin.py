@@ -1,4 +1,4 @@
-"""The operator console (DESIGN §9): agents with status, streak, holds and current turn; turns
+"""The operator console (architecture.md §9): agents with status, streak, holds and current turn; turns
 with their calls inline, each with its timeline; audit entries nobody can add, change or delete
 through the admin; release, restore and acknowledge each behind a permission of its own."""
 

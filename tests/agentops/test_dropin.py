@@ -1,4 +1,4 @@
-"""The drop-in endpoints (DESIGN §14) through the official ``openai`` and ``anthropic`` SDKs,
+"""The drop-in endpoints (architecture.md §14) through the official ``openai`` and ``anthropic`` SDKs,
 pointed at the service running as a real ASGI server (uvicorn, its own process, the pooled
 settings) with an agentops token as the SDK's key."""
 

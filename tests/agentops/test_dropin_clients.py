@@ -1,4 +1,4 @@
-"""Real clients against the drop-in endpoints (DESIGN §14): the official ``openai`` and
+"""Real clients against the drop-in endpoints (architecture.md §14): the official ``openai`` and
 ``anthropic`` SDKs at their default settings and an agent framework (openai-agents), pointed
 at the service running as a real ASGI server: models listed, usage in streams, structured
 output, tool round trips, held models whose 429 no SDK sleeps through, keepalives that keep a

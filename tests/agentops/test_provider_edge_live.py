@@ -1,4 +1,4 @@
-"""The provider edge (DESIGN §15) from outside: the service's own web process (uvicorn) and
+"""The provider edge (architecture.md §15) from outside: the service's own web process (uvicorn) and
 Celery workers against a provider that misbehaves on purpose (``tests.hostile``). Whatever the
 provider sends, the call ends with a classified error naming what was refused (or with text
 made safe), the web process and the worker stay up with their memory bounded, ``/health``

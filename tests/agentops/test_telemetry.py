@@ -1,4 +1,4 @@
-"""What ``telemetry_setup`` installs from the standard environment (DESIGN §16): each case in a
+"""What ``telemetry_setup`` installs from the standard environment (architecture.md §16): each case in a
 process of its own, as a web process, a worker or beat starts (the SDK's providers are set
 once per process). The exporters point at a loopback port nobody listens on: nothing here
 waits for an export."""

@@ -1,4 +1,4 @@
-"""Traces and metrics as a collector receives them (DESIGN §16, docs/observability.md): the
+"""Traces and metrics as a collector receives them (architecture.md §16, docs/observability.md): the
 service's own processes (a real uvicorn web process, real Celery workers) export over OTLP/HTTP
 to a receiver in this test process (``tests.otlp``), pointed there by the standard
 ``OTEL_EXPORTER_OTLP_ENDPOINT``; the stand-in provider answers the calls."""

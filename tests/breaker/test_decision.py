@@ -1,4 +1,4 @@
-"""The breaker's pure decision core at every edge (DESIGN §7.2, §7.3)."""
+"""The breaker's pure decision core at every edge (architecture.md §7.2, §7.3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The breaker through a real worker and the stand-in (DESIGN §7)."""
+"""The breaker through a real worker and the stand-in (architecture.md §7)."""
 
 from __future__ import annotations
 

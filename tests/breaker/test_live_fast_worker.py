@@ -1,4 +1,4 @@
-"""The breaker through a real worker whose retries, bounds and turn lease are short (DESIGN §7).
+"""The breaker through a real worker whose retries, bounds and turn lease are short (architecture.md §7).
 
 Server errors and cuts are retried and re-armed before a turn fails, minutes with the default
 settings; this module's worker does it in seconds, so a failure that may not shed can be driven

@@ -1,4 +1,4 @@
-"""Things that move while the probe is out, through a real worker and the stand-in (DESIGN §7.3):
+"""Things that move while the probe is out, through a real worker and the stand-in (architecture.md §7.3):
 the probe's answer is set aside, nothing is shed, no retry is queued, and the next failure
 probes again.
 

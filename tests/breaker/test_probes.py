@@ -1,4 +1,4 @@
-"""The probe's life on the breaker's side (DESIGN §7.3), on real Postgres: what counts as a
+"""The probe's life on the breaker's side (architecture.md §7.3), on real Postgres: what counts as a
 move while it is out, its verdicts and their alerts, the shed under the move check's locks,
 and withdrawing it."""
 

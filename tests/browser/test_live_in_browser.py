@@ -1,6 +1,6 @@
 """In a real headless Chromium: an operator sees a binding wait count down on the admin's
 Binding waits page, with links to the agent and its held turn, and watches a receiving call's
-deadline move on the live dashboard as its model events arrive (DESIGN §9, issue 13)."""
+deadline move on the live dashboard as its model events arrive (architecture.md §9, issue 13)."""
 
 from __future__ import annotations
 

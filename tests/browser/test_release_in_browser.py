@@ -1,7 +1,7 @@
 """In a real headless Chromium, against the live service: an operator logs in through the admin
 login page, opens the binding waits, releases one with a reason, and sees the held turn resume
 (a real Celery worker runs it against the stand-in) and the audit entry; a staff user without
-the release permission sees no Release action (DESIGN §9, issue 6)."""
+the release permission sees no Release action (architecture.md §9, issue 6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The progress bounds as a pure function of a call's state (DESIGN §5.3, §5.5).
+"""The progress bounds as a pure function of a call's state (architecture.md §5.3, §5.5).
 
 Every instant is an explicit number of ms; ``next_deadline`` never reads a clock. The caller's
 cut rule is ``now >= deadline.at``, so each bound is shown at deadline - 1 ms (not cut), at the
@@ -423,7 +423,7 @@ def test_every_bound_names_a_setting_under_agentops_inference_bounds() -> None:
         assert hasattr(DEFAULTS, path.rsplit(".", 1)[1])
 
 
-# The setting a cut message names must be one that raises that bound (DESIGN §5.5).
+# The setting a cut message names must be one that raises that bound (architecture.md §5.5).
 RAISE_CASES = [
     pytest.param(streamed(), id="before_content"),
     pytest.param(streamed(first_content=S + 5_000, last_model_event=S + 20_000), id="between"),

@@ -1,6 +1,6 @@
 """Progress bounds and the error policy through a real worker and the stand-in over sockets.
 
-Bounds are set in milliseconds for this module's own worker (DESIGN §5.3 to §5.8)."""
+Bounds are set in milliseconds for this module's own worker (architecture.md §5.3 to §5.8)."""
 
 from __future__ import annotations
 

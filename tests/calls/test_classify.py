@@ -1,4 +1,4 @@
-"""Classifying provider failures and reading the stated wait (DESIGN §5.6)."""
+"""Classifying provider failures and reading the stated wait (architecture.md §5.6)."""
 
 from __future__ import annotations
 
@@ -171,7 +171,7 @@ def test_the_stated_wait_is_read_from_headers_or_body(
     assert stated_wait_ms(headers, body, NOW) == wait
 
 
-# A value that is not a finite number: NaN or ±inf, meaning "until released" (DESIGN §6.2).
+# A value that is not a finite number: NaN or ±inf, meaning "until released" (architecture.md §6.2).
 NON_FINITE_CASES = [
     pytest.param({"retry-after-ms": "nan"}, None, "nan", id="retry-after-ms-nan"),
     pytest.param({"retry-after-ms": "inf"}, None, "inf", id="retry-after-ms-inf"),
@@ -319,7 +319,7 @@ def _frame_bug(reason: str) -> tuple[()]:
 
 
 # The same failure over HTTP and as a stream frame (the stand-in's `form=frame` bodies) must
-# classify the same way (DESIGN §5.6).
+# classify the same way (architecture.md §5.6).
 SAME_WAY_CASES = [
     pytest.param(529, {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
                  id="anthropic-529"),

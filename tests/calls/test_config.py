@@ -1,4 +1,4 @@
-"""AGENTOPS_INFERENCE_BOUNDS: parsing and the startup system check agentops.E001 (DESIGN §5.4)."""
+"""AGENTOPS_INFERENCE_BOUNDS: parsing and the startup system check agentops.E001 (architecture.md §5.4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The provider edge (DESIGN §15) against a provider that misbehaves on purpose
+"""The provider edge (architecture.md §15) against a provider that misbehaves on purpose
 (``tests.hostile``, a real server over loopback): each answer that breaks HTTP or a limit ends
 the call with a classified error naming what was refused, reading stays bounded in memory, and
 text that cannot be stored arrives made safe."""

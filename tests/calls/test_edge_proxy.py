@@ -1,4 +1,4 @@
-"""Provider calls behind an outbound proxy (DESIGN §15): ``HTTPS_PROXY`` is honoured with a
+"""Provider calls behind an outbound proxy (architecture.md §15): ``HTTPS_PROXY`` is honoured with a
 CONNECT tunnel through a small proxy on loopback, TLS is verified end to end against the
 provider's name, ``NO_PROXY`` and ``AGENTOPS_PROVIDER_PROXY_FROM_ENV=false`` send it direct."""
 

@@ -1,4 +1,4 @@
-"""A provider down (DESIGN §15): calls that all fail with network, TLS, auth or 5xx errors for
+"""A provider down (architecture.md §15): calls that all fail with network, TLS, auth or 5xx errors for
 ``AGENTOPS_PROVIDER_DOWN_AFTER_MS`` raise one ``provider-down`` alert per episode (the row, the
 dashboard's snapshot), and the first completed call ends the episode and says so."""
 

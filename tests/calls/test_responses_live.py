@@ -1,5 +1,5 @@
 """The ``openai-responses`` provider kind against the stand-in over sockets: the adapter's
-request, its reading of the stream under the progress bounds (DESIGN §5.2, §5.3) and the
+request, its reading of the stream under the progress bounds (architecture.md §5.2, §5.3) and the
 classification of its failures (§5.6)."""
 
 from __future__ import annotations

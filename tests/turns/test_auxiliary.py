@@ -1,4 +1,4 @@
-"""Auxiliary completions: deferred without a call when the model is held (DESIGN §6.6)."""
+"""Auxiliary completions: deferred without a call when the model is held (architecture.md §6.6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Provider waits through a real worker: holds, joins, release, ephemeral runs (DESIGN §6.6, §6.9)."""
+"""Provider waits through a real worker: holds, joins, release, ephemeral runs (architecture.md §6.6, §6.9)."""
 
 from __future__ import annotations
 

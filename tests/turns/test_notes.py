@@ -1,4 +1,4 @@
-"""The ``[inference-failed]`` note written into an agent's history (DESIGN §5.8)."""
+"""The ``[inference-failed]`` note written into an agent's history (architecture.md §5.8)."""
 
 from __future__ import annotations
 

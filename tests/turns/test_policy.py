@@ -1,4 +1,4 @@
-"""The error policy as a pure decision (DESIGN §5.7): explicit ``now_ms`` and ``jitter``."""
+"""The error policy as a pure decision (architecture.md §5.7): explicit ``now_ms`` and ``jitter``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The pure core at its edges (DESIGN §6.2, §6.3, §6.5): explicit ``now``, no database."""
+"""The pure core at its edges (architecture.md §6.2, §6.3, §6.5): explicit ``now``, no database."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Durable, pending and binding (DESIGN §6.4) and unreadable records (§6.5), on real PostgreSQL."""
+"""Durable, pending and binding (architecture.md §6.4) and unreadable records (§6.5), on real PostgreSQL."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A database that does not answer, seen from a worker process (DESIGN §6.5): admission checks
+"""A database that does not answer, seen from a worker process (architecture.md §6.5): admission checks
 fail closed promptly, or answer from the view already read, instead of queueing behind a read
 that waits for a connection.
 

@@ -1,4 +1,4 @@
-"""Fail closed without a window (DESIGN §6.5; issue 12, test 6): a check made while another
+"""Fail closed without a window (architecture.md §6.5; issue 12, test 6): a check made while another
 thread's poll is reading an unreadable row refuses; it does not answer from the view read
 before, however old."""
 

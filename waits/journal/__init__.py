@@ -1,4 +1,4 @@
-"""The provider-waits journal (DESIGN §6.4, §6.5), as the rest of the service uses it.
+"""The provider-waits journal (architecture.md §6.4, §6.5), as the rest of the service uses it.
 
 - ``view``: this process's cached view (durable, pending, binding) and its refresh cadence;
 - ``writes``: appending an act, and checkpoints;

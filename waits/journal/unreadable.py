@@ -1,4 +1,4 @@
-"""Unreadable records fail closed (DESIGN §6.5): the framework alert, raised once per episode
+"""Unreadable records fail closed (architecture.md §6.5): the framework alert, raised once per episode
 and shared by every worker."""
 
 from __future__ import annotations

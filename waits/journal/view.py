@@ -1,4 +1,4 @@
-"""Durable, pending and binding (DESIGN §6.4, §6.5): the process's view of the journal.
+"""Durable, pending and binding (architecture.md §6.4, §6.5): the process's view of the journal.
 
 - durable: the reduction of exactly what the journal holds, cached per process. A cheap poll
   (``SELECT max(id)``, at most every ``JOURNAL_POLL_MS``) finds new rows and only those are

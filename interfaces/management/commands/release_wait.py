@@ -1,4 +1,4 @@
-"""``python manage.py release_wait AGENT [--model M] [--requester R] --reason TEXT`` (DESIGN §6.8).
+"""``python manage.py release_wait AGENT [--model M] [--requester R] --reason TEXT`` (architecture.md §6.8).
 
 The same release service as the API and the admin. A refused release exits non-zero with the
 service's message and changes nothing. This process ends with the command, so a release it
