@@ -30,8 +30,9 @@ logger = logging.getLogger(__name__)
 PROGRESS_KEY: Final = "agentops:call-progress"
 PROGRESS_TTL_S: Final = 3600  # the hash goes once no process has written it for this long
 URGENT_GAP_S: Final = 0.05  # first events and first content: out within this
-# Each flush costs the loop that times the cuts about this much per call in it (encoding the
-# entries): with many calls in flight the interval stretches so that stays a small share.
+# Each flush costs the process CPU for every call in it (its entry encoded and stored): with
+# many calls in flight the interval stretches by this much per call, so the flush stays a small
+# share of what reading the streams costs (docs/performance.md, "Live events").
 PER_CALL_S: Final = 0.002
 # A flush goes out this many calls at a time, each slice its own round trip (the loop runs its
 # timers while it waits for the answer): encoding thousands of calls at once stalled it
@@ -69,21 +70,24 @@ class ProgressHub:
         self.loop = loop
         self._pending: dict[int, ProgressSource] = {}
         self._ended: set[int] = set()
+        self._in_flight: set[int] = set()
         self._timer: asyncio.TimerHandle | None = None
         self._due = 0.0
         self._last = 0.0
         self._redis: redis.asyncio.Redis | None = None
 
     def _interval(self) -> float:
-        return max(settings.AGENTOPS_PROGRESS_INTERVAL_MS / 1000, len(self._pending) * PER_CALL_S)
+        return max(settings.AGENTOPS_PROGRESS_INTERVAL_MS / 1000, len(self._in_flight) * PER_CALL_S)
 
     def update(self, call_id: int, source: ProgressSource, *, urgent: bool) -> None:
         self._pending[call_id] = source
+        self._in_flight.add(call_id)
         self._schedule(self._last + (URGENT_GAP_S if urgent else self._interval()))
 
     def ended(self, call_id: int) -> None:
         """The call is over (its row has the final counts): forget it, and drop its entry."""
         self._pending.pop(call_id, None)
+        self._in_flight.discard(call_id)
         self._ended.add(call_id)
         self._schedule(self._last + self._interval())
 

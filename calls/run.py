@@ -201,11 +201,12 @@ class _Hooks:
     wakes, its live events, its entry on the dashboard. (Methods rather than closures: a worker
     holds thousands of calls at once.)"""
 
-    __slots__ = ("call", "deadline", "engine", "firsts", "hub", "timeline", "turn_id", "undo", "watch")
+    __slots__ = ("call", "call_id", "deadline", "engine", "firsts", "hub", "timeline", "turn_id", "undo", "watch")
 
     def __init__(self, engine: BackgroundLoop, call: ProviderCall, watch: Watch) -> None:
         self.engine, self.call, self.watch = engine, call, watch
         self.turn_id = call.row.turn_id if watch.turn_events else None
+        self.call_id: int = call.row.pk  # read at every event: a model's pk is a property lookup
         self.undo: list[Callable[[], None]] = []
         self.hub = progress_hub()
         self.firsts = (False, False)  # first event, first content: sent at once
@@ -239,16 +240,16 @@ class _Hooks:
         firsts = (timeline.first_event is not None, timeline.first_content is not None)
         urgent, self.firsts = firsts != self.firsts, firsts
         self.timeline, self.deadline = timeline, deadline
-        self.hub.update(self.call.row.pk, self, urgent=urgent)
+        self.hub.update(self.call_id, self, urgent=urgent)
 
     def progress(self) -> dict[str, Any]:
         """The call's progress as it stands (the hub reads it when it flushes)."""
         assert self.timeline is not None
         row = self.call.row
-        return progress_entry(call_id=row.pk, agent=self.call.agent.name, turn_id=row.turn_id, timeline=self.timeline, deadline=self.deadline)
+        return progress_entry(call_id=self.call_id, agent=self.call.agent.name, turn_id=row.turn_id, timeline=self.timeline, deadline=self.deadline)
 
     def ended(self) -> None:
-        self.hub.ended(self.call.row.pk)
+        self.hub.ended(self.call_id)
         for step in self.undo:
             step()
 

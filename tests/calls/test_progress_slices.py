@@ -1,17 +1,19 @@
 """A flush of many calls' progress must not hold the loop that times the cuts: it goes out in
-slices, and the loop's other callbacks run between them."""
+slices, the loop's other callbacks run between them, and the more calls are in flight the less
+often it goes out."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import redis
 from django.conf import settings
 
 from calls.client import Timeline
-from calls.progress import PROGRESS_KEY, SLICE, ProgressHub, progress_entry
+from calls.progress import PER_CALL_S, PROGRESS_KEY, SLICE, ProgressHub, progress_entry
 
 
 def _entry(call_id: int) -> dict[str, Any]:
@@ -44,3 +46,50 @@ async def test_a_flush_of_many_calls_lets_the_loop_run_between_its_slices_and_st
 
     await ProgressHub(asyncio.get_running_loop())._send([], ids)  # ended: dropped, in slices too
     assert store.hmget(PROGRESS_KEY, fields) == [None] * len(ids)
+
+
+class _Call:
+    """A call in flight as the hub reads it (``ProgressSource``)."""
+
+    def __init__(self, call_id: int) -> None:
+        self.call_id, self.keepalives = call_id, 1
+
+    def progress(self) -> dict[str, Any]:
+        timeline = Timeline(sent=1.0, keepalives=self.keepalives)
+        return progress_entry(call_id=self.call_id, agent="a", turn_id=None, timeline=timeline, deadline=None)
+
+
+async def _stored_keepalives(store: redis.Redis, call_id: int, *, wanted: int, within_s: float) -> float:
+    """Seconds until the stored entry of ``call_id`` shows ``wanted`` keepalives (fails past ``within_s``)."""
+    started = time.monotonic()
+    while time.monotonic() - started < within_s:
+        raw = store.hget(PROGRESS_KEY, str(call_id))
+        if raw is not None and json.loads(raw)["keepalives"] == wanted:
+            return time.monotonic() - started
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"call {call_id}'s progress did not show {wanted} keepalives within {within_s} s")
+
+
+async def test_the_more_calls_in_flight_the_less_often_their_progress_goes_out() -> None:
+    store = redis.Redis.from_url(settings.REDIS_URL)
+    hub = ProgressHub(asyncio.get_running_loop())
+    calls = [_Call(9_100_000 + i) for i in range(1000)]  # in flight: one flush every 1000 * PER_CALL_S
+    first = calls[0]
+    for call in calls:
+        hub.update(call.call_id, call, urgent=False)
+    try:
+        await _stored_keepalives(store, first.call_id, wanted=1, within_s=5)  # nothing went out before: at once
+        first.keepalives = 2
+        hub.update(first.call_id, first, urgent=False)
+        took = await _stored_keepalives(store, first.call_id, wanted=2, within_s=10)
+        assert took >= 1000 * PER_CALL_S - 0.2, took
+        # Calls that ended no longer count: with ten left, the setting's interval again.
+        for call in calls[10:]:
+            hub.ended(call.call_id)
+        await asyncio.sleep(1000 * PER_CALL_S)
+        first.keepalives = 3
+        hub.update(first.call_id, first, urgent=False)
+        took = await _stored_keepalives(store, first.call_id, wanted=3, within_s=5)
+        assert took < settings.AGENTOPS_PROGRESS_INTERVAL_MS / 1000 + 0.5, took
+    finally:
+        store.hdel(PROGRESS_KEY, *[str(c.call_id) for c in calls])
