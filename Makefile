@@ -68,6 +68,7 @@ screenshots: $(STAMP)
 lint: export DJANGO_SECRET_KEY ?= type-checking-only-never-used-to-sign
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy .
 	$(BIN)/lint-imports
 

@@ -18,13 +18,17 @@ if __name__ == "__main__":
         # embedded servers `make run` started, or say how to run this.
         from devtools.embedded.running import running_urls
 
-        found = running_urls(Path(os.environ.get("AGENTOPS_VAR_DIR") or Path(__file__).resolve().parent / "var"))
+        found = running_urls(
+            Path(os.environ.get("AGENTOPS_VAR_DIR") or Path(__file__).resolve().parent / "var")
+        )
         if found is None:
             sys.exit(HOW)
         os.environ["DATABASE_URL"] = found["DATABASE_URL"]
         if not os.environ.get("REDIS_URL"):
             os.environ["REDIS_URL"] = found["REDIS_URL"]
-        kept_key = Path(__file__).resolve().parent / "var" / "secret-key"  # the one `make run` keeps
+        kept_key = (
+            Path(__file__).resolve().parent / "var" / "secret-key"
+        )  # the one `make run` keeps
         if not os.environ.get("DJANGO_SECRET_KEY") and kept_key.exists():
             os.environ["DJANGO_SECRET_KEY"] = kept_key.read_text().strip()
     from django.core.management import execute_from_command_line

@@ -28,7 +28,13 @@ logger = logging.getLogger(__name__)
 
 
 def alert_raise(
-    *, kind: str, agent: str, message: str, model: str = "", verdict: str = "", data: dict[str, Any] | None = None
+    *,
+    kind: str,
+    agent: str,
+    message: str,
+    model: str = "",
+    verdict: str = "",
+    data: dict[str, Any] | None = None,
 ) -> Alert:
     """Record an alert. Safe inside a transaction: the log line, broadcast and webhook tasks
     happen on commit; the alert row and its deliveries are written together or not at all."""
@@ -42,11 +48,19 @@ def alert_raise(
             data=bound_data(data or {}),
         )
         webhook_deliveries_queue(alert=alert, now=timezone.now())
-    logger.warning("alert %s for agent %s model %s: %s", kind, agent, model or "-", alert.message[:500])
+    logger.warning(
+        "alert %s for agent %s model %s: %s", kind, agent, model or "-", alert.message[:500]
+    )
 
     def after_commit() -> None:
         failures_log_write(
-            kind=alert.kind, agent=alert.agent, model=alert.model, verdict=alert.verdict, message=alert.message, alert=alert.pk, data=alert.data,
+            kind=alert.kind,
+            agent=alert.agent,
+            model=alert.model,
+            verdict=alert.verdict,
+            message=alert.message,
+            alert=alert.pk,
+            data=alert.data,
         )
         dashboard_publish({"type": "alert.raised", "alert": alert_json(alert)})
 
@@ -60,7 +74,9 @@ def alert_acknowledge(*, alert_id: int, actor: str, now: datetime) -> Alert:
 
     The conditional update makes concurrent acknowledgements safe: exactly one changes the row."""
     with transaction.atomic():
-        changed = Alert.objects.filter(pk=alert_id, acknowledged_at__isnull=True).update(acknowledged_at=now, acknowledged_by=actor)
+        changed = Alert.objects.filter(pk=alert_id, acknowledged_at__isnull=True).update(
+            acknowledged_at=now, acknowledged_by=actor
+        )
         alert = Alert.objects.filter(pk=alert_id).first()
         if alert is None:
             raise NotFound(f"alert_id: no alert with id {alert_id}", data={"field": "alert_id"})
@@ -68,10 +84,20 @@ def alert_acknowledge(*, alert_id: int, actor: str, now: datetime) -> Alert:
             assert alert.acknowledged_at is not None
             raise Conflict(
                 f"alert {alert_id} was already acknowledged by {alert.acknowledged_by or 'someone'} at {alert.acknowledged_at.isoformat()}",
-                data={"acknowledged_at": alert.acknowledged_at, "acknowledged_by": alert.acknowledged_by},
+                data={
+                    "acknowledged_at": alert.acknowledged_at,
+                    "acknowledged_by": alert.acknowledged_by,
+                },
             )
         AuditEntry.objects.create(
-            actor=actor, action="alert.acknowledge", target=f"alert:{alert_id}",
-            data={"kind": alert.kind, "agent": alert.agent, "model": alert.model, "verdict": alert.verdict},
+            actor=actor,
+            action="alert.acknowledge",
+            target=f"alert:{alert_id}",
+            data={
+                "kind": alert.kind,
+                "agent": alert.agent,
+                "model": alert.model,
+                "verdict": alert.verdict,
+            },
         )
     return alert

@@ -63,10 +63,13 @@ class BackgroundLoop:
         self._started: set[asyncio.Task[Any]] = set()  # the loop keeps only weak references
         self._aborts: AbortWatcher | None = None
         self.bookkeeping_pool = ThreadPoolExecutor(
-            max_workers=settings.AGENTOPS_BOOKKEEPING_THREADS, thread_name_prefix="agentops-bookkeeping",
+            max_workers=settings.AGENTOPS_BOOKKEEPING_THREADS,
+            thread_name_prefix="agentops-bookkeeping",
             initializer=_yield_to_the_loop,
         )
-        self.thread = threading.Thread(target=self._run, name="agentops-background-loop", daemon=True)
+        self.thread = threading.Thread(
+            target=self._run, name="agentops-background-loop", daemon=True
+        )
         self.thread.start()
         self._ready.wait()
 
@@ -83,7 +86,9 @@ class BackgroundLoop:
         events go out in the order they happened. Fire and forget."""
         self._hand(coro)
 
-    def send_batched_in_order(self, send: Callable[[list[Any]], Coroutine[Any, Any, None]], item: Any) -> None:
+    def send_batched_in_order(
+        self, send: Callable[[list[Any]], Coroutine[Any, Any, None]], item: Any
+    ) -> None:
         """Like ``send_in_order`` for ``send([item])``, except that the items handed here one
         after another for the same ``send`` (a module-level function) while the one before
         them went out reach it together, in order, in one list: a burst of live events costs
@@ -112,7 +117,11 @@ class BackgroundLoop:
                 await entry
                 continue
             items = [entry.item]
-            while outbox and isinstance(following := outbox[0], _Batched) and following.send is entry.send:
+            while (
+                outbox
+                and isinstance(following := outbox[0], _Batched)
+                and following.send is entry.send
+            ):
                 items.append(following.item)
                 outbox.popleft()
             await entry.send(items)
@@ -136,14 +145,18 @@ class BackgroundLoop:
         """Schedule ``coro`` on the engine's loop; the caller waits on the returned future."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
-    def start(self, coro: Coroutine[Any, Any, T], on_done: Callable[[asyncio.Task[T]], None]) -> None:
+    def start(
+        self, coro: Coroutine[Any, Any, T], on_done: Callable[[asyncio.Task[T]], None]
+    ) -> None:
         """Run ``coro`` as a task on the loop, from any thread, and call ``on_done`` with it on
         the loop when it ends; for work nobody waits on (an agent's run). Unlike ``submit``, no
         thread-side future is chained to the task: that future, its condition and its callbacks
         cost about a kilobyte on every call a worker holds."""
         self.loop.call_soon_threadsafe(self._start, coro, on_done)
 
-    def _start(self, coro: Coroutine[Any, Any, T], on_done: Callable[[asyncio.Task[T]], None]) -> None:
+    def _start(
+        self, coro: Coroutine[Any, Any, T], on_done: Callable[[asyncio.Task[T]], None]
+    ) -> None:
         task = self.loop.create_task(coro)
         self._started.add(task)
         task.add_done_callback(self._started.discard)
@@ -191,7 +204,9 @@ async def bookkeeping(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> 
     round trip for its health check); a connection is dropped when its work fails on it, so a
     dead one is never used twice."""
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(background_loop().bookkeeping_pool, _in_context(partial(_keeping, fn, *args, **kwargs)))
+    return await loop.run_in_executor(
+        background_loop().bookkeeping_pool, _in_context(partial(_keeping, fn, *args, **kwargs))
+    )
 
 
 def _keeping(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
@@ -208,7 +223,9 @@ async def blocking(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """Run ``fn`` on a thread of the loop's own and await it: for work that waits (the
     breaker's probe, made by a thread waiting on this loop), kept out of the bookkeeping pool
     so that it never holds a bookkeeping thread while it waits."""
-    return await asyncio.get_running_loop().run_in_executor(None, _in_context(partial(_closing, fn, *args, **kwargs)))
+    return await asyncio.get_running_loop().run_in_executor(
+        None, _in_context(partial(_closing, fn, *args, **kwargs))
+    )
 
 
 def _in_context(work: Callable[[], T]) -> Callable[[], T]:

@@ -116,7 +116,9 @@ class AbortWatcher:
             self._unread.clear()
             await self._read(self._client, keys)
 
-    async def _read(self, client: redis.asyncio.Redis, keys: list[str], *, strict: bool = False) -> None:
+    async def _read(
+        self, client: redis.asyncio.Redis, keys: list[str], *, strict: bool = False
+    ) -> None:
         """Fire the callbacks of the ``keys`` that are set. With ``strict``, a failed read raises
         (the subscription is begun again, and the keys read again), else it is left to the sweep."""
         for start in range(0, len(keys), SWEEP_BATCH):
@@ -136,7 +138,9 @@ class AbortWatcher:
         # One immediate retry: after a Redis restart the pooled command connection is dead,
         # and the read that follows the new subscription would fail on it.
         client = self._client = redis.asyncio.Redis.from_url(
-            url, health_check_interval=SWEEP_S, retry=Retry(NoBackoff(), 1),
+            url,
+            health_check_interval=SWEEP_S,
+            retry=Retry(NoBackoff(), 1),
         )
         try:
             # Checked after every await: a key watched while a subscription closes keeps it going.
@@ -144,7 +148,11 @@ class AbortWatcher:
                 try:
                     await self._listen(client, abort_channel(url))
                 except (redis.RedisError, OSError):
-                    logger.warning("could not watch for cancels on Redis; subscribing again in %s s", RECONNECT_S, exc_info=True)
+                    logger.warning(
+                        "could not watch for cancels on Redis; subscribing again in %s s",
+                        RECONNECT_S,
+                        exc_info=True,
+                    )
                     await asyncio.sleep(RECONNECT_S)
         finally:
             # Before the await below: a key watched while this watcher closes its connection

@@ -49,7 +49,14 @@ def task_send(name: str, *args: object, countdown_s: float = 0.0) -> None:
     # two, every send builds the thread's result backend (a web request runs in a thread of its
     # own) and an AsyncResult nobody reads. A task that had to keep its result would need a
     # sender of its own: ignore_result here overrides the task's own setting.
-    app.send_task(name, args=args, countdown=countdown, ignore_result=True, result_cls=_Unread, headers=headers)
+    app.send_task(
+        name,
+        args=args,
+        countdown=countdown,
+        ignore_result=True,
+        result_cls=_Unread,
+        headers=headers,
+    )
 
 
 def _trace_headers() -> dict[str, str] | None:
@@ -67,7 +74,11 @@ def _task_traced(task_id: str = "", task: object = None, **kwargs: object) -> No
     if not telemetry.enabled:
         return
     request = getattr(task, "request", None)
-    carrier = {name: value for name in propagate.get_global_textmap().fields if isinstance(value := getattr(request, name, None), str)}
+    carrier = {
+        name: value
+        for name in propagate.get_global_textmap().fields
+        if isinstance(value := getattr(request, name, None), str)
+    }
     if carrier:
         _task_contexts[task_id] = otel_context.attach(propagate.extract(carrier))
 

@@ -20,8 +20,15 @@ def check_edge_guards(**kwargs: Any) -> list[checks.CheckMessage]:
     """The security, clickjacking and CSRF middleware, as Django's own or a subclass: the three
     deploy checks silenced in the settings (they look for Django's dotted paths only)."""
     installed = [import_string(path) for path in settings.MIDDLEWARE]
-    missing = [guard for guard in GUARDS if not any(isinstance(m, type) and issubclass(m, guard) for m in installed)]
+    missing = [
+        guard
+        for guard in GUARDS
+        if not any(isinstance(m, type) and issubclass(m, guard) for m in installed)
+    ]
     return [
-        checks.Error(f"{guard.__module__}.{guard.__name__} (or a subclass) is not in MIDDLEWARE", id="agentops.E003")
+        checks.Error(
+            f"{guard.__module__}.{guard.__name__} (or a subclass) is not in MIDDLEWARE",
+            id="agentops.E003",
+        )
         for guard in missing
     ]

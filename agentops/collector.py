@@ -38,7 +38,9 @@ def quiet(sweep_every_s: float) -> None:
     gc.set_threshold(GEN0_THRESHOLD, *gc.get_threshold()[1:])
     if _freeze_survivors not in gc.callbacks:
         gc.callbacks.append(_freeze_survivors)
-        threading.Thread(target=_collecting, args=(sweep_every_s,), name="agentops-collector", daemon=True).start()
+        threading.Thread(
+            target=_collecting, args=(sweep_every_s,), name="agentops-collector", daemon=True
+        ).start()
 
 
 def _freeze_survivors(phase: str, info: dict[str, Any]) -> None:
@@ -67,4 +69,9 @@ def _collecting(sweep_every_s: float) -> None:
         else:
             frozen, found, took_ms = sweep()
             swept = time.monotonic()
-            logger.info("collector sweep: %d objects, %d unreachable freed, the process stopped for %.0f ms", frozen, found, took_ms)
+            logger.info(
+                "collector sweep: %d objects, %d unreachable freed, the process stopped for %.0f ms",
+                frozen,
+                found,
+                took_ms,
+            )

@@ -76,7 +76,9 @@ def env_ms(name: str, default: float) -> float:
     try:
         value = float(raw)
     except ValueError:
-        raise ConfigError(f"{name} must be a positive number of milliseconds, not {raw!r}") from None
+        raise ConfigError(
+            f"{name} must be a positive number of milliseconds, not {raw!r}"
+        ) from None
     if not math.isfinite(value) or value <= 0:
         raise ConfigError(f"{name} must be a positive number of milliseconds, not {raw!r}")
     return value
@@ -145,7 +147,9 @@ def bounds_values(raw: Any, name: str = "AGENTOPS_INFERENCE_BOUNDS") -> dict[str
             if container is None:
                 continue
             if not isinstance(container, dict):
-                raise ConfigError(f"{name}.{section} must be an object, not {json.dumps(container)}")
+                raise ConfigError(
+                    f"{name}.{section} must be an object, not {json.dumps(container)}"
+                )
             _known_keys(container, f"{name}.{section}", list(fields))
         for field in fields:
             value = container.get(field)
@@ -153,7 +157,11 @@ def bounds_values(raw: Any, name: str = "AGENTOPS_INFERENCE_BOUNDS") -> dict[str
                 continue
             path = ".".join(p for p in (name, section, field) if p)
             unit = "tokens per second" if field == "think_tokens_per_second" else "milliseconds"
-            if isinstance(value, bool) or not isinstance(value, int | float) or not _positive_finite(value):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not _positive_finite(value)
+            ):
                 shown = json.dumps(value) if not isinstance(value, float) else repr(value)
                 raise ConfigError(f"{path} must be a positive number of {unit}, not {shown}")
             values[field] = float(value)
@@ -166,7 +174,9 @@ def _known_keys(given: dict[str, Any], where: str, known: list[str]) -> None:
         if key not in known:
             near = difflib.get_close_matches(str(key), known, n=1)
             hint = f"did you mean {near[0]}? " if near else ""
-            raise ConfigError(f"{where}.{key} is not a setting ({hint}the settings there: {', '.join(known)})")
+            raise ConfigError(
+                f"{where}.{key} is not a setting ({hint}the settings there: {', '.join(known)})"
+            )
 
 
 def _positive_finite(value: float) -> bool:

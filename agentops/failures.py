@@ -25,14 +25,24 @@ logger = logging.getLogger(__name__)
 _lock = threading.Lock()
 
 
-def failures_log_write(*, kind: str, agent: str, model: str = "", message: str, **fields: Any) -> None:
+def failures_log_write(
+    *, kind: str, agent: str, model: str = "", message: str, **fields: Any
+) -> None:
     """Append one record. A failure to write is logged, never raised: the caller's own
     record (a turn row, an alert row) stays the source of truth."""
-    record = bound_data({
-        "at": datetime.now(UTC).isoformat(), "kind": kind, "agent": agent, "model": model, "message": message, **fields,
-        # Where it was written (failures.log is per host) and, while a span is current, its trace.
-        **process_identity(), **trace_ids(),
-    })
+    record = bound_data(
+        {
+            "at": datetime.now(UTC).isoformat(),
+            "kind": kind,
+            "agent": agent,
+            "model": model,
+            "message": message,
+            **fields,
+            # Where it was written (failures.log is per host) and, while a span is current, its trace.
+            **process_identity(),
+            **trace_ids(),
+        }
+    )
     line = json.dumps(record, ensure_ascii=False, default=str)
     path = Path(settings.AGENTOPS_FAILURES_LOG)
     try:

@@ -65,7 +65,12 @@ class ChannelLayer(RedisChannelLayer):  # type: ignore[misc]
                 try:
                     await super().group_send(group, message)
                 except Exception:
-                    logger.warning("could not send %s to the live group %s", _event_type(message), group, exc_info=True)
+                    logger.warning(
+                        "could not send %s to the live group %s",
+                        _event_type(message),
+                        group,
+                        exc_info=True,
+                    )
 
 
 def _event_type(message: dict[str, Any]) -> Any:
@@ -89,13 +94,20 @@ async def _group_sends(sends: list[tuple[str, dict[str, Any]]]) -> None:
             for group, message in sends:
                 await layer.group_send(group, message)
     except Exception:  # a live view is best effort; the database is the record
-        logger.warning("could not send %d live events (first: %s)", len(sends), _event_type(sends[0][1]), exc_info=True)
+        logger.warning(
+            "could not send %d live events (first: %s)",
+            len(sends),
+            _event_type(sends[0][1]),
+            exc_info=True,
+        )
 
 
 def publish_turn_event(turn_id: int, event: dict[str, Any]) -> None:
     """Send ``event`` to the turn's websocket listeners now, in order with this process's other
     live events, on its background loop. Callable from any thread; the caller never waits."""
-    background_loop().send_batched_in_order(_group_sends, (turn_group(turn_id), {"type": "turn.event", "event": event}))
+    background_loop().send_batched_in_order(
+        _group_sends, (turn_group(turn_id), {"type": "turn.event", "event": event})
+    )
 
 
 def broadcast_turn_event(turn_id: int, event: dict[str, Any]) -> None:
@@ -107,13 +119,25 @@ def dashboard_publish(event: dict[str, Any]) -> None:
     """Send ``event`` to every open dashboard (the module docstring lists the event types)
     once the current transaction commits (at once outside one), in order with this process's
     other live events. Never blocks the caller; the one sender of the ``dashboard`` group."""
-    after_commit(lambda: background_loop().send_batched_in_order(_group_sends, (DASHBOARD_GROUP, {"type": "dashboard.event", "event": event})))
+    after_commit(
+        lambda: background_loop().send_batched_in_order(
+            _group_sends, (DASHBOARD_GROUP, {"type": "dashboard.event", "event": event})
+        )
+    )
 
 
 # --- holds (architecture.md §6) ---------------------------------------------------------------------
 
 
-def hold_out(*, agent: str, model: str, until_ms: float | None, reason: str, set_at_ms: float | None, source: str) -> dict[str, Any]:
+def hold_out(
+    *,
+    agent: str,
+    model: str,
+    until_ms: float | None,
+    reason: str,
+    set_at_ms: float | None,
+    source: str,
+) -> dict[str, Any]:
     """A binding wait as the dashboard shows it (its events and its snapshot)."""
     return {
         "agent": agent,
@@ -125,16 +149,32 @@ def hold_out(*, agent: str, model: str, until_ms: float | None, reason: str, set
     }
 
 
-def dashboard_hold_started(*, agent: str, model: str, until_ms: float | None, reason: str, set_at_ms: float, source: str) -> None:
+def dashboard_hold_started(
+    *, agent: str, model: str, until_ms: float | None, reason: str, set_at_ms: float, source: str
+) -> None:
     """``hold.started``: a wait now binds (agent, model), until ``until_ms`` (None: until
     released). A longer wait replacing a shorter one is a new start for the same pair."""
-    dashboard_publish({
-        "type": "hold.started",
-        "hold": hold_out(agent=agent, model=model, until_ms=until_ms, reason=reason, set_at_ms=set_at_ms, source=source),
-    })
+    dashboard_publish(
+        {
+            "type": "hold.started",
+            "hold": hold_out(
+                agent=agent,
+                model=model,
+                until_ms=until_ms,
+                reason=reason,
+                set_at_ms=set_at_ms,
+                source=source,
+            ),
+        }
+    )
 
 
 def dashboard_hold_ended(*, agent: str, model: str, why: str) -> None:
     """``hold.ended``: an operator released the wait. (A hold that simply runs out is ended by
     the page itself at its ``until_ms``.)"""
-    dashboard_publish({"type": "hold.ended", "hold": {"agent": agent, "model": model, "why": bound_text(why, REASON_LIMIT)}})
+    dashboard_publish(
+        {
+            "type": "hold.ended",
+            "hold": {"agent": agent, "model": model, "why": bound_text(why, REASON_LIMIT)},
+        }
+    )

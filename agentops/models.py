@@ -107,7 +107,9 @@ class HistoryRow(models.Model):
 
     class Meta:
         ordering = ["agent_id", "seq"]
-        constraints = [models.UniqueConstraint(fields=["agent", "seq"], name="history_row_seq_unique")]
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "seq"], name="history_row_seq_unique")
+        ]
         verbose_name = "history row"
 
     def __str__(self) -> str:

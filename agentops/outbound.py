@@ -70,7 +70,14 @@ class CheckedResolver(AbstractResolver):
         addresses = self._pinned.get(name)
         if addresses:
             return [
-                {"hostname": host, "host": str(a), "port": port, "family": socket.AF_INET6 if a.version == 6 else socket.AF_INET, "proto": 0, "flags": 0}
+                {
+                    "hostname": host,
+                    "host": str(a),
+                    "port": port,
+                    "family": socket.AF_INET6 if a.version == 6 else socket.AF_INET,
+                    "proto": 0,
+                    "flags": 0,
+                }
                 for a in addresses
             ]
         if name in self._proxy_hosts:
@@ -88,12 +95,16 @@ class Outbound:
     """A loop's session, its resolver and the proxies read from the environment."""
 
     def __init__(self) -> None:
-        self.proxies: dict[str, ProxyInfo] = proxies_from_env() if settings.AGENTOPS_PROVIDER_PROXY_FROM_ENV else {}
+        self.proxies: dict[str, ProxyInfo] = (
+            proxies_from_env() if settings.AGENTOPS_PROVIDER_PROXY_FROM_ENV else {}
+        )
         proxy_hosts = frozenset(p.proxy.host.lower() for p in self.proxies.values() if p.proxy.host)
         self.resolver = CheckedResolver(proxy_hosts)
         connect_s = settings.AGENTOPS_PROVIDER_CONNECT_TIMEOUT_MS / 1000
         self.session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, use_dns_cache=False, resolver=self.resolver, keepalive_timeout=KEEPALIVE_S),
+            connector=aiohttp.TCPConnector(
+                limit=0, use_dns_cache=False, resolver=self.resolver, keepalive_timeout=KEEPALIVE_S
+            ),
             timeout=aiohttp.ClientTimeout(total=None, connect=connect_s, sock_connect=connect_s),
             headers={"User-Agent": USER_AGENT, "Accept-Encoding": "identity"},
             cookie_jar=aiohttp.DummyCookieJar(),
@@ -109,8 +120,14 @@ class Outbound:
         return self.proxies.get(url.scheme)
 
     def request(
-        self, url: str, *, body: bytes, headers: dict[str, str], addresses: Sequence[IPAddress] | None,
-        proxied: bool, ssl: Any = True,
+        self,
+        url: str,
+        *,
+        body: bytes,
+        headers: dict[str, str],
+        addresses: Sequence[IPAddress] | None,
+        proxied: bool,
+        ssl: Any = True,
     ) -> Any:
         """POST ``body`` to ``url``: a context manager yielding the aiohttp response. The host
         connects to ``addresses`` (what its check resolved; None for an address in the URL);
@@ -120,8 +137,13 @@ class Outbound:
             self.resolver.pin(target.host, addresses)
         proxy = self.proxy_for(target) if proxied else None
         return self.session.post(
-            target, data=body, headers=headers, allow_redirects=False, ssl=ssl,
-            proxy=proxy.proxy if proxy else None, proxy_auth=proxy.proxy_auth if proxy else None,
+            target,
+            data=body,
+            headers=headers,
+            allow_redirects=False,
+            ssl=ssl,
+            proxy=proxy.proxy if proxy else None,
+            proxy_auth=proxy.proxy_auth if proxy else None,
         )
 
 
@@ -131,10 +153,16 @@ def proxy_configured(url: str) -> bool:
     if not settings.AGENTOPS_PROVIDER_PROXY_FROM_ENV:
         return False
     target = URL(url)
-    return target.host is not None and target.scheme in proxies_from_env() and not proxy_bypass(target.host)
+    return (
+        target.host is not None
+        and target.scheme in proxies_from_env()
+        and not proxy_bypass(target.host)
+    )
 
 
-_per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Outbound] = weakref.WeakKeyDictionary()
+_per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Outbound] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def outbound() -> Outbound:
@@ -153,7 +181,9 @@ async def outbound_close() -> None:
         await made.session.close()
 
 
-async def read_capped(response: aiohttp.ClientResponse, limit: int, *, what: str, setting: str | None) -> bytes:
+async def read_capped(
+    response: aiohttp.ClientResponse, limit: int, *, what: str, setting: str | None
+) -> bytes:
     """The body, decoded, up to ``limit`` bytes. Past it: with ``setting``, ResponseRefused
     naming it; without, what was read so far (an error body: only a bounded part is kept)."""
     chunks: list[bytes] = []
@@ -165,13 +195,16 @@ async def read_capped(response: aiohttp.ClientResponse, limit: int, *, what: str
                 chunks.append(chunk[: limit - (size - len(chunk))])
                 break
             raise ResponseRefused(
-                "response_too_large", f"{what} was larger than {limit} bytes, so it was not read further (the limit: {setting})",
+                "response_too_large",
+                f"{what} was larger than {limit} bytes, so it was not read further (the limit: {setting})",
             )
         chunks.append(chunk)
     return b"".join(chunks)
 
 
-async def lines(response: aiohttp.ClientResponse, *, line_limit: int, total_limit: int) -> AsyncIterator[str]:
+async def lines(
+    response: aiohttp.ClientResponse, *, line_limit: int, total_limit: int
+) -> AsyncIterator[str]:
     """The body as lines of UTF-8 text (an invalid byte becomes U+FFFD), split at CR, LF and
     CRLF as server-sent events are, without their line ends. A line longer than
     ``line_limit`` bytes, or more than ``total_limit`` bytes in all, raises ResponseRefused.
@@ -228,4 +261,6 @@ def _line_end(buffer: bytearray, start: int) -> int:
 
 def json_bytes(value: Any) -> bytes:
     """A request body as JSON: compact, UTF-8, no NaN or infinity (no provider reads them)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode(
+        "utf-8"
+    )

@@ -38,7 +38,11 @@ def key_env_problem(name: str) -> str | None:
     """Why a provider may not read its key from the variable ``name``, or None ("" is no key)."""
     if not name:
         return None
-    allowed = [p.strip() for p in (settings.AGENTOPS_PROVIDER_KEY_ENVS or DEFAULT_KEY_ENVS).split(",") if p.strip()]
+    allowed = [
+        p.strip()
+        for p in (settings.AGENTOPS_PROVIDER_KEY_ENVS or DEFAULT_KEY_ENVS).split(",")
+        if p.strip()
+    ]
     if any(fnmatch.fnmatchcase(name, pattern) for pattern in allowed):
         return None
     return (
@@ -67,7 +71,9 @@ def base_url_vet(url: str, *, unresolved_refused: bool = True) -> Vetted:
     if refusal:
         return Vetted(refusal)
     try:
-        return url_vet(url, allow_private=settings.AGENTOPS_PROVIDERS_ALLOW_PRIVATE, policy=PROVIDERS)
+        return url_vet(
+            url, allow_private=settings.AGENTOPS_PROVIDERS_ALLOW_PRIVATE, policy=PROVIDERS
+        )
     except HostUnresolved as exc:
         if not unresolved_refused:
             raise
@@ -84,7 +90,9 @@ def key_missing(name: str) -> str | None:
 def provider_problem(*, base_url: str, api_key_env: str) -> tuple[str, str] | None:
     """(field, problem) for the first rule a new provider row breaks, or None. No DNS: a host
     name is resolved and checked when it is called."""
-    refusal = credentials_refusal(base_url) or url_form_refusal(base_url, allow_private=settings.AGENTOPS_PROVIDERS_ALLOW_PRIVATE, policy=PROVIDERS)
+    refusal = credentials_refusal(base_url) or url_form_refusal(
+        base_url, allow_private=settings.AGENTOPS_PROVIDERS_ALLOW_PRIVATE, policy=PROVIDERS
+    )
     if refusal:
         return "base_url", refusal
     problem = key_env_problem(api_key_env) or key_missing(api_key_env)

@@ -41,7 +41,9 @@ def _converters(model: type[models.Model]) -> tuple[tuple[int, Any, tuple[Conver
     out = []
     for i, field in enumerate(_fields(model)):
         col = field.get_col(model._meta.db_table)
-        found = tuple(connection.ops.get_db_converters(col)) + tuple(cast(Any, field).get_db_converters(connection))
+        found = tuple(connection.ops.get_db_converters(col)) + tuple(
+            cast(Any, field).get_db_converters(connection)
+        )
         if found:
             out.append((i, col, found))
     return tuple(out)
@@ -71,12 +73,14 @@ def split(row: Sequence[Any], *models_: type[models.Model]) -> list[models.Model
     """One result row that selected ``columns`` of each of ``models_`` in turn, as instances."""
     out, at = [], 0
     for model in models_:
-        out.append(instance(model, row[at:at + width(model)]))
+        out.append(instance(model, row[at : at + width(model)]))
         at += width(model)
     return out
 
 
-def fetch(sql: str, params: Sequence[Any], *models_: type[models.Model]) -> list[list[models.Model]]:
+def fetch(
+    sql: str, params: Sequence[Any], *models_: type[models.Model]
+) -> list[list[models.Model]]:
     """Run ``sql`` (selecting ``columns`` of each of ``models_`` in turn) and split each row."""
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
@@ -111,7 +115,9 @@ def insert(obj: M, *, computed: dict[str, tuple[str, list[Any]]] | None = None) 
             values.append("%s")
             params.append(field.get_db_prep_save(field.pre_save(obj, True), connection))
     back = [pk.attname, *computed]
-    returning = ", ".join(connection.ops.quote_name(_by_attname(model)[name].column) for name in back)
+    returning = ", ".join(
+        connection.ops.quote_name(_by_attname(model)[name].column) for name in back
+    )
     sql = f"INSERT INTO {model._meta.db_table} ({', '.join(names)}) VALUES ({', '.join(values)}) RETURNING {returning}"
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
@@ -128,10 +134,14 @@ def update(model: type[models.Model], pk: Any, **values: Any) -> int:
     expressions), converted as the ORM converts them; the number of rows changed."""
     fields = [_by_attname(model)[name] for name in values]
     sets = ", ".join(f"{connection.ops.quote_name(f.column)} = %s" for f in fields)
-    params = [f.get_db_prep_save(v, connection) for f, v in zip(fields, values.values(), strict=True)]
+    params = [
+        f.get_db_prep_save(v, connection) for f, v in zip(fields, values.values(), strict=True)
+    ]
     pk_column = connection.ops.quote_name(model._meta.pk.column)  # type: ignore[union-attr]
     with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {model._meta.db_table} SET {sets} WHERE {pk_column} = %s", [*params, pk])
+        cursor.execute(
+            f"UPDATE {model._meta.db_table} SET {sets} WHERE {pk_column} = %s", [*params, pk]
+        )
         return int(cursor.rowcount)
 
 

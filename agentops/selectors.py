@@ -33,7 +33,11 @@ def agent_for(*, token: ApiToken, name: str) -> Agent:
         found = rows.fetch(sql + " ORDER BY a.id LIMIT 1", params, Agent, Provider, Project)
         if found:
             agent, provider, project = found[0]
-            assert isinstance(agent, Agent) and isinstance(provider, Provider) and isinstance(project, Project)
+            assert (
+                isinstance(agent, Agent)
+                and isinstance(provider, Provider)
+                and isinstance(project, Project)
+            )
             agent.provider, agent.project = provider, project
             return agent
     raise NotFound(f"no agent named {name!r}", data={"field": "name"})
@@ -50,7 +54,9 @@ def id_valid(value: int) -> bool:
 
 
 def agent_get(*, name: str) -> Agent:
-    agent = Agent.objects.select_related("provider").filter(name=name, disposed_at__isnull=True).first()
+    agent = (
+        Agent.objects.select_related("provider").filter(name=name, disposed_at__isnull=True).first()
+    )
     if agent is None:
         raise NotFound(f"no agent named {name!r}", data={"field": "name"})
     return agent
@@ -88,4 +94,6 @@ def alert_out(alert: Alert) -> dict[str, Any]:
 def alert_json(alert: Alert) -> dict[str, Any]:
     """``alert_out`` as plain JSON (instants as ISO text): the one shape the dashboard's
     ``alert.raised`` event, its snapshot and the webhook body carry."""
-    return {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in alert_out(alert).items()}
+    return {
+        k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in alert_out(alert).items()
+    }

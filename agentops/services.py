@@ -22,9 +22,13 @@ def provider_create(*, name: str, kind: str, base_url: str, api_key_env: str = "
         raise bad_field(*refused)
     try:
         with transaction.atomic():
-            return Provider.objects.create(name=name, kind=kind, base_url=base_url, api_key_env=api_key_env)
+            return Provider.objects.create(
+                name=name, kind=kind, base_url=base_url, api_key_env=api_key_env
+            )
     except IntegrityError:
-        raise Conflict(f"a provider named {name!r} already exists", data={"field": "name"}) from None
+        raise Conflict(
+            f"a provider named {name!r} already exists", data={"field": "name"}
+        ) from None
 
 
 def agent_create(
@@ -47,13 +51,22 @@ def agent_create(
     try:
         with transaction.atomic():
             return Agent.objects.create(
-                name=name, kind=kind, provider=provider_row, model=model,
-                participant=participant or name, system=system, max_tokens=max_tokens,
-                thinking_budget=thinking_budget, stream=stream, tools=tools or [],
+                name=name,
+                kind=kind,
+                provider=provider_row,
+                model=model,
+                participant=participant or name,
+                system=system,
+                max_tokens=max_tokens,
+                thinking_budget=thinking_budget,
+                stream=stream,
+                tools=tools or [],
                 project_id=project_id if project_id is not None else default_project_id(),
             )
     except IntegrityError:
-        raise Conflict(f"the agent name {name!r} is taken (names are never reused)", data={"field": "name"}) from None
+        raise Conflict(
+            f"the agent name {name!r} is taken (names are never reused)", data={"field": "name"}
+        ) from None
 
 
 def agent_update(*, agent: Agent, changes: dict[str, Any]) -> Agent:
@@ -66,11 +79,12 @@ def agent_update(*, agent: Agent, changes: dict[str, Any]) -> Agent:
     return agent
 
 
-
 def history_append(*, agent: Agent, participant: str, role: str, content: Any) -> HistoryRow:
     """Append one row at the next sequence number. Call inside a transaction that holds the
     agent's row lock (``Agent.objects.select_for_update()``), so two writers never collide."""
     # One statement (the sequence number is computed in the insert): every turn appends here.
-    next_seq = f"(SELECT COALESCE(MAX(seq), 0) + 1 FROM {HistoryRow._meta.db_table} WHERE agent_id = %s)"
+    next_seq = (
+        f"(SELECT COALESCE(MAX(seq), 0) + 1 FROM {HistoryRow._meta.db_table} WHERE agent_id = %s)"
+    )
     row = HistoryRow(agent=agent, participant=participant, role=role, content=content)
     return rows.insert(row, computed={"seq": (next_seq, [agent.pk])})

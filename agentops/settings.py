@@ -31,7 +31,11 @@ if not SECRET_KEY.strip() or SECRET_KEY.strip() in ("change-me", "agentops-dev-o
         "make one with: python -c 'import secrets; print(secrets.token_urlsafe(50))' (agentops.E002)"
     )
 DEBUG = env_bool("DJANGO_DEBUG", False)
-ALLOWED_HOSTS = [h for h in env_str("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",") if h]
+ALLOWED_HOSTS = [
+    h
+    for h in env_str("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",")
+    if h
+]
 CSRF_TRUSTED_ORIGINS = [o for o in env_str("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o]
 
 INSTALLED_APPS = [
@@ -118,7 +122,9 @@ if env_bool("AGENTOPS_DB_PREPARED_STATEMENTS", True):
 # attempt gives up after AGENTOPS_DB_CONNECT_TIMEOUT_S.
 AGENTOPS_PROCESS_ROLE = env_str("AGENTOPS_PROCESS_ROLE", "")
 AGENTOPS_WEB_DB_TIMEOUT_MS = env_ms("AGENTOPS_WEB_DB_TIMEOUT_MS", 1_000)
-DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", env_int("AGENTOPS_DB_CONNECT_TIMEOUT_S", 2, minimum=1))
+DATABASES["default"]["OPTIONS"].setdefault(
+    "connect_timeout", env_int("AGENTOPS_DB_CONNECT_TIMEOUT_S", 2, minimum=1)
+)
 if AGENTOPS_PROCESS_ROLE == "web":
     _pool = DATABASES["default"]["OPTIONS"]["pool"]
     _pool["timeout"] = min(_pool["timeout"], AGENTOPS_WEB_DB_TIMEOUT_MS / 1000)
@@ -132,7 +138,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 
-CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+}
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "agentops.live.ChannelLayer",
@@ -141,7 +149,10 @@ CHANNEL_LAYERS = {
         # TimeoutError and close the socket with a traceback.
         # The pool holds one connection per socket's group work at once; sized past the
         # dashboard sockets a process keeps (AGENTOPS_DASHBOARD_SOCKETS), plus the turns'.
-        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15, "max_connections": 500}], "prefix": "agentops-ch"},
+        "CONFIG": {
+            "hosts": [{"address": REDIS_URL, "socket_timeout": 15, "max_connections": 500}],
+            "prefix": "agentops-ch",
+        },
     }
 }
 
@@ -222,13 +233,23 @@ AGENTOPS_PROVIDER_KEY_ENVS = env_str("AGENTOPS_PROVIDER_KEY_ENVS", "*_API_KEY")
 # The provider edge (architecture.md §15): what is read of a provider's answer, in bytes after decoding.
 # Past a limit the call fails as a provider error naming it; an error body past its limit is
 # read no further (only a bounded part of it is kept anyway).
-AGENTOPS_PROVIDER_MAX_BODY_BYTES = env_int("AGENTOPS_PROVIDER_MAX_BODY_BYTES", 16 * 1024 * 1024, minimum=1024)
-AGENTOPS_PROVIDER_MAX_STREAM_BYTES = env_int("AGENTOPS_PROVIDER_MAX_STREAM_BYTES", 128 * 1024 * 1024, minimum=1024)
-AGENTOPS_PROVIDER_MAX_LINE_BYTES = env_int("AGENTOPS_PROVIDER_MAX_LINE_BYTES", 1024 * 1024, minimum=1024)
-AGENTOPS_PROVIDER_MAX_ERROR_BODY_BYTES = env_int("AGENTOPS_PROVIDER_MAX_ERROR_BODY_BYTES", 4 * 1024 * 1024, minimum=1024)
+AGENTOPS_PROVIDER_MAX_BODY_BYTES = env_int(
+    "AGENTOPS_PROVIDER_MAX_BODY_BYTES", 16 * 1024 * 1024, minimum=1024
+)
+AGENTOPS_PROVIDER_MAX_STREAM_BYTES = env_int(
+    "AGENTOPS_PROVIDER_MAX_STREAM_BYTES", 128 * 1024 * 1024, minimum=1024
+)
+AGENTOPS_PROVIDER_MAX_LINE_BYTES = env_int(
+    "AGENTOPS_PROVIDER_MAX_LINE_BYTES", 1024 * 1024, minimum=1024
+)
+AGENTOPS_PROVIDER_MAX_ERROR_BODY_BYTES = env_int(
+    "AGENTOPS_PROVIDER_MAX_ERROR_BODY_BYTES", 4 * 1024 * 1024, minimum=1024
+)
 # The header section (aiohttp's own limits): how many headers, and the longest header line.
 AGENTOPS_PROVIDER_MAX_HEADERS = env_int("AGENTOPS_PROVIDER_MAX_HEADERS", 128, minimum=16)
-AGENTOPS_PROVIDER_MAX_HEADER_BYTES = env_int("AGENTOPS_PROVIDER_MAX_HEADER_BYTES", 8190, minimum=1024)
+AGENTOPS_PROVIDER_MAX_HEADER_BYTES = env_int(
+    "AGENTOPS_PROVIDER_MAX_HEADER_BYTES", 8190, minimum=1024
+)
 AGENTOPS_PROVIDER_CONNECT_TIMEOUT_MS = env_ms("AGENTOPS_PROVIDER_CONNECT_TIMEOUT_MS", 30_000)
 # A provider whose calls have all failed with network, TLS, auth or 5xx errors for this long,
 # with no success, raises one provider-down alert per episode.
@@ -280,11 +301,15 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # capped at half this timeout (agentops.celery.task_countdown_s).
 _ABSOLUTE_CEILING_MS = 75 * 60_000
 CELERY_BROKER_TRANSPORT_OPTIONS = {
-    "visibility_timeout": math.ceil((_ABSOLUTE_CEILING_MS + AGENTOPS_RETRY_EPISODE_MS) / 1000) + 600,
+    "visibility_timeout": math.ceil((_ABSOLUTE_CEILING_MS + AGENTOPS_RETRY_EPISODE_MS) / 1000)
+    + 600,
 }
 CELERY_BEAT_SCHEDULE = {
     "turns-sweep": {"task": "inference.tasks.turns_sweep", "schedule": AGENTOPS_TURN_SWEEP_S},
-    "webhooks-sweep": {"task": "webhooks.tasks.webhooks_sweep", "schedule": AGENTOPS_WEBHOOK_SWEEP_S},
+    "webhooks-sweep": {
+        "task": "webhooks.tasks.webhooks_sweep",
+        "schedule": AGENTOPS_WEBHOOK_SWEEP_S,
+    },
 }
 
 # text: one line a record for people; json: one JSON object a line (time, level, logger,
@@ -304,11 +329,27 @@ LOGGING = {
         "json": {
             "()": "pythonjsonlogger.json.JsonFormatter",
             "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s %(process)d",
-            "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger", "process": "pid"},
+            "rename_fields": {
+                "asctime": "time",
+                "levelname": "level",
+                "name": "logger",
+                "process": "pid",
+            },
         },
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": AGENTOPS_LOG_FORMAT, "filters": ["process"]}},
-    "root": {"handlers": ["console"], "level": env_choice("AGENTOPS_LOG_LEVEL", "info", ("debug", "info", "warning", "error", "critical")).upper()},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": AGENTOPS_LOG_FORMAT,
+            "filters": ["process"],
+        }
+    },
+    "root": {
+        "handlers": ["console"],
+        "level": env_choice(
+            "AGENTOPS_LOG_LEVEL", "info", ("debug", "info", "warning", "error", "critical")
+        ).upper(),
+    },
     "loggers": {
         "httpx": {"level": "WARNING"},
         "aiohttp": {"level": "WARNING"},
@@ -320,4 +361,3 @@ LOGGING = {
         "celery.worker.strategy": {"level": "WARNING"},
     },
 }
-

@@ -105,7 +105,9 @@ def exports_wanted() -> tuple[bool, bool]:
         return False, False
     common = _set("OTEL_EXPORTER_OTLP_ENDPOINT")
     traces = (common or _set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")) and not _exporter_off("TRACES")
-    metrics_ = (common or _set("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")) and not _exporter_off("METRICS")
+    metrics_ = (common or _set("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")) and not _exporter_off(
+        "METRICS"
+    )
     return traces, metrics_
 
 
@@ -140,11 +142,17 @@ def telemetry_setup(*, role: str, worker: str = "") -> bool:
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
-        metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=[PeriodicExportingMetricReader(OTLPMetricExporter())]))
+        metrics.set_meter_provider(
+            MeterProvider(
+                resource=resource,
+                metric_readers=[PeriodicExportingMetricReader(OTLPMetricExporter())],
+            )
+        )
     enabled = True
     logger.info(
         "telemetry: exporting %s over OTLP/HTTP as service %s",
-        " and ".join(s for s, on in (("traces", traces), ("metrics", metrics_)) if on), resource.attributes.get("service.name"),
+        " and ".join(s for s, on in (("traces", traces), ("metrics", metrics_)) if on),
+        resource.attributes.get("service.name"),
     )
     return True
 
@@ -153,7 +161,9 @@ def _resource() -> Any:
     from opentelemetry.sdk.resources import OTELResourceDetector, Resource
 
     ours: dict[str, Any] = {
-        "service.name": "agentops", "host.name": _HOST, "process.pid": os.getpid(),
+        "service.name": "agentops",
+        "host.name": _HOST,
+        "process.pid": os.getpid(),
         "agentops.process.role": _identity["role"] or "agentops",
     }
     if _identity["worker"]:
@@ -198,7 +208,10 @@ def trace_ids() -> dict[str, str]:
     span_context = trace.get_current_span().get_span_context()
     if not span_context.is_valid:
         return {}
-    return {"trace_id": trace.format_trace_id(span_context.trace_id), "span_id": trace.format_span_id(span_context.span_id)}
+    return {
+        "trace_id": trace.format_trace_id(span_context.trace_id),
+        "span_id": trace.format_span_id(span_context.span_id),
+    }
 
 
 class LogContext(logging.Filter):
@@ -311,7 +324,11 @@ def stored_link() -> dict[str, str] | None:
 
 
 def stored_span_end(
-    stored: dict[str, Any] | None, name: str, *, attributes: dict[str, Any], error_type: str | None = None,
+    stored: dict[str, Any] | None,
+    name: str,
+    *,
+    attributes: dict[str, Any],
+    error_type: str | None = None,
     message: str = "",
 ) -> None:
     """Re-create the stored span with its ids, parent, start, events and links, and end it
@@ -322,12 +339,25 @@ def stored_span_end(
     span_context = _span_context(stored["span"])
     if not span_context.is_valid:
         return
-    parent = _w3c.extract(stored["parent"]) if isinstance(stored.get("parent"), dict) else otel_context.Context()
-    links = [Link(c) for c in (_span_context(carrier) for carrier in stored.get("links") or []) if c.is_valid]
+    parent = (
+        _w3c.extract(stored["parent"])
+        if isinstance(stored.get("parent"), dict)
+        else otel_context.Context()
+    )
+    links = [
+        Link(c)
+        for c in (_span_context(carrier) for carrier in stored.get("links") or [])
+        if c.is_valid
+    ]
     token = _pinned.set((span_context.trace_id, span_context.span_id))
     try:
         span = tracer().start_span(
-            name, context=parent, kind=SpanKind.INTERNAL, attributes=attributes, links=links, start_time=int(stored["start_ns"]),
+            name,
+            context=parent,
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+            links=links,
+            start_time=int(stored["start_ns"]),
         )
     finally:
         _pinned.reset(token)

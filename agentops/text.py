@@ -49,7 +49,10 @@ def bound_data(value: Any, *, _depth: int = 0) -> Any:
         return f"…[{len(value)} entries nested too deep, omitted]…"
     if isinstance(value, dict):
         items = list(value.items())
-        kept = {str(k)[:DATA_KEY_LIMIT]: bound_data(v, _depth=_depth + 1) for k, v in items[:DATA_ITEMS_LIMIT]}
+        kept = {
+            str(k)[:DATA_KEY_LIMIT]: bound_data(v, _depth=_depth + 1)
+            for k, v in items[:DATA_ITEMS_LIMIT]
+        }
         if len(items) > DATA_ITEMS_LIMIT:
             kept["…"] = f"{len(items) - DATA_ITEMS_LIMIT} more entries omitted"
         return kept
@@ -74,7 +77,12 @@ def clean_requester(value: str, limit: int = 200) -> str:
     """Control characters become spaces and lone surrogates (which cannot be stored) U+FFFD;
     the result is stripped and bounded."""
     cleaned = "".join(
-        " " if (ord(ch) < 32 or 127 <= ord(ch) < 160) else "\ufffd" if 0xD800 <= ord(ch) <= 0xDFFF else ch for ch in value
+        " "
+        if (ord(ch) < 32 or 127 <= ord(ch) < 160)
+        else "\ufffd"
+        if 0xD800 <= ord(ch) <= 0xDFFF
+        else ch
+        for ch in value
     )
     return cleaned.strip()[:limit].rstrip()
 

@@ -22,12 +22,20 @@ def _hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def api_token_create(*, name: str, operator: bool, project: str = DEFAULT_PROJECT) -> tuple[ApiToken, str]:
+def api_token_create(
+    *, name: str, operator: bool, project: str = DEFAULT_PROJECT
+) -> tuple[ApiToken, str]:
     """Create a token in ``project`` (created if new); return the row and the token itself,
     which is never stored."""
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     project_row, _ = Project.objects.get_or_create(name=project)
-    row = ApiToken.objects.create(name=name, token_hash=_hash(token), prefix=token[:10], operator=operator, project=project_row)
+    row = ApiToken.objects.create(
+        name=name,
+        token_hash=_hash(token),
+        prefix=token[:10],
+        operator=operator,
+        project=project_row,
+    )
     return row, token
 
 
@@ -41,7 +49,9 @@ def api_token_check(token: str) -> ApiToken | None:
         f"""SELECT {rows.columns(ApiToken, "t")}, {rows.columns(Project, "p")}
         FROM {ApiToken._meta.db_table} t JOIN {Project._meta.db_table} p ON p.id = t.project_id
         WHERE t.token_hash = %s AND t.revoked_at IS NULL""",
-        [_hash(token)], ApiToken, Project,
+        [_hash(token)],
+        ApiToken,
+        Project,
     )
     if not found:
         return None

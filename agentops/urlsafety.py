@@ -29,13 +29,14 @@ SCHEMES = ("http", "https")
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
+
 class HostUnresolved(OSError):
     """The URL's host did not resolve (which may pass: DNS can be down for a while)."""
 
 
 # Answers looked up ahead of a transaction (see ``resolved_ahead``), by (host, port).
-_ahead: contextvars.ContextVar[dict[tuple[str, int], list[IPAddress] | HostUnresolved] | None] = contextvars.ContextVar(
-    "webhook_hosts_resolved_ahead", default=None
+_ahead: contextvars.ContextVar[dict[tuple[str, int], list[IPAddress] | HostUnresolved] | None] = (
+    contextvars.ContextVar("webhook_hosts_resolved_ahead", default=None)
 )
 
 
@@ -49,7 +50,8 @@ class Vetted:
 # metadata, Alibaba): refused wherever ``METADATA`` is in a policy's ``always_refused``.
 METADATA = "cloud-metadata"
 METADATA_ADDRESSES: frozenset[IPAddress] = frozenset(
-    ipaddress.ip_address(a) for a in ("169.254.169.254", "169.254.170.2", "fd00:ec2::254", "100.100.100.200")
+    ipaddress.ip_address(a)
+    for a in ("169.254.169.254", "169.254.170.2", "fd00:ec2::254", "100.100.100.200")
 )
 
 
@@ -87,7 +89,9 @@ def url_vet(url: str, *, allow_private: bool, policy: Policy = WEBHOOKS) -> Vett
     host = parts.hostname
     addresses = _resolve(host, parts.port or (443 if parts.scheme.lower() == "https" else 80))
     for address in addresses:
-        refusal = _address_refusal(f"{host} resolves to {address}", address, allow_private=allow_private, policy=policy)
+        refusal = _address_refusal(
+            f"{host} resolves to {address}", address, allow_private=allow_private, policy=policy
+        )
         if refusal:
             return Vetted(refusal)
     return Vetted(None, tuple(addresses))
@@ -107,7 +111,9 @@ def url_form_refusal(url: str, *, allow_private: bool, policy: Policy) -> str | 
     return _address_refusal(f"{address} is", address, allow_private=allow_private, policy=policy)
 
 
-def _address_refusal(what: str, address: IPAddress, *, allow_private: bool, policy: Policy) -> str | None:
+def _address_refusal(
+    what: str, address: IPAddress, *, allow_private: bool, policy: Policy
+) -> str | None:
     kind = _non_public(address)
     if METADATA in policy.always_refused and address in METADATA_ADDRESSES:
         kind = METADATA
@@ -160,7 +166,10 @@ def _parts(url: str) -> tuple[SplitResult | None, str | None]:
     except ValueError as exc:
         return None, f"the URL does not parse: {exc}"
     if parts.scheme.lower() not in SCHEMES:
-        return None, f"only http and https URLs are allowed, not {parts.scheme or 'a URL without a scheme'}"
+        return (
+            None,
+            f"only http and https URLs are allowed, not {parts.scheme or 'a URL without a scheme'}",
+        )
     if not parts.hostname:
         return None, "the URL has no host"
     return parts, None

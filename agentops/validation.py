@@ -20,7 +20,9 @@ from typing import Annotated, Any, Final
 from pydantic import AfterValidator, Field
 
 # Bidi embeddings, overrides and isolates, and the marks (U+200E, U+200F, U+061C).
-BIDI_CONTROLS: Final = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c")
+BIDI_CONTROLS: Final = frozenset(
+    "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c"
+)
 LINE_SEPARATORS: Final = frozenset("\u2028\u2029")
 JSON_DEPTH_LIMIT: Final = 32  # nesting levels of a request body (and of a tool's input_schema)
 # A body passed on to a provider as it is (the drop-in endpoints): a client's tool schemas nest
@@ -84,11 +86,18 @@ def sendable_problem(value: str) -> str | None:
     """Why ``value`` cannot be sent at all (a lone surrogate), or None: the one text rule of a
     body passed on to a provider as it is (the drop-in endpoints), whose text is otherwise the
     client's and the provider's business."""
-    return "must not contain lone surrogates (not valid Unicode text)" if has_lone_surrogate(value) else None
+    return (
+        "must not contain lone surrogates (not valid Unicode text)"
+        if has_lone_surrogate(value)
+        else None
+    )
 
 
 def json_problem(
-    value: Any, *, depth_limit: int = JSON_DEPTH_LIMIT, strings: Callable[[str], str | None] | None = text_problem
+    value: Any,
+    *,
+    depth_limit: int = JSON_DEPTH_LIMIT,
+    strings: Callable[[str], str | None] | None = text_problem,
 ) -> str | None:
     """Why a JSON value (a tool's schema, a body) may not be accepted: nesting deeper than
     ``depth_limit``, or a string or key that ``strings`` refuses (``text_problem``; None: any
@@ -104,7 +113,10 @@ def json_problem(
 
 
 def json_loads(
-    raw: bytes | str, *, depth_limit: int = JSON_DEPTH_LIMIT, strings: Callable[[str], str | None] | None = None
+    raw: bytes | str,
+    *,
+    depth_limit: int = JSON_DEPTH_LIMIT,
+    strings: Callable[[str], str | None] | None = None,
 ) -> Any:
     """``raw`` parsed as JSON, or ValueError saying why not (for the field ``body``): not JSON,
     or what ``json_problem`` refuses with these arguments (by default only nesting deeper than
@@ -134,12 +146,21 @@ def number_problem(value: Any) -> tuple[str, str] | None:
         item, path = stack.pop()
         if isinstance(item, float) and not math.isfinite(item):
             return path or "body", "must be a finite number"
-        if isinstance(item, int) and not isinstance(item, bool) and not -INT64_MAX - 1 <= item <= INT64_MAX:
+        if (
+            isinstance(item, int)
+            and not isinstance(item, bool)
+            and not -INT64_MAX - 1 <= item <= INT64_MAX
+        ):
             return path or "body", "must be an integer that fits in 64 bits"
         if isinstance(item, dict):
-            stack.extend((child, f"{path}.{key}" if path else str(key)) for key, child in reversed(item.items()))
+            stack.extend(
+                (child, f"{path}.{key}" if path else str(key))
+                for key, child in reversed(item.items())
+            )
         elif isinstance(item, list):
-            stack.extend((child, f"{path}[{index}]") for index, child in reversed(list(enumerate(item))))
+            stack.extend(
+                (child, f"{path}[{index}]") for index, child in reversed(list(enumerate(item)))
+            )
     return None
 
 
@@ -164,6 +185,10 @@ def _check_json(value: Any) -> Any:
 
 
 # The types every schema uses. ``Line``: a one-line label; ``Text``: free text.
-Text = Annotated[str, AfterValidator(_check_text), Field(json_schema_extra={"pattern": TEXT_PATTERN})]
-Line = Annotated[str, AfterValidator(_check_line), Field(json_schema_extra={"pattern": LINE_PATTERN})]
+Text = Annotated[
+    str, AfterValidator(_check_text), Field(json_schema_extra={"pattern": TEXT_PATTERN})
+]
+Line = Annotated[
+    str, AfterValidator(_check_line), Field(json_schema_extra={"pattern": LINE_PATTERN})
+]
 SafeJson = Annotated[Any, AfterValidator(_check_json)]

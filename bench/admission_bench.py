@@ -25,10 +25,22 @@ pytestmark = pytest.mark.django_db
 
 
 def test_admission_cost_with_10000_agents_and_1000_binding_waits() -> None:
-    provider = Provider.objects.create(name="bench", kind="openai", base_url="http://127.0.0.1:9/v1")
+    provider = Provider.objects.create(
+        name="bench", kind="openai", base_url="http://127.0.0.1:9/v1"
+    )
     project_id = default_project_id()  # bulk_create skips the save() that sets it
     Agent.objects.bulk_create(
-        [Agent(name=f"agent-{i}", project_id=project_id, provider=provider, model="m1", participant=f"agent-{i}") for i in range(10_000)], batch_size=2000
+        [
+            Agent(
+                name=f"agent-{i}",
+                project_id=project_id,
+                provider=provider,
+                model="m1",
+                participant=f"agent-{i}",
+            )
+            for i in range(10_000)
+        ],
+        batch_size=2000,
     )
     agents = list(Agent.objects.all())
     now = clock_ms()

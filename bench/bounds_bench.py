@@ -64,7 +64,7 @@ def bench_database_url() -> str:
     return urlunsplit(parts._replace(path=f"/{BENCH_DATABASE}"))
 
 
-OTLP_SINK = r'''
+OTLP_SINK = r"""
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class Sink(BaseHTTPRequestHandler):
@@ -79,7 +79,7 @@ class Sink(BaseHTTPRequestHandler):
 server = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
 print(server.server_address[1], flush=True)
 server.serve_forever()
-'''
+"""
 
 
 def start_otlp_sink() -> subprocess.Popen[str]:
@@ -92,7 +92,10 @@ def start_otlp_sink() -> subprocess.Popen[str]:
 
 def start_standin() -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "devtools.standin", "--port", "0"], cwd=BASE_DIR, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", "devtools.standin", "--port", "0"],
+        cwd=BASE_DIR,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
@@ -101,7 +104,7 @@ def start_standin() -> tuple[subprocess.Popen[str], str]:
 
 # --- the baselines: bare readers of the same streams -----------------------------------------
 
-BASELINE_AIOHTTP = r'''
+BASELINE_AIOHTTP = r"""
 import asyncio, json, sys, time, aiohttp
 url, n, seconds, keepalive_ms = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
 body = {"model": f"pings:interval_ms={keepalive_ms}", "stream": True, "max_tokens": 256, "messages": [{"role": "user", "content": "x"}]}
@@ -128,10 +131,10 @@ async def main():
         print(json.dumps({"all_open": time.time(), "started": started}), flush=True)
         await asyncio.gather(*tasks)
 asyncio.run(main())
-'''
+"""
 
 
-BASELINE_HTTPX = r'''
+BASELINE_HTTPX = r"""
 import asyncio, json, sys, time, httpx, resource
 url, n, seconds, keepalive_ms = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
 body = {"model": f"pings:interval_ms={keepalive_ms}", "stream": True, "max_tokens": 256, "messages": [{"role": "user", "content": "x"}]}
@@ -162,11 +165,17 @@ async def main():
         print(json.dumps({"all_open": time.time(), "started": started}), flush=True)
         await asyncio.gather(*tasks)
 asyncio.run(main())
-'''
+"""
 
 
-def run_baseline(standin: str, n: int, seconds: float, keepalive_ms: int, script: str) -> dict[str, float]:
-    proc = subprocess.Popen([sys.executable, "-c", script, standin, str(n), str(seconds), str(keepalive_ms)], stdout=subprocess.PIPE, text=True)
+def run_baseline(
+    standin: str, n: int, seconds: float, keepalive_ms: int, script: str
+) -> dict[str, float]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, standin, str(n), str(seconds), str(keepalive_ms)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     ps = psutil.Process(proc.pid)
     assert proc.stdout is not None
     json.loads(proc.stdout.readline())
@@ -202,7 +211,14 @@ def _window_cpu(start: float, keepalive_ms: int, *procs: psutil.Process) -> list
 # --- the service: one worker process, threads pool, the engine loop --------------------------
 
 
-def run_service(standin: str, n: int, before_content_ms: int, keepalive_ms: int, standin_pid: int, first_cuts_only: bool = False) -> dict[str, float]:
+def run_service(
+    standin: str,
+    n: int,
+    before_content_ms: int,
+    keepalive_ms: int,
+    standin_pid: int,
+    first_cuts_only: bool = False,
+) -> dict[str, float]:
     import django
 
     os.environ["DATABASE_URL"] = bench_database_url()
@@ -225,20 +241,50 @@ def run_service(standin: str, n: int, before_content_ms: int, keepalive_ms: int,
     provider = Provider.objects.create(name="standin", kind="openai", base_url=f"{standin}/v1")
     project_id = default_project_id()  # bulk_create skips the save() that sets it
     agents = Agent.objects.bulk_create(
-        Agent(name=f"bench-{i}", project_id=project_id, provider=provider, model=f"pings:interval_ms={keepalive_ms}", participant=f"bench-{i}", max_tokens=256)
+        Agent(
+            name=f"bench-{i}",
+            project_id=project_id,
+            provider=provider,
+            model=f"pings:interval_ms={keepalive_ms}",
+            participant=f"bench-{i}",
+            max_tokens=256,
+        )
         for i in range(n)
     )
-    HistoryRow.objects.bulk_create(HistoryRow(agent=a, seq=1, participant="alice", role="user", content="hold on") for a in agents)
+    HistoryRow.objects.bulk_create(
+        HistoryRow(agent=a, seq=1, participant="alice", role="user", content="hold on")
+        for a in agents
+    )
     Turn.objects.bulk_create(Turn(agent=a, status=Turn.Status.QUEUED) for a in agents)
 
     bounds = {"progress_bounds": {"before_content_ms": before_content_ms}}
     # The stand-in listens on loopback, which the provider policy refuses unless told.
-    env = dict(os.environ, AGENTOPS_INFERENCE_BOUNDS=json.dumps(bounds), AGENTOPS_LOG_LEVEL="WARNING", AGENTOPS_PROVIDERS_ALLOW_PRIVATE="true")
+    env = dict(
+        os.environ,
+        AGENTOPS_INFERENCE_BOUNDS=json.dumps(bounds),
+        AGENTOPS_LOG_LEVEL="WARNING",
+        AGENTOPS_PROVIDERS_ALLOW_PRIVATE="true",
+    )
     worker = subprocess.Popen(
         # Started as the launcher starts it (its pool and capacity come from the settings).
-        [sys.executable, "-m", "celery", "-A", "agentops", "worker", "-Q", queue,
-         "-l", "warning", "--without-gossip", "--without-mingle", "-n", f"bench-{os.getpid()}@bench"],
-        cwd=BASE_DIR, env=env,
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "agentops",
+            "worker",
+            "-Q",
+            queue,
+            "-l",
+            "warning",
+            "--without-gossip",
+            "--without-mingle",
+            "-n",
+            f"bench-{os.getpid()}@bench",
+        ],
+        cwd=BASE_DIR,
+        env=env,
     )
     ps = psutil.Process(worker.pid)
     peak = {"rss": 0, "conns": 0}
@@ -252,7 +298,9 @@ def run_service(standin: str, n: int, before_content_ms: int, keepalive_ms: int,
         enqueued = time.time()
         while _open_streams(standin) < n:
             if InferenceCall.objects.filter(outcome__isnull=False).exists():
-                raise SystemExit("a call ended before every stream was open: raise --before-content-ms")
+                raise SystemExit(
+                    "a call ended before every stream was open: raise --before-content-ms"
+                )
             _sample(ps, peak, connection)
             time.sleep(0.05)
         all_open = time.time()
@@ -264,10 +312,14 @@ def run_service(standin: str, n: int, before_content_ms: int, keepalive_ms: int,
         begin, end = window(keepalive_ms)
         measured = (_dt(all_open + begin), _dt(all_open + end))
         # Steady means no call started or ended inside the window: only keepalives arrived.
-        steady = not InferenceCall.objects.filter(Q(sent_at__range=measured) | Q(ended_at__range=measured)).exists()
+        steady = not InferenceCall.objects.filter(
+            Q(sent_at__range=measured) | Q(ended_at__range=measured)
+        ).exists()
         _sample(ps, peak, connection)
         while (
-            InferenceCall.objects.filter(outcome="cut").count() < n if first_cuts_only else Turn.objects.filter(status__in=Turn.OPEN).exists()
+            InferenceCall.objects.filter(outcome="cut").count() < n
+            if first_cuts_only
+            else Turn.objects.filter(status__in=Turn.OPEN).exists()
         ):
             _sample(ps, peak, connection)
             time.sleep(0.1)
@@ -278,7 +330,9 @@ def run_service(standin: str, n: int, before_content_ms: int, keepalive_ms: int,
             worker.terminate()
         worker.wait(timeout=60)
     cuts = InferenceCall.objects.filter(outcome="cut").order_by("ended_at")
-    lateness = [ms for ms in cuts.values_list("cut_lateness_ms", flat=True) if ms is not None][: n if first_cuts_only else None]
+    lateness = [ms for ms in cuts.values_list("cut_lateness_ms", flat=True) if ms is not None][
+        : n if first_cuts_only else None
+    ]
     bounds_seen = set(InferenceCall.objects.values_list("bound", flat=True))
     lateness.sort()
     return {
@@ -288,7 +342,11 @@ def run_service(standin: str, n: int, before_content_ms: int, keepalive_ms: int,
         "window_steady": steady,
         "cuts": len(lateness),
         # (With --first-cuts-only, the fresh calls were still out when the worker was killed.)
-        "all_cut_before_content": (bounds_seen <= {"before_content", None} if first_cuts_only else bounds_seen == {"before_content"})
+        "all_cut_before_content": (
+            bounds_seen <= {"before_content", None}
+            if first_cuts_only
+            else bounds_seen == {"before_content"}
+        )
         and len(lateness) == (n if first_cuts_only else 2 * n),
         "lateness_p50_ms": statistics.median(lateness),
         "lateness_p99_ms": lateness[int(len(lateness) * 0.99) - 1],
@@ -310,8 +368,22 @@ def _profile_window(pid: int, start: float, keepalive_ms: int) -> subprocess.Pop
     begin, end = window(keepalive_ms)
     time.sleep(max(start + begin - time.time(), 0))
     return subprocess.Popen(
-        ["py-spy", "record", "--pid", str(pid), "--duration", str(int(end - begin)), "--gil", "--nonblocking",
-         "--format", "raw", "-o", out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            "py-spy",
+            "record",
+            "--pid",
+            str(pid),
+            "--duration",
+            str(int(end - begin)),
+            "--gil",
+            "--nonblocking",
+            "--format",
+            "raw",
+            "-o",
+            out,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
 
 
@@ -319,7 +391,12 @@ def _open_streams(standin: str) -> int:
     """Established connections to the stand-in's port (from the client side), read with ss:
     psutil cannot map this sandbox's sockets to processes. Only one client runs at a time."""
     port = urlsplit(standin).port
-    out = subprocess.run(["ss", "-tnH", "state", "established", "dst", f"127.0.0.1:{port}"], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        ["ss", "-tnH", "state", "established", "dst", f"127.0.0.1:{port}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return len(out.stdout.splitlines())
 
 
@@ -330,7 +407,9 @@ def _dt(seconds: float) -> datetime:
 def _sample(ps: psutil.Process, peak: dict[str, int], connection: object) -> None:
     peak["rss"] = max(peak["rss"], ps.memory_info().rss)
     with connection.cursor() as cursor:  # type: ignore[attr-defined]
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
         peak["conns"] = max(peak["conns"], cursor.fetchone()[0])
 
 
@@ -339,10 +418,17 @@ def prepare_database() -> None:
 
     admin = urlsplit(os.environ["DATABASE_URL"])._replace(path="/postgres")
     with psycopg.connect(urlunsplit(admin), autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [BENCH_DATABASE]).fetchone()
+        exists = conn.execute(
+            "SELECT 1 FROM pg_database WHERE datname = %s", [BENCH_DATABASE]
+        ).fetchone()
         if not exists:
             conn.execute(f'CREATE DATABASE "{BENCH_DATABASE}"')
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=BASE_DIR, check=True, env=dict(os.environ, DATABASE_URL=bench_database_url()))
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "-v", "0"],
+        cwd=BASE_DIR,
+        check=True,
+        env=dict(os.environ, DATABASE_URL=bench_database_url()),
+    )
 
 
 def main() -> None:
@@ -365,14 +451,27 @@ def main() -> None:
     results: list[dict[str, float]] = []
     try:
         for run in range(args.repeat):
-            base = run_baseline(url, args.calls, args.before_content_ms / 1000, args.keepalive_ms, BASELINE_AIOHTTP)
-            plain = run_baseline(url, args.calls, args.before_content_ms / 1000, args.keepalive_ms, BASELINE_HTTPX)
-            service = _in_child(url, args.calls, args.before_content_ms, args.keepalive_ms, standin.pid, args.first_cuts_only)
+            base = run_baseline(
+                url, args.calls, args.before_content_ms / 1000, args.keepalive_ms, BASELINE_AIOHTTP
+            )
+            plain = run_baseline(
+                url, args.calls, args.before_content_ms / 1000, args.keepalive_ms, BASELINE_HTTPX
+            )
+            service = _in_child(
+                url,
+                args.calls,
+                args.before_content_ms,
+                args.keepalive_ms,
+                standin.pid,
+                args.first_cuts_only,
+            )
             for key, value in base.items():
                 service[f"baseline_{key}"] = value
             for key, value in plain.items():
                 service[f"httpx_{key}"] = value
-            service["cpu_ratio"] = service["cpu_per_1000_events_ms"] / base["cpu_per_1000_events_ms"]
+            service["cpu_ratio"] = (
+                service["cpu_per_1000_events_ms"] / base["cpu_per_1000_events_ms"]
+            )
             service["open_all_ratio"] = service["open_all_s"] / base["open_all_s"]
             print(f"run {run + 1}: {json.dumps(service)}", flush=True)
             results.append(service)
@@ -380,16 +479,40 @@ def main() -> None:
         standin.terminate()
         if sink is not None:
             sink.terminate()
-    keys = [k for k in results[0] if isinstance(results[0][k], int | float) and not isinstance(results[0][k], bool)]
+    keys = [
+        k
+        for k in results[0]
+        if isinstance(results[0][k], int | float) and not isinstance(results[0][k], bool)
+    ]
     flags = {k for k in results[0] if isinstance(results[0][k], bool)}
-    print(json.dumps({"calls": args.calls, "keepalive_ms": args.keepalive_ms, "otel": args.otel, "runs": args.repeat, "median": {k: statistics.median(r[k] for r in results) for k in keys},
-                      **{k: all(r[k] for r in results) for k in flags}}, indent=2))
+    print(
+        json.dumps(
+            {
+                "calls": args.calls,
+                "keepalive_ms": args.keepalive_ms,
+                "otel": args.otel,
+                "runs": args.repeat,
+                "median": {k: statistics.median(r[k] for r in results) for k in keys},
+                **{k: all(r[k] for r in results) for k in flags},
+            },
+            indent=2,
+        )
+    )
 
 
-def _in_child(url: str, n: int, before_content_ms: int, keepalive_ms: int, standin_pid: int, first_cuts_only: bool) -> dict[str, float]:
+def _in_child(
+    url: str,
+    n: int,
+    before_content_ms: int,
+    keepalive_ms: int,
+    standin_pid: int,
+    first_cuts_only: bool,
+) -> dict[str, float]:
     """Each service run in a fresh interpreter, so Django state never carries over."""
     code = f"import json, bench.bounds_bench as b; print('RESULT ' + json.dumps(b.run_service({url!r}, {n}, {before_content_ms}, {keepalive_ms}, {standin_pid}, {first_cuts_only})))"
-    done = subprocess.run([sys.executable, "-c", code], cwd=BASE_DIR, stdout=subprocess.PIPE, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=BASE_DIR, stdout=subprocess.PIPE, text=True
+    )
     if done.returncode:
         raise SystemExit(f"the service run failed (exit {done.returncode}); its error is above")
     out = done.stdout

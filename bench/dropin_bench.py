@@ -52,10 +52,15 @@ def prepare_database() -> None:
     with psycopg.connect(urlunsplit(admin), autocommit=True) as conn:
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)).fetchone():
             conn.execute(f'CREATE DATABASE "{DATABASE}"')
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=BASE_DIR, check=True, env=dict(os.environ, DATABASE_URL=bench_database_url()))
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "-v", "0"],
+        cwd=BASE_DIR,
+        check=True,
+        env=dict(os.environ, DATABASE_URL=bench_database_url()),
+    )
 
 
-SEED = r'''
+SEED = r"""
 import django, json, sys
 django.setup()
 from agentops.models import Agent, ApiToken, Provider
@@ -66,7 +71,7 @@ Agent.objects.filter(name="bench").delete()
 provider, _ = Provider.objects.update_or_create(name="bench-standin", defaults={"kind": "openai", "base_url": sys.argv[1] + "/v1"})
 Agent.objects.create(name="bench", provider=provider, model="answer", participant="bench", max_tokens=16)
 print(api_token_create(name="bench", operator=False)[1])
-'''
+"""
 
 
 def free_port() -> int:
@@ -91,17 +96,51 @@ def wait_up(url: str, proc: subprocess.Popen[bytes], what: str) -> None:
 MASTER_KEY = "sk-bench-" + "0" * 32
 
 
-def start_servers(litellm: str, procs: list[subprocess.Popen[bytes]]) -> dict[str, tuple[str, dict[str, str], str]]:
-    standin = subprocess.Popen([sys.executable, "-m", "devtools.standin", "--port", "0"], cwd=BASE_DIR, stdout=subprocess.PIPE)
+def start_servers(
+    litellm: str, procs: list[subprocess.Popen[bytes]]
+) -> dict[str, tuple[str, dict[str, str], str]]:
+    standin = subprocess.Popen(
+        [sys.executable, "-m", "devtools.standin", "--port", "0"],
+        cwd=BASE_DIR,
+        stdout=subprocess.PIPE,
+    )
     procs.append(standin)
     assert standin.stdout is not None
     standin_url = standin.stdout.readline().decode().strip().removeprefix("standin listening on ")
-    env = dict(os.environ, DATABASE_URL=bench_database_url(), DJANGO_SETTINGS_MODULE="agentops.settings", AGENTOPS_LOG_LEVEL="WARNING")
-    token = subprocess.run([sys.executable, "-c", SEED, standin_url], cwd=BASE_DIR, env=env, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    env = dict(
+        os.environ,
+        DATABASE_URL=bench_database_url(),
+        DJANGO_SETTINGS_MODULE="agentops.settings",
+        AGENTOPS_LOG_LEVEL="WARNING",
+    )
+    token = (
+        subprocess.run(
+            [sys.executable, "-c", SEED, standin_url],
+            cwd=BASE_DIR,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     port = free_port()
     agentops = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "interfaces.asgi:application", "--port", str(port), "--log-level", "warning", "--no-access-log"],
-        cwd=BASE_DIR, env=env, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "interfaces.asgi:application",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+            "--no-access-log",
+        ],
+        cwd=BASE_DIR,
+        env=env,
+        stderr=subprocess.DEVNULL,
     )
     procs.append(agentops)
     wait_up(f"http://127.0.0.1:{port}/health", agentops, "agentops")
@@ -112,15 +151,33 @@ def start_servers(litellm: str, procs: list[subprocess.Popen[bytes]]) -> dict[st
         f"      api_base: {standin_url}/v1\n      api_key: x\n"
     )
     # With a master key (it refuses to start without one), checked in memory: no database.
-    lenv = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_LOG="ERROR", LITELLM_MASTER_KEY=MASTER_KEY)
+    lenv = dict(
+        os.environ,
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+        LITELLM_LOG="ERROR",
+        LITELLM_MASTER_KEY=MASTER_KEY,
+    )
     lenv.pop("DATABASE_URL", None)  # LiteLLM's proxy would use it: it runs without a database here
-    proxy = subprocess.Popen([litellm, "--config", str(config), "--port", str(lport), "--num_workers", "1"], env=lenv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proxy = subprocess.Popen(
+        [litellm, "--config", str(config), "--port", str(lport), "--num_workers", "1"],
+        env=lenv,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     procs.append(proxy)
     wait_up(f"http://127.0.0.1:{lport}/health/liveliness", proxy, "litellm")
     targets = {
         "direct": (f"{standin_url}/v1/chat/completions", {}, "answer"),
-        "agentops": (f"http://127.0.0.1:{port}/v1/chat/completions", {"authorization": f"Bearer {token}"}, "bench"),
-        "litellm": (f"http://127.0.0.1:{lport}/v1/chat/completions", {"authorization": f"Bearer {MASTER_KEY}"}, "bench"),
+        "agentops": (
+            f"http://127.0.0.1:{port}/v1/chat/completions",
+            {"authorization": f"Bearer {token}"},
+            "bench",
+        ),
+        "litellm": (
+            f"http://127.0.0.1:{lport}/v1/chat/completions",
+            {"authorization": f"Bearer {MASTER_KEY}"},
+            "bench",
+        ),
     }
     return targets
 
@@ -131,17 +188,27 @@ def quantiles(values: list[float]) -> dict[str, float]:
     return {"p50": statistics.median(ordered), "p95": pick(0.95), "p99": pick(0.99)}
 
 
-def sequential(targets: dict[str, tuple[str, dict[str, str], str]], n: int) -> dict[str, list[float]]:
+def sequential(
+    targets: dict[str, tuple[str, dict[str, str], str]], n: int
+) -> dict[str, list[float]]:
     times: dict[str, list[float]] = {name: [] for name in targets}
     names = list(targets)
     with httpx.Client(timeout=30) as client:
         for i in range(n):
-            for name in names[i % 3:] + names[: i % 3]:
+            for name in names[i % 3 :] + names[: i % 3]:
                 url, headers, model = targets[name]
                 start = time.perf_counter()
-                response = client.post(url, headers=headers, json={"model": model, "messages": MESSAGES, "max_tokens": 16})
+                response = client.post(
+                    url,
+                    headers=headers,
+                    json={"model": model, "messages": MESSAGES, "max_tokens": 16},
+                )
                 elapsed = (time.perf_counter() - start) * 1000
-                assert response.status_code == 200, (name, response.status_code, response.text[:300])
+                assert response.status_code == 200, (
+                    name,
+                    response.status_code,
+                    response.text[:300],
+                )
                 times[name].append(elapsed)
     return times
 
@@ -150,13 +217,19 @@ async def _burst(target: tuple[str, dict[str, str], str], n: int, concurrency: i
     url, headers, model = target
     times: list[float] = []
     left = [n]
-    async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=concurrency * 2)) as client:
+    async with httpx.AsyncClient(
+        timeout=60, limits=httpx.Limits(max_connections=concurrency * 2)
+    ) as client:
 
         async def one_lane() -> None:
             while left[0] > 0:
                 left[0] -= 1
                 start = time.perf_counter()
-                response = await client.post(url, headers=headers, json={"model": model, "messages": MESSAGES, "max_tokens": 16})
+                response = await client.post(
+                    url,
+                    headers=headers,
+                    json={"model": model, "messages": MESSAGES, "max_tokens": 16},
+                )
                 times.append((time.perf_counter() - start) * 1000)
                 assert response.status_code == 200, (url, response.status_code, response.text[:300])
 
@@ -164,9 +237,11 @@ async def _burst(target: tuple[str, dict[str, str], str], n: int, concurrency: i
     return times
 
 
-def concurrent(targets: dict[str, tuple[str, dict[str, str], str]], n: int, concurrency: int, run: int) -> dict[str, list[float]]:
+def concurrent(
+    targets: dict[str, tuple[str, dict[str, str], str]], n: int, concurrency: int, run: int
+) -> dict[str, list[float]]:
     names = list(targets)
-    order = names[run % 3:] + names[: run % 3]
+    order = names[run % 3 :] + names[: run % 3]
     times: dict[str, list[float]] = {name: [] for name in names}
     # Two rounds each, in rotating order, so no target always follows the same one.
     for _ in range(2):
@@ -192,7 +267,9 @@ def main() -> None:
     args = parser.parse_args()
     litellm = os.environ.get("LITELLM_BIN")
     if not litellm:
-        raise SystemExit("set LITELLM_BIN to a litellm command installed outside the repository (see the docstring)")
+        raise SystemExit(
+            "set LITELLM_BIN to a litellm command installed outside the repository (see the docstring)"
+        )
     prepare_database()
     procs: list[subprocess.Popen[bytes]] = []
     runs = []
@@ -201,7 +278,10 @@ def main() -> None:
         sequential(targets, 30)  # warm-up: connections, caches, first imports
         asyncio.run(_burst(targets["agentops"], 40, args.concurrency))
         for run in range(args.repeat):
-            result = {"sequential": added(sequential(targets, args.requests)), "concurrent": added(concurrent(targets, args.requests, args.concurrency, run))}
+            result = {
+                "sequential": added(sequential(targets, args.requests)),
+                "concurrent": added(concurrent(targets, args.requests, args.concurrency, run)),
+            }
             print(f"run {run + 1}: {json.dumps(result)}", flush=True)
             runs.append(result)
     finally:
@@ -210,10 +290,25 @@ def main() -> None:
         for proc in procs:
             proc.wait(timeout=30)
     median = {
-        phase: {name: {k: statistics.median(r[phase][name][k] for r in runs) for k in ("p50", "p95", "p99")} for name in ("direct", "agentops", "litellm")}
+        phase: {
+            name: {
+                k: statistics.median(r[phase][name][k] for r in runs) for k in ("p50", "p95", "p99")
+            }
+            for name in ("direct", "agentops", "litellm")
+        }
         for phase in ("sequential", "concurrent")
     }
-    print(json.dumps({"requests": args.requests, "concurrency": args.concurrency, "runs": args.repeat, "median_added_ms": median}, indent=2))
+    print(
+        json.dumps(
+            {
+                "requests": args.requests,
+                "concurrency": args.concurrency,
+                "runs": args.repeat,
+                "median_added_ms": median,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -154,8 +154,13 @@ def prepare_database() -> None:
     with psycopg.connect(urlunsplit(admin), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{BENCH_DATABASE}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{BENCH_DATABASE}"')
-    subprocess.run([PY, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=BASE_DIR, check=True,
-                   env=dict(os.environ, DATABASE_URL=bench_database_url()), timeout=300)
+    subprocess.run(
+        [PY, "manage.py", "migrate", "--noinput", "-v", "0"],
+        cwd=BASE_DIR,
+        check=True,
+        env=dict(os.environ, DATABASE_URL=bench_database_url()),
+        timeout=300,
+    )
 
 
 # --- the processes: started here, stopped on the way out whatever happens ----------------------
@@ -174,12 +179,19 @@ class Children:
         self.logs = logs
         self.procs: list[tuple[str, subprocess.Popen[str], Path]] = []
 
-    def start(self, name: str, command: list[str], env: dict[str, str], *, stdout_pipe: bool = False) -> subprocess.Popen[str]:
+    def start(
+        self, name: str, command: list[str], env: dict[str, str], *, stdout_pipe: bool = False
+    ) -> subprocess.Popen[str]:
         log_path = self.logs / f"{name}.log"
         log = log_path.open("w")
         proc = subprocess.Popen(
-            command, cwd=BASE_DIR, env=env, text=True, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE if stdout_pipe else log, stderr=log if stdout_pipe else subprocess.STDOUT,
+            command,
+            cwd=BASE_DIR,
+            env=env,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE if stdout_pipe else log,
+            stderr=log if stdout_pipe else subprocess.STDOUT,
             preexec_fn=_die_with_parent,
         )
         log.close()
@@ -189,7 +201,9 @@ class Children:
     def check(self) -> None:
         for name, proc, log in self.procs:
             if proc.poll() is not None:
-                raise BenchError(f"the {name} process exited (status {proc.returncode}); the end of {log}:\n{_tail(log)}")
+                raise BenchError(
+                    f"the {name} process exited (status {proc.returncode}); the end of {log}:\n{_tail(log)}"
+                )
 
     def stop(self) -> None:
         for _, proc, _ in reversed(self.procs):
@@ -200,7 +214,10 @@ class Children:
             try:
                 proc.wait(timeout=max(end - time.monotonic(), 0.1))
             except subprocess.TimeoutExpired:
-                print(f"the {name} process did not stop within 30 s of SIGTERM: killed", file=sys.stderr)
+                print(
+                    f"the {name} process did not stop within 30 s of SIGTERM: killed",
+                    file=sys.stderr,
+                )
                 proc.kill()
                 proc.wait()
 
@@ -227,7 +244,9 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def wait_until(what: str, ready: Callable[[], bool], timeout: float, children: Children, every: float = 0.2) -> None:
+def wait_until(
+    what: str, ready: Callable[[], bool], timeout: float, children: Children, every: float = 0.2
+) -> None:
     end = time.monotonic() + timeout
     while not ready():
         children.check()
@@ -240,11 +259,20 @@ class Service:
     """The stand-in, the web app, the service's worker and beat, the bare worker and the ORM
     worker."""
 
-    def __init__(self, children: Children, service_queue: str, bare_conf: dict[str, Any], orm_conf: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        children: Children,
+        service_queue: str,
+        bare_conf: dict[str, Any],
+        orm_conf: dict[str, Any],
+    ) -> None:
         self.children = children
         env = dict(
-            os.environ, DATABASE_URL=bench_database_url(), REDIS_URL=bench_redis_url(),
-            DJANGO_SETTINGS_MODULE="agentops.settings", PYTHONUNBUFFERED="1",
+            os.environ,
+            DATABASE_URL=bench_database_url(),
+            REDIS_URL=bench_redis_url(),
+            DJANGO_SETTINGS_MODULE="agentops.settings",
+            PYTHONUNBUFFERED="1",
             AGENTOPS_CELERY_QUEUE=service_queue,
             # The stand-in listens on loopback, which the provider policy refuses unless told.
             AGENTOPS_PROVIDERS_ALLOW_PRIVATE="true",
@@ -252,38 +280,122 @@ class Service:
         env.pop("AGENTOPS_PROCESS_ROLE", None)  # interfaces.asgi sets "web" for the web app alone
         # The launcher's commands (devtools/launcher.py, run), less the worker's "-c": the
         # worker's pool and concurrency are the settings' (CELERY_WORKER_POOL, _CONCURRENCY).
-        standin = children.start("standin", [PY, "-m", "devtools.standin", "--host", "127.0.0.1", "--port", "0"], env, stdout_pipe=True)
+        standin = children.start(
+            "standin",
+            [PY, "-m", "devtools.standin", "--host", "127.0.0.1", "--port", "0"],
+            env,
+            stdout_pipe=True,
+        )
         line = _read_line(standin, 30, "the stand-in")
         if not line.startswith("standin listening on "):
             raise BenchError(f"the stand-in did not start (it printed {line!r})")
         self.standin_url = line.removeprefix("standin listening on ")
         port = free_port()
         self.base = f"http://127.0.0.1:{port}"
-        self.web = children.start("web", [PY, "-m", "uvicorn", "interfaces.asgi:application", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"], env)
+        self.web = children.start(
+            "web",
+            [
+                PY,
+                "-m",
+                "uvicorn",
+                "interfaces.asgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+            ],
+            env,
+        )
         self.worker_name = f"{TAG}@bench"
-        self.worker = children.start("worker", [PY, "-m", "celery", "-A", "agentops", "worker", "-l", "info", "-n", self.worker_name], env)
-        self.beat = children.start("beat", [PY, "-m", "celery", "-A", "agentops", "beat", "-l", "info", "-s", str(children.logs / "celerybeat-schedule")], env)
-        bare_env = {k: v for k, v in env.items() if k != "DJANGO_SETTINGS_MODULE"}  # no Django in the bare worker
+        self.worker = children.start(
+            "worker",
+            [PY, "-m", "celery", "-A", "agentops", "worker", "-l", "info", "-n", self.worker_name],
+            env,
+        )
+        self.beat = children.start(
+            "beat",
+            [
+                PY,
+                "-m",
+                "celery",
+                "-A",
+                "agentops",
+                "beat",
+                "-l",
+                "info",
+                "-s",
+                str(children.logs / "celerybeat-schedule"),
+            ],
+            env,
+        )
+        bare_env = {
+            k: v for k, v in env.items() if k != "DJANGO_SETTINGS_MODULE"
+        }  # no Django in the bare worker
         bare_env["TBENCH_CELERY_CONF"] = json.dumps(bare_conf)
         self.bare_name = f"{TAG}-bare@bench"
-        self.bare = children.start("bare-worker", [PY, "-m", "celery", "-A", "bench.turns_bench_bare", "worker", "-l", "info", "-n", self.bare_name], bare_env)
+        self.bare = children.start(
+            "bare-worker",
+            [
+                PY,
+                "-m",
+                "celery",
+                "-A",
+                "bench.turns_bench_bare",
+                "worker",
+                "-l",
+                "info",
+                "-n",
+                self.bare_name,
+            ],
+            bare_env,
+        )
         # The ORM worker: the same Celery settings, its own queue, Django on the bench database.
         orm_env = dict(env, TBENCH_CELERY_CONF=json.dumps(orm_conf))
         self.orm_name = f"{TAG}-orm@bench"
-        self.orm = children.start("orm-worker", [PY, "-m", "celery", "-A", "bench.turns_bench_orm", "worker", "-l", "info", "-n", self.orm_name], orm_env)
+        self.orm = children.start(
+            "orm-worker",
+            [
+                PY,
+                "-m",
+                "celery",
+                "-A",
+                "bench.turns_bench_orm",
+                "worker",
+                "-l",
+                "info",
+                "-n",
+                self.orm_name,
+            ],
+            orm_env,
+        )
         self.standin = standin
-        wait_until("the web app answering /health", lambda: _http_ok(f"{self.base}/health"), 60, children)
+        wait_until(
+            "the web app answering /health", lambda: _http_ok(f"{self.base}/health"), 60, children
+        )
         from bench import turns_bench_bare as bare
 
         for name in (self.worker_name, self.bare_name, self.orm_name):
-            wait_until(f"the worker {name} answering a ping", partial(_pings, bare.app, name), 90, children)
-        self.pools = {name: _banner(children.logs / f"{name.replace('_', '-')}.log") for name in ("worker", "bare_worker", "orm_worker")}
+            wait_until(
+                f"the worker {name} answering a ping", partial(_pings, bare.app, name), 90, children
+            )
+        self.pools = {
+            name: _banner(children.logs / f"{name.replace('_', '-')}.log")
+            for name in ("worker", "bare_worker", "orm_worker")
+        }
         for name in ("bare_worker", "orm_worker"):
             if self.pools[name] != self.pools["worker"]:
-                raise BenchError(f"the {name.replace('_', ' ')} does not run as the service's worker does: {self.pools}")
+                raise BenchError(
+                    f"the {name.replace('_', ' ')} does not run as the service's worker does: {self.pools}"
+                )
         self.processes = {
-            "standin": standin.pid, "worker": self.worker.pid, "web": self.web.pid, "beat": self.beat.pid,
-            "bare_worker": self.bare.pid, "orm_worker": self.orm.pid,
+            "standin": standin.pid,
+            "worker": self.worker.pid,
+            "web": self.web.pid,
+            "beat": self.beat.pid,
+            "bare_worker": self.bare.pid,
+            "orm_worker": self.orm.pid,
         }
 
 
@@ -371,18 +483,25 @@ def direct(pids: dict[str, int], wire: dict[str, Any], n: int, timeout: float) -
 
     async def main() -> tuple[float, list[tuple[float, float]]]:
         async with _clients(timeout) as clients:
+
             async def one(i: int) -> tuple[float, float]:
                 client = clients[i % len(clients)]
                 start = time.time()
                 if wire["body"]["stream"]:
-                    async with client.stream("POST", wire["url"], headers=wire["headers"], json=wire["body"]) as response:
+                    async with client.stream(
+                        "POST", wire["url"], headers=wire["headers"], json=wire["body"]
+                    ) as response:
                         async for _ in response.aiter_lines():
                             pass
                 else:
-                    response = await client.post(wire["url"], headers=wire["headers"], json=wire["body"])
+                    response = await client.post(
+                        wire["url"], headers=wire["headers"], json=wire["body"]
+                    )
                     response.json()
                 if response.status_code != 200:
-                    raise BenchError(f"a direct call to the stand-in answered {response.status_code}")
+                    raise BenchError(
+                        f"a direct call to the stand-in answered {response.status_code}"
+                    )
                 return start, time.time()
 
             first = time.time()
@@ -393,7 +512,8 @@ def direct(pids: dict[str, int], wire: dict[str, Any], n: int, timeout: float) -
     first, spans = _phase("direct calls", lambda: asyncio.run(main()))
     wall = max(e for _, e in spans) - first
     return {
-        "direct_per_s": n / wall, "direct_call_p50_ms": statistics.median(e - s for s, e in spans) * 1000,
+        "direct_per_s": n / wall,
+        "direct_call_p50_ms": statistics.median(e - s for s, e in spans) * 1000,
         "direct_cpu_standin_util": cpu.stop(wall, ["standin"])["cpu_standin_util"],
     }
 
@@ -404,7 +524,12 @@ async def _clients(timeout: float, **kwargs: Any) -> AsyncIterator[list[httpx.As
     than the calls themselves."""
     tls = httpx.create_ssl_context()  # one trust store for all: loading it costs more than a call
     async with contextlib.AsyncExitStack() as stack:
-        yield [await stack.enter_async_context(httpx.AsyncClient(timeout=timeout, verify=tls, **kwargs)) for _ in range(32)]
+        yield [
+            await stack.enter_async_context(
+                httpx.AsyncClient(timeout=timeout, verify=tls, **kwargs)
+            )
+            for _ in range(32)
+        ]
 
 
 def _phase(what: str, fn: Callable[[], T]) -> T:
@@ -419,7 +544,9 @@ def _phase(what: str, fn: Callable[[], T]) -> T:
         raise BenchError(f"{what}: {type(exc).__name__}: {exc or 'no message'}{where}") from None
 
 
-def bare_burst(service: Service, wire: dict[str, Any], n: int, key: str, queue: str, timeout: float) -> dict[str, float]:
+def bare_burst(
+    service: Service, wire: dict[str, Any], n: int, key: str, queue: str, timeout: float
+) -> dict[str, float]:
     """N bare tasks sent at once; each records its call's start and end in a Redis list."""
     import redis
 
@@ -431,9 +558,19 @@ def bare_burst(service: Service, wire: dict[str, Any], n: int, key: str, queue: 
     cpu.start()
     first = time.time()
     for i in range(n):
-        bare.app.send_task("tbench.bare_call", args=[key, i, wire["url"], wire["headers"], wire["body"]], queue=queue)
+        bare.app.send_task(
+            "tbench.bare_call",
+            args=[key, i, wire["url"], wire["headers"], wire["body"]],
+            queue=queue,
+        )
     sent = time.time()
-    wait_until(f"{n} bare tasks ended (Redis list {key})", lambda: results.llen(key) >= n, timeout, service.children, every=0.05)
+    wait_until(
+        f"{n} bare tasks ended (Redis list {key})",
+        lambda: results.llen(key) >= n,
+        timeout,
+        service.children,
+        every=0.05,
+    )
     rows = [json.loads(raw) for raw in results.lrange(key, 0, -1)]
     results.delete(key)
     bad = [r for r in rows if r["status"] != 200]
@@ -466,14 +603,35 @@ def orm_turns_queue(names: Sequence[str]) -> tuple[list[int], list[int]]:
     trigger = Turn.trigger_rows.through
     with transaction.atomic():
         messages = HistoryRow.objects.bulk_create(
-            [HistoryRow(agent=a, seq=1, participant=MESSAGE["participant"], role=HistoryRow.Role.USER, content=MESSAGE["content"]) for a in agents]
+            [
+                HistoryRow(
+                    agent=a,
+                    seq=1,
+                    participant=MESSAGE["participant"],
+                    role=HistoryRow.Role.USER,
+                    content=MESSAGE["content"],
+                )
+                for a in agents
+            ]
         )
         turns = Turn.objects.bulk_create([Turn(agent=a, status=Turn.Status.QUEUED) for a in agents])
-        trigger.objects.bulk_create([trigger(turn_id=t.pk, historyrow_id=m.pk) for t, m in zip(turns, messages, strict=True)])
+        trigger.objects.bulk_create(
+            [
+                trigger(turn_id=t.pk, historyrow_id=m.pk)
+                for t, m in zip(turns, messages, strict=True)
+            ]
+        )
     return [t.pk for t in turns], [a.pk for a in agents]
 
 
-def orm_burst(service: Service, wire: dict[str, Any], names: Sequence[str], key: str, queue: str, timeout: float) -> dict[str, float]:
+def orm_burst(
+    service: Service,
+    wire: dict[str, Any],
+    names: Sequence[str],
+    key: str,
+    queue: str,
+    timeout: float,
+) -> dict[str, float]:
     """N ORM tasks sent at once, each running the queued turn of one of the agents (created
     just before, outside the timed span) and recording its start and end in a
     Redis list, as the bare tasks do. Beat is stopped (SIGSTOP) from before the turns exist
@@ -494,10 +652,20 @@ def orm_burst(service: Service, wire: dict[str, Any], names: Sequence[str], key:
         cpu.start()
         first = time.time()
         for i, turn_id in enumerate(turn_ids):
-            bare.app.send_task("tbench.orm_turn", args=[key, i, turn_id, wire["url"], wire["headers"], wire["body"]], queue=queue)
+            bare.app.send_task(
+                "tbench.orm_turn",
+                args=[key, i, turn_id, wire["url"], wire["headers"], wire["body"]],
+                queue=queue,
+            )
         sent = time.time()
         n = len(turn_ids)
-        wait_until(f"{n} ORM tasks ended (Redis list {key})", lambda: results.llen(key) >= n, timeout, service.children, every=0.05)
+        wait_until(
+            f"{n} ORM tasks ended (Redis list {key})",
+            lambda: results.llen(key) >= n,
+            timeout,
+            service.children,
+            every=0.05,
+        )
         done = [json.loads(raw) for raw in results.lrange(key, 0, -1)]
         results.delete(key)
         wall = max(r["ended"] for r in done) - first
@@ -514,14 +682,18 @@ def orm_burst(service: Service, wire: dict[str, Any], names: Sequence[str], key:
         "orm_sent_to_start_p50_ms": statistics.median(r["started"] - first for r in done) * 1000,
         "orm_task_p50_ms": statistics.median(r["ended"] - r["started"] for r in done) * 1000,
         "orm_call_p50_ms": _ms([r["call_ended"] - r["sent"] for r in rows.values()])["p50"],
-        "orm_call_end_to_turn_end_p50_ms": _ms([r["ended"] - r["call_ended"] for r in rows.values()])["p50"],
+        "orm_call_end_to_turn_end_p50_ms": _ms(
+            [r["ended"] - r["call_ended"] for r in rows.values()]
+        )["p50"],
         "orm_cpu_per_task_ms": used["cpu_orm_worker_s"] / n * 1000,
         "orm_cpu_postgres_per_task_ms": used["cpu_postgres_s"] / n * 1000,
         **{f"orm_{k}": v for k, v in used.items()},
     }
 
 
-def _orm_rows_check(service: Service, turn_ids: list[int], agent_ids: list[int]) -> dict[int, dict[str, float]]:
+def _orm_rows_check(
+    service: Service, turn_ids: list[int], agent_ids: list[int]
+) -> dict[int, dict[str, float]]:
     """The rows the ORM tasks were to write, all there: each turn succeeded with one ended
     call (``_turn_rows``), run by the ORM worker (not by the service's), the answer in each
     agent's history after the message, no lease left."""
@@ -531,24 +703,37 @@ def _orm_rows_check(service: Service, turn_ids: list[int], agent_ids: list[int])
     rows = _turn_rows(turn_ids)
     if max(r["calls"] for r in rows.values()) != 1:
         raise BenchError("an ORM task's turn has more than one call row")
-    others = Turn.objects.filter(pk__in=turn_ids).exclude(claimed_by__startswith=f"{service.orm_name}:").count()
+    others = (
+        Turn.objects.filter(pk__in=turn_ids)
+        .exclude(claimed_by__startswith=f"{service.orm_name}:")
+        .count()
+    )
     if others:
-        raise BenchError(f"{others} of the ORM tasks' turns were claimed by another worker than the ORM worker")
-    answers = HistoryRow.objects.filter(agent_id__in=agent_ids, seq=2, role=HistoryRow.Role.ASSISTANT).count()
+        raise BenchError(
+            f"{others} of the ORM tasks' turns were claimed by another worker than the ORM worker"
+        )
+    answers = HistoryRow.objects.filter(
+        agent_id__in=agent_ids, seq=2, role=HistoryRow.Role.ASSISTANT
+    ).count()
     if answers != len(agent_ids):
-        raise BenchError(f"{len(agent_ids) - answers} of the ORM tasks' answers are not in their agent's history")
+        raise BenchError(
+            f"{len(agent_ids) - answers} of the ORM tasks' answers are not in their agent's history"
+        )
     leases = AgentLease.objects.filter(agent_id__in=agent_ids).count()
     if leases:
         raise BenchError(f"{leases} of the ORM tasks' leases were left behind")
     return rows
 
 
-async def _submit_all(base: str, token: str, names: Sequence[str], timeout: float) -> tuple[dict[int, float], list[float], int]:
+async def _submit_all(
+    base: str, token: str, names: Sequence[str], timeout: float
+) -> tuple[dict[int, float], list[float], int]:
     """One turn to each agent, all at once; a 503 (the web app's database wait, API.md) is
     sent again after a short pause, the submit time staying that of the first attempt."""
     headers = {"authorization": f"Bearer {token}"}
     retries = 0
     async with _clients(timeout, base_url=f"{base}/api/v1", headers=headers) as clients:
+
         async def one(i: int, name: str) -> tuple[int, float, float]:
             nonlocal retries
             client = clients[i % len(clients)]
@@ -560,18 +745,28 @@ async def _submit_all(base: str, token: str, names: Sequence[str], timeout: floa
                 retries += 1
                 await asyncio.sleep(0.2)
             if response.status_code != 202:
-                raise BenchError(f"POST /agents/{name}/turns answered {response.status_code}: {response.text[:300]}")
+                raise BenchError(
+                    f"POST /agents/{name}/turns answered {response.status_code}: {response.text[:300]}"
+                )
             return int(response.json()["id"]), submitted, time.time() - submitted
 
         done = await asyncio.gather(*(one(i, name) for i, name in enumerate(names)))
-    return {turn_id: submitted for turn_id, submitted, _ in done}, [latency for _, _, latency in done], retries
+    return (
+        {turn_id: submitted for turn_id, submitted, _ in done},
+        [latency for _, _, latency in done],
+        retries,
+    )
 
 
-def turns_burst(service: Service, token: str, names: Sequence[str], timeout: float) -> dict[str, float]:
+def turns_burst(
+    service: Service, token: str, names: Sequence[str], timeout: float
+) -> dict[str, float]:
     """One turn to each agent through the API, all at once (the issue's end-to-end number)."""
     cpu = Cpu(service.processes)
     cpu.start()
-    submitted, post_latency, retries = _phase("the burst's submits", lambda: asyncio.run(_submit_all(service.base, token, names, timeout)))
+    submitted, post_latency, retries = _phase(
+        "the burst's submits", lambda: asyncio.run(_submit_all(service.base, token, names, timeout))
+    )
     first = min(submitted.values())
     rows, wall, values = _burst_end(service, "API burst", submitted, first, timeout)
     last_created = max(r["created"] for r in rows.values())
@@ -593,7 +788,9 @@ def turns_burst(service: Service, token: str, names: Sequence[str], timeout: flo
         "submit_503_retries": retries,
         "calls_per_turn_max": max(r["calls"] for r in rows.values()),
         # The machine's CPU a turn used: every process named, and the rest of the machine.
-        "api_burst_cpu_per_turn_ms": sum(v for k, v in used.items() if k.endswith("_s")) / len(rows) * 1000,
+        "api_burst_cpu_per_turn_ms": sum(v for k, v in used.items() if k.endswith("_s"))
+        / len(rows)
+        * 1000,
         **used,
     }
 
@@ -611,10 +808,14 @@ def worker_burst(service: Service, names: Sequence[str], timeout: float) -> dict
     cpu = Cpu(service.processes)
     cpu.start()
     with transaction.atomic():
-        turns = [turn_submit(agent_id=a, messages=[IncomingMessage(**MESSAGE)])[0].pk for a in agent_ids]
+        turns = [
+            turn_submit(agent_id=a, messages=[IncomingMessage(**MESSAGE)])[0].pk for a in agent_ids
+        ]
         first = time.time()  # the commit: the turns exist and their drains go out from here
     sent = time.time()
-    rows, wall, values = _burst_end(service, "worker burst", dict.fromkeys(turns, first), first, timeout)
+    rows, wall, values = _burst_end(
+        service, "worker burst", dict.fromkeys(turns, first), first, timeout
+    )
     used = cpu.stop(wall, ["standin", "worker", "postgres"])
     return {
         "worker_turns_per_s": len(rows) / wall,
@@ -629,7 +830,9 @@ def worker_burst(service: Service, names: Sequence[str], timeout: float) -> dict
     }
 
 
-def intake_alone(service: Service, token: str, names: Sequence[str], timeout: float) -> dict[str, float]:
+def intake_alone(
+    service: Service, token: str, names: Sequence[str], timeout: float
+) -> dict[str, float]:
     """One turn to each agent through the API, all at once, with the service's worker stopped
     (SIGSTOP): how fast the web app alone accepts turns, a ceiling on the API burst's rate
     whatever the worker costs. The worker is resumed after and runs them, unmeasured."""
@@ -638,8 +841,13 @@ def intake_alone(service: Service, token: str, names: Sequence[str], timeout: fl
     worker.suspend()
     try:
         cpu.start()
-        submitted, post_latency, _ = _phase("the intake's submits", lambda: asyncio.run(_submit_all(service.base, token, names, timeout)))
-        wall = max(s + latency for s, latency in zip(submitted.values(), post_latency, strict=True)) - min(submitted.values())
+        submitted, post_latency, _ = _phase(
+            "the intake's submits",
+            lambda: asyncio.run(_submit_all(service.base, token, names, timeout)),
+        )
+        wall = max(
+            s + latency for s, latency in zip(submitted.values(), post_latency, strict=True)
+        ) - min(submitted.values())
         used = cpu.stop(wall, ["web", "postgres", "bench"])
     finally:
         worker.resume()
@@ -659,9 +867,18 @@ def refused(service: Service, names: Sequence[str], timeout: float) -> dict[str,
     turn accepted)."""
 
     async def main() -> list[int]:
-        async with _clients(timeout, base_url=f"{service.base}/api/v1", headers={"authorization": "Bearer ao_not-a-token"}) as clients:
+        async with _clients(
+            timeout,
+            base_url=f"{service.base}/api/v1",
+            headers={"authorization": "Bearer ao_not-a-token"},
+        ) as clients:
+
             async def one(i: int, name: str) -> int:
-                return (await clients[i % len(clients)].post(f"/agents/{name}/turns", json={"messages": [MESSAGE]})).status_code
+                return (
+                    await clients[i % len(clients)].post(
+                        f"/agents/{name}/turns", json={"messages": [MESSAGE]}
+                    )
+                ).status_code
 
             return await asyncio.gather(*(one(i, name) for i, name in enumerate(names)))
 
@@ -671,12 +888,19 @@ def refused(service: Service, names: Sequence[str], timeout: float) -> dict[str,
     statuses = _phase("the refused submits", lambda: asyncio.run(main()))
     wall = time.time() - first
     if set(statuses) != {401}:
-        raise BenchError(f"a POST with an unknown token was answered {sorted(set(statuses))}, not only 401")
+        raise BenchError(
+            f"a POST with an unknown token was answered {sorted(set(statuses))}, not only 401"
+        )
     used = cpu.stop(wall, ["web"])
-    return {"refused_per_s": len(names) / wall, "refused_cpu_web_per_request_ms": used["cpu_web_s"] / len(names) * 1000}
+    return {
+        "refused_per_s": len(names) / wall,
+        "refused_cpu_web_per_request_ms": used["cpu_web_s"] / len(names) * 1000,
+    }
 
 
-def _burst_end(service: Service, what: str, submitted: dict[int, float], first: float, timeout: float) -> tuple[dict[int, dict[str, float]], float, dict[str, dict[str, float]]]:
+def _burst_end(
+    service: Service, what: str, submitted: dict[int, float], first: float, timeout: float
+) -> tuple[dict[int, dict[str, float]], float, dict[str, dict[str, float]]]:
     """Wait for every turn to end; their rows, first submit to last end, their timings."""
     from inference.models import Turn
 
@@ -686,7 +910,13 @@ def _burst_end(service: Service, what: str, submitted: dict[int, float], first: 
         return Turn.objects.filter(pk__in=ids, status__in=Turn.ENDED).count() == len(ids)
 
     try:
-        wait_until(f"{what}: all {len(ids)} turns ended", all_ended, timeout, service.children, every=BURST_POLL_S)
+        wait_until(
+            f"{what}: all {len(ids)} turns ended",
+            all_ended,
+            timeout,
+            service.children,
+            every=BURST_POLL_S,
+        )
     except BenchError as exc:
         statuses = Turn.objects.filter(pk__in=ids).values_list("status", flat=True)
         raise BenchError(f"{exc} (statuses: {_counts(statuses)})") from None
@@ -700,25 +930,39 @@ def lone(service: Service, token: str, name: str, count: int, timeout: float) ->
 
     submitted: dict[int, float] = {}
     observed: dict[int, float] = {}
-    with httpx.Client(base_url=f"{service.base}/api/v1", headers={"authorization": f"Bearer {token}"}, timeout=timeout) as client:
+    with httpx.Client(
+        base_url=f"{service.base}/api/v1",
+        headers={"authorization": f"Bearer {token}"},
+        timeout=timeout,
+    ) as client:
         for i in range(count):
             start = time.time()
             response = client.post(f"/agents/{name}/turns", json={"messages": [MESSAGE]})
             if response.status_code != 202:
-                raise BenchError(f"lone turn {i + 1}: POST /agents/{name}/turns answered {response.status_code}: {response.text[:300]}")
+                raise BenchError(
+                    f"lone turn {i + 1}: POST /agents/{name}/turns answered {response.status_code}: {response.text[:300]}"
+                )
             turn_id = int(response.json()["id"])
             submitted[turn_id] = start
             end = time.monotonic() + timeout
-            while (status := Turn.objects.values_list("status", flat=True).get(pk=turn_id)) not in Turn.ENDED:
+            while (
+                status := Turn.objects.values_list("status", flat=True).get(pk=turn_id)
+            ) not in Turn.ENDED:
                 if time.monotonic() > end:
                     service.children.check()
-                    raise BenchError(f"lone turn {i + 1} (turn {turn_id}) not ended within {timeout:g} s (status {status})")
+                    raise BenchError(
+                        f"lone turn {i + 1} (turn {turn_id}) not ended within {timeout:g} s (status {status})"
+                    )
                 time.sleep(LONE_POLL_S)
             observed[turn_id] = time.time()
     rows = _turn_rows(list(submitted))
     values = _turn_values(rows, submitted)
-    beyond = [rows[t]["ended"] - submitted[t] - (rows[t]["call_ended"] - rows[t]["sent"]) for t in rows]
-    beyond_seen = [observed[t] - submitted[t] - (rows[t]["call_ended"] - rows[t]["sent"]) for t in rows]
+    beyond = [
+        rows[t]["ended"] - submitted[t] - (rows[t]["call_ended"] - rows[t]["sent"]) for t in rows
+    ]
+    beyond_seen = [
+        observed[t] - submitted[t] - (rows[t]["call_ended"] - rows[t]["sent"]) for t in rows
+    ]
     return {
         "lone_beyond_call_p50_ms": _ms(beyond)["p50"],
         "lone_beyond_call_p99_ms": _ms(beyond)["p99"],
@@ -743,28 +987,50 @@ def _turn_rows(ids: list[int]) -> dict[int, dict[str, float]]:
     ended, and its number of calls. Every turn must have succeeded."""
     from inference.models import InferenceCall, Turn
 
-    turns = {t["id"]: t for t in Turn.objects.filter(pk__in=ids).values("id", "status", "created_at", "ended_at", "error")}
+    turns = {
+        t["id"]: t
+        for t in Turn.objects.filter(pk__in=ids).values(
+            "id", "status", "created_at", "ended_at", "error"
+        )
+    }
     failed = {t: row for t, row in turns.items() if row["status"] != Turn.Status.SUCCEEDED}
     if failed:
         first = next(iter(failed.values()))
-        raise BenchError(f"{len(failed)} turns did not succeed ({_counts(r['status'] for r in failed.values())}; first: turn {first['id']}, {first['error']})")
+        raise BenchError(
+            f"{len(failed)} turns did not succeed ({_counts(r['status'] for r in failed.values())}; first: turn {first['id']}, {first['error']})"
+        )
     calls: dict[int, list[tuple[datetime | None, datetime | None]]] = {}
-    for turn_id, sent_at, ended_at in InferenceCall.objects.filter(turn_id__in=ids).order_by("id").values_list("turn_id", "sent_at", "ended_at"):
+    for turn_id, sent_at, ended_at in (
+        InferenceCall.objects.filter(turn_id__in=ids)
+        .order_by("id")
+        .values_list("turn_id", "sent_at", "ended_at")
+    ):
         calls.setdefault(int(turn_id or 0), []).append((sent_at, ended_at))
     rows = {}
     for turn_id, turn in turns.items():
         own = calls.get(turn_id) or []
-        sent, call_ended, ended = (own[0][0] if own else None), (own[-1][1] if own else None), turn["ended_at"]
+        sent, call_ended, ended = (
+            (own[0][0] if own else None),
+            (own[-1][1] if own else None),
+            turn["ended_at"],
+        )
         if sent is None or call_ended is None or ended is None:
-            raise BenchError(f"turn {turn_id} succeeded without an ended_at, or without a sent and ended call row")
+            raise BenchError(
+                f"turn {turn_id} succeeded without an ended_at, or without a sent and ended call row"
+            )
         rows[turn_id] = {
-            "created": turn["created_at"].timestamp(), "ended": ended.timestamp(),
-            "sent": sent.timestamp(), "call_ended": call_ended.timestamp(), "calls": len(own),
+            "created": turn["created_at"].timestamp(),
+            "ended": ended.timestamp(),
+            "sent": sent.timestamp(),
+            "call_ended": call_ended.timestamp(),
+            "calls": len(own),
         }
     return rows
 
 
-def _turn_values(rows: dict[int, dict[str, float]], submitted: dict[int, float]) -> dict[str, dict[str, float]]:
+def _turn_values(
+    rows: dict[int, dict[str, float]], submitted: dict[int, float]
+) -> dict[str, dict[str, float]]:
     return {
         "submit_to_succeeded": _ms([r["ended"] - submitted[t] for t, r in rows.items()]),
         "submit_to_created": _ms([r["created"] - submitted[t] for t, r in rows.items()]),
@@ -777,15 +1043,22 @@ def _turn_values(rows: dict[int, dict[str, float]], submitted: dict[int, float])
 # --- setting up agents through the API ---------------------------------------------------------
 
 
-def api_create(base: str, token: str, path: str, bodies: Sequence[dict[str, Any]], timeout: float) -> None:
+def api_create(
+    base: str, token: str, path: str, bodies: Sequence[dict[str, Any]], timeout: float
+) -> None:
     async def main() -> None:
         gate = asyncio.Semaphore(16)
-        async with httpx.AsyncClient(base_url=f"{base}/api/v1", headers={"authorization": f"Bearer {token}"}, timeout=timeout) as client:
+        async with httpx.AsyncClient(
+            base_url=f"{base}/api/v1", headers={"authorization": f"Bearer {token}"}, timeout=timeout
+        ) as client:
+
             async def one(body: dict[str, Any]) -> None:
                 async with gate:
                     response = await client.post(path, json=body)
                 if response.status_code != 201:
-                    raise BenchError(f"POST {path} {body.get('name')!r} answered {response.status_code}: {response.text[:300]}")
+                    raise BenchError(
+                        f"POST {path} {body.get('name')!r} answered {response.status_code}: {response.text[:300]}"
+                    )
 
             await asyncio.gather(*(one(body) for body in bodies))
 
@@ -793,7 +1066,16 @@ def api_create(base: str, token: str, path: str, bodies: Sequence[dict[str, Any]
 
 
 def agent_bodies(names: Sequence[str], stream: bool) -> list[dict[str, Any]]:
-    return [{"name": name, "provider": "standin", "model": MODEL, "stream": stream, "max_tokens": MAX_TOKENS} for name in names]
+    return [
+        {
+            "name": name,
+            "provider": "standin",
+            "model": MODEL,
+            "stream": stream,
+            "max_tokens": MAX_TOKENS,
+        }
+        for name in names
+    ]
 
 
 def warm_up(service: Service, token: str, timeout: float) -> dict[str, dict[str, Any]]:
@@ -806,24 +1088,61 @@ def warm_up(service: Service, token: str, timeout: float) -> dict[str, dict[str,
         api_create(service.base, token, "/agents", agent_bodies([name], stream), timeout)
         lone(service, token, name, 1, timeout)
         recorded = httpx.get(f"{service.standin_url}/_standin/requests", timeout=10).json()
-        last = next(r for r in reversed(recorded) if isinstance(r["body"], dict) and r["body"].get("stream") is stream)
-        headers = {k: v for k, v in last["headers"].items() if k in ("content-type", "accept", "authorization")}
-        wires[mode] = {"url": f"{service.standin_url}{last['path']}", "headers": headers, "body": last["body"]}
+        last = next(
+            r
+            for r in reversed(recorded)
+            if isinstance(r["body"], dict) and r["body"].get("stream") is stream
+        )
+        headers = {
+            k: v
+            for k, v in last["headers"].items()
+            if k in ("content-type", "accept", "authorization")
+        }
+        wires[mode] = {
+            "url": f"{service.standin_url}{last['path']}",
+            "headers": headers,
+            "body": last["body"],
+        }
     return wires
 
 
 # --- one run, the summary ----------------------------------------------------------------------
 
 
-def one_run(service: Service, token: str, wires: dict[str, dict[str, Any]], run: int, args: argparse.Namespace, queues: Queues) -> dict[str, float]:
+def one_run(
+    service: Service,
+    token: str,
+    wires: dict[str, dict[str, Any]],
+    run: int,
+    args: argparse.Namespace,
+    queues: Queues,
+) -> dict[str, float]:
     out: dict[str, float] = {}
     for mode, stream in MODES.items():
-        values = one_mode(service, token, wires[mode], f"run {run + 1}, {mode}", f"r{run}-{mode}", stream, args, queues)
+        values = one_mode(
+            service,
+            token,
+            wires[mode],
+            f"run {run + 1}, {mode}",
+            f"r{run}-{mode}",
+            stream,
+            args,
+            queues,
+        )
         out.update({f"{mode}.{k}": v for k, v in values.items()})
     return out
 
 
-def one_mode(service: Service, token: str, wire: dict[str, Any], label: str, prefix: str, stream: bool, args: argparse.Namespace, queues: Queues) -> dict[str, float]:
+def one_mode(
+    service: Service,
+    token: str,
+    wire: dict[str, Any],
+    label: str,
+    prefix: str,
+    stream: bool,
+    args: argparse.Namespace,
+    queues: Queues,
+) -> dict[str, float]:
     names = [f"{prefix}-{i}" for i in range(args.agents)]
     worker_names = [f"{prefix}-w{i}" for i in range(args.agents)]
     intake_names = [f"{prefix}-i{i}" for i in range(args.agents)]
@@ -831,14 +1150,30 @@ def one_mode(service: Service, token: str, wire: dict[str, Any], label: str, pre
     lone_name = f"{prefix}-lone"
 
     def create() -> dict[str, float]:
-        api_create(service.base, token, "/agents", agent_bodies([*names, *worker_names, *intake_names, *orm_names, lone_name], stream), args.timeout)
+        api_create(
+            service.base,
+            token,
+            "/agents",
+            agent_bodies([*names, *worker_names, *intake_names, *orm_names, lone_name], stream),
+            args.timeout,
+        )
         return {}
 
     phases: list[tuple[str, Callable[[], dict[str, float]]]] = [
         ("creating the agents", create),
         ("direct calls", lambda: direct(service.processes, wire, args.agents, args.timeout)),
-        ("bare tasks", lambda: bare_burst(service, wire, args.agents, f"{TAG}:{prefix}", queues.bare, args.timeout)),
-        ("ORM tasks", lambda: orm_burst(service, wire, orm_names, f"{TAG}:{prefix}:orm", queues.orm, args.timeout)),
+        (
+            "bare tasks",
+            lambda: bare_burst(
+                service, wire, args.agents, f"{TAG}:{prefix}", queues.bare, args.timeout
+            ),
+        ),
+        (
+            "ORM tasks",
+            lambda: orm_burst(
+                service, wire, orm_names, f"{TAG}:{prefix}:orm", queues.orm, args.timeout
+            ),
+        ),
         ("API burst", lambda: turns_burst(service, token, names, args.timeout)),
         ("worker burst", lambda: worker_burst(service, worker_names, args.timeout)),
         ("intake alone", lambda: intake_alone(service, token, intake_names, args.timeout)),
@@ -861,7 +1196,9 @@ def one_mode(service: Service, token: str, wire: dict[str, Any], label: str, pre
     # (api_burst_cpu_per_turn_ms).
     baseline, share = TARGETS["streamed" if stream else "non_streamed"]
     values["target_turns_per_s"] = share * values[f"{baseline}_per_s"]
-    values["target_cpu_budget_per_turn_ms"] = (os.cpu_count() or 1) * 1000 / values["target_turns_per_s"]
+    values["target_cpu_budget_per_turn_ms"] = (
+        (os.cpu_count() or 1) * 1000 / values["target_turns_per_s"]
+    )
     return values
 
 
@@ -870,15 +1207,28 @@ def standin_verdict(median: dict[str, float]) -> dict[str, str]:
     it limited kept it near a full core busy, or ran near its own direct rate."""
     verdicts = {}
     for mode in MODES:
-        util = {what: median[f"{mode}.{key}"] for what, key in
-                (("API burst", "cpu_standin_util"), ("worker burst", "worker_cpu_standin_util"), ("bare tasks", "bare_cpu_standin_util"))}
-        share = max(median[f"{mode}.turns_per_s"], median[f"{mode}.worker_turns_per_s"]) / median[f"{mode}.direct_per_s"]
+        util = {
+            what: median[f"{mode}.{key}"]
+            for what, key in (
+                ("API burst", "cpu_standin_util"),
+                ("worker burst", "worker_cpu_standin_util"),
+                ("bare tasks", "bare_cpu_standin_util"),
+            )
+        }
+        share = (
+            max(median[f"{mode}.turns_per_s"], median[f"{mode}.worker_turns_per_s"])
+            / median[f"{mode}.direct_per_s"]
+        )
         busy = [what for what, u in util.items() if u >= STANDIN_LIMIT_UTIL]
         used = ", ".join(f"{u:.0%} of a core during the {what}" for what, u in util.items())
         if busy or share >= 0.8:
-            verdicts[mode] = f"the stand-in MAY HAVE BEEN THE LIMIT ({', '.join(busy) or 'the turns ran near its direct rate'}): it used {used}; the turns ran at {share:.0%} of its direct rate"
+            verdicts[mode] = (
+                f"the stand-in MAY HAVE BEEN THE LIMIT ({', '.join(busy) or 'the turns ran near its direct rate'}): it used {used}; the turns ran at {share:.0%} of its direct rate"
+            )
         else:
-            verdicts[mode] = f"the stand-in was not the limit: it used {used}; the faster turn burst ran at {share:.0%} of its direct rate"
+            verdicts[mode] = (
+                f"the stand-in was not the limit: it used {used}; the faster turn burst ran at {share:.0%} of its direct rate"
+            )
     return verdicts
 
 
@@ -893,7 +1243,11 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
 
     prepare_database()
-    os.environ.update(DATABASE_URL=bench_database_url(), REDIS_URL=bench_redis_url(), DJANGO_SETTINGS_MODULE="agentops.settings")
+    os.environ.update(
+        DATABASE_URL=bench_database_url(),
+        REDIS_URL=bench_redis_url(),
+        DJANGO_SETTINGS_MODULE="agentops.settings",
+    )
     queues = Queues(f"{TAG}-service", f"{TAG}-bare", f"{TAG}-orm")
     os.environ["AGENTOPS_CELERY_QUEUE"] = queues.service
     import django
@@ -901,10 +1255,16 @@ def main() -> None:
 
     django.setup()
     # The bare and ORM workers get the service's Celery settings, each with its own queue.
-    bare_conf = {k.removeprefix("CELERY_").lower(): getattr(settings, k) for k in dir(settings) if k.startswith("CELERY_") and k != "CELERY_BEAT_SCHEDULE"}
+    bare_conf = {
+        k.removeprefix("CELERY_").lower(): getattr(settings, k)
+        for k in dir(settings)
+        if k.startswith("CELERY_") and k != "CELERY_BEAT_SCHEDULE"
+    }
     bare_conf["task_default_queue"] = queues.bare
     orm_conf = dict(bare_conf, task_default_queue=queues.orm)
-    os.environ["TBENCH_CELERY_CONF"] = json.dumps(bare_conf)  # read when the bench imports the bare app to send with it
+    os.environ["TBENCH_CELERY_CONF"] = json.dumps(
+        bare_conf
+    )  # read when the bench imports the bare app to send with it
 
     logs = Path(tempfile.mkdtemp(prefix=f"{TAG}-"))
     children = Children(logs)
@@ -915,24 +1275,44 @@ def main() -> None:
         from agentops.tokens import api_token_create
 
         token = api_token_create(name=TAG, operator=True)[1]
-        api_create(service.base, token, "/providers", [{"name": "standin", "kind": "openai", "base_url": f"{service.standin_url}/v1"}], args.timeout)
+        api_create(
+            service.base,
+            token,
+            "/providers",
+            [{"name": "standin", "kind": "openai", "base_url": f"{service.standin_url}/v1"}],
+            args.timeout,
+        )
         DOING[0] = "warming up"
         wires = warm_up(service, token, args.timeout)
-        for mode, stream in MODES.items():  # the bare and ORM workers' and this process's first calls, not measured
+        for (
+            mode,
+            stream,
+        ) in (
+            MODES.items()
+        ):  # the bare and ORM workers' and this process's first calls, not measured
             bare_burst(service, wires[mode], 10, f"{TAG}:warm:{mode}", queues.bare, args.timeout)
             warm_orm = [f"warm-orm-{mode}-{i}" for i in range(10)]
             api_create(service.base, token, "/agents", agent_bodies(warm_orm, stream), args.timeout)
-            orm_burst(service, wires[mode], warm_orm, f"{TAG}:warm:{mode}:orm", queues.orm, args.timeout)
+            orm_burst(
+                service, wires[mode], warm_orm, f"{TAG}:warm:{mode}:orm", queues.orm, args.timeout
+            )
             direct(service.processes, wires[mode], 10, args.timeout)
         for run in range(args.repeat):
             values = one_run(service, token, wires, run, args, queues)
-            print(f"run {run + 1}: {json.dumps({k: round(v, 3) for k, v in values.items()})}", flush=True)
+            print(
+                f"run {run + 1}: {json.dumps({k: round(v, 3) for k, v in values.items()})}",
+                flush=True,
+            )
             results.append(values)
         ok = True
     except (BenchError, httpx.HTTPError) as exc:
-        raise SystemExit(f"turns bench stopped while {DOING[0]}: {type(exc).__name__}: {exc}\n(the processes' logs: {logs})") from None
+        raise SystemExit(
+            f"turns bench stopped while {DOING[0]}: {type(exc).__name__}: {exc}\n(the processes' logs: {logs})"
+        ) from None
     except KeyboardInterrupt:
-        raise SystemExit(f"turns bench: interrupted while {DOING[0]} (the processes' logs: {logs})") from None
+        raise SystemExit(
+            f"turns bench: interrupted while {DOING[0]} (the processes' logs: {logs})"
+        ) from None
     finally:
         children.stop()
         _redis_cleanup(*queues)
@@ -946,7 +1326,11 @@ def _log_problems(logs: Path) -> dict[str, Any]:
     """Per process log, how many lines say ERROR or Traceback, and the first few of them."""
     found: dict[str, Any] = {}
     for log in sorted(logs.glob("*.log")):
-        lines = [line for line in log.read_text(errors="replace").splitlines() if "ERROR" in line or "Traceback" in line]
+        lines = [
+            line
+            for line in log.read_text(errors="replace").splitlines()
+            if "ERROR" in line or "Traceback" in line
+        ]
         if lines:
             found[log.stem] = {"lines": len(lines), "first": [line[:300] for line in lines[:5]]}
     return found
@@ -965,19 +1349,30 @@ def _redis_cleanup(*queues: str) -> None:
         print(f"could not remove this run's Redis keys: {exc}", file=sys.stderr)
 
 
-def report(args: argparse.Namespace, results: list[dict[str, float]], pools: dict[str, str], problems: dict[str, Any]) -> None:
+def report(
+    args: argparse.Namespace,
+    results: list[dict[str, float]],
+    pools: dict[str, str],
+    problems: dict[str, Any],
+) -> None:
     median = {k: statistics.median(r[k] for r in results) for k in results[0]}
     verdicts = standin_verdict(median)
     summary = {
         "what": "issue 15, turn throughput: turns/s vs a bare Celery task's calls/s and an ORM Celery task's turns/s in the same run; a lone turn beyond its call",
         "targets": {
-            **{mode: f"API burst turns/s >= {share} x the {BASELINE_NAMES[baseline]} tasks/s" for mode, (baseline, share) in TARGETS.items()},
+            **{
+                mode: f"API burst turns/s >= {share} x the {BASELINE_NAMES[baseline]} tasks/s"
+                for mode, (baseline, share) in TARGETS.items()
+            },
             "lone": f"a lone turn beyond its call p50 <= {LONE_TARGET_MS} ms",
         },
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
         "commit": _git_commit(),
-        "agents": args.agents, "lone": args.lone, "runs": args.repeat,
-        "worker_pool": pools, "cpus": os.cpu_count(),
+        "agents": args.agents,
+        "lone": args.lone,
+        "runs": args.repeat,
+        "worker_pool": pools,
+        "cpus": os.cpu_count(),
         "lone_measured_as": "submit: this process's clock just before the POST; succeeded: the turn's ended_at (same clock)",
         "standin": verdicts,
         "log_errors": problems,
@@ -993,37 +1388,57 @@ def report(args: argparse.Namespace, results: list[dict[str, float]], pools: dic
             return ", ".join(f"{r[f'{mode}.{key}']:.{digits}f}" for r in results)
 
         baseline, share = TARGETS[mode]
-        print(f"{mode}: turns through the API {m[f'{mode}.turns_per_s']:.1f}/s ({runs('turns_per_s')}), bare tasks {m[f'{mode}.bare_per_s']:.1f}/s "
-              f"({runs('bare_per_s')}), ORM tasks {m[f'{mode}.orm_per_s']:.1f}/s ({runs('orm_per_s')}), direct calls {m[f'{mode}.direct_per_s']:.1f}/s ({runs('direct_per_s')}); "
-              f"target: turns >= {share:g} x the {BASELINE_NAMES[baseline]} tasks, {m[f'{mode}.target_turns_per_s']:.1f}/s")
-        print(f"  turns/bare {m[f'{mode}.ratio_turns_to_bare']:.2f} ({runs('ratio_turns_to_bare', digits=2)}), turns/ORM {m[f'{mode}.turns_to_orm']:.2f} ({runs('turns_to_orm', digits=2)}); "
-              f"turns queued in one commit {m[f'{mode}.worker_turns_per_s']:.1f}/s ({runs('worker_turns_per_s')}), /bare {m[f'{mode}.ratio_worker_turns_to_bare']:.2f} "
-              f"({runs('ratio_worker_turns_to_bare', digits=2)}), /ORM {m[f'{mode}.worker_to_orm']:.2f} ({runs('worker_to_orm', digits=2)})")
-        print(f"  API burst: submit to succeeded p50 {m[f'{mode}.submit_to_succeeded_p50_ms']:.0f} ms, p99 {m[f'{mode}.submit_to_succeeded_p99_ms']:.0f} ms; "
-              f"submit to created p50 {m[f'{mode}.submit_to_created_p50_ms']:.0f} ms (all taken in {m[f'{mode}.submit_span_s']:.1f} s, {m[f'{mode}.submit_503_retries']:.0f} 503s), "
-              f"created to sent p50 {m[f'{mode}.created_to_sent_p50_ms']:.0f} ms, call p50 {m[f'{mode}.call_duration_p50_ms']:.1f} ms, "
-              f"call end to turn end p50 {m[f'{mode}.call_end_to_turn_end_p50_ms']:.1f} ms")
-        print(f"  worker burst: commit to succeeded p50 {m[f'{mode}.worker_commit_to_succeeded_p50_ms']:.0f} ms, p99 {m[f'{mode}.worker_commit_to_succeeded_p99_ms']:.0f} ms; "
-              f"commit to sent p50 {m[f'{mode}.worker_commit_to_sent_p50_ms']:.0f} ms, call end to turn end p50 {m[f'{mode}.worker_call_end_to_turn_end_p50_ms']:.0f} ms; "
-              f"worker CPU {m[f'{mode}.worker_cpu_per_turn_ms']:.1f} ms a turn ({m[f'{mode}.worker_cpu_worker_s']:.1f} s in {args.agents / m[f'{mode}.worker_turns_per_s']:.1f} s), "
-              f"bare worker {m[f'{mode}.bare_cpu_per_task_ms']:.1f} ms a task")
-        print(f"  ORM tasks: ORM worker CPU {m[f'{mode}.orm_cpu_per_task_ms']:.1f} ms a task ({runs('orm_cpu_per_task_ms')}), postgres (bench db) "
-              f"{m[f'{mode}.orm_cpu_postgres_per_task_ms']:.1f} ms a task; task p50 {m[f'{mode}.orm_task_p50_ms']:.1f} ms, its call p50 {m[f'{mode}.orm_call_p50_ms']:.1f} ms, "
-              f"call end to turn end p50 {m[f'{mode}.orm_call_end_to_turn_end_p50_ms']:.1f} ms")
-        print(f"  the web app alone (worker stopped): {m[f'{mode}.intake_per_s']:.1f} turns accepted/s ({runs('intake_per_s')}), "
-              f"/bare {m[f'{mode}.ratio_intake_to_bare']:.2f} ({runs('ratio_intake_to_bare', digits=2)}); CPU a turn: web "
-              f"{m[f'{mode}.intake_cpu_web_per_turn_ms']:.1f} ms, postgres {m[f'{mode}.intake_cpu_postgres_per_turn_ms']:.1f} ms, "
-              f"this bench {m[f'{mode}.intake_cpu_bench_per_turn_ms']:.1f} ms")
-        print(f"  a request refused 401 (no view): web CPU {m[f'{mode}.refused_cpu_web_per_request_ms']:.1f} ms ({runs('refused_cpu_web_per_request_ms')}); "
-              f"the machine's CPU a turn at the target (cores / the target rate) {m[f'{mode}.target_cpu_budget_per_turn_ms']:.1f} ms, "
-              f"used a turn in the API burst {m[f'{mode}.api_burst_cpu_per_turn_ms']:.1f} ms ({runs('api_burst_cpu_per_turn_ms')})")
-        print(f"  CPU during the API burst: worker {m[f'{mode}.cpu_worker_s']:.1f} s, web {m[f'{mode}.cpu_web_s']:.1f} s, stand-in {m[f'{mode}.cpu_standin_s']:.1f} s, "
-              f"postgres (bench db) {m[f'{mode}.cpu_postgres_s']:.1f} s, this bench {m[f'{mode}.cpu_bench_s']:.1f} s, the rest of the machine {m[f'{mode}.cpu_others_s']:.1f} s")
-        print(f"  lone turn beyond its call p50 {m[f'{mode}.lone_beyond_call_p50_ms']:.1f} ms ({runs('lone_beyond_call_p50_ms')}), "
-              f"p99 {m[f'{mode}.lone_beyond_call_p99_ms']:.1f} ms (target p50 <= {LONE_TARGET_MS} ms; submit before the POST to the turn's ended_at)")
+        print(
+            f"{mode}: turns through the API {m[f'{mode}.turns_per_s']:.1f}/s ({runs('turns_per_s')}), bare tasks {m[f'{mode}.bare_per_s']:.1f}/s "
+            f"({runs('bare_per_s')}), ORM tasks {m[f'{mode}.orm_per_s']:.1f}/s ({runs('orm_per_s')}), direct calls {m[f'{mode}.direct_per_s']:.1f}/s ({runs('direct_per_s')}); "
+            f"target: turns >= {share:g} x the {BASELINE_NAMES[baseline]} tasks, {m[f'{mode}.target_turns_per_s']:.1f}/s"
+        )
+        print(
+            f"  turns/bare {m[f'{mode}.ratio_turns_to_bare']:.2f} ({runs('ratio_turns_to_bare', digits=2)}), turns/ORM {m[f'{mode}.turns_to_orm']:.2f} ({runs('turns_to_orm', digits=2)}); "
+            f"turns queued in one commit {m[f'{mode}.worker_turns_per_s']:.1f}/s ({runs('worker_turns_per_s')}), /bare {m[f'{mode}.ratio_worker_turns_to_bare']:.2f} "
+            f"({runs('ratio_worker_turns_to_bare', digits=2)}), /ORM {m[f'{mode}.worker_to_orm']:.2f} ({runs('worker_to_orm', digits=2)})"
+        )
+        print(
+            f"  API burst: submit to succeeded p50 {m[f'{mode}.submit_to_succeeded_p50_ms']:.0f} ms, p99 {m[f'{mode}.submit_to_succeeded_p99_ms']:.0f} ms; "
+            f"submit to created p50 {m[f'{mode}.submit_to_created_p50_ms']:.0f} ms (all taken in {m[f'{mode}.submit_span_s']:.1f} s, {m[f'{mode}.submit_503_retries']:.0f} 503s), "
+            f"created to sent p50 {m[f'{mode}.created_to_sent_p50_ms']:.0f} ms, call p50 {m[f'{mode}.call_duration_p50_ms']:.1f} ms, "
+            f"call end to turn end p50 {m[f'{mode}.call_end_to_turn_end_p50_ms']:.1f} ms"
+        )
+        print(
+            f"  worker burst: commit to succeeded p50 {m[f'{mode}.worker_commit_to_succeeded_p50_ms']:.0f} ms, p99 {m[f'{mode}.worker_commit_to_succeeded_p99_ms']:.0f} ms; "
+            f"commit to sent p50 {m[f'{mode}.worker_commit_to_sent_p50_ms']:.0f} ms, call end to turn end p50 {m[f'{mode}.worker_call_end_to_turn_end_p50_ms']:.0f} ms; "
+            f"worker CPU {m[f'{mode}.worker_cpu_per_turn_ms']:.1f} ms a turn ({m[f'{mode}.worker_cpu_worker_s']:.1f} s in {args.agents / m[f'{mode}.worker_turns_per_s']:.1f} s), "
+            f"bare worker {m[f'{mode}.bare_cpu_per_task_ms']:.1f} ms a task"
+        )
+        print(
+            f"  ORM tasks: ORM worker CPU {m[f'{mode}.orm_cpu_per_task_ms']:.1f} ms a task ({runs('orm_cpu_per_task_ms')}), postgres (bench db) "
+            f"{m[f'{mode}.orm_cpu_postgres_per_task_ms']:.1f} ms a task; task p50 {m[f'{mode}.orm_task_p50_ms']:.1f} ms, its call p50 {m[f'{mode}.orm_call_p50_ms']:.1f} ms, "
+            f"call end to turn end p50 {m[f'{mode}.orm_call_end_to_turn_end_p50_ms']:.1f} ms"
+        )
+        print(
+            f"  the web app alone (worker stopped): {m[f'{mode}.intake_per_s']:.1f} turns accepted/s ({runs('intake_per_s')}), "
+            f"/bare {m[f'{mode}.ratio_intake_to_bare']:.2f} ({runs('ratio_intake_to_bare', digits=2)}); CPU a turn: web "
+            f"{m[f'{mode}.intake_cpu_web_per_turn_ms']:.1f} ms, postgres {m[f'{mode}.intake_cpu_postgres_per_turn_ms']:.1f} ms, "
+            f"this bench {m[f'{mode}.intake_cpu_bench_per_turn_ms']:.1f} ms"
+        )
+        print(
+            f"  a request refused 401 (no view): web CPU {m[f'{mode}.refused_cpu_web_per_request_ms']:.1f} ms ({runs('refused_cpu_web_per_request_ms')}); "
+            f"the machine's CPU a turn at the target (cores / the target rate) {m[f'{mode}.target_cpu_budget_per_turn_ms']:.1f} ms, "
+            f"used a turn in the API burst {m[f'{mode}.api_burst_cpu_per_turn_ms']:.1f} ms ({runs('api_burst_cpu_per_turn_ms')})"
+        )
+        print(
+            f"  CPU during the API burst: worker {m[f'{mode}.cpu_worker_s']:.1f} s, web {m[f'{mode}.cpu_web_s']:.1f} s, stand-in {m[f'{mode}.cpu_standin_s']:.1f} s, "
+            f"postgres (bench db) {m[f'{mode}.cpu_postgres_s']:.1f} s, this bench {m[f'{mode}.cpu_bench_s']:.1f} s, the rest of the machine {m[f'{mode}.cpu_others_s']:.1f} s"
+        )
+        print(
+            f"  lone turn beyond its call p50 {m[f'{mode}.lone_beyond_call_p50_ms']:.1f} ms ({runs('lone_beyond_call_p50_ms')}), "
+            f"p99 {m[f'{mode}.lone_beyond_call_p99_ms']:.1f} ms (target p50 <= {LONE_TARGET_MS} ms; submit before the POST to the turn's ended_at)"
+        )
         print(f"  {verdicts[mode]}")
     for name, found in problems.items():
-        print(f"the {name} process logged {found['lines']} ERROR/Traceback lines, first: {found['first'][0]}")
+        print(
+            f"the {name} process logged {found['lines']} ERROR/Traceback lines, first: {found['first'][0]}"
+        )
     RESULTS_DIR.mkdir(exist_ok=True)
     out = RESULTS_DIR / f"turns-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
     out.write_text(json.dumps(summary, indent=2) + "\n")
@@ -1031,8 +1446,15 @@ def report(args: argparse.Namespace, results: list[dict[str, float]], pools: dic
 
 
 def _git_commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=BASE_DIR, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=BASE_DIR, capture_output=True, text=True).stdout.strip()
+    done = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=BASE_DIR, capture_output=True, text=True
+    )
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=BASE_DIR,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     return done.stdout.strip() + ("-dirty" if dirty else "")
 
 

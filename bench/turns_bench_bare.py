@@ -45,7 +45,9 @@ def results_redis(broker_url: str) -> redis.Redis:
 
 
 @app.task(name="tbench.bare_call")
-def bare_call(key: str, index: int, url: str, headers: dict[str, str], body: dict[str, Any]) -> None:
+def bare_call(
+    key: str, index: int, url: str, headers: dict[str, str], body: dict[str, Any]
+) -> None:
     """POST ``body`` to ``url`` and read the answer to its end (every SSE line when streamed),
     then push ``{index, started, ended, status}`` (unix seconds) onto the Redis list ``key``."""
     started = time.time()
@@ -59,4 +61,6 @@ def bare_call(key: str, index: int, url: str, headers: dict[str, str], body: dic
         response.json()
         status = response.status_code
     ended = time.time()
-    results_redis(str(app.conf.broker_url)).rpush(key, json.dumps({"index": index, "started": started, "ended": ended, "status": status}))
+    results_redis(str(app.conf.broker_url)).rpush(
+        key, json.dumps({"index": index, "started": started, "ended": ended, "status": status})
+    )

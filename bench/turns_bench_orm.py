@@ -42,7 +42,10 @@ from inference.models import AgentLease, InferenceCall, Turn  # noqa: E402
 app = Celery("tbench_orm")
 app.conf.update(json.loads(os.environ.get("TBENCH_CELERY_CONF", "{}")))
 
-def _call(url: str, headers: dict[str, str], body: dict[str, Any]) -> tuple[int, str, str, dict[str, Any]]:
+
+def _call(
+    url: str, headers: dict[str, str], body: dict[str, Any]
+) -> tuple[int, str, str, dict[str, Any]]:
     """The bare task's call, its answer read as a user must to store it (OpenAI chat
     completions, streamed or not): (status, text, finish reason, usage)."""
     text: list[str] = []
@@ -72,7 +75,9 @@ def _call(url: str, headers: dict[str, str], body: dict[str, Any]) -> tuple[int,
 
 
 @app.task(name="tbench.orm_turn")
-def orm_turn(key: str, index: int, turn_id: int, url: str, headers: dict[str, str], body: dict[str, Any]) -> None:
+def orm_turn(
+    key: str, index: int, turn_id: int, url: str, headers: dict[str, str], body: dict[str, Any]
+) -> None:
     """Run the queued turn ``turn_id`` (its call: ``body`` POSTed to ``url``) and record its
     rows with the ORM, then push ``{index, started, ended, status}`` (unix seconds) onto the
     Redis list ``key``, as the bare task does."""
@@ -81,7 +86,11 @@ def orm_turn(key: str, index: int, turn_id: int, url: str, headers: dict[str, st
     turn = Turn.objects.select_related("agent").get(pk=turn_id)
     agent = turn.agent
     # The agent's lease: one turn at a time per agent (its primary key is the agent).
-    AgentLease.objects.create(agent=agent, owner=owner, until=timezone.now() + timedelta(milliseconds=settings.AGENTOPS_TURN_LEASE_MS))
+    AgentLease.objects.create(
+        agent=agent,
+        owner=owner,
+        until=timezone.now() + timedelta(milliseconds=settings.AGENTOPS_TURN_LEASE_MS),
+    )
     try:
         turn.status = Turn.Status.RUNNING
         turn.started_at = timezone.now()
@@ -89,8 +98,13 @@ def orm_turn(key: str, index: int, turn_id: int, url: str, headers: dict[str, st
         turn.attempts += 1
         turn.save(update_fields=["status", "started_at", "claimed_by", "attempts"])
         call = InferenceCall.objects.create(
-            turn=turn, agent=agent, kind=InferenceCall.Kind.PRIMARY, model=body["model"], streamed=bool(body.get("stream")),
-            max_tokens=body.get("max_tokens") or body.get("max_completion_tokens"), sent_at=timezone.now(),
+            turn=turn,
+            agent=agent,
+            kind=InferenceCall.Kind.PRIMARY,
+            model=body["model"],
+            streamed=bool(body.get("stream")),
+            max_tokens=body.get("max_tokens") or body.get("max_completion_tokens"),
+            sent_at=timezone.now(),
         )
         status, text, stop, usage = _call(url, headers, body)
         ok = status == 200
@@ -100,14 +114,31 @@ def orm_turn(key: str, index: int, turn_id: int, url: str, headers: dict[str, st
         call.input_tokens = usage.get("prompt_tokens")
         call.output_tokens = usage.get("completion_tokens")
         call.error = None if ok else {"status": status}
-        call.save(update_fields=["ended_at", "outcome", "stop_reason", "input_tokens", "output_tokens", "error"])
+        call.save(
+            update_fields=[
+                "ended_at",
+                "outcome",
+                "stop_reason",
+                "input_tokens",
+                "output_tokens",
+                "error",
+            ]
+        )
         with transaction.atomic():
             # The agent's row locked while the answer takes the next sequence number (a
             # submit appending the user's messages meanwhile takes it after).
             Agent.objects.select_for_update().only("id").get(pk=agent.pk)
             if ok:
-                seq = (HistoryRow.objects.filter(agent=agent).aggregate(last=Max("seq"))["last"] or 0) + 1
-                HistoryRow.objects.create(agent=agent, seq=seq, participant=agent.participant, role=HistoryRow.Role.ASSISTANT, content=[{"type": "text", "text": text}])
+                seq = (
+                    HistoryRow.objects.filter(agent=agent).aggregate(last=Max("seq"))["last"] or 0
+                ) + 1
+                HistoryRow.objects.create(
+                    agent=agent,
+                    seq=seq,
+                    participant=agent.participant,
+                    role=HistoryRow.Role.ASSISTANT,
+                    content=[{"type": "text", "text": text}],
+                )
             turn.status = Turn.Status.SUCCEEDED if ok else Turn.Status.FAILED
             turn.output = {"content": text, "stop_reason": stop, "tool_calls": []} if ok else None
             turn.error = None if ok else {"status": status}
@@ -117,4 +148,6 @@ def orm_turn(key: str, index: int, turn_id: int, url: str, headers: dict[str, st
     finally:
         AgentLease.objects.filter(agent=agent, owner=owner).delete()
     ended = time.time()
-    results_redis(str(app.conf.broker_url)).rpush(key, json.dumps({"index": index, "started": started, "ended": ended, "status": status}))
+    results_redis(str(app.conf.broker_url)).rpush(
+        key, json.dumps({"index": index, "started": started, "ended": ended, "status": status})
+    )

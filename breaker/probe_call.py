@@ -49,7 +49,9 @@ def probe_participant(agent: Agent) -> str:
     """The failed request's newest participant other than the agent, or a participant that is
     not the agent's when there is none (also when the agent itself is presented as ``User``)."""
     newest = (
-        HistoryRow.objects.filter(agent=agent, state=HistoryRow.State.PRESENTED, role=HistoryRow.Role.USER)
+        HistoryRow.objects.filter(
+            agent=agent, state=HistoryRow.State.PRESENTED, role=HistoryRow.Role.USER
+        )
         .exclude(participant=agent.participant)
         .order_by("-seq")
         .values_list("participant", flat=True)
@@ -62,23 +64,38 @@ def probe_participant(agent: Agent) -> str:
 
 def probe_request(failed: CompiledRequest, participant: str) -> CompiledRequest:
     """Every field of the failed request kept, its messages replaced by one, non-streamed."""
-    message = Message(role="user", blocks=[{"type": "text", "text": f"{participant}: {PROBE_TEXT}"}])
+    message = Message(
+        role="user", blocks=[{"type": "text", "text": f"{participant}: {PROBE_TEXT}"}]
+    )
     return replace(failed, messages=[message], stream=False)
 
 
-def probe_send(*, turn: Turn, failed: CompiledRequest, ticket: ProbeTicket, holding: Holding | None = None) -> ProbeOutcome:
+def probe_send(
+    *, turn: Turn, failed: CompiledRequest, ticket: ProbeTicket, holding: Holding | None = None
+) -> ProbeOutcome:
     """Send the probe and wait for it (off any event loop, outside any transaction). Never
     retried. A held model defers it without a call. ``holding`` is the drain's lease: the
     probe is aborted if it is lost while the probe is out."""
     agent = turn.agent
     if admission_check(agent=agent, model=failed.model, now_ms=time.time() * 1000) is not None:
-        deferred = ProviderCall.deferred(agent=agent, kind=InferenceCall.Kind.PROBE, model=failed.model, max_tokens=failed.max_tokens, turn=turn)
+        deferred = ProviderCall.deferred(
+            agent=agent,
+            kind=InferenceCall.Kind.PROBE,
+            model=failed.model,
+            max_tokens=failed.max_tokens,
+            turn=turn,
+        )
         return ProbeOutcome("deferred", None, deferred.pk)
-    call = ProviderCall(agent, probe_request(failed, probe_participant(agent)), InferenceCall.Kind.PROBE, turn=turn)
+    call = ProviderCall(
+        agent, probe_request(failed, probe_participant(agent)), InferenceCall.Kind.PROBE, turn=turn
+    )
     watch = Watch(abort_key=probe_abort_key(ticket.probe_id), holding=holding)
     result = background_loop().submit(_probe_run(call, watch)).result()
     outcomes: dict[str, Literal["answered", "error", "cut", "aborted"]] = {
-        "completed": "answered", "error": "error", "cut": "cut", "aborted": "aborted",
+        "completed": "answered",
+        "error": "error",
+        "cut": "cut",
+        "aborted": "aborted",
     }
     return ProbeOutcome(outcomes[result.outcome], result.error, call.row.pk)
 

@@ -33,7 +33,17 @@ logger = logging.getLogger(__name__)
 ProbeEndStatus = Literal["answered", "refused", "unclear", "set_aside", "aborted", "withdrawn"]
 
 # What a PATCH of the agent changes: a probe of the old configuration says nothing of the new.
-_CONFIG_FIELDS = ("provider_id", "model", "participant", "system", "max_tokens", "thinking_budget", "stream", "tools", "disposed_at")
+_CONFIG_FIELDS = (
+    "provider_id",
+    "model",
+    "participant",
+    "system",
+    "max_tokens",
+    "thinking_budget",
+    "stream",
+    "tools",
+    "disposed_at",
+)
 
 
 @dataclass(frozen=True)
@@ -64,9 +74,15 @@ def _snapshot(agent_id: int, streak_version: int) -> dict[str, Any]:
         last_edit=Max("edited_at"),
         last_set_aside=Max("set_aside_at"),
     )
-    turns = Turn.objects.filter(agent_id=agent_id).aggregate(newest=Max("id"), claims=Sum("attempts"))
+    turns = Turn.objects.filter(agent_id=agent_id).aggregate(
+        newest=Max("id"), claims=Sum("attempts")
+    )
     agent = Agent.objects.filter(pk=agent_id).values(*_CONFIG_FIELDS).first()
-    config = hashlib.sha256(json.dumps(agent, sort_keys=True, default=str).encode()).hexdigest() if agent else None
+    config = (
+        hashlib.sha256(json.dumps(agent, sort_keys=True, default=str).encode()).hexdigest()
+        if agent
+        else None
+    )
     return {
         "newest_row_id": rows["newest"],
         "row_count": rows["count"],
@@ -133,7 +149,11 @@ def breaker_probe_moved(*, ticket: ProbeTicket) -> str | None:
 
 
 def breaker_probe_end(
-    *, ticket: ProbeTicket, verdict: ProbeVerdict | Literal["aborted"], detail: str, shed_reason: str,
+    *,
+    ticket: ProbeTicket,
+    verdict: ProbeVerdict | Literal["aborted"],
+    detail: str,
+    shed_reason: str,
 ) -> ProbeEnd:
     """Record the probe's verdict, raise its alert, and shed when the answer stands.
 
@@ -151,23 +171,36 @@ def breaker_probe_end(
         if agent is None or state is None:
             return ProbeEnd("set_aside")
         if state.probe_id != ticket.probe_id or state.probe_status != BreakerState.ProbeStatus.OUT:
-            logger.info("breaker: agent %s: a probe that was no longer out ended (%s); ignored", agent.name, verdict)
+            logger.info(
+                "breaker: agent %s: a probe that was no longer out ended (%s); ignored",
+                agent.name,
+                verdict,
+            )
             return ProbeEnd("withdrawn")
         status: ProbeEndStatus = verdict
         moved = _moved(ticket, state)
         if moved is not None:
             status = "set_aside"
-            detail = f"set aside: {moved} while the probe was out; the answer was {verdict}: {detail}"
+            detail = (
+                f"set aside: {moved} while the probe was out; the answer was {verdict}: {detail}"
+            )
         state.probe_status = status
         state.probe_verdict = bound_text(detail, FAILURE_TEXT_LIMIT)
         state.save(update_fields=["probe_status", "probe_verdict"])
         if status in ("refused", "unclear", "aborted"):
             _raise_history_kept(agent=agent, refused=status == "refused", detail=detail)
-        shed = shed_locked(agent=agent, state=state, reason=shed_reason) if status == "answered" else None
+        shed = (
+            shed_locked(agent=agent, state=state, reason=shed_reason)
+            if status == "answered"
+            else None
+        )
     if status == "set_aside":
         logger.warning(
             "[inference-rewind] agent %s model %s: the probe's answer was set aside because %s; "
-            "nothing was shed and no retry was queued, the next failure decides", agent.name, agent.model, moved,
+            "nothing was shed and no retry was queued, the next failure decides",
+            agent.name,
+            agent.model,
+            moved,
         )
     return ProbeEnd(status, shed)
 
@@ -188,6 +221,10 @@ def _raise_history_kept(*, agent: Agent, refused: bool, detail: str) -> None:
     # On commit: the line says what the committed state is, not what a rollback undid.
     transaction.on_commit(lambda: logger.warning("[inference-rewind] %s", message))
     alert_raise(
-        kind="history-kept", agent=agent.name, model=agent.model, verdict="refused" if refused else "unclear",
-        message=message, data={"detail": bound_text(detail, 500)},
+        kind="history-kept",
+        agent=agent.name,
+        model=agent.model,
+        verdict="refused" if refused else "unclear",
+        message=message,
+        data={"detail": bound_text(detail, 500)},
     )

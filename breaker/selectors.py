@@ -18,7 +18,11 @@ def breaker_out(*, agent: Agent) -> dict[str, Any]:
     state = BreakerState.objects.filter(agent_id=agent.pk).first()
     probe = None
     if state is not None and state.probe_status:
-        probe = {"status": state.probe_status, "sent_at": state.probe_sent_at, "verdict": state.probe_verdict or None}
+        probe = {
+            "status": state.probe_status,
+            "sent_at": state.probe_sent_at,
+            "verdict": state.probe_verdict or None,
+        }
     rows = HistoryRow.objects.filter(agent=agent, state=HistoryRow.State.SET_ASIDE).order_by("seq")
     return {
         "streak": state.streak if state else 0,

@@ -46,7 +46,11 @@ def _threshold() -> int:
 
 
 def _failure_text(failure_type: str, http_status: int | None) -> str:
-    return f"{failure_type} at HTTP {http_status}" if http_status is not None else f"{failure_type} (no HTTP status)"
+    return (
+        f"{failure_type} at HTTP {http_status}"
+        if http_status is not None
+        else f"{failure_type} (no HTTP status)"
+    )
 
 
 def _hard_down_message(*, agent: Agent, streak: int, failure: str, action: BreakerAction) -> str:
@@ -64,7 +68,9 @@ def _hard_down_message(*, agent: Agent, streak: int, failure: str, action: Break
     )
 
 
-def breaker_note_failure(*, agent: Agent, failure_type: str, http_status: int | None) -> BreakerStep:
+def breaker_note_failure(
+    *, agent: Agent, failure_type: str, http_status: int | None
+) -> BreakerStep:
     """Count one terminal failed turn (architecture.md §7.1): the streak grows, a probe still out is
     withdrawn, and from the threshold on every failure raises a ``hard-down`` alert. The
     returned action is NOTHING below the threshold and for a disposed agent."""
@@ -82,21 +88,34 @@ def breaker_note_failure(*, agent: Agent, failure_type: str, http_status: int | 
                 http_status=http_status,
                 sheds_this_run=state.sheds_this_run,
                 shed_cap=shed_cap(),
-                probe_answered_this_run=state.sheds_this_run > 0 or state.probe_status == BreakerState.ProbeStatus.ANSWERED,
+                probe_answered_this_run=state.sheds_this_run > 0
+                or state.probe_status == BreakerState.ProbeStatus.ANSWERED,
                 rows_left=sheddable_rows(agent).exists(),
             )
         state.save()
         failure = _failure_text(failure_type, http_status)
         if hard_down:
             alert_raise(
-                kind="hard-down", agent=agent.name, model=agent.model,
-                message=_hard_down_message(agent=agent, streak=state.streak, failure=failure, action=action),
-                data={"streak": state.streak, "failure_type": failure_type, "http_status": http_status, "action": action.value},
+                kind="hard-down",
+                agent=agent.name,
+                model=agent.model,
+                message=_hard_down_message(
+                    agent=agent, streak=state.streak, failure=failure, action=action
+                ),
+                data={
+                    "streak": state.streak,
+                    "failure_type": failure_type,
+                    "http_status": http_status,
+                    "action": action.value,
+                },
             )
     if action in (BreakerAction.STOP_CAP, BreakerAction.STOP_EMPTY):
         logger.warning(
             "breaker: agent %s model %s: %d failures in a row (%s); stopped shedding: %s",
-            agent.name, agent.model, state.streak, failure,
+            agent.name,
+            agent.model,
+            state.streak,
+            failure,
             "at the shed cap" if action == BreakerAction.STOP_CAP else "nothing left to set aside",
         )
     return BreakerStep(streak=state.streak, action=action, hard_down=hard_down)
@@ -110,7 +129,8 @@ def breaker_note_success(*, agent: Agent) -> None:
         # Hand-written (``agentops.rows``): every completed turn reads it, most find no row.
         found = rows.instances(
             f"SELECT {rows.columns(BreakerState, 'b')} FROM {BreakerState._meta.db_table} b WHERE b.agent_id = %s FOR UPDATE",
-            [agent.pk], BreakerState,
+            [agent.pk],
+            BreakerState,
         )
         if not found:
             return
@@ -120,7 +140,9 @@ def breaker_note_success(*, agent: Agent) -> None:
             state.streak_version += 1
         state.sheds_this_run = 0
         state.marker_row = None
-        if not _withdraw_locked(state, "a completed call ended the run of failures while it was out"):
+        if not _withdraw_locked(
+            state, "a completed call ended the run of failures while it was out"
+        ):
             state.probe_status = BreakerState.ProbeStatus.NONE
         state.save()
 
@@ -135,7 +157,11 @@ def _signal_abort(probe_id: uuid.UUID) -> None:
         abort_signal(settings.REDIS_URL, probe_abort_key(probe_id))
     except redis.RedisError:
         # The probe's end still finds it withdrawn and ignores its answer; this only ends the call sooner.
-        logger.warning("breaker: could not signal the withdrawal of probe %s to its call", probe_id, exc_info=True)
+        logger.warning(
+            "breaker: could not signal the withdrawal of probe %s to its call",
+            probe_id,
+            exc_info=True,
+        )
 
 
 def _withdraw_locked(state: BreakerState, reason: str) -> bool:
@@ -158,7 +184,12 @@ def breaker_probe_withdraw(*, agent: Agent, reason: str) -> bool:
         if state is None or not _withdraw_locked(state, reason):
             return False
         state.save(update_fields=["probe_status", "probe_verdict"])
-    logger.warning("breaker: agent %s model %s: the probe still out was withdrawn (%s)", agent.name, agent.model, reason)
+    logger.warning(
+        "breaker: agent %s model %s: the probe still out was withdrawn (%s)",
+        agent.name,
+        agent.model,
+        reason,
+    )
     return True
 
 
@@ -171,14 +202,24 @@ def history_row_restore(*, agent_name: str, row_id: int, actor: str, requester: 
         raise bad_field("requester", "must be a string")
     who = clean_requester(requester, limit=REQUESTER_LIMIT) if requester else ""
     with transaction.atomic():
-        agent = Agent.objects.select_for_update().filter(name=agent_name, disposed_at__isnull=True).first()
+        agent = (
+            Agent.objects.select_for_update()
+            .filter(name=agent_name, disposed_at__isnull=True)
+            .first()
+        )
         if agent is None:
             raise NotFound(f"no agent named {agent_name!r}", data={"field": "name"})
         row = HistoryRow.objects.select_for_update().filter(agent=agent, pk=row_id).first()
         if row is None:
-            raise NotFound(f"row_id: agent {agent_name!r} has no history row {row_id}", data={"field": "row_id"})
+            raise NotFound(
+                f"row_id: agent {agent_name!r} has no history row {row_id}",
+                data={"field": "row_id"},
+            )
         if row.state != HistoryRow.State.SET_ASIDE:
-            raise Conflict(f"history row {row_id} of agent {agent_name!r} is not set aside", data={"state": row.state})
+            raise Conflict(
+                f"history row {row_id} of agent {agent_name!r} is not set aside",
+                data={"state": row.state},
+            )
         previous = {
             "set_aside_at": row.set_aside_at.isoformat() if row.set_aside_at else None,
             "set_aside_by": row.set_aside_by,
@@ -190,13 +231,33 @@ def history_row_restore(*, agent_name: str, row_id: int, actor: str, requester: 
         row.set_aside_reason = ""
         row.save(update_fields=["state", "set_aside_at", "set_aside_by", "set_aside_reason"])
         AuditEntry.objects.create(
-            actor=actor[:220], action="history.restore", target=f"agent:{agent.name}/history:{row.pk}",
-            reason=who, data={"agent": agent.name, "row_id": row.pk, "seq": row.seq, "requester": who or None, **previous},
+            actor=actor[:220],
+            action="history.restore",
+            target=f"agent:{agent.name}/history:{row.pk}",
+            reason=who,
+            data={
+                "agent": agent.name,
+                "row_id": row.pk,
+                "seq": row.seq,
+                "requester": who or None,
+                **previous,
+            },
         )
-    logger.warning("history row #%s of agent %s restored by %s%s", row.seq, agent.name, actor, f" for {who}" if who else "")
+    logger.warning(
+        "history row #%s of agent %s restored by %s%s",
+        row.seq,
+        agent.name,
+        actor,
+        f" for {who}" if who else "",
+    )
     if telemetry.enabled:  # a span an operator finds by agent, under the request that restored
-        telemetry.tracer().start_span("agentops.breaker.restore", attributes={
-            "agentops.agent": agent.name, "agentops.history.row_id": row.pk, "agentops.history.seq": row.seq,
-            "agentops.restore.by": telemetry.bounded(actor),
-        }).end()
+        telemetry.tracer().start_span(
+            "agentops.breaker.restore",
+            attributes={
+                "agentops.agent": agent.name,
+                "agentops.history.row_id": row.pk,
+                "agentops.history.seq": row.seq,
+                "agentops.restore.by": telemetry.bounded(actor),
+            },
+        ).end()
     return row

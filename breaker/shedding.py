@@ -48,7 +48,9 @@ def state_locked(agent_id: int) -> BreakerState:
 
 
 def sheddable_rows(agent: Agent) -> Any:
-    return HistoryRow.objects.filter(agent=agent, state=HistoryRow.State.PRESENTED).exclude(role=HistoryRow.Role.SYSTEM_NOTE)
+    return HistoryRow.objects.filter(agent=agent, state=HistoryRow.State.PRESENTED).exclude(
+        role=HistoryRow.Role.SYSTEM_NOTE
+    )
 
 
 def _marker_text(count: int) -> str:
@@ -83,19 +85,31 @@ def shed_locked(*, agent: Agent, state: BreakerState, reason: str) -> ShedResult
     now = timezone.now()
     cap = shed_cap()
     if state.sheds_this_run >= cap:
-        transaction.on_commit(lambda: logger.warning(
-            "breaker: agent %s model %s: not shedding, %d turn(s) already set aside in this run of failures (the cap); "
-            "the history stays as it is until an operator looks (GET /agents/%s/breaker)", agent.name, agent.model, cap, agent.name,
-        ))
+        transaction.on_commit(
+            lambda: logger.warning(
+                "breaker: agent %s model %s: not shedding, %d turn(s) already set aside in this run of failures (the cap); "
+                "the history stays as it is until an operator looks (GET /agents/%s/breaker)",
+                agent.name,
+                agent.model,
+                cap,
+                agent.name,
+            )
+        )
         return ShedResult(sheds_this_run=state.sheds_this_run, stopped="cap")
     rows = _rows_to_shed(agent)
     if not rows:
-        transaction.on_commit(lambda: logger.warning(
-            "breaker: agent %s model %s: not shedding, nothing presented is left to set aside", agent.name, agent.model,
-        ))
+        transaction.on_commit(
+            lambda: logger.warning(
+                "breaker: agent %s model %s: not shedding, nothing presented is left to set aside",
+                agent.name,
+                agent.model,
+            )
+        )
         return ShedResult(sheds_this_run=state.sheds_this_run, stopped="empty")
     HistoryRow.objects.filter(pk__in=[r.pk for r in rows]).update(
-        state=HistoryRow.State.SET_ASIDE, set_aside_at=now, set_aside_by=SHED_BY,
+        state=HistoryRow.State.SET_ASIDE,
+        set_aside_at=now,
+        set_aside_by=SHED_BY,
         set_aside_reason=bound_text(reason, 500),
     )
     state.sheds_this_run += 1
@@ -106,16 +120,28 @@ def shed_locked(*, agent: Agent, state: BreakerState, reason: str) -> ShedResult
         marker.edited_at = now
         marker.save(update_fields=["content", "edited_at"])
     else:
-        marker = history_append(agent=agent, participant=MARKER_PARTICIPANT, role=HistoryRow.Role.SYSTEM_NOTE, content=text)
+        marker = history_append(
+            agent=agent,
+            participant=MARKER_PARTICIPANT,
+            role=HistoryRow.Role.SYSTEM_NOTE,
+            content=text,
+        )
     state.marker_row = marker
     state.save(update_fields=["sheds_this_run", "marker_row"])
     for row in rows:
         row.refresh_from_db()
     sheds = state.sheds_this_run
-    transaction.on_commit(lambda: logger.warning(
-        "[inference-rewind] agent %s model %s: set aside row(s) %s (%s); %d of %d shed(s) in this run",
-        agent.name, agent.model, ", ".join(f"#{r.seq}" for r in rows), reason, sheds, cap,
-    ))
+    transaction.on_commit(
+        lambda: logger.warning(
+            "[inference-rewind] agent %s model %s: set aside row(s) %s (%s); %d of %d shed(s) in this run",
+            agent.name,
+            agent.model,
+            ", ".join(f"#{r.seq}" for r in rows),
+            reason,
+            sheds,
+            cap,
+        )
+    )
     return ShedResult(rows=rows, marker=marker, sheds_this_run=sheds)
 
 

@@ -74,7 +74,11 @@ def bound_deadlines(state: CallState, settings: BoundsSettings) -> list[Deadline
     and the absolute bound; for a non-streamed call the whole-call bound alone."""
     allowance = settings.allowance_ms(state.max_tokens)
     if not state.streamed:
-        at = state.sent + (settings.setup_ms + allowance if state.max_tokens else max(settings.setup_ms, settings.flat_minimum_ms))
+        at = state.sent + (
+            settings.setup_ms + allowance
+            if state.max_tokens
+            else max(settings.setup_ms, settings.flat_minimum_ms)
+        )
         return [Deadline(at, Bound.WHOLE_CALL)]
     out: list[Deadline] = []
     if state.first_content is None:
@@ -89,7 +93,9 @@ def bound_deadlines(state: CallState, settings: BoundsSettings) -> list[Deadline
             at = max(at, state.thinking_start + allowance)
         out.append(Deadline(at, Bound.BETWEEN_EVENTS))
     anchor = state.last_model_event if state.last_model_event is not None else state.sent
-    out.append(Deadline(anchor + max(settings.setup_ms + allowance, settings.flat_minimum_ms), Bound.FLAT))
+    out.append(
+        Deadline(anchor + max(settings.setup_ms + allowance, settings.flat_minimum_ms), Bound.FLAT)
+    )
     out.append(Deadline(state.sent + settings.absolute_ms, Bound.ABSOLUTE))
     return out
 
@@ -122,7 +128,9 @@ def bound_setting(bound: Bound, state: CallState, settings: BoundsSettings) -> s
     return f"AGENTOPS_INFERENCE_BOUNDS.{setup_field}"
 
 
-def describe_cut(bound: Bound, state: CallState, deadline: Deadline, settings: BoundsSettings) -> str:
+def describe_cut(
+    bound: Bound, state: CallState, deadline: Deadline, settings: BoundsSettings
+) -> str:
     """The cut's message: which bound ran out, after how long, and the setting that raises it."""
     if bound is Bound.BEFORE_CONTENT:
         span = deadline.at - state.sent

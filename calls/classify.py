@@ -94,8 +94,12 @@ def stated_wait_ms(headers: Mapping[str, str], body: Any, now_ms: float) -> floa
         stated.append(clamp_wait(standard))
     elif "retry-after" in lower:
         stated.append(retry_after_header_ms(lower["retry-after"], now_ms))
-    stated += [clamp_wait(v) for name in MS_HEADERS if (v := wait_number(lower.get(name))) is not None]
-    stated += [retry_after_header_ms(lower[name], now_ms) for name in SECONDS_HEADERS if name in lower]
+    stated += [
+        clamp_wait(v) for name in MS_HEADERS if (v := wait_number(lower.get(name))) is not None
+    ]
+    stated += [
+        retry_after_header_ms(lower[name], now_ms) for name in SECONDS_HEADERS if name in lower
+    ]
     if stated:
         return longest(stated)
     err = _error_object(body)
@@ -149,7 +153,11 @@ THROTTLED_TYPES = frozenset({"throttling_error", "rate_limit_exceeded", "rate_li
 
 def _throttled(err: Mapping[str, Any]) -> bool:
     code, etype = err.get("code"), err.get("type")
-    return code in (429, "429") or (isinstance(etype, str) and etype in THROTTLED_TYPES) or code in THROTTLED_TYPES
+    return (
+        code in (429, "429")
+        or (isinstance(etype, str) and etype in THROTTLED_TYPES)
+        or code in THROTTLED_TYPES
+    )
 
 
 def classify_frame(payload: Any, now_ms: float) -> ProviderError:
@@ -164,7 +172,11 @@ def classify_frame(payload: Any, now_ms: float) -> ProviderError:
     if stated is None and isinstance(code, int):
         stated = code
     like = 429 if stated is None and _throttled(err) else stated
-    for key, table in ((code, _OPENAI_CODE_STATUS), (etype, _ANTHROPIC_TYPE_STATUS), (etype, _OPENAI_CODE_STATUS)):
+    for key, table in (
+        (code, _OPENAI_CODE_STATUS),
+        (etype, _ANTHROPIC_TYPE_STATUS),
+        (etype, _OPENAI_CODE_STATUS),
+    ):
         if like is None and isinstance(key, str):
             like = table.get(key)
     code_text = code if isinstance(code, str) else etype
@@ -210,7 +222,9 @@ def _classify(
 def protocol_error(code: str, message: str) -> ProviderError:
     """An answer that breaks HTTP or a limit of ours (architecture.md §15): the provider misbehaved, as
     a server error does, and the call may be made again."""
-    return ProviderError(type="server", provider_code=code, message=bound_text(message), retryable=True)
+    return ProviderError(
+        type="server", provider_code=code, message=bound_text(message), retryable=True
+    )
 
 
 def classify_exception(exc: BaseException, *, host: str | None = None) -> ProviderError:
@@ -222,8 +236,11 @@ def classify_exception(exc: BaseException, *, host: str | None = None) -> Provid
         what = f"the proxy refused to carry the request (HTTP {exc.status})"
     elif isinstance(exc, aiohttp.ClientResponseError):
         # Raised while the answer's head was parsed (the client never raises it for a status).
-        return protocol_error("bad_response", f"the provider's answer was refused: {exc.message} (header limits: "
-                              "AGENTOPS_PROVIDER_MAX_HEADERS, AGENTOPS_PROVIDER_MAX_HEADER_BYTES)")
+        return protocol_error(
+            "bad_response",
+            f"the provider's answer was refused: {exc.message} (header limits: "
+            "AGENTOPS_PROVIDER_MAX_HEADERS, AGENTOPS_PROVIDER_MAX_HEADER_BYTES)",
+        )
     elif isinstance(exc, aiohttp.ClientConnectorCertificateError):
         reason = getattr(exc.certificate_error, "verify_message", "") or str(exc.certificate_error)
         what = f"the provider's TLS certificate was refused: {reason}"
@@ -241,11 +258,15 @@ def classify_exception(exc: BaseException, *, host: str | None = None) -> Provid
         what = f"the connection failed: {_os_reason(exc)}"
     else:
         what = f"the request failed: {exc}"
-    return ProviderError(type="network", message=bound_text(redacted(f"{type(exc).__name__}: {what}", host)), retryable=True)
+    return ProviderError(
+        type="network",
+        message=bound_text(redacted(f"{type(exc).__name__}: {what}", host)),
+        retryable=True,
+    )
 
 
 def _os_reason(error: BaseException) -> str:
-    return (getattr(error, "strerror", None) or str(error) or type(error).__name__)
+    return getattr(error, "strerror", None) or str(error) or type(error).__name__
 
 
 _ADDRESS = re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}\b|\[?[0-9a-fA-F]*:[0-9a-fA-F:]+:[0-9a-fA-F]*\]?")

@@ -49,8 +49,10 @@ class EdgeLimits:
 
 def edge_limits() -> EdgeLimits:
     return EdgeLimits(
-        body=settings.AGENTOPS_PROVIDER_MAX_BODY_BYTES, stream=settings.AGENTOPS_PROVIDER_MAX_STREAM_BYTES,
-        line=settings.AGENTOPS_PROVIDER_MAX_LINE_BYTES, error_body=settings.AGENTOPS_PROVIDER_MAX_ERROR_BODY_BYTES,
+        body=settings.AGENTOPS_PROVIDER_MAX_BODY_BYTES,
+        stream=settings.AGENTOPS_PROVIDER_MAX_STREAM_BYTES,
+        line=settings.AGENTOPS_PROVIDER_MAX_LINE_BYTES,
+        error_body=settings.AGENTOPS_PROVIDER_MAX_ERROR_BODY_BYTES,
     )
 
 
@@ -83,7 +85,9 @@ class Timeline:
 
     def mark_keepalive(self, now: float) -> None:
         self.keepalives += 1
-        self.keepalive_tail = _marked(self.keepalive_marks, self.keepalive_tail, self.keepalives, now)
+        self.keepalive_tail = _marked(
+            self.keepalive_marks, self.keepalive_tail, self.keepalives, now
+        )
 
     def state(self, *, streamed: bool, max_tokens: int | None) -> CallState:
         return CallState(
@@ -97,7 +101,9 @@ class Timeline:
         )
 
 
-def _marked(head: list[float], tail: deque[float] | tuple[()], count: int, now: float) -> deque[float] | tuple[()]:
+def _marked(
+    head: list[float], tail: deque[float] | tuple[()], count: int, now: float
+) -> deque[float] | tuple[()]:
     """Keep the ``count``-th mark, ``now``: in ``head`` while it is one of the first MARKS_HEAD,
     else in the tail, made here at its first mark. Returns the tail."""
     if count <= MARKS_HEAD:
@@ -155,7 +161,9 @@ async def perform_call(
 ) -> CallResult:
     """Make one call and read it under the bounds, on the running loop's session
     (``agentops.outbound``): its connections are kept alive, its TLS trust store loaded once."""
-    return await _Reading(adapter, wire, streamed, max_tokens, bounds, on_delta, on_milestone, on_wire, on_progress).run(on_abortable)
+    return await _Reading(
+        adapter, wire, streamed, max_tokens, bounds, on_delta, on_milestone, on_wire, on_progress
+    ).run(on_abortable)
 
 
 class _Reading:
@@ -163,16 +171,49 @@ class _Reading:
     decided. (Methods rather than closures: a worker holds thousands of these at once.)"""
 
     __slots__ = (
-        "adapter", "armed", "bounds", "deadline", "done", "loop", "max_tokens", "on_delta",
-        "on_milestone", "on_progress", "on_wire", "pumped", "reader", "streamed", "timeline", "wire",
+        "adapter",
+        "armed",
+        "bounds",
+        "deadline",
+        "done",
+        "loop",
+        "max_tokens",
+        "on_delta",
+        "on_milestone",
+        "on_progress",
+        "on_wire",
+        "pumped",
+        "reader",
+        "streamed",
+        "timeline",
+        "wire",
     )
 
     def __init__(
-        self, adapter: Adapter, wire: WireRequest, streamed: bool, max_tokens: int | None, bounds: BoundsSettings | None,
-        on_delta: DeltaHook | None, on_milestone: MilestoneHook | None, on_wire: WireHook | None, on_progress: ProgressHook | None,
+        self,
+        adapter: Adapter,
+        wire: WireRequest,
+        streamed: bool,
+        max_tokens: int | None,
+        bounds: BoundsSettings | None,
+        on_delta: DeltaHook | None,
+        on_milestone: MilestoneHook | None,
+        on_wire: WireHook | None,
+        on_progress: ProgressHook | None,
     ) -> None:
-        self.adapter, self.wire, self.streamed, self.max_tokens, self.bounds = adapter, wire, streamed, max_tokens, bounds
-        self.on_delta, self.on_milestone, self.on_wire, self.on_progress = on_delta, on_milestone, on_wire, on_progress
+        self.adapter, self.wire, self.streamed, self.max_tokens, self.bounds = (
+            adapter,
+            wire,
+            streamed,
+            max_tokens,
+            bounds,
+        )
+        self.on_delta, self.on_milestone, self.on_wire, self.on_progress = (
+            on_delta,
+            on_milestone,
+            on_wire,
+            on_progress,
+        )
         self.timeline = Timeline(sent=now_ms())
         self.loop = asyncio.get_running_loop()
         self.done: asyncio.Future[CallResult] = self.loop.create_future()
@@ -181,7 +222,9 @@ class _Reading:
         # model event moves the deadline: a keepalive costs its parse and a counter, nothing more.
         self.armed: asyncio.TimerHandle | None = None
         self.deadline: Deadline | None = None
-        self.pumped = False  # the stream's own reading ended the call (not a deadline, not an abort)
+        self.pumped = (
+            False  # the stream's own reading ended the call (not a deadline, not an abort)
+        )
 
     async def run(self, on_abortable: AbortHook | None) -> CallResult:
         if on_abortable is not None:
@@ -203,7 +246,13 @@ class _Reading:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         self.timeline.ended = now_ms()
-        reported = result.output.usage if result.output is not None else self.reader.output().usage if self.streamed else {}
+        reported = (
+            result.output.usage
+            if result.output is not None
+            else self.reader.output().usage
+            if self.streamed
+            else {}
+        )
         result.usage = self.adapter.usage(reported if isinstance(reported, dict) else {})
         return result
 
@@ -215,10 +264,15 @@ class _Reading:
             self.done.set_result(result)
 
     def abort(self) -> None:
-        self.finish(CallResult(
-            outcome="aborted", timeline=self.timeline,
-            error=ProviderError(type="aborted", message="the call was aborted", retryable=False),
-        ))
+        self.finish(
+            CallResult(
+                outcome="aborted",
+                timeline=self.timeline,
+                error=ProviderError(
+                    type="aborted", message="the call was aborted", retryable=False
+                ),
+            )
+        )
 
     def on_deadline(self, deadline: Deadline) -> None:
         assert self.bounds is not None  # a deadline exists only when bounds are on
@@ -226,15 +280,21 @@ class _Reading:
         if now < deadline.at:
             # uvloop's timers count whole milliseconds and may fire up to one early: a call is
             # never cut before its deadline.
-            self.armed = self.loop.call_at(self.loop.time() + max((deadline.at - now) / 1000, 0.001), self.on_deadline, deadline)
+            self.armed = self.loop.call_at(
+                self.loop.time() + max((deadline.at - now) / 1000, 0.001),
+                self.on_deadline,
+                deadline,
+            )
             return
         self.finish(
             CallResult(
                 outcome="cut",
                 timeline=self.timeline,
                 error=ProviderError(
-                    type="timeout", message=describe_cut(deadline.bound, self.state(), deadline, self.bounds),
-                    retryable=False, bound=deadline.bound.value,
+                    type="timeout",
+                    message=describe_cut(deadline.bound, self.state(), deadline, self.bounds),
+                    retryable=False,
+                    bound=deadline.bound.value,
                 ),
                 bound=deadline.bound,
                 bound_deadline=deadline.at,
@@ -250,7 +310,11 @@ class _Reading:
             self.armed.cancel()
         self.deadline, self.armed = deadline, None
         if deadline is not None:
-            self.armed = self.loop.call_at(self.loop.time() + max((deadline.at - now_ms()) / 1000, 0), self.on_deadline, deadline)
+            self.armed = self.loop.call_at(
+                self.loop.time() + max((deadline.at - now_ms()) / 1000, 0),
+                self.on_deadline,
+                deadline,
+            )
 
     async def handle(self, item: tuple[Any, ...]) -> bool:
         """Apply one item; True once the call is over."""
@@ -258,7 +322,9 @@ class _Reading:
             return True
         timeline = self.timeline
         events, had_content = timeline.model_events, timeline.first_content is not None
-        result = await _handle(item, self.adapter, self.reader, timeline, self.streamed, self.on_delta)
+        result = await _handle(
+            item, self.adapter, self.reader, timeline, self.streamed, self.on_delta
+        )
         if result is not None:
             self.pumped = not self.done.done()
             self.finish(result)
@@ -276,30 +342,55 @@ class _Reading:
         edge = outbound()
         limits = edge_limits()
         try:
-            async with edge.request(wire.url, body=json_bytes(wire.body), headers=wire.headers, addresses=wire.addresses, proxied=True) as resp:
+            async with edge.request(
+                wire.url,
+                body=json_bytes(wire.body),
+                headers=wire.headers,
+                addresses=wire.addresses,
+                proxied=True,
+            ) as resp:
                 if await self.handle(("headers",)):
                     return
                 status = resp.status
                 if on_wire is not None:
                     await on_wire("headers", status)
                 if not 200 <= status <= 599:
-                    await self.handle(("error", protocol_error(
-                        "bad_status", f"the provider answered with HTTP status {status}, which is not a status HTTP has (200-599)",
-                    )))
+                    await self.handle(
+                        (
+                            "error",
+                            protocol_error(
+                                "bad_status",
+                                f"the provider answered with HTTP status {status}, which is not a status HTTP has (200-599)",
+                            ),
+                        )
+                    )
                 elif 300 <= status < 400:
-                    await self.handle(("error", ProviderError(
-                        type="unknown", http_status=status, provider_code="redirect",
-                        message=f"the provider answered HTTP {status}, a redirect, which is not followed: check the provider's base_url",
-                    )))
+                    await self.handle(
+                        (
+                            "error",
+                            ProviderError(
+                                type="unknown",
+                                http_status=status,
+                                provider_code="redirect",
+                                message=f"the provider answered HTTP {status}, a redirect, which is not followed: check the provider's base_url",
+                            ),
+                        )
+                    )
                 elif status >= 400:
-                    body = await read_capped(resp, limits.error_body, what="the error body", setting=None)
-                    headers = {name.lower(): untrusted_text(value) for name, value in resp.headers.items()}
+                    body = await read_capped(
+                        resp, limits.error_body, what="the error body", setting=None
+                    )
+                    headers = {
+                        name.lower(): untrusted_text(value) for name, value in resp.headers.items()
+                    }
                     if on_wire is not None:
                         await on_wire("error_body", (status, headers, body))
                     await self.handle(("error_body", status, headers, body))
                 elif self.streamed:
                     parser = SseParser()
-                    async for line in lines(resp, line_limit=limits.line, total_limit=limits.stream):
+                    async for line in lines(
+                        resp, line_limit=limits.line, total_limit=limits.stream
+                    ):
                         event = parser.feed_line(line)
                         if event is None:
                             continue
@@ -311,7 +402,12 @@ class _Reading:
                             return
                     await self.handle(("eof",))
                 else:
-                    data = await read_capped(resp, limits.body, what="the answer", setting="AGENTOPS_PROVIDER_MAX_BODY_BYTES")
+                    data = await read_capped(
+                        resp,
+                        limits.body,
+                        what="the answer",
+                        setting="AGENTOPS_PROVIDER_MAX_BODY_BYTES",
+                    )
                     if on_wire is not None and not self.done.done():
                         await on_wire("body", data)
                     await self.handle(("body", data))
@@ -345,12 +441,20 @@ async def _handle(
         return None
     if kind == "error_body":
         status, headers = item[1], item[2]
-        return CallResult(outcome="error", timeline=timeline, error=classify_http(status, headers, item[3].decode("utf-8", "replace"), now))
+        return CallResult(
+            outcome="error",
+            timeline=timeline,
+            error=classify_http(status, headers, item[3].decode("utf-8", "replace"), now),
+        )
     if kind == "error":
         return CallResult(outcome="error", timeline=timeline, error=item[1])
     if kind == "bug":
-        message = bound_text(f"the call's reading failed in agentops itself: {type(item[1]).__name__}: {item[1]}")
-        return CallResult(outcome="error", timeline=timeline, error=ProviderError(type="unknown", message=message))
+        message = bound_text(
+            f"the call's reading failed in agentops itself: {type(item[1]).__name__}: {item[1]}"
+        )
+        return CallResult(
+            outcome="error", timeline=timeline, error=ProviderError(type="unknown", message=message)
+        )
     if kind == "body":
         try:
             data = untrusted_json(item[1])
@@ -358,7 +462,11 @@ async def _handle(
             return CallResult(
                 outcome="error",
                 timeline=timeline,
-                error=ProviderError(type="unknown", provider_code="not_json", message="the provider's answer is not JSON"),
+                error=ProviderError(
+                    type="unknown",
+                    provider_code="not_json",
+                    message="the provider's answer is not JSON",
+                ),
             )
         timeline.first_event = timeline.last_event = now
         timeline.mark_event(now)
@@ -373,7 +481,11 @@ async def _handle(
         return CallResult(
             outcome="error",
             timeline=timeline,
-            error=ProviderError(type="network", message="the stream ended before the response was complete", retryable=True),
+            error=ProviderError(
+                type="network",
+                message="the stream ended before the response was complete",
+                retryable=True,
+            ),
         )
     # An SSE event.
     for progress in reader.feed(item[1], now):

@@ -16,7 +16,9 @@ def row_blocks(content: Any) -> list[dict[str, Any]]:
     return [b for b in content if isinstance(b, dict) and "type" in b]
 
 
-def compile_request(agent: Agent, rows: Iterable[HistoryRow], *, stream: bool | None = None) -> CompiledRequest:
+def compile_request(
+    agent: Agent, rows: Iterable[HistoryRow], *, stream: bool | None = None
+) -> CompiledRequest:
     """The agent's own rows become assistant messages; every other participant's rows become
     user messages whose text is labelled ``participant: text``; notes go in as they are."""
     messages: list[Message] = []
@@ -32,7 +34,9 @@ def compile_request(agent: Agent, rows: Iterable[HistoryRow], *, stream: bool | 
             messages.append(Message(role="user", blocks=blocks))
         else:
             labelled = [
-                {"type": "text", "text": f"{row.participant}: {b['text']}"} if b["type"] == "text" else b
+                {"type": "text", "text": f"{row.participant}: {b['text']}"}
+                if b["type"] == "text"
+                else b
                 for b in blocks
             ]
             messages.append(Message(role="user", blocks=labelled))

@@ -34,7 +34,12 @@ def call_deadline_ms(*, sent_ms: float, streamed: bool, max_tokens: int | None) 
     if bounds is None or first is None:
         return {"deadline_ms": None, "bound": None, "final_ms": None, "final_bound": None}
     final = next(d for d in bound_deadlines(state, bounds) if d.bound in FIXED_BOUNDS)
-    return {"deadline_ms": first.at, "bound": first.bound.value, "final_ms": final.at, "final_bound": final.bound.value}
+    return {
+        "deadline_ms": first.at,
+        "bound": first.bound.value,
+        "final_ms": final.at,
+        "final_bound": final.bound.value,
+    }
 
 
 def call_live_out(call: InferenceCall, *, agent: str) -> dict[str, Any]:
@@ -60,17 +65,19 @@ def dashboard_call_started(*, call: InferenceCall, agent: str) -> None:
 def dashboard_call_ended(*, call: InferenceCall, agent: str, result: CallResult) -> None:
     """``call.ended`` with the call's outcome, its token usage (each count null when not
     reported) and, for a cut, its bound and lateness."""
-    dashboard_publish({
-        "type": "call.ended",
-        "call": {
-            "id": call.pk,
-            "agent": agent,
-            "model": call.model,
-            "kind": call.kind,
-            "outcome": result.outcome,
-            "bound": result.bound.value if result.bound else None,
-            "cut_lateness_ms": result.lateness_ms,
-            "ended_ms": result.timeline.ended or time.time() * 1000,
-            "usage": result.usage.as_dict(),
-        },
-    })
+    dashboard_publish(
+        {
+            "type": "call.ended",
+            "call": {
+                "id": call.pk,
+                "agent": agent,
+                "model": call.model,
+                "kind": call.kind,
+                "outcome": result.outcome,
+                "bound": result.bound.value if result.bound else None,
+                "cut_lateness_ms": result.lateness_ms,
+                "ended_ms": result.timeline.ended or time.time() * 1000,
+                "usage": result.usage.as_dict(),
+            },
+        }
+    )

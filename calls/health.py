@@ -28,14 +28,21 @@ logger = logging.getLogger(__name__)
 DOWN_TYPES = frozenset({"network", "auth", "server", "overloaded"})
 
 
-def provider_health_note(*, provider: Provider, result: CallResult, now: datetime | None = None) -> None:
+def provider_health_note(
+    *, provider: Provider, result: CallResult, now: datetime | None = None
+) -> None:
     """Count a call's end towards its provider's episode. ``provider`` as read with the call.
     Never raises for the database: this is the watch on the provider, not the call's record,
     and a call's bookkeeping must not fail (and be run again) because of it."""
     try:
         _note(provider, result, now or timezone.now())
     except DatabaseError as exc:
-        logger.warning("provider %s: its health could not be noted (%s: %s)", provider.name, type(exc).__name__, str(exc)[:200])
+        logger.warning(
+            "provider %s: its health could not be noted (%s: %s)",
+            provider.name,
+            type(exc).__name__,
+            str(exc)[:200],
+        )
 
 
 def _note(provider: Provider, result: CallResult, now: datetime) -> None:
@@ -56,20 +63,28 @@ def _failed(provider_id: int, error: dict[str, object], now: datetime) -> None:
         row.failing_since = row.failing_since or now
         row.last_failure = error
         down_for = now - row.failing_since
-        alert = row.down_alerted_at is None and down_for >= timedelta(milliseconds=settings.AGENTOPS_PROVIDER_DOWN_AFTER_MS)
+        alert = row.down_alerted_at is None and down_for >= timedelta(
+            milliseconds=settings.AGENTOPS_PROVIDER_DOWN_AFTER_MS
+        )
         if alert:
             row.down_alerted_at = now
         row.save(update_fields=["failing_since", "last_failure", "down_alerted_at"])
         if alert:
             minutes = down_for.total_seconds() / 60
             alert_raise(
-                kind="provider-down", agent=f"provider:{row.name}", model="*",
+                kind="provider-down",
+                agent=f"provider:{row.name}",
+                model="*",
                 message=(
                     f"provider {row.name}: every call for {minutes:.0f} min has failed ({error.get('type')}, HTTP "
                     f"{error.get('http_status')}): {error.get('message')}. Check its base_url, its key "
                     f"({row.api_key_env or 'none'}) and the network; its next successful call ends this."
                 ),
-                data={"provider": row.name, "failing_since": row.failing_since.isoformat(), "last_error": error},
+                data={
+                    "provider": row.name,
+                    "failing_since": row.failing_since.isoformat(),
+                    "last_error": error,
+                },
             )
 
 
@@ -84,9 +99,19 @@ def _recovered(provider_id: int, now: datetime) -> None:
         minutes = (now - began).total_seconds() / 60
         if alerted is not None:
             alert_raise(
-                kind="provider-up", agent=f"provider:{row.name}", model="*",
+                kind="provider-up",
+                agent=f"provider:{row.name}",
+                model="*",
                 message=f"provider {row.name} answers again: a call completed after {minutes:.0f} min of failures",
-                data={"provider": row.name, "failing_since": began.isoformat(), "recovered_at": now.isoformat()},
+                data={
+                    "provider": row.name,
+                    "failing_since": began.isoformat(),
+                    "recovered_at": now.isoformat(),
+                },
             )
         else:
-            logger.info("provider %s answers again after %.1f min of failures (no alert had gone out)", row.name, minutes)
+            logger.info(
+                "provider %s answers again after %.1f min of failures (no alert had gone out)",
+                row.name,
+                minutes,
+            )

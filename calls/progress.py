@@ -40,7 +40,9 @@ PER_CALL_S: Final = 0.002
 SLICE: Final = 250
 
 
-def progress_entry(*, call_id: int, agent: str, turn_id: int | None, timeline: Timeline, deadline: Deadline | None) -> dict[str, Any]:
+def progress_entry(
+    *, call_id: int, agent: str, turn_id: int | None, timeline: Timeline, deadline: Deadline | None
+) -> dict[str, Any]:
     """One call's progress as the dashboard and ``GET /turns/{id}`` read it (instants in ms)."""
     return {
         "id": call_id,
@@ -132,7 +134,10 @@ class ProgressHub:
             if layer is None:
                 return
             try:
-                await layer.group_send(DASHBOARD_GROUP, {"type": "dashboard.event", "event": {"type": "call.progress", "calls": batch}})
+                await layer.group_send(
+                    DASHBOARD_GROUP,
+                    {"type": "dashboard.event", "event": {"type": "call.progress", "calls": batch}},
+                )
             except Exception:  # best effort, as every dashboard event
                 logger.warning("could not send call.progress to the dashboard", exc_info=True)
 

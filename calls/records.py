@@ -94,11 +94,19 @@ def unstorable_fields(result: CallResult, exc: BaseException) -> dict[str, Any]:
     why = f"the call's record could not be stored ({type(exc).__name__}: {exc}); its usage and details are not kept"
     was = result.error or ProviderError(type="unknown", message="")
     error = dataclasses.replace(
-        was, provider_code="unrecorded", message=bound_text(f"{why}. {was.message}" if was.message else why),
+        was,
+        provider_code="unrecorded",
+        message=bound_text(f"{why}. {was.message}" if was.message else why),
     )
     return {
-        **call_fields(result), "stop_reason": "", "marks": {}, "error": error.as_dict(),
-        "input_tokens": None, "output_tokens": None, "reasoning_tokens": None, "cached_input_tokens": None,
+        **call_fields(result),
+        "stop_reason": "",
+        "marks": {},
+        "error": error.as_dict(),
+        "input_tokens": None,
+        "output_tokens": None,
+        "reasoning_tokens": None,
+        "cached_input_tokens": None,
     }
 
 

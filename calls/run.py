@@ -84,17 +84,42 @@ class ProviderCall:
     provider loaded and the admission check made. ``body`` and ``headers`` replace the wire
     request's body and add to its headers (a drop-in call sends the client's own body)."""
 
-    __slots__ = ("_aborts", "adapter", "agent", "body", "headers", "kind", "refused", "request", "result", "row", "turn", "watch", "wire")
+    __slots__ = (
+        "_aborts",
+        "adapter",
+        "agent",
+        "body",
+        "headers",
+        "kind",
+        "refused",
+        "request",
+        "result",
+        "row",
+        "turn",
+        "watch",
+        "wire",
+    )
 
     def __init__(
-        self, agent: Agent, request: CompiledRequest, kind: str, *, turn: Turn | None = None,
-        body: dict[str, Any] | None = None, headers: dict[str, str] | None = None,
+        self,
+        agent: Agent,
+        request: CompiledRequest,
+        kind: str,
+        *,
+        turn: Turn | None = None,
+        body: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         self.agent, self.request, self.kind, self.turn = agent, request, kind, turn
         self.body, self.headers = body, headers or {}
         self.row = InferenceCall(
-            turn=turn, agent=agent, kind=kind, model=request.model, streamed=request.stream,
-            max_tokens=request.max_tokens, round=turn.rounds if turn else 0,
+            turn=turn,
+            agent=agent,
+            kind=kind,
+            model=request.model,
+            streamed=request.stream,
+            max_tokens=request.max_tokens,
+            round=turn.rounds if turn else 0,
         )
         self.adapter: Adapter
         self.wire: WireRequest
@@ -121,7 +146,9 @@ class ProviderCall:
             _row_write(self.row, {"sent_at": timezone.now()})
             dashboard_call_started(call=self.row, agent=self.agent.name)
 
-    async def perform(self, *, watch: Watch | None = None, on_wire: OnWire | None = None) -> CallResult:
+    async def perform(
+        self, *, watch: Watch | None = None, on_wire: OnWire | None = None
+    ) -> CallResult:
         """Make the call (``request.stream`` says streamed or not) under the bounds, or end it
         at once when the provider policy refused it. ``on_wire`` gets what the provider sent, as
         it arrives (a drop-in call relays it)."""
@@ -132,10 +159,16 @@ class ProviderCall:
         hooks = _Hooks(background_loop(), self, watch) if watch is not None else None
         try:
             self.result = await perform_call(
-                adapter=self.adapter, wire=self.wire, streamed=self.request.stream, max_tokens=self.request.max_tokens,
-                bounds=bounds_settings(), on_abortable=hooks.on_abortable if hooks else self._aborts.append,
-                on_milestone=hooks.on_milestone if hooks else None, on_delta=hooks.on_delta if hooks else None,
-                on_progress=hooks.on_progress if hooks else None, on_wire=on_wire,
+                adapter=self.adapter,
+                wire=self.wire,
+                streamed=self.request.stream,
+                max_tokens=self.request.max_tokens,
+                bounds=bounds_settings(),
+                on_abortable=hooks.on_abortable if hooks else self._aborts.append,
+                on_milestone=hooks.on_milestone if hooks else None,
+                on_delta=hooks.on_delta if hooks else None,
+                on_progress=hooks.on_progress if hooks else None,
+                on_wire=on_wire,
             )
         finally:
             if hooks is not None:
@@ -161,7 +194,15 @@ class ProviderCall:
         result, call, agent = self.result, self.row, self.agent
         assert result is not None
         if self.watch is not None and self.watch.turn_events and call.turn_id is not None:
-            broadcast_turn_event(call.turn_id, {"type": "call.ended", "turn": call.turn_id, "call": call.pk, "outcome": result.outcome})
+            broadcast_turn_event(
+                call.turn_id,
+                {
+                    "type": "call.ended",
+                    "turn": call.turn_id,
+                    "call": call.pk,
+                    "outcome": result.outcome,
+                },
+            )
         dashboard_call_ended(call=call, agent=agent.name, result=result)
         if telemetry.enabled:  # under the span current in this thread (a drop-in request's, say)
             attempt_traced(agent=agent, call=call, result=result)
@@ -174,15 +215,24 @@ class ProviderCall:
         return self.row
 
     @staticmethod
-    def deferred(*, agent: Agent, kind: str, model: str, max_tokens: int | None, turn: Turn | None = None) -> InferenceCall:
+    def deferred(
+        *, agent: Agent, kind: str, model: str, max_tokens: int | None, turn: Turn | None = None
+    ) -> InferenceCall:
         """The row of an auxiliary call or probe that a binding wait refused without a call
         (architecture.md §6.6, outcome ``deferred``): every such call has its row, as a made call does."""
         now = timezone.now()
         row = InferenceCall(
-            turn=turn, agent=agent, kind=kind, model=model, streamed=False, max_tokens=max_tokens,
+            turn=turn,
+            agent=agent,
+            kind=kind,
+            model=model,
+            streamed=False,
+            max_tokens=max_tokens,
             round=turn.rounds if turn else 0,
         )
-        return _row_write(row, {"sent_at": now, "ended_at": now, "outcome": InferenceCall.Outcome.DEFERRED})
+        return _row_write(
+            row, {"sent_at": now, "ended_at": now, "outcome": InferenceCall.Outcome.DEFERRED}
+        )
 
 
 def _row_write(row: InferenceCall, fields: dict[str, Any]) -> InferenceCall:
@@ -201,7 +251,18 @@ class _Hooks:
     wakes, its live events, its entry on the dashboard. (Methods rather than closures: a worker
     holds thousands of calls at once.)"""
 
-    __slots__ = ("call", "call_id", "deadline", "engine", "firsts", "hub", "timeline", "turn_id", "undo", "watch")
+    __slots__ = (
+        "call",
+        "call_id",
+        "deadline",
+        "engine",
+        "firsts",
+        "hub",
+        "timeline",
+        "turn_id",
+        "undo",
+        "watch",
+    )
 
     def __init__(self, engine: BackgroundLoop, call: ProviderCall, watch: Watch) -> None:
         self.engine, self.call, self.watch = engine, call, watch
@@ -230,11 +291,28 @@ class _Hooks:
     async def on_milestone(self, name: str, timeline: Timeline) -> None:
         if name == "sent" and self.turn_id is not None:
             row = self.call.row
-            publish_turn_event(self.turn_id, {"type": "call.started", "turn": self.turn_id, "call": row.pk, "model": row.model, "streamed": row.streamed})
+            publish_turn_event(
+                self.turn_id,
+                {
+                    "type": "call.started",
+                    "turn": self.turn_id,
+                    "call": row.pk,
+                    "model": row.model,
+                    "streamed": row.streamed,
+                },
+            )
 
     async def on_delta(self, text: str) -> None:
         if self.turn_id is not None:
-            publish_turn_event(self.turn_id, {"type": "call.delta", "turn": self.turn_id, "call": self.call.row.pk, "text": text})
+            publish_turn_event(
+                self.turn_id,
+                {
+                    "type": "call.delta",
+                    "turn": self.turn_id,
+                    "call": self.call.row.pk,
+                    "text": text,
+                },
+            )
 
     def on_progress(self, timeline: Timeline, deadline: Deadline | None) -> None:
         firsts = (timeline.first_event is not None, timeline.first_content is not None)
@@ -246,7 +324,13 @@ class _Hooks:
         """The call's progress as it stands (the hub reads it when it flushes)."""
         assert self.timeline is not None
         row = self.call.row
-        return progress_entry(call_id=self.call_id, agent=self.call.agent.name, turn_id=row.turn_id, timeline=self.timeline, deadline=self.deadline)
+        return progress_entry(
+            call_id=self.call_id,
+            agent=self.call.agent.name,
+            turn_id=row.turn_id,
+            timeline=self.timeline,
+            deadline=self.deadline,
+        )
 
     def ended(self) -> None:
         self.hub.ended(self.call_id)
@@ -262,7 +346,9 @@ def provider_vetted(agent: Agent, wire: WireRequest) -> tuple[WireRequest, CallR
     checked = _provider_check(agent)
     if isinstance(checked, ProviderError):
         at = now_ms()
-        return wire, CallResult(outcome="error", timeline=Timeline(sent=at, ended=at), error=checked)
+        return wire, CallResult(
+            outcome="error", timeline=Timeline(sent=at, ended=at), error=checked
+        )
     return (replace(wire, addresses=checked) if checked else wire), None
 
 
@@ -277,7 +363,9 @@ def _provider_check(agent: Agent) -> ProviderError | tuple[IPAddress, ...] | Non
         if proxy_configured(provider.base_url):
             return None  # behind a proxy the name may resolve only there: the proxy connects
         logger.warning("provider %s: %s", provider.name, exc)
-        return ProviderError(type="network", message=bound_text(redacted(str(exc), host)), retryable=True)
+        return ProviderError(
+            type="network", message=bound_text(redacted(str(exc), host)), retryable=True
+        )
     problem = f"base_url: {vetted.refusal}" if vetted.refusal else None
     key_problem = key_env_problem(provider.api_key_env) or key_missing(provider.api_key_env)
     if problem is None and key_problem:
@@ -285,7 +373,14 @@ def _provider_check(agent: Agent) -> ProviderError | tuple[IPAddress, ...] | Non
     if problem is not None:
         logger.warning("provider %s is refused by the provider policy: %s", provider.name, problem)
         return ProviderError(
-            type="auth", provider_code="provider_refused", retryable=False,
-            message=bound_text(redacted(f"provider {provider.name!r} is refused by the service's provider policy, so no call was made: {problem}", host)),
+            type="auth",
+            provider_code="provider_refused",
+            retryable=False,
+            message=bound_text(
+                redacted(
+                    f"provider {provider.name!r} is refused by the service's provider policy, so no call was made: {problem}",
+                    host,
+                )
+            ),
         )
     return vetted.addresses or None

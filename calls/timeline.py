@@ -38,12 +38,18 @@ def _settings(marks: dict[str, Any]) -> tuple[BoundsSettings | None, str | None]
     the note); a field the call did not record takes its default. A call's page never fails
     on what an older or newer version stored."""
     if "bounds" not in marks:
-        return bounds_settings(), "deadlines from the bounds in force now (this call recorded no bounds)"
+        return (
+            bounds_settings(),
+            "deadlines from the bounds in force now (this call recorded no bounds)",
+        )
     raw = marks["bounds"]
     if raw is None:
         return None, None
     if not isinstance(raw, dict):
-        return bounds_settings(), "deadlines from the bounds in force now (this call's recorded bounds are unreadable)"
+        return (
+            bounds_settings(),
+            "deadlines from the bounds in force now (this call's recorded bounds are unreadable)",
+        )
     known: dict[str, float] = {}
     for name in _BOUNDS_FIELDS & raw.keys():
         value = _finite(raw[name])
@@ -64,8 +70,12 @@ def call_state(call: InferenceCall) -> CallState:
     sent = call.sent_at
     thinking, last = _ms(call.thinking_started_at, sent), _ms(call.last_event_at, sent)
     return CallState(
-        sent=0.0, streamed=call.streamed, max_tokens=call.max_tokens, thinking_start=thinking,
-        first_content=_ms(call.first_content_at, sent), last_model_event=last,
+        sent=0.0,
+        streamed=call.streamed,
+        max_tokens=call.max_tokens,
+        thinking_start=thinking,
+        first_content=_ms(call.first_content_at, sent),
+        last_model_event=last,
         # The reader sets both instants from one model event when it starts a thinking block.
         last_event_was_thinking_start=thinking is not None and thinking == last,
     )
@@ -82,7 +92,9 @@ def call_deadlines(call: InferenceCall, settings: BoundsSettings) -> list[Deadli
     marks: list[DeadlineMark] = []
     if call.streamed and first_content is not None:
         before = CallState(
-            sent=0.0, streamed=True, max_tokens=call.max_tokens,
+            sent=0.0,
+            streamed=True,
+            max_tokens=call.max_tokens,
             thinking_start=thinking if thinking is not None and thinking < first_content else None,
         )
         met = bound_deadlines(before, settings)[0]
@@ -90,7 +102,9 @@ def call_deadlines(call: InferenceCall, settings: BoundsSettings) -> list[Deadli
     for deadline in bound_deadlines(state, settings):
         recorded = _ms(call.bound_deadline, sent) if deadline.bound.value == cut_by else None
         at = recorded if recorded is not None else deadline.at  # the recorded one is what cut
-        marks.append(DeadlineMark(bound=deadline.bound.value, at=at, cut=deadline.bound.value == cut_by))
+        marks.append(
+            DeadlineMark(bound=deadline.bound.value, at=at, cut=deadline.bound.value == cut_by)
+        )
     if cut_by is not None and not any(m.cut for m in marks) and call.bound_deadline is not None:
         cut_ms = _ms(call.bound_deadline, sent)
         assert cut_ms is not None
@@ -108,7 +122,9 @@ def call_picture(call: InferenceCall) -> CallPicture | None:
     settings, note = _settings(marks)
     milestones = [Milestone(0.0, "send")]
     for label, at in (
-        ("headers", call.headers_at), ("thinking", call.thinking_started_at), ("first content", call.first_content_at),
+        ("headers", call.headers_at),
+        ("thinking", call.thinking_started_at),
+        ("first content", call.first_content_at),
     ):
         offset = _ms(at, sent)
         if offset is not None:
@@ -124,7 +140,11 @@ def call_picture(call: InferenceCall) -> CallPicture | None:
 
     def times(key: str) -> tuple[float, ...]:
         stored = marks.get(key)
-        return tuple(v for v in map(_finite, stored) if v is not None) if isinstance(stored, list) else ()
+        return (
+            tuple(v for v in map(_finite, stored) if v is not None)
+            if isinstance(stored, list)
+            else ()
+        )
 
     def count(key: str) -> int:
         return max(int(_finite(marks.get(key)) or 0), 0)
@@ -132,11 +152,15 @@ def call_picture(call: InferenceCall) -> CallPicture | None:
     return CallPicture(
         outcome=call.outcome or "in flight",
         milestones=tuple(milestones),
-        events=times("events"), events_tail=times("events_tail"), events_omitted=count("events_omitted"),
-        keepalives=times("keepalives"), keepalives_tail=times("keepalives_tail"),
+        events=times("events"),
+        events_tail=times("events_tail"),
+        events_omitted=count("events_omitted"),
+        keepalives=times("keepalives"),
+        keepalives_tail=times("keepalives_tail"),
         keepalives_omitted=count("keepalives_omitted"),
         deadlines=tuple(call_deadlines(call, settings)) if settings is not None else (),
-        cut_at=cut_at, cut_lateness_ms=call.cut_lateness_ms if cut_at is not None else None,
+        cut_at=cut_at,
+        cut_lateness_ms=call.cut_lateness_ms if cut_at is not None else None,
         end=_ms(call.ended_at, sent),
         notes=tuple(notes),
     )

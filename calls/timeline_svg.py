@@ -70,7 +70,14 @@ def bound_label(bound: str) -> str:
 
 def _span(p: CallPicture) -> float:
     """The time the chart shows: up to the end, the cut, and the last thing seen."""
-    seen = [0.0, *(m.at for m in p.milestones), *p.events, *p.events_tail, *p.keepalives, *p.keepalives_tail]
+    seen = [
+        0.0,
+        *(m.at for m in p.milestones),
+        *p.events,
+        *p.events_tail,
+        *p.keepalives,
+        *p.keepalives_tail,
+    ]
     seen += [x for x in (p.end, p.cut_at) if x is not None]
     seen += [d.at for d in p.deadlines if d.cut]
     return max(max(seen) * 1.08, 1.0)
@@ -107,8 +114,10 @@ def render_svg(p: CallPicture, *, small: bool = False) -> str:
         f'<svg xmlns="http://www.w3.org/2000/svg" class="call-timeline{" small" if small else ""}" '
         f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
         f'aria-label="{escape(summary)}" font-family="sans-serif" font-size="{9 if small else 11}">',
-        _title(summary + f"; {len(p.events) + len(p.events_tail) + p.events_omitted} model events, "
-               f"{len(p.keepalives) + len(p.keepalives_tail) + p.keepalives_omitted} keepalives"),
+        _title(
+            summary + f"; {len(p.events) + len(p.events_tail) + p.events_omitted} model events, "
+            f"{len(p.keepalives) + len(p.keepalives_tail) + p.keepalives_omitted} keepalives"
+        ),
         f'<rect x="0" y="0" width="{width}" height="{height}" fill="#ffffff"/>',
         f'<line x1="{left}" y1="{bottom}" x2="{left + plot}" y2="{bottom}" stroke="#cccccc"/>',
     ]
@@ -116,8 +125,12 @@ def render_svg(p: CallPicture, *, small: bool = False) -> str:
         parts.append(f'<text x="4" y="{lane_event + 4}" fill="{EVENT}">model events</text>')
         parts.append(f'<text x="4" y="{lane_keep + 4}" fill="{KEEPALIVE}">keepalives</text>')
         for t in _ticks(span):
-            parts.append(f'<line x1="{x(t)}" y1="{bottom}" x2="{x(t)}" y2="{bottom + 3}" stroke="#999999"/>')
-            parts.append(f'<text x="{x(t)}" y="{bottom + 13}" text-anchor="middle" fill="#666666">{escape(fmt_ms(t))}</text>')
+            parts.append(
+                f'<line x1="{x(t)}" y1="{bottom}" x2="{x(t)}" y2="{bottom + 3}" stroke="#999999"/>'
+            )
+            parts.append(
+                f'<text x="{x(t)}" y="{bottom + 13}" text-anchor="middle" fill="#666666">{escape(fmt_ms(t))}</text>'
+            )
 
     def ticks(times: tuple[float, ...], lane: int, colour: str, cls: str, what: str) -> None:
         half = 4 if small else 8
@@ -129,7 +142,15 @@ def render_svg(p: CallPicture, *, small: bool = False) -> str:
 
     for times, tail, omitted, lane, colour, cls, what in (
         (p.events, p.events_tail, p.events_omitted, lane_event, EVENT, "event", "model event"),
-        (p.keepalives, p.keepalives_tail, p.keepalives_omitted, lane_keep, KEEPALIVE, "keepalive", "keepalive"),
+        (
+            p.keepalives,
+            p.keepalives_tail,
+            p.keepalives_omitted,
+            lane_keep,
+            KEEPALIVE,
+            "keepalive",
+            "keepalive",
+        ),
     ):
         ticks(times, lane, colour, cls, what)
         ticks(tail, lane, colour, cls, what)
@@ -165,11 +186,17 @@ def render_svg(p: CallPicture, *, small: bool = False) -> str:
         else:
             text += ", off the chart"
         if legend_y:
-            parts.append(f'<text class="deadline-legend" x="{left}" y="{legend_y}" fill="{colour}">{escape(text)}</text>')
+            parts.append(
+                f'<text class="deadline-legend" x="{left}" y="{legend_y}" fill="{colour}">{escape(text)}</text>'
+            )
             legend_y += 14
 
     if p.cut_at is not None:
-        late = f", {fmt_ms(p.cut_lateness_ms)} after its deadline" if p.cut_lateness_ms is not None else ""
+        late = (
+            f", {fmt_ms(p.cut_lateness_ms)} after its deadline"
+            if p.cut_lateness_ms is not None
+            else ""
+        )
         text = f"cut at {fmt_ms(p.cut_at)}{late}"
         parts.append(
             f'<line class="cut" x1="{x(p.cut_at)}" y1="{top}" x2="{x(p.cut_at)}" y2="{bottom}" stroke="{CUT}" '
@@ -177,7 +204,9 @@ def render_svg(p: CallPicture, *, small: bool = False) -> str:
         )
         if not small:
             # Beside the cut line, on the side with room for it.
-            anchor, at_x = ("end", x(p.cut_at) - 5) if x(p.cut_at) > width / 2 else ("start", x(p.cut_at) + 5)
+            anchor, at_x = (
+                ("end", x(p.cut_at) - 5) if x(p.cut_at) > width / 2 else ("start", x(p.cut_at) + 5)
+            )
             parts.append(
                 f'<text x="{at_x}" y="{top + 2}" text-anchor="{anchor}" fill="{CUT}" font-weight="bold">{escape(text)}</text>'
             )
@@ -188,7 +217,9 @@ def render_svg(p: CallPicture, *, small: bool = False) -> str:
         )
     if not small:
         for note in p.notes:
-            parts.append(f'<text class="note" x="{left}" y="{legend_y}" fill="#666666">{escape(note)}</text>')
+            parts.append(
+                f'<text class="note" x="{left}" y="{legend_y}" fill="#666666">{escape(note)}</text>'
+            )
             legend_y += 14
     parts.append("</svg>")
     return "".join(parts)

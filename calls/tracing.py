@@ -27,8 +27,38 @@ OPERATION: Final = "chat"
 # gen_ai.provider.name for each provider kind (the wire format it speaks).
 PROVIDER_NAMES: Final = {"openai": "openai", "openai-responses": "openai", "anthropic": "anthropic"}
 # The GenAI conventions' advised buckets (gen_ai.client.token.usage, .operation.duration).
-TOKEN_BUCKETS: Final = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
-DURATION_BUCKETS: Final = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
+TOKEN_BUCKETS: Final = (
+    1,
+    4,
+    16,
+    64,
+    256,
+    1024,
+    4096,
+    16384,
+    65536,
+    262144,
+    1048576,
+    4194304,
+    16777216,
+    67108864,
+)
+DURATION_BUCKETS: Final = (
+    0.01,
+    0.02,
+    0.04,
+    0.08,
+    0.16,
+    0.32,
+    0.64,
+    1.28,
+    2.56,
+    5.12,
+    10.24,
+    20.48,
+    40.96,
+    81.92,
+)
 # How late a cut fires after its deadline, in seconds: milliseconds are the scale that matters.
 LATENESS_BUCKETS: Final = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 
@@ -38,15 +68,20 @@ def _instruments() -> Any:
     meter = telemetry.meter()
     return (
         meter.create_histogram(
-            "gen_ai.client.operation.duration", unit="s", description="GenAI operation duration.",
+            "gen_ai.client.operation.duration",
+            unit="s",
+            description="GenAI operation duration.",
             explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
         ),
         meter.create_histogram(
-            "gen_ai.client.token.usage", unit="{token}", description="Number of input and output tokens used.",
+            "gen_ai.client.token.usage",
+            unit="{token}",
+            description="Number of input and output tokens used.",
             explicit_bucket_boundaries_advisory=TOKEN_BUCKETS,
         ),
         meter.create_histogram(
-            "agentops.call.cut.lateness", unit="s",
+            "agentops.call.cut.lateness",
+            unit="s",
             description="How long after its deadline a progress bound cut a call (architecture.md §5.3).",
             explicit_bucket_boundaries_advisory=LATENESS_BUCKETS,
         ),
@@ -84,7 +119,9 @@ def attempt_traced(*, agent: Agent, call: InferenceCall, result: CallResult) -> 
     model, max_tokens = call.model, call.max_tokens
     provider = PROVIDER_NAMES.get(agent.provider.kind, agent.provider.kind)
     common: dict[str, Any] = {
-        "gen_ai.operation.name": OPERATION, "gen_ai.provider.name": provider, "gen_ai.request.model": model,
+        "gen_ai.operation.name": OPERATION,
+        "gen_ai.provider.name": provider,
+        "gen_ai.request.model": model,
         **_server(agent.provider.base_url),
     }
     output = result.output
@@ -110,10 +147,13 @@ def attempt_traced(*, agent: Agent, call: InferenceCall, result: CallResult) -> 
     if output is not None and output.stop_reason:
         attributes["gen_ai.response.finish_reasons"] = [output.stop_reason]
     if call.streamed and timeline.first_event is not None:
-        attributes["gen_ai.response.time_to_first_chunk"] = (timeline.first_event - timeline.sent) / 1000
+        attributes["gen_ai.response.time_to_first_chunk"] = (
+            timeline.first_event - timeline.sent
+        ) / 1000
     usage = result.usage
     for name, count in (
-        ("gen_ai.usage.input_tokens", usage.input_tokens), ("gen_ai.usage.output_tokens", usage.output_tokens),
+        ("gen_ai.usage.input_tokens", usage.input_tokens),
+        ("gen_ai.usage.output_tokens", usage.output_tokens),
         ("gen_ai.usage.reasoning.output_tokens", usage.reasoning_tokens),
         ("gen_ai.usage.cache_read.input_tokens", usage.cached_input_tokens),
     ):
@@ -137,10 +177,18 @@ def attempt_traced(*, agent: Agent, call: InferenceCall, result: CallResult) -> 
 
     ended_ms = timeline.ended if timeline.ended is not None else timeline.sent
     span = telemetry.tracer().start_span(
-        f"{OPERATION} {model}", kind=SpanKind.CLIENT, attributes=attributes, start_time=_ns(timeline.sent),
+        f"{OPERATION} {model}",
+        kind=SpanKind.CLIENT,
+        attributes=attributes,
+        start_time=_ns(timeline.sent),
     )
     if failed is not None:
-        span.set_status(Status(StatusCode.ERROR, telemetry.bounded(error.message if error is not None else result.outcome)))
+        span.set_status(
+            Status(
+                StatusCode.ERROR,
+                telemetry.bounded(error.message if error is not None else result.outcome),
+            )
+        )
     span.end(end_time=_ns(ended_ms))
 
     duration, tokens, lateness = _instruments()
@@ -151,7 +199,10 @@ def attempt_traced(*, agent: Agent, call: InferenceCall, result: CallResult) -> 
     if usage.output_tokens is not None:
         tokens.record(usage.output_tokens, {**common, "gen_ai.token.type": "output"})
     if result.bound is not None and result.lateness_ms is not None:
-        lateness.record(max(result.lateness_ms, 0.0) / 1000, {**common, "agentops.cut.bound": result.bound.value})
+        lateness.record(
+            max(result.lateness_ms, 0.0) / 1000,
+            {**common, "agentops.cut.bound": result.bound.value},
+        )
 
 
 def _ns(ms: float) -> int:

@@ -39,7 +39,9 @@ def _services(env: dict[str, str]) -> list[EmbeddedService]:
     started: list[EmbeddedService] = []
     if not env.get("DATABASE_URL"):
         pg = start_postgres(VAR_DIR)
-        _say(f"DATABASE_URL is not set: {_verb(pg)} the embedded PostgreSQL under var/postgres ({pg.url})")
+        _say(
+            f"DATABASE_URL is not set: {_verb(pg)} the embedded PostgreSQL under var/postgres ({pg.url})"
+        )
         started.append(pg)
         env["DATABASE_URL"] = pg.url
     if not env.get("REDIS_URL"):
@@ -67,7 +69,10 @@ def _verb(service: EmbeddedService) -> str:
 def _start_standin(env: dict[str, str], port: int) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
         [PY, "-m", "devtools.standin", "--host", "127.0.0.1", "--port", str(port)],
-        cwd=BASE_DIR, env=env, stdout=subprocess.PIPE, text=True,
+        cwd=BASE_DIR,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
@@ -90,11 +95,18 @@ def _port_taken(port: int) -> bool:
 def run(env: dict[str, str]) -> int:
     env.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings")
     env.setdefault("PYTHONUNBUFFERED", "1")
-    port, standin_port = env_port("AGENTOPS_PORT", 8000), env_port("AGENTOPS_STANDIN_PORT", 0, any_free=True)
+    port, standin_port = (
+        env_port("AGENTOPS_PORT", 8000),
+        env_port("AGENTOPS_STANDIN_PORT", 0, any_free=True),
+    )
     if _port_taken(port):
-        raise ConfigError(f"AGENTOPS_PORT {port} is in use by another process: stop it, or set AGENTOPS_PORT to a free port")
+        raise ConfigError(
+            f"AGENTOPS_PORT {port} is in use by another process: stop it, or set AGENTOPS_PORT to a free port"
+        )
     # The first process to load the settings: a refused one says so in one line and ends the run.
-    migrated = subprocess.run([PY, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=BASE_DIR, env=env, check=False)
+    migrated = subprocess.run(
+        [PY, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=BASE_DIR, env=env, check=False
+    )
     if migrated.returncode:
         return migrated.returncode
     children: list[subprocess.Popen[str]] = []
@@ -102,15 +114,62 @@ def run(env: dict[str, str]) -> int:
         standin, standin_url = _start_standin(env, standin_port)
         children.append(standin)
         seeded = subprocess.run(
-            [PY, "manage.py", "seed_demo", "--standin-url", standin_url, "--credentials", str(VAR_DIR / "demo-credentials.json")],
-            cwd=BASE_DIR, env=env, check=True, capture_output=True, text=True,
+            [
+                PY,
+                "manage.py",
+                "seed_demo",
+                "--standin-url",
+                standin_url,
+                "--credentials",
+                str(VAR_DIR / "demo-credentials.json"),
+            ],
+            cwd=BASE_DIR,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
         )
         sys.stdout.write(seeded.stdout)
         creds = json.loads((VAR_DIR / "demo-credentials.json").read_text())
         commands = [
-            [PY, "-m", "uvicorn", "interfaces.asgi:application", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
-            [PY, "-m", "celery", "-A", "agentops", "worker", "-l", "info", "-c", "2", "-n", "agentops-worker@%h"],
-            [PY, "-m", "celery", "-A", "agentops", "beat", "-l", "info", "-s", str(VAR_DIR / "celerybeat-schedule")],
+            [
+                PY,
+                "-m",
+                "uvicorn",
+                "interfaces.asgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+            ],
+            [
+                PY,
+                "-m",
+                "celery",
+                "-A",
+                "agentops",
+                "worker",
+                "-l",
+                "info",
+                "-c",
+                "2",
+                "-n",
+                "agentops-worker@%h",
+            ],
+            [
+                PY,
+                "-m",
+                "celery",
+                "-A",
+                "agentops",
+                "beat",
+                "-l",
+                "info",
+                "-s",
+                str(VAR_DIR / "celerybeat-schedule"),
+            ],
         ]
         for command in commands:
             children.append(subprocess.Popen(command, cwd=BASE_DIR, env=env, text=True))
@@ -130,7 +189,7 @@ def run(env: dict[str, str]) -> int:
                     "",
                     "Submit a turn to the demo agent:",
                     f"  curl -s -X POST {base}/api/v1/agents/demo/turns -H 'Authorization: Bearer {token}' "
-                    "-H 'Content-Type: application/json' -d '{\"messages\": [{\"participant\": \"alice\", \"content\": \"Hello there\"}]}'",
+                    '-H \'Content-Type: application/json\' -d \'{"messages": [{"participant": "alice", "content": "Hello there"}]}\'',
                     "Then read the answer (use the id it printed):",
                     f"  curl -s {base}/api/v1/turns/ID -H 'Authorization: Bearer {token}'",
                     f"  curl -s {base}/api/v1/agents/demo/history -H 'Authorization: Bearer {token}'",
@@ -163,7 +222,10 @@ def _wait_http(url: str, *, timeout: float, children: list[subprocess.Popen[str]
     while time.monotonic() < end:
         gone = [c for c in children if c.poll() is not None]
         if gone:  # its own error is on stderr above: say which, and stop
-            raise SystemExit(f"{' '.join(map(str, gone[0].args))} exited (status {gone[0].returncode}) before the service was up")  # type: ignore[arg-type]
+            command = " ".join(map(str, gone[0].args))  # type: ignore[arg-type]
+            raise SystemExit(
+                f"{command} exited (status {gone[0].returncode}) before the service was up"
+            )
         try:
             with urllib.request.urlopen(url, timeout=2):
                 return
@@ -187,7 +249,10 @@ def _stop_children(children: list[subprocess.Popen[str]]) -> None:
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in ("run", "test", "exec"):
-        print("usage: python -m devtools.launcher run | test [-- pytest args] | exec -- COMMAND...", file=sys.stderr)
+        print(
+            "usage: python -m devtools.launcher run | test [-- pytest args] | exec -- COMMAND...",
+            file=sys.stderr,
+        )
         return 2
     env = dict(os.environ)
     # The stand-in provider (make run, the tests) listens on loopback.

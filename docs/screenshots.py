@@ -47,7 +47,11 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
 DOCS = Path(__file__).resolve().parent
 # Bounds in hundreds of milliseconds, so a cut happens in the time a screenshot takes.
 BOUNDS = {
-    "progress_bounds": {"before_content_ms": 800, "between_events_ms": 600, "think_tokens_per_second": 87},
+    "progress_bounds": {
+        "before_content_ms": 800,
+        "between_events_ms": 600,
+        "think_tokens_per_second": 87,
+    },
     "flat_minimum_ms": 2000,
     "absolute_ms": 2500,
 }
@@ -55,7 +59,9 @@ BOUNDS = {
 
 @pytest.fixture(scope="module")
 def shots_pool(django_db_setup: None, django_db_blocker: Any) -> Iterator[WorkerPool]:
-    yield from worker_pool(1, label="shots", extra_env={"AGENTOPS_INFERENCE_BOUNDS": json.dumps(BOUNDS)})
+    yield from worker_pool(
+        1, label="shots", extra_env={"AGENTOPS_INFERENCE_BOUNDS": json.dumps(BOUNDS)}
+    )
 
 
 @pytest.fixture
@@ -74,7 +80,9 @@ def log_in_as_admin(browser: WebDriver, base: str) -> None:
     wait_for(lambda: browser.current_url.endswith("/admin/"), timeout=10, what="the login")
 
 
-def shoot(browser: WebDriver, base: str, path: str, name: str, *, width: int = 1280, height: int = 860) -> Path:
+def shoot(
+    browser: WebDriver, base: str, path: str, name: str, *, width: int = 1280, height: int = 860
+) -> Path:
     browser.set_window_size(width, height)
     browser.get(f"{base}{path}")
     out = DOCS / name
@@ -82,15 +90,26 @@ def shoot(browser: WebDriver, base: str, path: str, name: str, *, width: int = 1
     return out
 
 
-def test_timeline_png(bounded: WorkerPool, browser: WebDriver, live_server: Any, api: Client, make_agent: Any) -> None:
+def test_timeline_png(
+    bounded: WorkerPool, browser: WebDriver, live_server: Any, api: Client, make_agent: Any
+) -> None:
     """docs/timeline.png: a call cut by the between-events bound, its model events, the pings
     that did not keep it alive, its deadlines as they stood, and the cut with its lateness."""
-    agent = make_agent(provider="anthropic", model="silent-after-content:after_chunks=6,interval_ms=70,pings_ms=150", name="ada")
+    agent = make_agent(
+        provider="anthropic",
+        model="silent-after-content:after_chunks=6,interval_ms=70,pings_ms=150",
+        name="ada",
+    )
     turn = wait_turn(api, submit(api, agent.name, ("alice", "Summarise the incident report"))["id"])
     call = InferenceCall.objects.filter(turn_id=turn["id"]).order_by("id").first()
     assert call is not None and call.outcome == "cut", turn
     log_in_as_admin(browser, live_server.url)
-    out = shoot(browser, live_server.url, f"/admin/inference/inferencecall/{call.pk}/change/", "timeline.png")
+    out = shoot(
+        browser,
+        live_server.url,
+        f"/admin/inference/inferencecall/{call.pk}/change/",
+        "timeline.png",
+    )
     print(f"saved {out}")
 
 
@@ -108,7 +127,9 @@ def asgi_server(transactional_db: None) -> Iterator[str]:
 
 
 @pytest.mark.timeout(240)
-def test_dashboard_png(workers: WorkerPool, browser: WebDriver, asgi_server: str, providers: dict[str, Any]) -> None:
+def test_dashboard_png(
+    workers: WorkerPool, browser: WebDriver, asgi_server: str, providers: dict[str, Any]
+) -> None:
     """docs/dashboard.png: the live dashboard as an operator sees it while `dashboard_demo`
     runs, a minute in: a stalled stream just cut at its before-content deadline and its fresh
     call counting down, a long answer counting down to its absolute deadline, a 2-hour hold and its alert,
@@ -118,7 +139,10 @@ def test_dashboard_png(workers: WorkerPool, browser: WebDriver, asgi_server: str
     # The demo's agents use the stand-in providers by the names `providers` gives them.
     call_command("dashboard_demo", stdout=io.StringIO())
     log_in_as_admin(browser, asgi_server)
-    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {"width": 1400, "height": 900, "deviceScaleFactor": 1, "mobile": False})
+    browser.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": 1400, "height": 900, "deviceScaleFactor": 1, "mobile": False},
+    )
     browser.get(f"{asgi_server}{DASHBOARD_PATH}")
 
     def shown() -> bool:
@@ -131,24 +155,46 @@ def test_dashboard_png(workers: WorkerPool, browser: WebDriver, asgi_server: str
 
     def _shown() -> bool:
         conn = browser.find_element(By.ID, "conn").text
-        calling = {e.text for e in browser.find_elements(By.CSS_SELECTOR, "#calls tr:not(.gone) .agent")}
+        calling = {
+            e.text for e in browser.find_elements(By.CSS_SELECTOR, "#calls tr:not(.gone) .agent")
+        }
         holds = len(browser.find_elements(By.CSS_SELECTOR, "#holds tr:not(.gone)"))
         cut = browser.find_elements(By.CSS_SELECTOR, "#calls tr.gone .outcome-cut")
         down = browser.find_elements(By.CSS_SELECTOR, "#breakers .streak.down")
         alerts = browser.find_elements(By.CSS_SELECTOR, "#alerts li")
-        return conn == "live" and {"live-writer", "live-stalled"} <= calling and holds >= 1 and bool(cut and down and alerts)
+        return (
+            conn == "live"
+            and {"live-writer", "live-stalled"} <= calling
+            and holds >= 1
+            and bool(cut and down and alerts)
+        )
 
     # The stalled stream is cut at its before-content deadline, 60 s after it is sent; its
     # fresh call starts a second later.
-    wait_for(shown, timeout=120, interval=0.25, what="the dashboard to show the cut, the calls, the hold, the breaker and alerts")
+    wait_for(
+        shown,
+        timeout=120,
+        interval=0.25,
+        what="the dashboard to show the cut, the calls, the hold, the breaker and alerts",
+    )
     # New rows and alerts flash yellow for a few seconds (the cut row stays 8 s): shoot once
     # the flashes are over, the cut row still there.
     flashing = "return document.getAnimations().filter((a) => a.animationName).length"
-    wait_for(lambda: browser.execute_script(flashing) == 0, timeout=6, interval=0.1, what="the new rows to stop flashing")
-    assert browser.find_elements(By.CSS_SELECTOR, "#calls tr.gone .outcome-cut"), "the cut row left before the shot"
+    wait_for(
+        lambda: browser.execute_script(flashing) == 0,
+        timeout=6,
+        interval=0.1,
+        what="the new rows to stop flashing",
+    )
+    assert browser.find_elements(By.CSS_SELECTOR, "#calls tr.gone .outcome-cut"), (
+        "the cut row left before the shot"
+    )
     assert browser.find_element(By.ID, "conn").text == "live"
     height = browser.execute_script("return document.documentElement.scrollHeight")
-    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {"width": 1400, "height": max(900, height), "deviceScaleFactor": 1, "mobile": False})
+    browser.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": 1400, "height": max(900, height), "deviceScaleFactor": 1, "mobile": False},
+    )
     out = DOCS / "dashboard.png"
     assert browser.save_screenshot(str(out)), f"could not save {out}"
     print(f"saved {out}")

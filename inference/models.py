@@ -80,7 +80,9 @@ class InferenceCall(models.Model):
         ABSOLUTE = "absolute"
         WHOLE_CALL = "whole_call"
 
-    turn = models.ForeignKey(Turn, null=True, blank=True, on_delete=models.CASCADE, related_name="calls")
+    turn = models.ForeignKey(
+        Turn, null=True, blank=True, on_delete=models.CASCADE, related_name="calls"
+    )
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="calls")
     kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.PRIMARY)
     model = models.CharField(max_length=200)
@@ -132,7 +134,9 @@ class AgentLease(models.Model):
     agent across all workers). Claimed and renewed with single conditional statements; a
     worker that dies stops renewing, and the lease lapses for the next one to take."""
 
-    agent = models.OneToOneField(Agent, on_delete=models.CASCADE, primary_key=True, related_name="turn_lease")
+    agent = models.OneToOneField(
+        Agent, on_delete=models.CASCADE, primary_key=True, related_name="turn_lease"
+    )
     owner = models.CharField(max_length=200)
     until = models.DateTimeField()
 

@@ -28,7 +28,9 @@ class ToleratesBadFrames(AsyncJsonWebsocketConsumer):
     deep) instead of letting the error close the socket with 1011 and log a traceback: a client
     can't break its own feed, and a bad frame costs the server nothing but its decode."""
 
-    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
+    async def receive(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any
+    ) -> None:
         if not text_data:
             return
         try:

@@ -43,8 +43,12 @@ def dashboard_snapshot(*, now_ms: float) -> dict[str, Any]:
         "calls": _calls_in_flight(),
         "holds": [
             hold_out(
-                agent=w["agent"], model=w["model"], until_ms=_ms(w["until"]), reason=w["reason"],
-                set_at_ms=_ms(w["set_at"]), source=w["source"],
+                agent=w["agent"],
+                model=w["model"],
+                until_ms=_ms(w["until"]),
+                reason=w["reason"],
+                set_at_ms=_ms(w["set_at"]),
+                source=w["source"],
             )
             for w in waits
         ],
@@ -54,8 +58,12 @@ def dashboard_snapshot(*, now_ms: float) -> dict[str, Any]:
         "breakers": _breakers(),
         # Providers in an episode of failures long enough to have raised provider-down.
         "providers_down": [
-            {"provider": p.name, "since_ms": _ms(p.failing_since), "alerted_ms": _ms(p.down_alerted_at),
-             "error": bound_text(str((p.last_failure or {}).get("message") or ""), REASON_LIMIT)}
+            {
+                "provider": p.name,
+                "since_ms": _ms(p.failing_since),
+                "alerted_ms": _ms(p.down_alerted_at),
+                "error": bound_text(str((p.last_failure or {}).get("message") or ""), REASON_LIMIT),
+            }
             for p in Provider.objects.filter(down_alerted_at__isnull=False).order_by("name")
         ],
         "alerts": [alert_json(a) for a in Alert.objects.order_by("-id")[:SNAPSHOT_ALERTS]],
@@ -65,7 +73,11 @@ def dashboard_snapshot(*, now_ms: float) -> dict[str, Any]:
 def _calls_in_flight() -> list[dict[str, Any]]:
     """In-flight calls, each with its live progress when it has any (its counts, and its
     nearest deadline now rather than as of its send)."""
-    rows = list(InferenceCall.objects.filter(outcome__isnull=True).select_related("agent").order_by("id")[:SNAPSHOT_CALLS])
+    rows = list(
+        InferenceCall.objects.filter(outcome__isnull=True)
+        .select_related("agent")
+        .order_by("id")[:SNAPSHOT_CALLS]
+    )
     live = call_progress_read([call.pk for call in rows])
     out = []
     for call in rows:
@@ -85,24 +97,31 @@ def _breakers() -> list[dict[str, Any]]:
         .values("id", "name", "model", "kind", "set_aside")
         .order_by("name")[:SNAPSHOT_AGENTS]
     )
-    states = {s.agent_id: s for s in BreakerState.objects.filter(agent_id__in=[a["id"] for a in agents])}
+    states = {
+        s.agent_id: s for s in BreakerState.objects.filter(agent_id__in=[a["id"] for a in agents])
+    }
     out = []
     for a in agents:
         state = states.get(a["id"])
         probe = None
         if state is not None and state.probe_status:
-            probe = {"status": state.probe_status, "sent_ms": _ms(state.probe_sent_at), "verdict": bound_text(state.probe_verdict, REASON_LIMIT) or None}
-        out.append({
-            "agent": a["name"],
-            "model": a["model"],
-            "kind": a["kind"],
-            "streak": state.streak if state else 0,
-            "threshold": int(settings.AGENTOPS_BREAKER_THRESHOLD),
-            "sheds_this_run": state.sheds_this_run if state else 0,
-            "shed_cap": int(settings.AGENTOPS_BREAKER_SHED_CAP),
-            "probe": probe,
-            "set_aside": a["set_aside"],
-        })
+            probe = {
+                "status": state.probe_status,
+                "sent_ms": _ms(state.probe_sent_at),
+                "verdict": bound_text(state.probe_verdict, REASON_LIMIT) or None,
+            }
+        out.append(
+            {
+                "agent": a["name"],
+                "model": a["model"],
+                "kind": a["kind"],
+                "streak": state.streak if state else 0,
+                "threshold": int(settings.AGENTOPS_BREAKER_THRESHOLD),
+                "sheds_this_run": state.sheds_this_run if state else 0,
+                "shed_cap": int(settings.AGENTOPS_BREAKER_SHED_CAP),
+                "probe": probe,
+                "set_aside": a["set_aside"],
+            }
+        )
     out.sort(key=lambda b: (-b["streak"], b["probe"] is None, b["agent"]))
     return out
-

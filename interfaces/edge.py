@@ -76,7 +76,9 @@ def api_edge_middleware(get_response: Callable[[HttpRequest], Any]) -> Callable[
     return edge
 
 
-_gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+_gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _sync_view_gate() -> asyncio.Semaphore | None:
@@ -108,12 +110,17 @@ def api_error_shaped(request: HttpRequest, response: HttpResponseBase) -> HttpRe
     if response.get("Content-Type", "").startswith("application/json"):
         return response  # already the API's own error
     if response.status_code == 404:
-        body = {"code": "not_found", "message": f"no API route {request.path}", "data": {"path": request.path}}
+        body = {
+            "code": "not_found",
+            "message": f"no API route {request.path}",
+            "data": {"path": request.path},
+        }
         return JsonResponse(body, status=404)
     allowed = [m.strip() for m in response.get("Allow", "").split(",") if m.strip()]
     body = {
         "code": "method_not_allowed",
-        "message": f"{request.method} is not allowed on {request.path}" + (f"; allowed: {', '.join(allowed)}" if allowed else ""),
+        "message": f"{request.method} is not allowed on {request.path}"
+        + (f"; allowed: {', '.join(allowed)}" if allowed else ""),
         "data": {"method": request.method, "allowed": allowed},
     }
     out = HttpResponse(json.dumps(body), status=405, content_type="application/json")
@@ -191,7 +198,9 @@ class LoopCommonMiddleware(_OnLoop, CommonMiddleware):
 
 class LoopXFrameOptionsMiddleware(_OnLoop, XFrameOptionsMiddleware):
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
-        return self.process_response(request, await self.get_response(request))  # no process_request
+        return self.process_response(
+            request, await self.get_response(request)
+        )  # no process_request
 
 
 class BrowserSessionMiddleware(_BrowserOnly, SessionMiddleware):
@@ -206,16 +215,30 @@ class LoopCsrfViewMiddleware(_OnLoop, CsrfViewMiddleware):
 
     def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
         if settings.CSRF_USE_SESSIONS:
-            raise ImproperlyConfigured("interfaces.edge.LoopCsrfViewMiddleware keeps the CSRF token in its cookie: CSRF_USE_SESSIONS must be off")
+            raise ImproperlyConfigured(
+                "interfaces.edge.LoopCsrfViewMiddleware keeps the CSRF token in its cookie: CSRF_USE_SESSIONS must be off"
+            )
         super().__init__(get_response)
         # Django leaves a process_view that is a coroutine function on the loop and runs a plain
         # one in a thread; in sync mode the plain one stays.
         if self.async_mode:  # type: ignore[attr-defined]
             self.process_view = self._process_view_on_loop  # type: ignore[method-assign,assignment]
 
-    async def _process_view_on_loop(self, request: HttpRequest, callback: Callable[..., Any], callback_args: Any, callback_kwargs: Any) -> HttpResponseBase | None:
-        check = partial(CsrfViewMiddleware.process_view, self, request, callback, callback_args, callback_kwargs)
-        if request.method in SAFE_METHODS or getattr(callback, "csrf_exempt", False) or getattr(request, "csrf_processing_done", False):
+    async def _process_view_on_loop(
+        self,
+        request: HttpRequest,
+        callback: Callable[..., Any],
+        callback_args: Any,
+        callback_kwargs: Any,
+    ) -> HttpResponseBase | None:
+        check = partial(
+            CsrfViewMiddleware.process_view, self, request, callback, callback_args, callback_kwargs
+        )
+        if (
+            request.method in SAFE_METHODS
+            or getattr(callback, "csrf_exempt", False)
+            or getattr(request, "csrf_processing_done", False)
+        ):
             return check()  # answered without the body
         return await sync_to_async(check, thread_sensitive=True)()
 

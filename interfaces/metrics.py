@@ -62,7 +62,8 @@ class DatabaseCollector(Collector):
 
     def _calls(self) -> Iterator[CounterMetricFamily]:
         calls = CounterMetricFamily(
-            "agentops_calls", "Inference calls by kind, outcome (in_flight while running) and the bound that cut them (none if no bound did).",
+            "agentops_calls",
+            "Inference calls by kind, outcome (in_flight while running) and the bound that cut them (none if no bound did).",
             labels=["kind", "outcome", "bound"],
         )
         deferred = 0
@@ -73,53 +74,76 @@ class DatabaseCollector(Collector):
                 deferred += n
         yield calls
         yield CounterMetricFamily(
-            "agentops_auxiliary_deferred", "Auxiliary calls deferred because the agent's model was held by a provider wait.",
+            "agentops_auxiliary_deferred",
+            "Auxiliary calls deferred because the agent's model was held by a provider wait.",
             value=deferred,
         )
 
     def _tokens(self) -> CounterMetricFamily:
         tokens = CounterMetricFamily(
-            "agentops_tokens", "Tokens the providers reported, by agent, model, call kind and type (input, output, reasoning, cached_input); calls that reported none add nothing.",
+            "agentops_tokens",
+            "Tokens the providers reported, by agent, model, call kind and type (input, output, reasoning, cached_input); calls that reported none add nothing.",
             labels=["agent", "model", "kind", "type"],
         )
         sums = {kind: Sum(f"{kind}_tokens") for kind in TOKEN_TYPES}
-        rows = InferenceCall.objects.values("agent__name", "model", "kind").annotate(**sums).order_by("agent__name", "model", "kind")
+        rows = (
+            InferenceCall.objects.values("agent__name", "model", "kind")
+            .annotate(**sums)
+            .order_by("agent__name", "model", "kind")
+        )
         for row in rows:
             for kind in TOKEN_TYPES:
                 if row[kind] is not None:
-                    tokens.add_metric([row["agent__name"], row["model"], row["kind"], kind], row[kind])
+                    tokens.add_metric(
+                        [row["agent__name"], row["model"], row["kind"], kind], row[kind]
+                    )
         return tokens
 
     def _probes(self) -> CounterMetricFamily:
         probes = CounterMetricFamily(
-            "agentops_probes", "Breaker probes by verdict (answered, refused, unclear, set_aside, withdrawn, aborted; pending until read).",
+            "agentops_probes",
+            "Breaker probes by verdict (answered, refused, unclear, set_aside, withdrawn, aborted; pending until read).",
             labels=["verdict"],
         )
-        rows = InferenceCall.objects.filter(kind=InferenceCall.Kind.PROBE).values_list("probe_verdict").annotate(n=Count("id"))
+        rows = (
+            InferenceCall.objects.filter(kind=InferenceCall.Kind.PROBE)
+            .values_list("probe_verdict")
+            .annotate(n=Count("id"))
+        )
         for verdict, n in rows:
             probes.add_metric([verdict or PROBE_PENDING], n)
         return probes
 
     def _cut_lateness(self) -> HistogramMetricFamily:
-        at_most = {f"le{i}": Count("id", filter=Q(cut_lateness_ms__lte=b)) for i, b in enumerate(CUT_LATENESS_BUCKETS_MS)}
-        totals = InferenceCall.objects.filter(outcome=InferenceCall.Outcome.CUT, cut_lateness_ms__isnull=False).aggregate(
-            count=Count("id"), sum=Sum("cut_lateness_ms"), **at_most
-        )
-        buckets = [(floatToGoString(b), float(totals[f"le{i}"])) for i, b in enumerate(CUT_LATENESS_BUCKETS_MS)]
+        at_most = {
+            f"le{i}": Count("id", filter=Q(cut_lateness_ms__lte=b))
+            for i, b in enumerate(CUT_LATENESS_BUCKETS_MS)
+        }
+        totals = InferenceCall.objects.filter(
+            outcome=InferenceCall.Outcome.CUT, cut_lateness_ms__isnull=False
+        ).aggregate(count=Count("id"), sum=Sum("cut_lateness_ms"), **at_most)
+        buckets = [
+            (floatToGoString(b), float(totals[f"le{i}"]))
+            for i, b in enumerate(CUT_LATENESS_BUCKETS_MS)
+        ]
         buckets.append(("+Inf", float(totals["count"])))
         return HistogramMetricFamily(
-            "agentops_cut_lateness_ms", "How long after its bound's deadline a cut call was cut, in milliseconds.",
-            buckets=buckets, sum_value=float(totals["sum"] or 0.0),
+            "agentops_cut_lateness_ms",
+            "How long after its bound's deadline a cut call was cut, in milliseconds.",
+            buckets=buckets,
+            sum_value=float(totals["sum"] or 0.0),
         )
 
     def _waits(self) -> Iterator[GaugeMetricFamily]:
         readable, waits = binding_waits(now_ms=self.now_ms, fresh=False)
         yield GaugeMetricFamily(
-            "agentops_holds_binding", "Provider waits binding now (while the journal is unreadable, one per agent held on model *).",
+            "agentops_holds_binding",
+            "Provider waits binding now (while the journal is unreadable, one per agent held on model *).",
             value=len(waits),
         )
         yield GaugeMetricFamily(
-            "agentops_journal_readable", "1 if the provider-waits journal reads, 0 if it does not (no provider call is admitted then).",
+            "agentops_journal_readable",
+            "1 if the provider-waits journal reads, 0 if it does not (no provider call is admitted then).",
             value=1 if readable else 0,
         )
 
@@ -133,7 +157,9 @@ class DatabaseCollector(Collector):
         return turns
 
     def _alerts(self) -> CounterMetricFamily:
-        alerts = CounterMetricFamily("agentops_alerts", "Ops alerts raised, by kind.", labels=["kind"])
+        alerts = CounterMetricFamily(
+            "agentops_alerts", "Ops alerts raised, by kind.", labels=["kind"]
+        )
         for kind, n in Alert.objects.values_list("kind").annotate(n=Count("id")):
             alerts.add_metric([kind], n)
         return alerts
@@ -143,8 +169,16 @@ class DatabaseCollector(Collector):
         # back to pending, which would make a count of statuses step back. An attempt row is only
         # ever added, and its outcome is written once when it ends, so a round of attempts that
         # ends adds one to its result for good (a resend's round adds another).
-        results = {status: 0 for status in WebhookDelivery.Status.values if status != WebhookDelivery.Status.PENDING}
-        ended = WebhookAttempt.objects.filter(outcome__in=list(WEBHOOK_RESULT_OF_OUTCOME)).values_list("outcome").annotate(n=Count("id"))
+        results = {
+            status: 0
+            for status in WebhookDelivery.Status.values
+            if status != WebhookDelivery.Status.PENDING
+        }
+        ended = (
+            WebhookAttempt.objects.filter(outcome__in=list(WEBHOOK_RESULT_OF_OUTCOME))
+            .values_list("outcome")
+            .annotate(n=Count("id"))
+        )
         for outcome, n in ended:
             results[WEBHOOK_RESULT_OF_OUTCOME[outcome]] += n
         finished = CounterMetricFamily(
@@ -156,7 +190,11 @@ class DatabaseCollector(Collector):
             finished.add_metric([result], n)
         yield finished
         pending = WebhookDelivery.objects.filter(status=WebhookDelivery.Status.PENDING).count()
-        yield GaugeMetricFamily("agentops_webhook_deliveries_pending", "Webhook deliveries waiting for an attempt now.", value=pending)
+        yield GaugeMetricFamily(
+            "agentops_webhook_deliveries_pending",
+            "Webhook deliveries waiting for an attempt now.",
+            value=pending,
+        )
 
 
 @csrf_exempt  # no cookie is read: a POST is answered 405 by the method check, not 403
@@ -167,12 +205,17 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     ``AGENTOPS_METRICS_PUBLIC``."""
     if not settings.AGENTOPS_METRICS_PUBLIC:
         scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
-        token = api_token_check(presented.strip()) if scheme.lower() == "bearer" and presented.strip() else None
+        token = (
+            api_token_check(presented.strip())
+            if scheme.lower() == "bearer" and presented.strip()
+            else None
+        )
         if token is None or not token.operator:
             refused = HttpResponse(
                 "metrics need an operator API token: Authorization: Bearer <token> "
                 "(or AGENTOPS_METRICS_PUBLIC=true)\n",
-                status=401 if token is None else 403, content_type="text/plain; charset=utf-8",
+                status=401 if token is None else 403,
+                content_type="text/plain; charset=utf-8",
             )
             refused["WWW-Authenticate"] = "Bearer"
             return refused

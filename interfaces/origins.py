@@ -42,7 +42,10 @@ def same_origin(scope: dict[str, Any]) -> bool:
     origin = origin_of(headers.get(b"origin", b"").decode("latin-1"))
     if origin is None:
         return False
-    site = _parsed(PAGE_SCHEME.get(scope.get("scheme", "ws"), "http"), headers.get(b"host", b"").decode("latin-1"))
+    site = _parsed(
+        PAGE_SCHEME.get(scope.get("scheme", "ws"), "http"),
+        headers.get(b"host", b"").decode("latin-1"),
+    )
     trusted = {origin_of(o) for o in settings.CSRF_TRUSTED_ORIGINS}
     return origin == site or origin in trusted
 

@@ -27,18 +27,29 @@ _AGENT_STATUS: dict[str, str] = {
 
 def agent_current_turn(agent: Agent) -> Turn | None:
     """The agent's open turn that is furthest along (running before held before queued)."""
-    return current_turn_of(list(Turn.objects.filter(agent=agent, status__in=Turn.OPEN).order_by("id")))
+    return current_turn_of(
+        list(Turn.objects.filter(agent=agent, status__in=Turn.OPEN).order_by("id"))
+    )
 
 
 def agent_open_turns() -> Prefetch:
     """``prefetch_related`` this on agents to read each one's ``open_turns`` (for
     ``current_turn_of``) in one query for the lot."""
-    return Prefetch("turns", queryset=Turn.objects.filter(status__in=Turn.OPEN).order_by("id"), to_attr="open_turns")
+    return Prefetch(
+        "turns",
+        queryset=Turn.objects.filter(status__in=Turn.OPEN).order_by("id"),
+        to_attr="open_turns",
+    )
 
 
 def current_turn_of(open_turns: list[Turn]) -> Turn | None:
     """``agent_current_turn`` of turns already read: the agent's open turns in id order."""
-    for status in (Turn.Status.RUNNING, Turn.Status.REQUIRES_ACTION, Turn.Status.HELD, Turn.Status.QUEUED):
+    for status in (
+        Turn.Status.RUNNING,
+        Turn.Status.REQUIRES_ACTION,
+        Turn.Status.HELD,
+        Turn.Status.QUEUED,
+    ):
         for turn in open_turns:
             if turn.status == status:
                 return turn
@@ -49,7 +60,9 @@ def agent_failure_streak(agent: Agent) -> int:
     """Terminal failed turns in a row, reset by a completed call (kept by the breaker)."""
     from breaker.models import BreakerState
 
-    return int(BreakerState.objects.filter(agent=agent).values_list("streak", flat=True).first() or 0)
+    return int(
+        BreakerState.objects.filter(agent=agent).values_list("streak", flat=True).first() or 0
+    )
 
 
 def agent_status_of(current: Turn | None) -> str:
@@ -62,7 +75,9 @@ def agent_holds(agent: Agent) -> list[dict[str, Any]]:
     return binding_waits(agent=agent.name, now_ms=clock_ms())[1]
 
 
-def agents_out(*, token: ApiToken, status: str | None = None, project: str | None = None) -> list[dict[str, Any]]:
+def agents_out(
+    *, token: ApiToken, status: str | None = None, project: str | None = None
+) -> list[dict[str, Any]]:
     """Every live agent ``token`` may see in ``agent_out``'s shape, by name, optionally only
     those whose ``status`` is ``status`` and those of the project named ``project``: one read
     of the binding waits and of open turns for the lot."""
@@ -83,14 +98,27 @@ def agents_out(*, token: ApiToken, status: str | None = None, project: str | Non
         current = current_turn_of(agent.open_turns)  # type: ignore[attr-defined]
         if status is not None and agent_status_of(current) != status:
             continue
-        out.append(agent_out(agent, current=current, streak=int(streaks.get(agent.pk) or 0), holds=by_agent.get(agent.name, [])))
+        out.append(
+            agent_out(
+                agent,
+                current=current,
+                streak=int(streaks.get(agent.pk) or 0),
+                holds=by_agent.get(agent.name, []),
+            )
+        )
     return out
 
 
 _UNSET: Any = object()
 
 
-def agent_out(agent: Agent, *, current: Turn | None = _UNSET, streak: int | None = None, holds: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def agent_out(
+    agent: Agent,
+    *,
+    current: Turn | None = _UNSET,
+    streak: int | None = None,
+    holds: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     if current is _UNSET:
         current = agent_current_turn(agent)
     return {
@@ -138,15 +166,17 @@ def call_out(call: InferenceCall, *, progress: dict[str, Any] | None = None) -> 
         "next_bound": None,
     }
     if progress is not None and call.ended_at is None:
-        out.update({
-            "first_event_at": _dt(progress.get("first_event_ms")),
-            "first_content_at": _dt(progress.get("first_content_ms")),
-            "last_event_at": _dt(progress.get("last_event_ms")),
-            "model_events": int(progress.get("model_events") or 0),
-            "keepalives": int(progress.get("keepalives") or 0),
-            "next_deadline": _dt(progress.get("deadline_ms")),
-            "next_bound": progress.get("bound"),
-        })
+        out.update(
+            {
+                "first_event_at": _dt(progress.get("first_event_ms")),
+                "first_content_at": _dt(progress.get("first_content_ms")),
+                "last_event_at": _dt(progress.get("last_event_ms")),
+                "model_events": int(progress.get("model_events") or 0),
+                "keepalives": int(progress.get("keepalives") or 0),
+                "next_deadline": _dt(progress.get("deadline_ms")),
+                "next_bound": progress.get("bound"),
+            }
+        )
     return out
 
 
@@ -160,7 +190,11 @@ def _calls_out(calls: list[InferenceCall]) -> list[dict[str, Any]]:
 
 
 def turn_get(*, turn_id: int) -> Turn:
-    turn = Turn.objects.select_related("agent", "note").filter(pk=turn_id).first() if id_valid(turn_id) else None
+    turn = (
+        Turn.objects.select_related("agent", "note").filter(pk=turn_id).first()
+        if id_valid(turn_id)
+        else None
+    )
     if turn is None:
         raise NotFound(f"no turn with id {turn_id}", data={"field": "turn_id"})
     return turn
@@ -178,9 +212,19 @@ def turn_waiting(turn: Turn, *, now: datetime | None = None) -> tuple[datetime |
 
 def turns_waiting(*, now: datetime, limit: int = 300) -> list[dict[str, Any]]:
     """The open turns whose next call waits, soonest first (the dashboard's snapshot)."""
-    rows = Turn.objects.filter(status__in=Turn.OPEN, not_before__gt=now).select_related("agent").order_by("not_before")[:limit]
+    rows = (
+        Turn.objects.filter(status__in=Turn.OPEN, not_before__gt=now)
+        .select_related("agent")
+        .order_by("not_before")[:limit]
+    )
     return [
-        {"turn": t.pk, "agent": t.agent.name, "status": t.status, "waiting_until_ms": t.not_before.timestamp() * 1000, "waiting_reason": turn_waiting(t, now=now)[1]}
+        {
+            "turn": t.pk,
+            "agent": t.agent.name,
+            "status": t.status,
+            "waiting_until_ms": t.not_before.timestamp() * 1000,
+            "waiting_reason": turn_waiting(t, now=now)[1],
+        }
         for t in rows
         if t.not_before is not None
     ]

@@ -29,7 +29,9 @@ def turns_sweep() -> int:
     wait is "until released" or whose records were unreadable. A drain that finds the agent's
     lease held returns at once."""
     open_statuses = [Turn.Status.QUEUED, Turn.Status.RUNNING, Turn.Status.HELD]
-    agent_ids = set(Turn.objects.filter(status__in=open_statuses).values_list("agent_id", flat=True))
+    agent_ids = set(
+        Turn.objects.filter(status__in=open_statuses).values_list("agent_id", flat=True)
+    )
     for agent_id in agent_ids:
         agent_drain.delay(agent_id)
     return len(agent_ids)

@@ -24,10 +24,15 @@ def traced_http(app: Any) -> Any:
     from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
     from opentelemetry.util.http import parse_excluded_urls
 
-    excluded = os.environ.get("OTEL_PYTHON_ASGI_EXCLUDED_URLS", os.environ.get("OTEL_PYTHON_EXCLUDED_URLS", EXCLUDED_URLS))
+    excluded = os.environ.get(
+        "OTEL_PYTHON_ASGI_EXCLUDED_URLS", os.environ.get("OTEL_PYTHON_EXCLUDED_URLS", EXCLUDED_URLS)
+    )
     # No span per body message received or sent: a drop-in stream sends thousands.
     return OpenTelemetryMiddleware(
-        app, excluded_urls=parse_excluded_urls(excluded), default_span_details=_span_details, exclude_spans=["receive", "send"],
+        app,
+        excluded_urls=parse_excluded_urls(excluded),
+        default_span_details=_span_details,
+        exclude_spans=["receive", "send"],
     )
 
 

@@ -17,4 +17,6 @@ def dashboard_view(request: HttpRequest) -> HttpResponse:
     """The page renders from the snapshot read now, embedded as JSON, so it shows the state at
     once; its script then opens ``/ws/dashboard`` and applies live events (and a fresh
     snapshot every few seconds, for what has no event of its own: breaker changes)."""
-    return render(request, "dashboard/index.html", {"snapshot": dashboard_snapshot(now_ms=clock_ms())})
+    return render(
+        request, "dashboard/index.html", {"snapshot": dashboard_snapshot(now_ms=clock_ms())}
+    )

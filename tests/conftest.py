@@ -45,7 +45,13 @@ def fresh_process_view(tmp_path: Path) -> Iterator[None]:
     journal_forget_process_state()
 
 
-def wait_for(predicate: Callable[[], Any], *, timeout: float = 20.0, interval: float = 0.05, what: str = "condition") -> Any:
+def wait_for(
+    predicate: Callable[[], Any],
+    *,
+    timeout: float = 20.0,
+    interval: float = 0.05,
+    what: str = "condition",
+) -> Any:
     """Poll ``predicate`` until it returns something truthy; fail the test after ``timeout``."""
     end = time.monotonic() + timeout
     while True:
@@ -94,7 +100,10 @@ def standin() -> Iterator[str]:
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
         [sys.executable, "-m", "devtools.standin", "--host", "127.0.0.1", "--port", "0"],
-        cwd=BASE_DIR, stdout=subprocess.PIPE, stderr=open(LOG_DIR / "standin.log", "w"), text=True,
+        cwd=BASE_DIR,
+        stdout=subprocess.PIPE,
+        stderr=open(LOG_DIR / "standin.log", "w"),
+        text=True,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
@@ -111,7 +120,10 @@ def hostile() -> Iterator[str]:
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.hostile", "--port", "0"],
-        cwd=BASE_DIR, stdout=subprocess.PIPE, stderr=open(LOG_DIR / "hostile.log", "w"), text=True,
+        cwd=BASE_DIR,
+        stdout=subprocess.PIPE,
+        stderr=open(LOG_DIR / "hostile.log", "w"),
+        text=True,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
@@ -142,11 +154,20 @@ class WorkerPool:
     While a pool is active, the test process enqueues to its queue, so the settings given in
     ``extra_env`` (bounds, delays) are the ones the turns run under."""
 
-    def __init__(self, count: int, *, label: str, extra_env: dict[str, str] | None = None, queue: str | None = None) -> None:
+    def __init__(
+        self,
+        count: int,
+        *,
+        label: str,
+        extra_env: dict[str, str] | None = None,
+        queue: str | None = None,
+    ) -> None:
         # ``queue``: another pool's, for workers that take over from that pool's.
         self.queue = queue or f"{QUEUE}-{label}"
         env = dict(
-            os.environ, DATABASE_URL=_database_url(), AGENTOPS_CELERY_QUEUE=self.queue,
+            os.environ,
+            DATABASE_URL=_database_url(),
+            AGENTOPS_CELERY_QUEUE=self.queue,
             DJANGO_SETTINGS_MODULE="agentops.settings",
             # Between tests the database is truncated. Should a worker still be finishing a turn
             # then, the worker (not the test's flush) must be the deadlock victim: it notices
@@ -162,9 +183,30 @@ class WorkerPool:
             log = open(LOG_DIR / f"{name.split('@')[0]}.log", "w")
             self.procs.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "celery", "-A", "agentops", "worker", "-l", "info", "-c", "4",
-                     "-P", "threads", "-n", name, "-Q", self.queue, "--without-gossip", "--without-mingle"],
-                    cwd=BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT,
+                    [
+                        sys.executable,
+                        "-m",
+                        "celery",
+                        "-A",
+                        "agentops",
+                        "worker",
+                        "-l",
+                        "info",
+                        "-c",
+                        "4",
+                        "-P",
+                        "threads",
+                        "-n",
+                        name,
+                        "-Q",
+                        self.queue,
+                        "--without-gossip",
+                        "--without-mingle",
+                    ],
+                    cwd=BASE_DIR,
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
                 )
             )
         client = redis.Redis.from_url(settings.REDIS_URL)
@@ -195,7 +237,9 @@ class WorkerPool:
                 proc.wait()
 
 
-def worker_pool(count: int = 1, *, label: str, extra_env: dict[str, str] | None = None, queue: str | None = None) -> Iterator[WorkerPool]:
+def worker_pool(
+    count: int = 1, *, label: str, extra_env: dict[str, str] | None = None, queue: str | None = None
+) -> Iterator[WorkerPool]:
     """The body of a pool fixture (``yield from worker_pool(...)``): started, then stopped."""
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     pool = WorkerPool(count, label=label, extra_env=extra_env, queue=queue)
@@ -209,7 +253,14 @@ def worker_pool(count: int = 1, *, label: str, extra_env: dict[str, str] | None 
 def session_workers(django_db_setup: None, django_db_blocker: Any) -> Iterator[WorkerPool]:
     # The service's own 429 pacing, and the waits journal's re-read cadence, in seconds rather
     # than minutes, so holds, releases and fail-closed recovery run fast.
-    yield from worker_pool(2, label="w", extra_env={"AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS": "2000", "AGENTOPS_WAIT_RECHECK_MS": "1000"})
+    yield from worker_pool(
+        2,
+        label="w",
+        extra_env={
+            "AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS": "2000",
+            "AGENTOPS_WAIT_RECHECK_MS": "1000",
+        },
+    )
 
 
 @pytest.fixture
@@ -249,7 +300,9 @@ def _workers_settle(request: pytest.FixtureRequest) -> Iterator[None]:
 
 def scraper() -> Client:
     """A client that scrapes ``/metrics`` as Prometheus is set up to: an operator token."""
-    return Client(headers={"Authorization": f"Bearer {api_token_create(name='prometheus', operator=True)[1]}"})
+    return Client(
+        headers={"Authorization": f"Bearer {api_token_create(name='prometheus', operator=True)[1]}"}
+    )
 
 
 @pytest.fixture
@@ -273,8 +326,12 @@ def providers(standin: str, db: None) -> dict[str, Provider]:
     """Providers pointing at the stand-in, whose record and ``times`` counters start empty."""
     httpx.delete(f"{standin}/_standin/requests")
     return {
-        "openai": ProviderFactory.create(name="standin-openai", kind="openai", base_url=f"{standin}/v1"),
-        "anthropic": ProviderFactory.create(name="standin-anthropic", kind="anthropic", base_url=standin),
+        "openai": ProviderFactory.create(
+            name="standin-openai", kind="openai", base_url=f"{standin}/v1"
+        ),
+        "anthropic": ProviderFactory.create(
+            name="standin-anthropic", kind="anthropic", base_url=standin
+        ),
     }
 
 

@@ -38,8 +38,13 @@ connections = 0
 
 def answer_json(text: str, **extra: Any) -> bytes:
     body = {
-        "id": "chatcmpl-hostile", "object": "chat.completion", "created": 0, "model": "hostile",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "id": "chatcmpl-hostile",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "hostile",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+        ],
         "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7},
     }
     body.update(extra)
@@ -47,16 +52,34 @@ def answer_json(text: str, **extra: Any) -> bytes:
 
 
 def chunk_event(delta: dict[str, Any], finish: str | None = None) -> bytes:
-    data = {"id": "c", "object": "chat.completion.chunk", "model": "hostile", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    data = {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "model": "hostile",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
     return b"data: " + json.dumps(data).encode() + b"\n\n"
 
 
 def head(status: str, headers: list[tuple[str, str]]) -> bytes:
-    return (f"HTTP/1.1 {status}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers) + "\r\n").encode("latin-1")
+    return (
+        f"HTTP/1.1 {status}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers) + "\r\n"
+    ).encode("latin-1")
 
 
-def whole(status: str, body: bytes, content_type: str = "application/json", extra: list[tuple[str, str]] | None = None) -> bytes:
-    return head(status, [("content-type", content_type), ("content-length", str(len(body))), *(extra or [])]) + body
+def whole(
+    status: str,
+    body: bytes,
+    content_type: str = "application/json",
+    extra: list[tuple[str, str]] | None = None,
+) -> bytes:
+    return (
+        head(
+            status,
+            [("content-type", content_type), ("content-length", str(len(body))), *(extra or [])],
+        )
+        + body
+    )
 
 
 def chunked(parts: list[bytes]) -> bytes:
@@ -64,7 +87,9 @@ def chunked(parts: list[bytes]) -> bytes:
 
 
 def sse(parts: list[bytes]) -> bytes:
-    return head("200 OK", [("content-type", "text/event-stream"), ("transfer-encoding", "chunked")]) + chunked(parts)
+    return head(
+        "200 OK", [("content-type", "text/event-stream"), ("transfer-encoding", "chunked")]
+    ) + chunked(parts)
 
 
 @cache
@@ -82,17 +107,40 @@ async def respond(model: str, streamed: bool, writer: asyncio.StreamWriter) -> b
     """Answer one request; False when the connection must close after it."""
     if model == "answer":
         if streamed:
-            writer.write(sse([chunk_event({"role": "assistant", "content": "Hello"}), chunk_event({"content": " there"}), chunk_event({}, "stop"), b"data: [DONE]\n\n"]))
+            writer.write(
+                sse(
+                    [
+                        chunk_event({"role": "assistant", "content": "Hello"}),
+                        chunk_event({"content": " there"}),
+                        chunk_event({}, "stop"),
+                        b"data: [DONE]\n\n",
+                    ]
+                )
+            )
         else:
             writer.write(whole("200 OK", answer_json("Hello there")))
         return True
     if model == "gzip-bomb":
         body = bomb(streamed)
         content_type = "text/event-stream" if streamed else "application/json"
-        writer.write(head("200 OK", [("content-type", content_type), ("content-encoding", "gzip"), ("content-length", str(len(body)))]) + body)
+        writer.write(
+            head(
+                "200 OK",
+                [
+                    ("content-type", content_type),
+                    ("content-encoding", "gzip"),
+                    ("content-length", str(len(body))),
+                ],
+            )
+            + body
+        )
         return False
     if model == "repeated-header":
-        writer.write(b"HTTP/1.1 200 OK\r\n" + b"x-junk: a\r\n" * 20_000 + b"content-type: application/json\r\ncontent-length: 2\r\n\r\n{}")
+        writer.write(
+            b"HTTP/1.1 200 OK\r\n"
+            + b"x-junk: a\r\n" * 20_000
+            + b"content-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+        )
         return False
     if model == "endless-headers":
         writer.write(b"HTTP/1.1 200 OK\r\n")
@@ -103,7 +151,9 @@ async def respond(model: str, streamed: bool, writer: asyncio.StreamWriter) -> b
         return False
     if model == "huge-body":
         size = 300 * 1000 * 1000
-        writer.write(head("200 OK", [("content-type", "application/json"), ("content-length", str(size))]))
+        writer.write(
+            head("200 OK", [("content-type", "application/json"), ("content-length", str(size))])
+        )
         block = b"x" * (1 << 20)
         sent = 0
         while sent < size:
@@ -113,7 +163,13 @@ async def respond(model: str, streamed: bool, writer: asyncio.StreamWriter) -> b
             await writer.drain()
         return False
     if model == "long-line":
-        writer.write(head("200 OK", [("content-type", "text/event-stream"), ("content-length", str(100 * 1000 * 1000))]) + b"data: ")
+        writer.write(
+            head(
+                "200 OK",
+                [("content-type", "text/event-stream"), ("content-length", str(100 * 1000 * 1000))],
+            )
+            + b"data: "
+        )
         block = b"y" * (1 << 20)
         for _ in range(100):
             writer.write(block)
@@ -122,45 +178,106 @@ async def respond(model: str, streamed: bool, writer: asyncio.StreamWriter) -> b
     if model == "nul":
         text = "a\u0000b\ud800c"
         if streamed:
-            writer.write(sse([b": ping \x00\n\n", chunk_event({"role": "assistant", "content": text}), chunk_event({}, "stop"), b"data: [DONE]\n\n"]))
+            writer.write(
+                sse(
+                    [
+                        b": ping \x00\n\n",
+                        chunk_event({"role": "assistant", "content": text}),
+                        chunk_event({}, "stop"),
+                        b"data: [DONE]\n\n",
+                    ]
+                )
+            )
         else:
             writer.write(whole("200 OK", answer_json(text)))
         return True
     if model == "bad-utf8":
         content = b"caf\xe9 \xff\xfe ok"
         if streamed:
-            event = b'data: {"choices":[{"index":0,"delta":{"content":"' + content + b'"},"finish_reason":null}]}\n\n'
+            event = (
+                b'data: {"choices":[{"index":0,"delta":{"content":"'
+                + content
+                + b'"},"finish_reason":null}]}\n\n'
+            )
             writer.write(sse([event, chunk_event({}, "stop"), b"data: [DONE]\n\n"]))
         else:
-            writer.write(whole("200 OK", b'{"choices":[{"index":0,"message":{"role":"assistant","content":"' + content + b'"},"finish_reason":"stop"}]}'))
+            writer.write(
+                whole(
+                    "200 OK",
+                    b'{"choices":[{"index":0,"message":{"role":"assistant","content":"'
+                    + content
+                    + b'"},"finish_reason":"stop"}]}',
+                )
+            )
         return True
     if model == "nul-error":
-        writer.write(whole("400 Bad Request", b"refused \x00 because \xff of reasons", content_type="text/plain"))
+        writer.write(
+            whole(
+                "400 Bad Request",
+                b"refused \x00 because \xff of reasons",
+                content_type="text/plain",
+            )
+        )
         return True
     if model == "status-999":
-        writer.write(b"HTTP/1.1 999 Weird\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}")
+        writer.write(
+            b"HTTP/1.1 999 Weird\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+        )
         return True
     if model == "redirect":
-        writer.write(whole("302 Found", b"", extra=[("location", "https://elsewhere.example/v1/chat/completions")]))
+        writer.write(
+            whole(
+                "302 Found",
+                b"",
+                extra=[("location", "https://elsewhere.example/v1/chat/completions")],
+            )
+        )
         return True
     if model == "html-error":
         page = b"<html><head><title>502 Bad Gateway</title></head><body><h1>Bad Gateway</h1></body></html>"
         writer.write(whole("502 Bad Gateway", page, content_type="text/html"))
         return True
     if model == "two-responses":
-        writer.write(whole("200 OK", answer_json("first")) + whole("200 OK", answer_json("second, never asked for")))
+        writer.write(
+            whole("200 OK", answer_json("first"))
+            + whole("200 OK", answer_json("second, never asked for"))
+        )
         return True
     if model == "close-mid-chunk":
         first = chunk_event({"role": "assistant", "content": "Hel"})
-        writer.write(head("200 OK", [("content-type", "text/event-stream"), ("transfer-encoding", "chunked")]) + b"%x\r\n%s\r\n" % (len(first), first) + b"400\r\nda")
+        writer.write(
+            head(
+                "200 OK", [("content-type", "text/event-stream"), ("transfer-encoding", "chunked")]
+            )
+            + b"%x\r\n%s\r\n" % (len(first), first)
+            + b"400\r\nda"
+        )
         return False
     if model == "big-usage":
         usage = {"prompt_tokens": 2**70, "completion_tokens": 1e300, "total_tokens": -1}
-        writer.write(whole("200 OK", json.dumps({
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": "counted"}, "finish_reason": "x" * 500}], "usage": usage,
-        }).encode()))
+        writer.write(
+            whole(
+                "200 OK",
+                json.dumps(
+                    {
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": "counted"},
+                                "finish_reason": "x" * 500,
+                            }
+                        ],
+                        "usage": usage,
+                    }
+                ).encode(),
+            )
+        )
         return True
-    writer.write(whole("404 Not Found", json.dumps({"error": {"message": f"no scenario {model!r}"}}).encode()))
+    writer.write(
+        whole(
+            "404 Not Found", json.dumps({"error": {"message": f"no scenario {model!r}"}}).encode()
+        )
+    )
     return True
 
 
@@ -175,7 +292,14 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
                 return
             lines = request_head.decode("latin-1").split("\r\n")
             method, path = lines[0].split(" ")[:2]
-            length = next((int(line.split(":", 1)[1]) for line in lines if line.lower().startswith("content-length:")), 0)
+            length = next(
+                (
+                    int(line.split(":", 1)[1])
+                    for line in lines
+                    if line.lower().startswith("content-length:")
+                ),
+                0,
+            )
             body = await reader.readexactly(length) if length else b""
             if path.startswith("/_hostile/"):
                 if method == "DELETE":
@@ -183,7 +307,9 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
                     connections = 1
                     writer.write(whole("200 OK", b"{}"))
                 else:
-                    value: Any = received if path.endswith("requests") else {"connections": connections}
+                    value: Any = (
+                        received if path.endswith("requests") else {"connections": connections}
+                    )
                     writer.write(whole("200 OK", json.dumps(value).encode()))
                 await writer.drain()
                 continue

@@ -40,10 +40,17 @@ def _attributes(pairs: Any) -> dict[str, Any]:
 
 
 KINDS = {
-    SpanProto.SPAN_KIND_INTERNAL: "internal", SpanProto.SPAN_KIND_SERVER: "server", SpanProto.SPAN_KIND_CLIENT: "client",
-    SpanProto.SPAN_KIND_PRODUCER: "producer", SpanProto.SPAN_KIND_CONSUMER: "consumer",
+    SpanProto.SPAN_KIND_INTERNAL: "internal",
+    SpanProto.SPAN_KIND_SERVER: "server",
+    SpanProto.SPAN_KIND_CLIENT: "client",
+    SpanProto.SPAN_KIND_PRODUCER: "producer",
+    SpanProto.SPAN_KIND_CONSUMER: "consumer",
 }
-STATUSES = {StatusProto.STATUS_CODE_UNSET: "unset", StatusProto.STATUS_CODE_OK: "ok", StatusProto.STATUS_CODE_ERROR: "error"}
+STATUSES = {
+    StatusProto.STATUS_CODE_UNSET: "unset",
+    StatusProto.STATUS_CODE_OK: "ok",
+    StatusProto.STATUS_CODE_ERROR: "error",
+}
 
 
 @dataclass
@@ -72,7 +79,9 @@ class Span:
 
     def event(self, name: str) -> Event:
         found = [e for e in self.events if e.name == name]
-        assert found, f"span {self.name!r} has no event {name!r}; it has {[e.name for e in self.events]}"
+        assert found, (
+            f"span {self.name!r} has no event {name!r}; it has {[e.name for e in self.events]}"
+        )
         return found[0]
 
 
@@ -129,7 +138,9 @@ class Receiver:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, name="otlp-receiver", daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, name="otlp-receiver", daemon=True
+        )
         self.thread.start()
 
     def close(self) -> None:
@@ -142,15 +153,27 @@ class Receiver:
             resource = _attributes(resource_spans.resource.attributes)
             for scope_spans in resource_spans.scope_spans:
                 for s in scope_spans.spans:
-                    spans.append(Span(
-                        name=s.name, trace_id=s.trace_id.hex(), span_id=s.span_id.hex(), parent_span_id=s.parent_span_id.hex(),
-                        kind=KINDS.get(s.kind, str(s.kind)), start_ns=s.start_time_unix_nano, end_ns=s.end_time_unix_nano,
-                        attributes=_attributes(s.attributes),
-                        events=[Event(e.name, e.time_unix_nano, _attributes(e.attributes)) for e in s.events],
-                        links=[(link.trace_id.hex(), link.span_id.hex()) for link in s.links],
-                        status=STATUSES.get(s.status.code, str(s.status.code)), status_message=s.status.message,
-                        resource=resource, scope=scope_spans.scope.name,
-                    ))
+                    spans.append(
+                        Span(
+                            name=s.name,
+                            trace_id=s.trace_id.hex(),
+                            span_id=s.span_id.hex(),
+                            parent_span_id=s.parent_span_id.hex(),
+                            kind=KINDS.get(s.kind, str(s.kind)),
+                            start_ns=s.start_time_unix_nano,
+                            end_ns=s.end_time_unix_nano,
+                            attributes=_attributes(s.attributes),
+                            events=[
+                                Event(e.name, e.time_unix_nano, _attributes(e.attributes))
+                                for e in s.events
+                            ],
+                            links=[(link.trace_id.hex(), link.span_id.hex()) for link in s.links],
+                            status=STATUSES.get(s.status.code, str(s.status.code)),
+                            status_message=s.status.message,
+                            resource=resource,
+                            scope=scope_spans.scope.name,
+                        )
+                    )
         with self.lock:
             self.received.spans.extend(spans)
             self.received.requests += 1
@@ -165,9 +188,15 @@ class Receiver:
                     for p in getattr(m, kind).data_points:
                         attributes = _attributes(p.attributes)
                         if kind == "histogram":
-                            points.append(Point(m.name, m.unit, attributes, resource, count=p.count, sum=p.sum))
+                            points.append(
+                                Point(
+                                    m.name, m.unit, attributes, resource, count=p.count, sum=p.sum
+                                )
+                            )
                         else:
-                            value = p.as_double if p.WhichOneof("value") == "as_double" else p.as_int
+                            value = (
+                                p.as_double if p.WhichOneof("value") == "as_double" else p.as_int
+                            )
                             points.append(Point(m.name, m.unit, attributes, resource, value=value))
         with self.lock:
             self.received.points.extend(points)
@@ -179,7 +208,14 @@ class Receiver:
         with self.lock:
             return [s for s in self.received.spans if predicate(s)]
 
-    def wait_spans(self, predicate: Callable[[Span], bool], *, count: int = 1, timeout: float = 20.0, what: str = "spans") -> list[Span]:
+    def wait_spans(
+        self,
+        predicate: Callable[[Span], bool],
+        *,
+        count: int = 1,
+        timeout: float = 20.0,
+        what: str = "spans",
+    ) -> list[Span]:
         """At least ``count`` spans matching ``predicate``, once they have arrived."""
         end = time.monotonic() + timeout
         while True:
@@ -187,15 +223,27 @@ class Receiver:
             if len(found) >= count:
                 return found
             if time.monotonic() > end:
-                names = sorted({(s.name, s.attributes.get("agentops.agent")) for s in self.spans()}, key=str)
-                pytest.fail(f"timed out after {timeout} s waiting for {count} {what}; got {len(found)}. Spans received: {names}")
+                names = sorted(
+                    {(s.name, s.attributes.get("agentops.agent")) for s in self.spans()}, key=str
+                )
+                pytest.fail(
+                    f"timed out after {timeout} s waiting for {count} {what}; got {len(found)}. Spans received: {names}"
+                )
             time.sleep(0.05)
 
-    def points(self, metric: str, predicate: Callable[[Point], bool] = lambda p: True) -> list[Point]:
+    def points(
+        self, metric: str, predicate: Callable[[Point], bool] = lambda p: True
+    ) -> list[Point]:
         with self.lock:
             return [p for p in self.received.points if p.metric == metric and predicate(p)]
 
-    def wait_points(self, metric: str, predicate: Callable[[Point], bool] = lambda p: True, *, timeout: float = 20.0) -> list[Point]:
+    def wait_points(
+        self,
+        metric: str,
+        predicate: Callable[[Point], bool] = lambda p: True,
+        *,
+        timeout: float = 20.0,
+    ) -> list[Point]:
         end = time.monotonic() + timeout
         while True:
             found = self.points(metric, predicate)
@@ -204,7 +252,9 @@ class Receiver:
             if time.monotonic() > end:
                 with self.lock:
                     names = sorted({p.metric for p in self.received.points})
-                pytest.fail(f"timed out after {timeout} s waiting for metric {metric}; metrics received: {names}")
+                pytest.fail(
+                    f"timed out after {timeout} s waiting for metric {metric}; metrics received: {names}"
+                )
             time.sleep(0.05)
 
 

@@ -31,8 +31,13 @@ def _env(**changes: str | None) -> dict[str, str]:
 
 def _make_token(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["make", "-s", "token", *args], cwd=BASE_DIR, env=_env(MAKEFLAGS=None, MFLAGS=None),
-        capture_output=True, text=True, timeout=60, check=True,
+        ["make", "-s", "token", *args],
+        cwd=BASE_DIR,
+        env=_env(MAKEFLAGS=None, MFLAGS=None),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
 
 
@@ -42,7 +47,10 @@ def test_make_token_prints_one_line_an_operator_token_that_authenticates() -> No
     assert len(lines) == 1, done.stdout
     client = Client(headers={"Authorization": f"Bearer {lines[0]}"})
     assert client.get("/api/v1/waits").status_code == 200  # an operator endpoint
-    assert Client(headers={"Authorization": f"Bearer {lines[0]}x"}).get("/api/v1/agents").status_code == 401
+    assert (
+        Client(headers={"Authorization": f"Bearer {lines[0]}x"}).get("/api/v1/agents").status_code
+        == 401
+    )
 
 
 def test_make_token_without_operator_makes_a_token_refused_on_operator_endpoints() -> None:
@@ -64,20 +72,41 @@ def test_make_token_with_a_project_makes_a_token_of_that_project() -> None:
 
 def test_the_launchers_own_messages_go_to_stderr_and_stdout_is_the_commands() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "devtools.launcher", "exec", "--", sys.executable, "-c", "print('only this')"],
-        cwd=BASE_DIR, env=_env(REDIS_URL=None), capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "devtools.launcher",
+            "exec",
+            "--",
+            sys.executable,
+            "-c",
+            "print('only this')",
+        ],
+        cwd=BASE_DIR,
+        env=_env(REDIS_URL=None),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "only this\n"
     assert "REDIS_URL is not set: " in done.stderr
-    assert ("started the embedded Redis" in done.stderr) or ("using the embedded Redis" in done.stderr)
+    assert ("started the embedded Redis" in done.stderr) or (
+        "using the embedded Redis" in done.stderr
+    )
     assert "starting" not in done.stderr
 
 
-def test_manage_py_without_a_database_url_or_running_servers_stops_and_says_how(tmp_path: Path) -> None:
+def test_manage_py_without_a_database_url_or_running_servers_stops_and_says_how(
+    tmp_path: Path,
+) -> None:
     done = subprocess.run(
-        [sys.executable, "manage.py", "check"], cwd=BASE_DIR,
-        env=_env(DATABASE_URL=None, AGENTOPS_VAR_DIR=str(tmp_path)), capture_output=True, text=True, timeout=60,
+        [sys.executable, "manage.py", "check"],
+        cwd=BASE_DIR,
+        env=_env(DATABASE_URL=None, AGENTOPS_VAR_DIR=str(tmp_path)),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode != 0
     assert "DATABASE_URL is not set" in done.stderr

@@ -13,7 +13,10 @@ ROOT = Path(__file__).resolve().parent.parent
 def _layers() -> list[list[str]]:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
     (contract,) = [c for c in config["contracts"] if c["id"] == "layers"]
-    return [[name.strip() for name in layer.replace("|", ":").split(":")] for layer in contract["layers"]]
+    return [
+        [name.strip() for name in layer.replace("|", ":").split(":")]
+        for layer in contract["layers"]
+    ]
 
 
 def _modules() -> list[str]:
@@ -31,7 +34,12 @@ def _modules() -> list[str]:
 
 
 def _homes(module: str, layers: list[list[str]]) -> list[str]:
-    return [name for layer in layers for name in layer if module == name or module.startswith(name + ".")]
+    return [
+        name
+        for layer in layers
+        for name in layer
+        if module == name or module.startswith(name + ".")
+    ]
 
 
 def test_every_module_stands_in_exactly_one_layer() -> None:
@@ -46,7 +54,9 @@ def test_every_module_stands_in_exactly_one_layer() -> None:
             homeless.append(module)
         elif len(homes) > 1:
             twice.append(f"{module}: {homes}")
-    assert not homeless, f"modules in no layer of the contract (place them in pyproject.toml): {homeless}"
+    assert not homeless, (
+        f"modules in no layer of the contract (place them in pyproject.toml): {homeless}"
+    )
     assert not twice, f"modules in more than one layer: {twice}"
 
 

@@ -57,13 +57,34 @@ CORES = (
     Core("policy", "the turn policy", "turns/policy.py", ("tests/turns/test_policy.py",)),
     Core("classify", "classification", "calls/classify.py", ("tests/calls/test_classify.py",)),
     Core("journal", "the journal's reduction", "waits/core.py", ("tests/waits/test_core.py",)),
-    Core("breaker", "the breaker's decision", "breaker/decision.py", ("tests/breaker/test_decision.py",)),
-    Core("webhook-retry", "webhook retry", "agentops/webhooks/retry.py", ("tests/agentops/webhooks/test_retry.py",)),
+    Core(
+        "breaker",
+        "the breaker's decision",
+        "breaker/decision.py",
+        ("tests/breaker/test_decision.py",),
+    ),
+    Core(
+        "webhook-retry",
+        "webhook retry",
+        "agentops/webhooks/retry.py",
+        ("tests/agentops/webhooks/test_retry.py",),
+    ),
     Core("text", "text bounding", "agentops/text.py", ("tests/agentops/test_text.py",)),
 )
 
 # mutmut's exit codes per mutant (mutmut/stats.py): what counts as a kill.
-KILLED = {1, 3, 36, 37, -24, 24, 152, 255, -11, -9}  # failed, pytest error, timeouts, type check, crash
+KILLED = {
+    1,
+    3,
+    36,
+    37,
+    -24,
+    24,
+    152,
+    255,
+    -11,
+    -9,
+}  # failed, pytest error, timeouts, type check, crash
 SURVIVED = {0}
 NO_TESTS = {5, 33}
 
@@ -124,7 +145,9 @@ def stage(core: Core) -> Path:
         "pytest_add_cli_args": ["-o", "django_find_project=false"],
     }
     section = "\n".join(f"{key} = {json.dumps(value)}" for key, value in config.items())
-    (here / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text() + f"\n[tool.mutmut]\n{section}\n")
+    (here / "pyproject.toml").write_text(
+        (ROOT / "pyproject.toml").read_text() + f"\n[tool.mutmut]\n{section}\n"
+    )
     return here
 
 
@@ -144,7 +167,9 @@ def own_database(env: dict[str, str]) -> dict[str, str]:
     return {**env, "DATABASE_URL": urlunsplit(parts._replace(path=f"/{name}"))}
 
 
-def run(core: Core, *, env: dict[str, str], equivalents: set[str], survivors_diff: bool) -> Score | None:
+def run(
+    core: Core, *, env: dict[str, str], equivalents: set[str], survivors_diff: bool
+) -> Score | None:
     here = stage(core)
     mutmut = Path(sys.executable).parent / "mutmut"
     log = here / "mutmut.log"
@@ -160,7 +185,9 @@ def run(core: Core, *, env: dict[str, str], equivalents: set[str], survivors_dif
     seconds = time.monotonic() - started
     meta = here / "mutants" / (core.module + ".meta")
     if code != 0 or not meta.exists():
-        print(f"mutmut failed on {core.module} (exit {code}); its output is in {log.relative_to(ROOT)}")
+        print(
+            f"mutmut failed on {core.module} (exit {code}); its output is in {log.relative_to(ROOT)}"
+        )
         return None
     codes: dict[str, int | None] = json.loads(meta.read_text())["exit_code_by_key"]
     killed = sum(1 for c in codes.values() if c in KILLED)
@@ -180,14 +207,26 @@ def run(core: Core, *, env: dict[str, str], equivalents: set[str], survivors_dif
         for name in survivors:
             if name in mine:
                 continue
-            shown = subprocess.run([str(mutmut), "show", name], cwd=here, capture_output=True, text=True)
+            shown = subprocess.run(
+                [str(mutmut), "show", name], cwd=here, capture_output=True, text=True
+            )
             print(shown.stdout.rstrip() or f"# {name}: {codes[name]}", flush=True)
             print(flush=True)
     return score
 
 
 def table(scores: list[Score]) -> str:
-    head = ("core", "module", "mutants", "killed", "left", "equivalent", "raw", "changing behaviour", "time")
+    head = (
+        "core",
+        "module",
+        "mutants",
+        "killed",
+        "left",
+        "equivalent",
+        "raw",
+        "changing behaviour",
+        "time",
+    )
     rows = [
         (
             s.core.name,
@@ -203,15 +242,26 @@ def table(scores: list[Score]) -> str:
         for s in scores
     ]
     widths = [max(len(row[i]) for row in [head, *rows]) for i in range(len(head))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in [head, *rows]]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in [head, *rows]
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("cores", nargs="*", help=f"cores to run (default: all): {', '.join(c.name for c in CORES)}")
-    parser.add_argument("--survivors", action="store_true", help="print the diff of each survivor not listed as equivalent")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "cores", nargs="*", help=f"cores to run (default: all): {', '.join(c.name for c in CORES)}"
+    )
+    parser.add_argument(
+        "--survivors",
+        action="store_true",
+        help="print the diff of each survivor not listed as equivalent",
+    )
     args = parser.parse_args(argv)
     by_name = {c.name: c for c in CORES}
     unknown = [name for name in args.cores if name not in by_name]
@@ -222,7 +272,9 @@ def main(argv: list[str]) -> int:
     env = own_database({**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
     scores, failed = [], []
     for core in chosen:
-        print(f"mutating {core.module} ({core.what}) against {', '.join(core.tests)} ...", flush=True)
+        print(
+            f"mutating {core.module} ({core.what}) against {', '.join(core.tests)} ...", flush=True
+        )
         score = run(core, env=env, equivalents=equivalents, survivors_diff=args.survivors)
         if score is None:
             failed.append(core.name)
@@ -232,7 +284,9 @@ def main(argv: list[str]) -> int:
     print(table(scores))
     for s in scores:
         if s.stale:
-            print(f"\n{s.core.name}: listed as equivalent but not surviving (update {EQUIVALENTS.relative_to(ROOT)}):")
+            print(
+                f"\n{s.core.name}: listed as equivalent but not surviving (update {EQUIVALENTS.relative_to(ROOT)}):"
+            )
             print("\n".join(f"  {name}" for name in s.stale))
         left = [name for name in s.survivors if name not in s.equivalent]
         if left:

@@ -27,7 +27,9 @@ from turns.services import turn_queue_retry
 logger = logging.getLogger(__name__)
 
 
-def breaker_after_failure(*, turn: Turn, error: ProviderError, failed: CompiledRequest, holding: Holding | None = None) -> None:
+def breaker_after_failure(
+    *, turn: Turn, error: ProviderError, failed: CompiledRequest, holding: Holding | None = None
+) -> None:
     """Tell the breaker about a turn that ended in failure (architecture.md §7): the streak and
     hard-down, then the probe (failures that may be the history's fault), a shed and one retry.
     Runs after the failure is recorded, outside any transaction: the probe is a network call.
@@ -40,49 +42,81 @@ def breaker_after_failure(*, turn: Turn, error: ProviderError, failed: CompiledR
         ticket = breaker_probe_begin(agent=agent)
         # The probe's call, the shed and the retry's turn are this span's children.
         with _breaker_span("agentops.breaker.probe", agent) as span:
-            probe = None if lifecycle.stopping.is_set() else probe_send(turn=turn, failed=failed, ticket=ticket, holding=holding)
+            probe = (
+                None
+                if lifecycle.stopping.is_set()
+                else probe_send(turn=turn, failed=failed, ticket=ticket, holding=holding)
+            )
             if probe is None or lifecycle.stopping.is_set():
                 # Shutdown aborts probes: whatever came back decides nothing.
                 verdict: Literal["answered", "refused", "unclear", "aborted"] = "aborted"
-                detail = "aborted: the service is stopping" + (f" (probe call {probe.call_id}: {probe.outcome})" if probe else "")
+                detail = "aborted: the service is stopping" + (
+                    f" (probe call {probe.call_id}: {probe.outcome})" if probe else ""
+                )
             else:
                 verdict = probe_verdict(
-                    failure_type=error.type, failure_status=error.http_status, probe_outcome=probe.outcome,
-                    probe_type=probe.error.type if probe.error else None, probe_status=probe.error.http_status if probe.error else None,
+                    failure_type=error.type,
+                    failure_status=error.http_status,
+                    probe_outcome=probe.outcome,
+                    probe_type=probe.error.type if probe.error else None,
+                    probe_status=probe.error.http_status if probe.error else None,
                 )
-                detail = f"probe call {probe.call_id}: {probe.outcome}" + (f" ({probe.error.type}, HTTP {probe.error.http_status})" if probe.error else "")
+                detail = f"probe call {probe.call_id}: {probe.outcome}" + (
+                    f" ({probe.error.type}, HTTP {probe.error.http_status})" if probe.error else ""
+                )
             # The shed, its marker and the retry commit together, under the locks of the move check.
             with transaction.atomic():
-                end = breaker_probe_end(ticket=ticket, verdict=verdict, detail=detail, shed_reason=reason)
-                if probe is not None and probe.call_id is not None:  # what the probe came to (the probes metric)
+                end = breaker_probe_end(
+                    ticket=ticket, verdict=verdict, detail=detail, shed_reason=reason
+                )
+                if (
+                    probe is not None and probe.call_id is not None
+                ):  # what the probe came to (the probes metric)
                     InferenceCall.objects.filter(pk=probe.call_id).update(probe_verdict=end.status)
                 if end.shed is not None:
                     _retry_after_shed(turn, end.shed)
             if span is not None:
-                span.set_attributes({"agentops.breaker.verdict": end.status, "agentops.breaker.detail": telemetry.bounded(detail)})
+                span.set_attributes(
+                    {
+                        "agentops.breaker.verdict": end.status,
+                        "agentops.breaker.detail": telemetry.bounded(detail),
+                    }
+                )
         return
     if step.action == BreakerAction.SHED:
         with transaction.atomic():
             _retry_after_shed(turn, history_shed(agent=agent, reason=reason))
     elif step.action in (BreakerAction.STOP_CAP, BreakerAction.STOP_EMPTY):
-        logger.warning("agent %s: the breaker stops (%s); nothing more is set aside in this run", agent.name, step.action)
+        logger.warning(
+            "agent %s: the breaker stops (%s); nothing more is set aside in this run",
+            agent.name,
+            step.action,
+        )
 
 
 def _retry_after_shed(turn: Turn, shed: ShedResult) -> None:
     """One retry after a shed that set something aside, in the shed's transaction."""
     set_aside = [row.seq for row in shed.rows]
-    attributes = {"agentops.history.set_aside": set_aside, "agentops.breaker.sheds": shed.sheds_this_run, "agentops.breaker.stopped": shed.stopped or ""}
+    attributes = {
+        "agentops.history.set_aside": set_aside,
+        "agentops.breaker.sheds": shed.sheds_this_run,
+        "agentops.breaker.stopped": shed.stopped or "",
+    }
     with _breaker_span("agentops.breaker.shed", turn.agent, attributes):
         if shed.stopped is None:
             turn_queue_retry(agent=turn.agent, set_aside=set_aside)
 
 
 @contextmanager
-def _breaker_span(name: str, agent: Agent, attributes: dict[str, Any] | None = None) -> Iterator[Span | None]:
+def _breaker_span(
+    name: str, agent: Agent, attributes: dict[str, Any] | None = None
+) -> Iterator[Span | None]:
     """A span of the breaker's for ``agent``, current in the block (None when nothing is
     exported), under the failed turn's span."""
     if not telemetry.enabled:
         yield None
         return
-    with telemetry.tracer().start_as_current_span(name, attributes={"agentops.agent": agent.name, **(attributes or {})}) as span:
+    with telemetry.tracer().start_as_current_span(
+        name, attributes={"agentops.agent": agent.name, **(attributes or {})}
+    ) as span:
         yield span

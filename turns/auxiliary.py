@@ -43,7 +43,12 @@ class Deferred:
     def data(self) -> dict[str, Any]:
         """The 429's fields, the API's and the drop-in endpoints' alike (the instant rendered
         as every instant of the response is)."""
-        return {"retryable": True, "provider_admission": "deferred", "retry_after_ms": self.retry_after_ms, "until": self.until}
+        return {
+            "retryable": True,
+            "provider_admission": "deferred",
+            "retry_after_ms": self.retry_after_ms,
+            "until": self.until,
+        }
 
 
 def auxiliary_admit(*, agent: Agent, model: str, max_tokens: int | None) -> Deferred | None:
@@ -53,7 +58,9 @@ def auxiliary_admit(*, agent: Agent, model: str, max_tokens: int | None) -> Defe
     hold = admission_check(agent=agent, model=model, now_ms=now_ms)
     if hold is None:
         return None
-    ProviderCall.deferred(agent=agent, kind=InferenceCall.Kind.AUXILIARY, model=model, max_tokens=max_tokens)
+    ProviderCall.deferred(
+        agent=agent, kind=InferenceCall.Kind.AUXILIARY, model=model, max_tokens=max_tokens
+    )
     return Deferred(
         message=f"{agent.name} / {hold.model} is held by a provider wait ({hold.reason}); no call was made",
         retry_after_ms=remaining_ms(hold, now_ms),
@@ -68,14 +75,24 @@ def _admit(agent: Agent, model: str, max_tokens: int | None) -> None:
         raise RateLimited(deferred.message, data=deferred.data())
 
 
-def _request(agent: Agent, messages: list[AuxMessage], model: str, max_tokens: int | None) -> CompiledRequest:
+def _request(
+    agent: Agent, messages: list[AuxMessage], model: str, max_tokens: int | None
+) -> CompiledRequest:
     return CompiledRequest(
-        model=model, system=agent.system, max_tokens=max_tokens or agent.max_tokens, stream=False,
-        messages=[Message(role="user", blocks=[{"type": "text", "text": f"{m.participant}: {m.content}"}]) for m in messages],
+        model=model,
+        system=agent.system,
+        max_tokens=max_tokens or agent.max_tokens,
+        stream=False,
+        messages=[
+            Message(role="user", blocks=[{"type": "text", "text": f"{m.participant}: {m.content}"}])
+            for m in messages
+        ],
     )
 
 
-async def auxiliary_complete_on_loop(*, agent: Agent, messages: list[AuxMessage], model: str | None, max_tokens: int | None) -> dict[str, Any]:
+async def auxiliary_complete_on_loop(
+    *, agent: Agent, messages: list[AuxMessage], model: str | None, max_tokens: int | None
+) -> dict[str, Any]:
     """Make one non-streamed auxiliary call, for an async view: the call runs on the request's
     own event loop, and no database connection is held while it does. Returns ``{content,
     stop_reason, call}`` (``call`` the recorded row); raises RateLimited (deferred or
@@ -84,7 +101,9 @@ async def auxiliary_complete_on_loop(*, agent: Agent, messages: list[AuxMessage]
     shows as it ends)."""
     model = model or agent.model
     await in_thread(_admit, agent, model, max_tokens)
-    call = ProviderCall(agent, _request(agent, messages, model, max_tokens), InferenceCall.Kind.AUXILIARY)
+    call = ProviderCall(
+        agent, _request(agent, messages, model, max_tokens), InferenceCall.Kind.AUXILIARY
+    )
     await in_thread(call.begin, in_flight=False)
     await call.perform()
     # One hop: the row, its end announced (under the request's server span: the thread runs in
@@ -101,15 +120,32 @@ def _ended(call: ProviderCall) -> dict[str, Any]:
 def _outcome(agent: Agent, model: str, call: InferenceCall, result: CallResult) -> dict[str, Any]:
     """The completion, or the error it raises (a stated wait recorded first)."""
     if result.outcome == "completed" and result.output is not None:
-        return {"content": result.output.text, "stop_reason": result.output.stop_reason, "call": call}
+        return {
+            "content": result.output.text,
+            "stop_reason": result.output.stop_reason,
+            "call": call,
+        }
     error = result.error
     assert error is not None
     if result.outcome == "cut":
         raise CallTimedOut(error.message, data={"bound": error.bound, "call": call.pk})
     if error.retry_after_ms is not None:
-        recorded = wait_record(agent=agent, model=model, retry_after_ms=error.retry_after_ms,
-                               reason=f"{error.type} (HTTP {error.http_status}): {error.message[:300]}", now_ms=time.time() * 1000)
+        recorded = wait_record(
+            agent=agent,
+            model=model,
+            retry_after_ms=error.retry_after_ms,
+            reason=f"{error.type} (HTTP {error.http_status}): {error.message[:300]}",
+            now_ms=time.time() * 1000,
+        )
         wait = error.retry_after_ms if math.isfinite(error.retry_after_ms) else None
-        raise RateLimited(error.message, data={"retryable": error.retryable, "provider_admission": "refused",
-                                              "retry_after_ms": wait, "recorded": recorded.binding, "call": call.pk})
+        raise RateLimited(
+            error.message,
+            data={
+                "retryable": error.retryable,
+                "provider_admission": "refused",
+                "retry_after_ms": wait,
+                "recorded": recorded.binding,
+                "call": call.pk,
+            },
+        )
     raise ProviderFailed(error.message, data={**error.as_dict(), "call": call.pk})

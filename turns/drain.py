@@ -151,7 +151,9 @@ def _run_ended(agent_id: int, runs: _Runs, future: asyncio.Future[None]) -> None
     runs.slots.release()
     lifecycle.work_ended()
     if not future.cancelled() and (exc := future.exception()) is not None:
-        logger.error("agent %s: its run stopped on an error; the sweep hands it on", agent_id, exc_info=exc)
+        logger.error(
+            "agent %s: its run stopped on an error; the sweep hands it on", agent_id, exc_info=exc
+        )
 
 
 async def _agent_runs(agent_id: int, runs: _Runs) -> None:
@@ -185,19 +187,30 @@ async def _agent_run(agent_id: int) -> None:
             if first is not _NOT_LOOKED:
                 found, first = first, _NOT_LOOKED
             else:
-                found = await _durably(f"agent {agent_id}: find its next turn", lambda: next_turn(agent_id, now=timezone.now()), lease)
+                found = await _durably(
+                    f"agent {agent_id}: find its next turn",
+                    lambda: next_turn(agent_id, now=timezone.now()),
+                    lease,
+                )
             if found is None:
                 idle = True
                 break
             turn_id, status = found
             # A database error before the call goes out runs the turn again from the top;
             # every write after a call is made is retried where it is (durably).
-            ran = await durably_on_loop(f"agent {agent_id}: run turn {turn_id}", partial(turn_run, turn_id, status, lease), lease)
+            ran = await durably_on_loop(
+                f"agent {agent_id}: run turn {turn_id}",
+                partial(turn_run, turn_id, status, lease),
+                lease,
+            )
             first = ran.next  # looked for in the hop that stored the answer, if it was
             if not ran.ended and await _turn_status(turn_id, lease) == Turn.Status.HELD:
                 break  # its re-check is scheduled; the turns behind it wait with it
     except LeaseLost:
-        logger.error("agent %s: the turn lease was taken over while the database was down; this run stops", agent_id)
+        logger.error(
+            "agent %s: the turn lease was taken over while the database was down; this run stops",
+            agent_id,
+        )
     finally:
         await bookkeeping(run_end, lease, idle=idle)
 
@@ -298,7 +311,11 @@ async def _turn_rounds(turn: Turn, ready: Ready | None, lease: TurnLease) -> Ran
             return Ran(True, ended.next)
         if ended.unstorable is not None:
             unstorable = ended.unstorable
-            await _durably(f"turn {turn_id}: end, its answer unstorable", partial(turn_fail_unstorable, turn=turn, call_id=ended.call.pk, exc=unstorable), lease)
+            await _durably(
+                f"turn {turn_id}: end, its answer unstorable",
+                partial(turn_fail_unstorable, turn=turn, call_id=ended.call.pk, exc=unstorable),
+                lease,
+            )
             return _ENDED
         result, call = ended.result, ended.call
         if lease.lost:
@@ -314,28 +331,68 @@ async def _turn_rounds(turn: Turn, ready: Ready | None, lease: TurnLease) -> Ran
                 provider_code="empty_length_stop",
                 message="the model stopped at its output limit with no text and no tool call; the same request would run away again",
             )
-            await _durably(f"call {call.pk}: record the empty stop", partial(InferenceCall.objects.filter(pk=call.pk).update, outcome=InferenceCall.Outcome.ERROR, error=error.as_dict()), lease)
-            if await _durably(f"turn {turn_id}: fail", partial(turn_fail, turn=turn, error=error, status=Turn.Status.FAILED, timed_out_again=False), lease):
-                await blocking(breaker_after_failure, turn=turn, error=error, failed=request, holding=lease)
+            await _durably(
+                f"call {call.pk}: record the empty stop",
+                partial(
+                    InferenceCall.objects.filter(pk=call.pk).update,
+                    outcome=InferenceCall.Outcome.ERROR,
+                    error=error.as_dict(),
+                ),
+                lease,
+            )
+            if await _durably(
+                f"turn {turn_id}: fail",
+                partial(
+                    turn_fail,
+                    turn=turn,
+                    error=error,
+                    status=Turn.Status.FAILED,
+                    timed_out_again=False,
+                ),
+                lease,
+            ):
+                await blocking(
+                    breaker_after_failure, turn=turn, error=error, failed=request, holding=lease
+                )
             return _ENDED
-        error = result.error or ProviderError(type="unknown", message="the call failed without an error")
+        error = result.error or ProviderError(
+            type="unknown", message="the call failed without an error"
+        )
         now_ms = time.time() * 1000
-        decision, state = decide(error, state, now_ms=now_ms, settings=_policy_settings(), jitter=random.random())
+        decision, state = decide(
+            error, state, now_ms=now_ms, settings=_policy_settings(), jitter=random.random()
+        )
         if decision.action is Action.HOLD:
             delay_ms = await bookkeeping(stated_wait, turn, error, now_ms, recorded=ended.binding)
             if delay_ms is None:
                 continue  # recorded: the admission check at the top of the loop holds the turn
             if delay_ms < 0:  # an ephemeral run's wait too long to sleep: it ends now
-                await _durably(f"turn {turn_id}: end", partial(turn_fail, turn=turn, error=ephemeral_wait_error(error), status=Turn.Status.EXHAUSTED, timed_out_again=False), lease)
+                await _durably(
+                    f"turn {turn_id}: end",
+                    partial(
+                        turn_fail,
+                        turn=turn,
+                        error=ephemeral_wait_error(error),
+                        status=Turn.Status.EXHAUSTED,
+                        timed_out_again=False,
+                    ),
+                    lease,
+                )
                 return _ENDED
             decision = Decision(Action.RETRY, delay_ms=delay_ms)
-            why = "pacing after a 429" if error.type == "rate_limit" else "the provider's stated wait"
+            why = (
+                "pacing after a 429" if error.type == "rate_limit" else "the provider's stated wait"
+            )
         else:
             why = retry_reason(error, state, _policy_settings())
         if decision.action is Action.RETRY:
             logger.info(
                 "agent %s turn %s: %s (%s); calling again in %.0f ms",
-                turn.agent.name, turn_id, error.type, error.message[:200], decision.delay_ms,
+                turn.agent.name,
+                turn_id,
+                error.type,
+                error.message[:200],
+                decision.delay_ms,
             )
             # Kept on the turn before the wait: a worker that runs it next honours it too.
             await bookkeeping(pace, turn, delay_ms=decision.delay_ms, reason=why, lease=lease)
@@ -345,21 +402,43 @@ async def _turn_rounds(turn: Turn, ready: Ready | None, lease: TurnLease) -> Ran
         if error.retry_after_ms is not None and ended.binding is None:
             # A terminal failure keeps its disposition; the wait it stated binds what follows.
             await bookkeeping(record_wait, turn, error, now_ms)
-        if decision.action is Action.EXHAUST and error.type != "timeout" and await _durably(f"turn {turn_id}: re-arm", partial(turn_rearm, turn=turn, error=error), lease):
+        if (
+            decision.action is Action.EXHAUST
+            and error.type != "timeout"
+            and await _durably(
+                f"turn {turn_id}: re-arm", partial(turn_rearm, turn=turn, error=error), lease
+            )
+        ):
             return _ENDED
         status = Turn.Status.EXHAUSTED if decision.action is Action.EXHAUST else Turn.Status.FAILED
-        if await _durably(f"turn {turn_id}: end", partial(turn_fail, turn=turn, error=error, status=status, timed_out_again=decision.timed_out_again), lease):
-            await blocking(breaker_after_failure, turn=turn, error=error, failed=request, holding=lease)
+        if await _durably(
+            f"turn {turn_id}: end",
+            partial(
+                turn_fail,
+                turn=turn,
+                error=error,
+                status=status,
+                timed_out_again=decision.timed_out_again,
+            ),
+            lease,
+        ):
+            await blocking(
+                breaker_after_failure, turn=turn, error=error, failed=request, holding=lease
+            )
         return _ENDED
 
 
 # A turn ready for its call: the turn, its request and its call, begun (``ProviderCall.begin``).
 Ready = tuple[Turn, CompiledRequest, ProviderCall]
 
-STOPPED_MID_CALL: Final = ProviderError(type="aborted", message="the worker making this call stopped before it ended")
+STOPPED_MID_CALL: Final = ProviderError(
+    type="aborted", message="the worker making this call stopped before it ended"
+)
 
 
-def _taken_over(turn: Turn, lost_by: str, taken_by: str, aborted: int, stopped: list[InferenceCall]) -> None:
+def _taken_over(
+    turn: Turn, lost_by: str, taken_by: str, aborted: int, stopped: list[InferenceCall]
+) -> None:
     """Say that this run took the turn over from the run ``lost_by``, whose lease lapsed and
     which left ``aborted`` calls in flight, and trace those (``stopped``: their rows, when
     telemetry is exported) as aborted: their ends were never recorded."""
@@ -367,12 +446,20 @@ def _taken_over(turn: Turn, lost_by: str, taken_by: str, aborted: int, stopped: 
         logger.warning(
             "agent %s turn %s taken over: %s runs it now; %s left it running and its lease lapsed (that worker died, lost "
             "the database, or its run stopped on an error); %d call(s) it left in flight recorded as aborted",
-            turn.agent.name, turn.pk, taken_by, lost_by, aborted,
+            turn.agent.name,
+            turn.pk,
+            taken_by,
+            lost_by,
+            aborted,
         )
         now_ms = time.time() * 1000
         for call in stopped:
             sent_ms = call.sent_at.timestamp() * 1000 if call.sent_at is not None else now_ms
-            result = CallResult(outcome="aborted", timeline=Timeline(sent=sent_ms, ended=now_ms), error=STOPPED_MID_CALL)
+            result = CallResult(
+                outcome="aborted",
+                timeline=Timeline(sent=sent_ms, ended=now_ms),
+                error=STOPPED_MID_CALL,
+            )
             attempt_traced(agent=turn.agent, call=call, result=result)
 
 
@@ -391,11 +478,19 @@ def _turn_start(turn_id: int, status: str, lease: TurnLease) -> tuple[Turn, Read
     stopped worker left open. The turn and, unless its kept pacing must run out first, what
     ``_turn_ready`` gives (both in this one hop); None when it is not this run's to go on with."""
     now = timezone.now()
-    held = Turn.objects.select_related("agent").filter(pk=turn_id, status=Turn.Status.HELD).first() if status == Turn.Status.HELD else None
+    held = (
+        Turn.objects.select_related("agent").filter(pk=turn_id, status=Turn.Status.HELD).first()
+        if status == Turn.Status.HELD
+        else None
+    )
     if held is not None and hold_if_waiting(held):
         return None
     # A turn left running was another run's: the worker that ran it died, or lost its lease.
-    lost_by = Turn.objects.filter(pk=turn_id).values_list("claimed_by", flat=True).first() if status == Turn.Status.RUNNING else None
+    lost_by = (
+        Turn.objects.filter(pk=turn_id).values_list("claimed_by", flat=True).first()
+        if status == Turn.Status.RUNNING
+        else None
+    )
     if not turn_claim(turn_id=turn_id, owner=lease.owner, now=now):
         return None
     # A call still "in flight" now belonged to a worker that stopped mid-call (this run holds
@@ -407,9 +502,15 @@ def _turn_start(turn_id: int, status: str, lease: TurnLease) -> tuple[Turn, Read
         open_calls = InferenceCall.objects.filter(turn_id=turn_id, outcome__isnull=True)
         if telemetry.enabled:
             stopped = list(open_calls)
-        aborted = open_calls.update(outcome=InferenceCall.Outcome.ABORTED, ended_at=now, error=STOPPED_MID_CALL.as_dict())
+        aborted = open_calls.update(
+            outcome=InferenceCall.Outcome.ABORTED, ended_at=now, error=STOPPED_MID_CALL.as_dict()
+        )
         if lost_by and lost_by != lease.owner:
-            turn_noted(turn_id, "agentops.turn.taken_over", {"agentops.lease.lost_by": lost_by, "agentops.lease.taken_by": lease.owner})
+            turn_noted(
+                turn_id,
+                "agentops.turn.taken_over",
+                {"agentops.lease.lost_by": lost_by, "agentops.lease.taken_by": lease.owner},
+            )
     turn = _turn_loaded(turn_id)
     if lost_by and lost_by != lease.owner:
         _taken_over(turn, lost_by, lease.owner, aborted, stopped)
@@ -434,7 +535,9 @@ def _turn_ready(turn_id: int) -> Ready | None:
 def _ready(turn: Turn) -> Ready | None:
     if turn.status != Turn.Status.RUNNING or hold_if_waiting(turn):
         return None
-    presented = rows.instances(_sql().presented, [turn.agent_id, HistoryRow.State.PRESENTED.value], HistoryRow)
+    presented = rows.instances(
+        _sql().presented, [turn.agent_id, HistoryRow.State.PRESENTED.value], HistoryRow
+    )
     request = compile_request(turn.agent, presented)
     # The call's start (its row, sent_at now) in this same hop: it is sent as soon as this returns.
     call = ProviderCall(turn.agent, request, InferenceCall.Kind.PRIMARY, turn=turn)
@@ -520,13 +623,27 @@ class _CallEnded:
     whether a stated wait it gave binds (``binding``: None when it gave none); for an answer,
     whether it was stored and the agent's next turn; else the turn's status."""
 
-    __slots__ = ("agent_id", "answered", "binding", "call", "completed", "lease", "next", "result", "status", "turn", "unstorable")
+    __slots__ = (
+        "agent_id",
+        "answered",
+        "binding",
+        "call",
+        "completed",
+        "lease",
+        "next",
+        "result",
+        "status",
+        "turn",
+        "unstorable",
+    )
 
     def __init__(self, turn: Turn, lease: TurnLease) -> None:
         self.turn, self.agent_id, self.lease = turn, turn.agent_id, lease
         self.binding: bool | None = None
         self.completed = self.answered = False
-        self.unstorable: BaseException | None = None  # why the answer that arrived could not be stored
+        self.unstorable: BaseException | None = (
+            None  # why the answer that arrived could not be stored
+        )
         self.status: str | None = None
         self.next: tuple[int, str] | None = _NOT_LOOKED
         self.result: CallResult
@@ -545,27 +662,49 @@ class _CallEnded:
         self.result = result
         self.completed = result.outcome == "completed" and result.output is not None
         error = result.error
-        if error is not None and error.retry_after_ms is not None and turn.agent.kind != Agent.Kind.EPHEMERAL:
+        if (
+            error is not None
+            and error.retry_after_ms is not None
+            and turn.agent.kind != Agent.Kind.EPHEMERAL
+        ):
             self.binding = record_wait(turn, error, time.time() * 1000)
         self.call = durably(f"turn {turn.pk}: record its call", call.record, lease)
         call.announce()
         output = result.output
         if not self.completed:
-            self.status = durably(f"turn {turn.pk}: read its status", partial(_status_of, turn.pk), lease)
-        elif output is not None and (output.text or output.tool_calls or output.stop_reason != "max_tokens") and not lease.lost:
+            self.status = durably(
+                f"turn {turn.pk}: read its status", partial(_status_of, turn.pk), lease
+            )
+        elif (
+            output is not None
+            and (output.text or output.tool_calls or output.stop_reason != "max_tokens")
+            and not lease.lost
+        ):
             try:
-                durably(f"turn {turn.pk}: store the answer", partial(turn_complete, turn=turn, output=output), lease)
+                durably(
+                    f"turn {turn.pk}: store the answer",
+                    partial(turn_complete, turn=turn, output=output),
+                    lease,
+                )
             except UNSTORABLE as exc:
                 self.unstorable = exc  # the run ends the turn: never a call again for this answer
                 return
             self.answered = True
-            self.next = durably(f"agent {self.agent_id}: find its next turn", lambda: next_turn(self.agent_id, now=timezone.now()), lease)
+            self.next = durably(
+                f"agent {self.agent_id}: find its next turn",
+                lambda: next_turn(self.agent_id, now=timezone.now()),
+                lease,
+            )
 
 
 async def _call_once(turn: Turn, call: ProviderCall, lease: TurnLease) -> _CallEnded:
     """Make the turn's call (begun in the hop that readied the turn), aborted if its lease is
     lost or the turn cancelled, and settle it in one hop (``_CallEnded.settle``)."""
     ended = _CallEnded(turn, lease)
-    await call.perform(watch=Watch(abort_key=cancel_key(turn), holding=lease, abort_on_shutdown=False, turn_events=True))
+    await call.perform(
+        watch=Watch(
+            abort_key=cancel_key(turn), holding=lease, abort_on_shutdown=False, turn_events=True
+        )
+    )
     await bookkeeping(ended.settle, call)
     return ended

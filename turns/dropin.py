@@ -31,10 +31,15 @@ from turns.on_loop import in_thread
 from waits.services import wait_record
 
 # The field that bounds a reply's length in each wire format's request.
-MAX_TOKENS_FIELD = {"openai": "max_tokens", "anthropic": "max_tokens", "openai-responses": "max_output_tokens"}
+MAX_TOKENS_FIELD = {
+    "openai": "max_tokens",
+    "anthropic": "max_tokens",
+    "openai-responses": "max_output_tokens",
+}
 # Request headers of the client's that go on to the provider (the Anthropic SDK's version and
 # betas; everything else, its key above all, stays here).
 FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
+
 
 def request_max_tokens(kind: str, body: dict[str, Any]) -> int | None:
     for field in (MAX_TOKENS_FIELD[kind], "max_completion_tokens"):
@@ -67,8 +72,16 @@ class DropinCall:
         self.call: InferenceCall | None = None
         self.result: CallResult | None = None
         # The adapter's URL and headers (the provider's key), with the client's own body.
-        request = CompiledRequest(model=agent.model, system="", messages=[], max_tokens=self.max_tokens, stream=self.streamed)
-        self._call = ProviderCall(agent, request, InferenceCall.Kind.AUXILIARY, body=self.body, headers=self.headers)
+        request = CompiledRequest(
+            model=agent.model,
+            system="",
+            messages=[],
+            max_tokens=self.max_tokens,
+            stream=self.streamed,
+        )
+        self._call = ProviderCall(
+            agent, request, InferenceCall.Kind.AUXILIARY, body=self.body, headers=self.headers
+        )
         self._task: asyncio.Task[None] | None = None
 
     def admit(self) -> Deferred | None:
@@ -102,8 +115,11 @@ class DropinCall:
         error = self.result.error if self.result is not None else None
         if error is not None and error.retry_after_ms is not None:
             wait_record(
-                agent=self.agent, model=self.agent.model, retry_after_ms=error.retry_after_ms,
-                reason=f"{error.type} (HTTP {error.http_status}): {error.message[:300]}", now_ms=time.time() * 1000,
+                agent=self.agent,
+                model=self.agent.model,
+                retry_after_ms=error.retry_after_ms,
+                reason=f"{error.type} (HTTP {error.http_status}): {error.message[:300]}",
+                now_ms=time.time() * 1000,
             )
         return row
 
@@ -117,7 +133,10 @@ def wait_headers(wait_ms: float) -> dict[str, str]:
     headers: dict[str, str] = {}
     finite = math.isfinite(wait_ms)
     if finite:
-        headers = {"retry-after": str(max(0, math.ceil(wait_ms / 1000))), "retry-after-ms": str(max(0, math.ceil(wait_ms)))}
+        headers = {
+            "retry-after": str(max(0, math.ceil(wait_ms / 1000))),
+            "retry-after-ms": str(max(0, math.ceil(wait_ms))),
+        }
     if not finite or wait_ms > settings.AGENTOPS_DROPIN_CLIENT_RETRY_MAX_MS:
         headers["x-should-retry"] = "false"
     return headers

@@ -71,13 +71,20 @@ def durably(what: str, fn: Callable[[], T], lease: TurnLease | None) -> T:
             connection.close()
             if failed_at is None:
                 failed_at = time.monotonic()
-                logger.warning("%s: the database did not answer (%s: %s); trying again until it does", what, type(exc).__name__, str(exc)[:200])
+                logger.warning(
+                    "%s: the database did not answer (%s: %s); trying again until it does",
+                    what,
+                    type(exc).__name__,
+                    str(exc)[:200],
+                )
             time.sleep(next(delays))
             if lease is not None and not lease.renew_if_due():
                 raise LeaseLost(what) from exc
             continue
         if failed_at is not None:
-            logger.warning("%s: done after the database came back (%.1f s)", what, time.monotonic() - failed_at)
+            logger.warning(
+                "%s: done after the database came back (%.1f s)", what, time.monotonic() - failed_at
+            )
             offer_pending_waits()
         return result
 
@@ -95,13 +102,20 @@ async def durably_on_loop(what: str, step: Callable[[], Awaitable[T]], lease: Tu
         except UNREACHABLE as exc:
             if failed_at is None:
                 failed_at = time.monotonic()
-                logger.warning("%s: the database did not answer (%s: %s); trying again until it does", what, type(exc).__name__, str(exc)[:200])
+                logger.warning(
+                    "%s: the database did not answer (%s: %s); trying again until it does",
+                    what,
+                    type(exc).__name__,
+                    str(exc)[:200],
+                )
             await asyncio.sleep(next(delays))
             if not await bookkeeping(lease.renew_if_due):
                 raise LeaseLost(what) from exc
             continue
         if failed_at is not None:
-            logger.warning("%s: done after the database came back (%.1f s)", what, time.monotonic() - failed_at)
+            logger.warning(
+                "%s: done after the database came back (%.1f s)", what, time.monotonic() - failed_at
+            )
             await bookkeeping(offer_pending_waits)
         return result
 
@@ -137,8 +151,15 @@ def pace(turn: Turn, *, delay_ms: float, reason: str, lease: TurnLease | None) -
     durably(
         f"turn {turn.pk}: keep its next call's earliest instant",
         lambda: Turn.objects.filter(pk=turn.pk).update(
-            not_before=not_before, waiting_reason=reason[:200],
-            **turn_event("agentops.turn.paced", {"agentops.pace.delay_ms": max(delay_ms, 0.0), "agentops.pace.reason": reason[:200]}),
+            not_before=not_before,
+            waiting_reason=reason[:200],
+            **turn_event(
+                "agentops.turn.paced",
+                {
+                    "agentops.pace.delay_ms": max(delay_ms, 0.0),
+                    "agentops.pace.reason": reason[:200],
+                },
+            ),
         ),
         lease,
     )

@@ -40,7 +40,11 @@ def hold_if_waiting(turn: Turn) -> bool:
     left = remaining_ms(hold, now_ms)
     # Re-check when the wait ends, and at least every AGENTOPS_WAIT_RECHECK_MS (a wait "until
     # released", unreadable records that may read again); a release also wakes the turn.
-    recheck_ms = settings.AGENTOPS_WAIT_RECHECK_MS if left is None else min(left + 10, settings.AGENTOPS_WAIT_RECHECK_MS)
+    recheck_ms = (
+        settings.AGENTOPS_WAIT_RECHECK_MS
+        if left is None
+        else min(left + 10, settings.AGENTOPS_WAIT_RECHECK_MS)
+    )
     _recheck_once(turn.agent_id, recheck_ms / 1000)
     return True
 
@@ -81,7 +85,13 @@ def pacing_left_ms(turn: Turn) -> float:
     """After a hold ends early (a release): if the lifted wait was a 429's and lengthened the
     service's own pacing, the next call still keeps that pacing (a release never lengthens a
     hold, and never shortens it below the pacing a 429 with no stated wait would get)."""
-    last = InferenceCall.objects.filter(turn=turn).exclude(error=None).order_by("-id").values("error", "ended_at").first()
+    last = (
+        InferenceCall.objects.filter(turn=turn)
+        .exclude(error=None)
+        .order_by("-id")
+        .values("error", "ended_at")
+        .first()
+    )
     if last is None or last["ended_at"] is None:
         return 0.0
     error: dict[str, Any] = last["error"] or {}
@@ -90,7 +100,9 @@ def pacing_left_ms(turn: Turn) -> float:
     stated = error.get("retry_after_ms")
     ended_ms = last["ended_at"].timestamp() * 1000
     pacing_end = ended_ms + settings.AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS
-    lengthened = error.get("until_released") or (stated is not None and ended_ms + stated > pacing_end)
+    lengthened = error.get("until_released") or (
+        stated is not None and ended_ms + stated > pacing_end
+    )
     return max(pacing_end - time.time() * 1000, 0.0) if lengthened else 0.0
 
 
@@ -110,13 +122,18 @@ def next_call_at(*, agent: str, model: str) -> datetime:
 def record_wait(turn: Turn, error: ProviderError, now_ms: float) -> bool:
     """Record the provider's stated wait for (agent, model). Returns whether it binds."""
     recorded = wait_record(
-        agent=turn.agent, model=turn.agent.model, retry_after_ms=error.retry_after_ms if error.retry_after_ms is not None else 0,
-        reason=f"{error.type} (HTTP {error.http_status}): {error.message[:300]}", now_ms=now_ms,
+        agent=turn.agent,
+        model=turn.agent.model,
+        retry_after_ms=error.retry_after_ms if error.retry_after_ms is not None else 0,
+        reason=f"{error.type} (HTTP {error.http_status}): {error.message[:300]}",
+        now_ms=now_ms,
     )
     return recorded.binding
 
 
-def stated_wait(turn: Turn, error: ProviderError, now_ms: float, *, recorded: bool | None = None) -> float | None:
+def stated_wait(
+    turn: Turn, error: ProviderError, now_ms: float, *, recorded: bool | None = None
+) -> float | None:
     """What to do with a retryable failure's stated wait: None when it was recorded and binds
     (the turn will be held), else the ms to sleep before the next call (an ephemeral run's
     short wait, or own pacing when the wait was already over), or -1 when an ephemeral run
@@ -141,5 +158,11 @@ def ephemeral_wait_error(error: ProviderError) -> ProviderError:
         f"{error.message[:300]} (the provider asked to wait {asked}; an ephemeral run doesn't sleep a "
         f"stated wait longer than {limit_s:.0f} s, so it ends now)"
     )
-    return ProviderError(type=error.type, message=message, http_status=error.http_status,
-                         provider_code=error.provider_code, retryable=False, retry_after_ms=error.retry_after_ms)
+    return ProviderError(
+        type=error.type,
+        message=message,
+        http_status=error.http_status,
+        provider_code=error.provider_code,
+        retryable=False,
+        retry_after_ms=error.retry_after_ms,
+    )

@@ -87,19 +87,31 @@ class TurnLease:
             was_lost, self.lost = self.lost, True
             wakes = list(self._wakes)
         if not was_lost:
-            logger.error("agent %s: the turn lease of %s was taken over; stopping this run", self.agent_id, self.owner)
+            logger.error(
+                "agent %s: the turn lease of %s was taken over; stopping this run",
+                self.agent_id,
+                self.owner,
+            )
         for event in wakes:
             event.set()
 
     def _renewal_failed(self, exc: Exception) -> None:
         expired = time.monotonic() - self._renewed >= settings.AGENTOPS_TURN_LEASE_MS / 1000
         if not self.failing:
-            logger.warning("agent %s: could not renew the turn lease (%s)%s", self.agent_id, type(exc).__name__, "; it has expired" if expired else "")
+            logger.warning(
+                "agent %s: could not renew the turn lease (%s)%s",
+                self.agent_id,
+                type(exc).__name__,
+                "; it has expired" if expired else "",
+            )
         self.failing = True
 
     def _renewal_done(self, at: float) -> None:
         if self.failing:
-            logger.warning("agent %s: the turn lease is renewed again after the database came back", self.agent_id)
+            logger.warning(
+                "agent %s: the turn lease is renewed again after the database came back",
+                self.agent_id,
+            )
         self.failing = False
         self._renewed = max(self._renewed, at)
 
@@ -118,12 +130,17 @@ class TurnLease:
         It is lost only when the renewal finds another owner."""
         if self.lost:
             return False
-        if not self.failing and time.monotonic() - self._renewed < settings.AGENTOPS_TURN_LEASE_MS / 4000:
+        if (
+            not self.failing
+            and time.monotonic() - self._renewed < settings.AGENTOPS_TURN_LEASE_MS / 4000
+        ):
             return True
         started = time.monotonic()
         try:
             now = timezone.now()
-            updated = AgentLease.objects.filter(agent_id=self.agent_id, owner=self.owner).update(until=now + self.duration)
+            updated = AgentLease.objects.filter(agent_id=self.agent_id, owner=self.owner).update(
+                until=now + self.duration
+            )
         except DatabaseError as exc:
             # The database did not answer (down, or no connection free within the pool's
             # timeout): the call goes on and the renewal is tried again at the next ask.
@@ -144,7 +161,10 @@ class TurnLease:
         except DatabaseError:
             # Down: the lease lapses at its deadline and the sweep hands the agent on.
             connection.close()
-            logger.warning("agent %s: could not release the turn lease; it lapses at its deadline", self.agent_id)
+            logger.warning(
+                "agent %s: could not release the turn lease; it lapses at its deadline",
+                self.agent_id,
+            )
 
 
 def lease_claim(agent_id: int) -> TurnLease | None:
@@ -183,7 +203,9 @@ class LeaseRenewer:
         self._failing = False
         self._kick = threading.Event()
         self.rounds = 0  # rounds tried, each one statement (for the process's metrics and tests)
-        self._thread = threading.Thread(target=self._run, name="agentops-lease-renewer", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name="agentops-lease-renewer", daemon=True
+        )
         self._thread.start()
 
     def keep(self, lease: TurnLease) -> None:
@@ -200,7 +222,9 @@ class LeaseRenewer:
 
     def _run(self) -> None:
         while True:
-            self._kick.wait(RENEW_RETRY_S if self._failing else settings.AGENTOPS_TURN_LEASE_MS / 4000)
+            self._kick.wait(
+                RENEW_RETRY_S if self._failing else settings.AGENTOPS_TURN_LEASE_MS / 4000
+            )
             self._kick.clear()
             try:
                 self.renew_all()
@@ -220,7 +244,14 @@ class LeaseRenewer:
         until = timezone.now() + timedelta(milliseconds=settings.AGENTOPS_TURN_LEASE_MS)
         try:
             with connection.cursor() as cursor:
-                cursor.execute(_RENEW_SQL, [until, [lease.agent_id for lease in leases], [lease.owner for lease in leases]])
+                cursor.execute(
+                    _RENEW_SQL,
+                    [
+                        until,
+                        [lease.agent_id for lease in leases],
+                        [lease.owner for lease in leases],
+                    ],
+                )
                 kept = {(int(agent_id), str(owner)) for agent_id, owner in cursor.fetchall()}
         except DatabaseError as exc:
             self._failing = True

@@ -12,6 +12,7 @@ from django.db import connection
 
 T = TypeVar("T")
 
+
 async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """``fn`` off the event loop, its database connection given back when it returns. In any
     thread of the loop's executor, not the request's own: nothing carries over from one call

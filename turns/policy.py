@@ -12,7 +12,15 @@ from enum import StrEnum
 from agentops.retrying import jittered
 from calls.types import ProviderError
 
-TERMINAL_TYPES = {"auth", "quota", "policy", "context_length", "invalid_request", "unknown", "aborted"}
+TERMINAL_TYPES = {
+    "auth",
+    "quota",
+    "policy",
+    "context_length",
+    "invalid_request",
+    "unknown",
+    "aborted",
+}
 BASE_RETRYABLE = {"server", "overloaded", "network", "timeout"}
 RETRYABLE_STATED = BASE_RETRYABLE | {"rate_limit"}
 
@@ -57,7 +65,12 @@ def after_completed_call() -> RetryState:
 
 
 def decide(
-    error: ProviderError, state: RetryState, *, now_ms: float, settings: PolicySettings, jitter: float
+    error: ProviderError,
+    state: RetryState,
+    *,
+    now_ms: float,
+    settings: PolicySettings,
+    jitter: float,
 ) -> tuple[Decision, RetryState]:
     """What to do after a failed call, and the retry state that follows it."""
     if error.type in TERMINAL_TYPES:
@@ -78,7 +91,9 @@ def decide(
     state = replace(state, consecutive_cuts=0, episode_started_ms=episode)
     if error.retry_after_ms is not None and error.type in RETRYABLE_STATED:
         # The stated wait is a lower bound on the next call, never capped here.
-        return Decision(Action.HOLD, delay_ms=error.retry_after_ms, reason="the provider stated a wait"), state
+        return Decision(
+            Action.HOLD, delay_ms=error.retry_after_ms, reason="the provider stated a wait"
+        ), state
     if error.type == "rate_limit":
         # The service's own pacing: the provider said to slow down but not for how long.
         delay = min(jittered(settings.pacing_floor_ms, jitter), settings.pacing_cap_ms)

@@ -30,7 +30,12 @@ def held_turns_wake(*, agent: str, model: str | None = None, by: str = "") -> in
     Returns how many agents were woken."""
     held = Turn.objects.filter(agent__name=agent, status=Turn.Status.HELD)
     if telemetry.enabled:
-        held.update(**turn_event("agentops.turn.released", {"agentops.wait.model": model or "*", "agentops.release.by": by}))
+        held.update(
+            **turn_event(
+                "agentops.turn.released",
+                {"agentops.wait.model": model or "*", "agentops.release.by": by},
+            )
+        )
     agent_ids = set(held.values_list("agent_id", flat=True))
     for agent_id in agent_ids:
         enqueue_drain(agent_id)  # its admission check reads the journal fresh: it sees the release

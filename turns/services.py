@@ -55,10 +55,18 @@ TRANSITIONS: Final[dict[str, frozenset[str]]] = {
     Status.HELD: frozenset({Status.RUNNING, Status.HELD, Status.CANCELLED}),
     # Claimed again (a dead worker's turn resumes), held by a wait, handed back or re-armed,
     # waiting for tool results, or ended.
-    Status.RUNNING: frozenset({
-        Status.RUNNING, Status.HELD, Status.QUEUED, Status.REQUIRES_ACTION,
-        Status.SUCCEEDED, Status.FAILED, Status.EXHAUSTED, Status.CANCELLED,
-    }),
+    Status.RUNNING: frozenset(
+        {
+            Status.RUNNING,
+            Status.HELD,
+            Status.QUEUED,
+            Status.REQUIRES_ACTION,
+            Status.SUCCEEDED,
+            Status.FAILED,
+            Status.EXHAUSTED,
+            Status.CANCELLED,
+        }
+    ),
     # The client's tool results queue its next round.
     Status.REQUIRES_ACTION: frozenset({Status.QUEUED, Status.CANCELLED}),
 }
@@ -78,7 +86,11 @@ def sources(to: str, *, among: Iterable[str] | None = None) -> list[str]:
 
 def _move(turn_id: int, to: str, *, among: Iterable[str] | None = None, **fields: Any) -> bool:
     """Move the turn to ``to`` if it is in one of ``sources(to, among=among)``; True if it moved."""
-    return bool(Turn.objects.filter(pk=turn_id, status__in=sources(to, among=among)).update(status=to, **fields))
+    return bool(
+        Turn.objects.filter(pk=turn_id, status__in=sources(to, among=among)).update(
+            status=to, **fields
+        )
+    )
 
 
 def _may_move(turn: Turn, to: str) -> bool:
@@ -87,7 +99,9 @@ def _may_move(turn: Turn, to: str) -> bool:
 
 
 def _announce(turn_id: int, status: str, **extra: Any) -> None:
-    broadcast_turn_event(turn_id, {"type": "turn.status", "turn": turn_id, "status": status, **extra})
+    broadcast_turn_event(
+        turn_id, {"type": "turn.status", "turn": turn_id, "status": status, **extra}
+    )
     if status in Turn.ENDED:
         broadcast_turn_event(turn_id, {"type": "turn.ended", "turn": turn_id, "status": status})
 
@@ -103,7 +117,9 @@ def _signal_cancel(turn: Turn) -> None:
         abort_signal(settings.REDIS_URL, cancel_key(turn))
     except redis.RedisError:
         # The drain also re-reads the turn's status after the call; this only speeds it up.
-        logger.warning("turn %s: could not signal the cancel to its running call", turn.pk, exc_info=True)
+        logger.warning(
+            "turn %s: could not signal the cancel to its running call", turn.pk, exc_info=True
+        )
 
 
 # --- the API's writes ------------------------------------------------------------------------
@@ -134,17 +150,29 @@ def turn_submit(*, agent_id: int, messages: list[IncomingMessage]) -> tuple[Turn
                 raise Conflict(
                     f"messages: turn {turn.pk} already has {held} message(s); joining {len(messages)} more would pass "
                     f"the limit of {TURN_MESSAGES_LIMIT} per turn (wait for it to start, then submit a new turn)",
-                    data={"field": "messages", "turn": turn.pk, "count": held, "adding": len(messages), "limit": TURN_MESSAGES_LIMIT},
+                    data={
+                        "field": "messages",
+                        "turn": turn.pk,
+                        "count": held,
+                        "adding": len(messages),
+                        "limit": TURN_MESSAGES_LIMIT,
+                    },
                 )
         added = [
-            history_append(agent=agent, participant=m.participant, role=HistoryRow.Role.USER, content=m.content)
+            history_append(
+                agent=agent, participant=m.participant, role=HistoryRow.Role.USER, content=m.content
+            )
             for m in messages
         ]
         if turn is None:
-            turn = rows.insert(Turn(agent=agent, status=Status.QUEUED, trace_context=turn_trace_begin(agent)))
+            turn = rows.insert(
+                Turn(agent=agent, status=Status.QUEUED, trace_context=turn_trace_begin(agent))
+            )
             _announce(turn.pk, turn.status)
         elif telemetry.enabled:
-            Turn.objects.filter(pk=turn.pk).update(**turn_link())  # the joining request, linked from the turn's span
+            Turn.objects.filter(pk=turn.pk).update(
+                **turn_link()
+            )  # the joining request, linked from the turn's span
         with connection.cursor() as cursor:
             cursor.executemany(sql.trigger, [(turn.pk, row.pk) for row in added])
         if turn.status == Status.QUEUED:
@@ -179,17 +207,36 @@ def turn_tool_results(*, turn_id: int, results: list[dict[str, Any]]) -> Turn:
         given = [r["tool_call_id"] for r in results]
         unknown = [g for g in given if g not in pending]
         if unknown:
-            raise BadRequest(f"results.tool_call_id: {unknown[0]!r} is not a pending tool call of this turn", data={"field": "results.tool_call_id"})
+            raise BadRequest(
+                f"results.tool_call_id: {unknown[0]!r} is not a pending tool call of this turn",
+                data={"field": "results.tool_call_id"},
+            )
         if len(set(given)) != len(given):
-            raise BadRequest("results.tool_call_id: each tool call takes one result", data={"field": "results.tool_call_id"})
+            raise BadRequest(
+                "results.tool_call_id: each tool call takes one result",
+                data={"field": "results.tool_call_id"},
+            )
         missing = [p for p in pending if p not in given]
         if missing:
-            raise BadRequest(f"results: missing a result for tool call {missing[0]!r}", data={"field": "results"})
+            raise BadRequest(
+                f"results: missing a result for tool call {missing[0]!r}", data={"field": "results"}
+            )
         agent = Agent.objects.select_for_update().get(pk=turn.agent_id)
-        blocks = [{"type": "tool_result", "tool_call_id": r["tool_call_id"], "content": r["content"]} for r in results]
-        row = history_append(agent=agent, participant="tool", role=HistoryRow.Role.TOOL, content=blocks)
+        blocks = [
+            {"type": "tool_result", "tool_call_id": r["tool_call_id"], "content": r["content"]}
+            for r in results
+        ]
+        row = history_append(
+            agent=agent, participant="tool", role=HistoryRow.Role.TOOL, content=blocks
+        )
         turn.trigger_rows.add(row)
-        _move(turn.pk, Status.QUEUED, among=[Status.REQUIRES_ACTION], pending_tool_calls=[], **turn_link())  # locked: it moves
+        _move(
+            turn.pk,
+            Status.QUEUED,
+            among=[Status.REQUIRES_ACTION],
+            pending_tool_calls=[],
+            **turn_link(),
+        )  # locked: it moves
         turn.status, turn.pending_tool_calls = Status.QUEUED, []
         _announce(turn.pk, turn.status)
         enqueue_drain(agent.pk)
@@ -220,15 +267,17 @@ def agent_dispose(*, agent: Agent, actor: str) -> None:
     """Dispose a conversation or ephemeral agent: it takes no more turns and its open turns
     are cancelled. Its rows stay (history is never deleted) and so does its name."""
     if agent.kind == Agent.Kind.RESIDENT:
-        raise Conflict("a resident agent cannot be disposed; only conversation and ephemeral agents can")
+        raise Conflict(
+            "a resident agent cannot be disposed; only conversation and ephemeral agents can"
+        )
     now = timezone.now()
     with transaction.atomic():
         if not Agent.objects.filter(pk=agent.pk, disposed_at__isnull=True).update(disposed_at=now):
             raise NotFound(f"no agent named {agent.name!r}")
         open_turns = list(Turn.objects.filter(agent=agent, status__in=Turn.OPEN))
-        Turn.objects.filter(pk__in=[t.pk for t in open_turns], status__in=sources(Status.CANCELLED)).update(
-            status=Status.CANCELLED, ended_at=now
-        )
+        Turn.objects.filter(
+            pk__in=[t.pk for t in open_turns], status__in=sources(Status.CANCELLED)
+        ).update(status=Status.CANCELLED, ended_at=now)
         for turn in open_turns:
             turn_trace_end(turn, agent=agent, status=Status.CANCELLED)
         AuditEntry.objects.create(actor=actor, action="agent.dispose", target=f"agent:{agent.name}")
@@ -255,7 +304,10 @@ def turn_claim(*, turn_id: int, owner: str, now: datetime) -> bool:
     """Claim a queued, held or running (left by a dead worker) turn for the drain holding the
     agent's lease: it runs now. False if it is no longer open."""
     with connection.cursor() as cursor:
-        cursor.execute(_CLAIM_SQL, [Status.RUNNING.value, owner, now, turn_id, [str(s) for s in sources(Status.RUNNING)]])
+        cursor.execute(
+            _CLAIM_SQL,
+            [Status.RUNNING.value, owner, now, turn_id, [str(s) for s in sources(Status.RUNNING)]],
+        )
         claimed = cursor.rowcount == 1
     if claimed:
         _announce(turn_id, Status.RUNNING)
@@ -266,8 +318,16 @@ def turn_hold(*, turn: Turn, until: datetime | None, reason: str) -> bool:
     """Hold a running or held turn by a provider wait until ``until`` (None: until released);
     no failure is counted and no note written (architecture.md §6.6). False if it moved meanwhile."""
     # A held turn held again at its re-check is the same hold: its span has the event already.
-    event = {} if turn.status == Status.HELD else turn_event(
-        "agentops.turn.held", {"agentops.hold.until": until.isoformat() if until else "released", "agentops.hold.reason": telemetry.bounded(reason)},
+    event = (
+        {}
+        if turn.status == Status.HELD
+        else turn_event(
+            "agentops.turn.held",
+            {
+                "agentops.hold.until": until.isoformat() if until else "released",
+                "agentops.hold.reason": telemetry.bounded(reason),
+            },
+        )
     )
     held = _move(turn.pk, Status.HELD, hold_until=until, hold_reason=reason, **event)
     if held and turn.status != Status.HELD:
@@ -277,7 +337,13 @@ def turn_hold(*, turn: Turn, until: datetime | None, reason: str) -> bool:
             if len(_HOLDS_LOGGED) > 10_000:
                 _HOLDS_LOGGED.clear()
             _HOLDS_LOGGED[turn.pk] = (until, reason)
-            logger.info("agent %s turn %s held until %s: %s", turn.agent.name, turn.pk, until or "released", reason)
+            logger.info(
+                "agent %s turn %s held until %s: %s",
+                turn.agent.name,
+                turn.pk,
+                until or "released",
+                reason,
+            )
         _announce(turn.pk, Status.HELD, held_until=until.isoformat() if until else None)
     return held
 
@@ -288,9 +354,16 @@ _HOLDS_LOGGED: dict[int, tuple[datetime | None, str]] = {}
 def turn_hand_back(*, turn: Turn) -> bool:
     """A worker's warm shutdown hands a running turn back without a call (architecture.md §6.10):
     queued again for the next worker."""
-    handed = _move(turn.pk, Status.QUEUED, among=[Status.RUNNING], **turn_event("agentops.turn.handed_back", {"agentops.worker": telemetry.process_label()}))
+    handed = _move(
+        turn.pk,
+        Status.QUEUED,
+        among=[Status.RUNNING],
+        **turn_event("agentops.turn.handed_back", {"agentops.worker": telemetry.process_label()}),
+    )
     if handed:
-        logger.warning("agent %s turn %s handed back: the worker is shutting down", turn.agent.name, turn.pk)
+        logger.warning(
+            "agent %s turn %s handed back: the worker is shutting down", turn.agent.name, turn.pk
+        )
         _announce(turn.pk, Status.QUEUED)
         # Its pacing (``not_before``) stays on the turn: the next worker runs it no earlier.
         not_before = Turn.objects.filter(pk=turn.pk).values_list("not_before", flat=True).first()
@@ -309,7 +382,9 @@ def _locked_with_agent(turn_id: int) -> Turn:
         f"""SELECT {rows.columns(Turn, "t")}, {rows.columns(Agent, "a")}
         FROM {Turn._meta.db_table} t JOIN {Agent._meta.db_table} a ON a.id = t.agent_id
         WHERE t.id = %s FOR UPDATE""",
-        [turn_id], Turn, Agent,
+        [turn_id],
+        Turn,
+        Agent,
     )
     if not found:
         raise Turn.DoesNotExist(f"turn {turn_id}")
@@ -328,10 +403,19 @@ def turn_complete(*, turn: Turn, output: CallOutput) -> None:
         if not _may_move(locked, Status.SUCCEEDED):  # cancelled while the call was out
             return
         agent = locked.agent
-        history_append(agent=agent, participant=agent.participant, role=HistoryRow.Role.ASSISTANT, content=output.blocks)
+        history_append(
+            agent=agent,
+            participant=agent.participant,
+            role=HistoryRow.Role.ASSISTANT,
+            content=output.blocks,
+        )
         breaker_note_success(agent=agent)
         calls = output.tool_calls
-        locked.output = {"content": output.text, "stop_reason": output.stop_reason, "tool_calls": calls}
+        locked.output = {
+            "content": output.text,
+            "stop_reason": output.stop_reason,
+            "tool_calls": calls,
+        }
         locked.rounds += 1
         locked.error = None
         if calls:
@@ -341,8 +425,14 @@ def turn_complete(*, turn: Turn, output: CallOutput) -> None:
             locked.status = Status.SUCCEEDED
             locked.ended_at = now
         rows.update(
-            Turn, turn.pk, output=locked.output, rounds=locked.rounds, error=None, status=locked.status,
-            pending_tool_calls=locked.pending_tool_calls, ended_at=locked.ended_at,
+            Turn,
+            turn.pk,
+            output=locked.output,
+            rounds=locked.rounds,
+            error=None,
+            status=locked.status,
+            pending_tool_calls=locked.pending_tool_calls,
+            ended_at=locked.ended_at,
         )
         _announce(turn.pk, locked.status)
         if locked.status in Turn.ENDED:
@@ -358,14 +448,32 @@ def turn_rearm(*, turn: Turn, error: ProviderError) -> bool:
     delay_ms = ladder[turn.rearms]
     not_before = timezone.now() + timedelta(milliseconds=delay_ms)
     rearmed = _move(
-        turn.pk, Status.QUEUED, among=[Status.RUNNING], rearms=F("rearms") + 1, not_before=not_before, waiting_reason="re-armed", error=error.as_dict(),
+        turn.pk,
+        Status.QUEUED,
+        among=[Status.RUNNING],
+        rearms=F("rearms") + 1,
+        not_before=not_before,
+        waiting_reason="re-armed",
+        error=error.as_dict(),
         hold_reason=f"re-armed after {error.type}: sent again at {not_before:%H:%M:%S} UTC ({turn.rearms + 1} of {len(ladder)})",
-        **turn_event("agentops.turn.rearmed", {"error.type": error.type, "agentops.rearm.delay_ms": delay_ms, "agentops.rearm.count": turn.rearms + 1}),
+        **turn_event(
+            "agentops.turn.rearmed",
+            {
+                "error.type": error.type,
+                "agentops.rearm.delay_ms": delay_ms,
+                "agentops.rearm.count": turn.rearms + 1,
+            },
+        ),
     )
     if rearmed:
         logger.warning(
             "agent %s turn %s exhausted by %s; sending it again in %.0f s (%s of %s)",
-            turn.agent.name, turn.pk, error.type, delay_ms / 1000, turn.rearms + 1, len(ladder),
+            turn.agent.name,
+            turn.pk,
+            error.type,
+            delay_ms / 1000,
+            turn.rearms + 1,
+            len(ladder),
         )
         _announce(turn.pk, Status.QUEUED)
         schedule_drain(turn.agent_id, delay_ms / 1000)
@@ -382,7 +490,9 @@ def turn_fail(*, turn: Turn, error: ProviderError, status: str, timed_out_again:
             return False
         agent = locked.agent
         note = history_append(
-            agent=agent, participant="agentops", role=HistoryRow.Role.SYSTEM_NOTE,
+            agent=agent,
+            participant="agentops",
+            role=HistoryRow.Role.SYSTEM_NOTE,
             content=failure_note_text(error, timed_out_again=timed_out_again),
         )
         locked.status = status
@@ -390,9 +500,21 @@ def turn_fail(*, turn: Turn, error: ProviderError, status: str, timed_out_again:
         locked.note = note
         locked.ended_at = now
         locked.save(update_fields=["status", "error", "note", "ended_at"])
-        turn_trace_end(locked, agent=agent, status=status, error_type=error.bound or error.type, message=error.message)
+        turn_trace_end(
+            locked,
+            agent=agent,
+            status=status,
+            error_type=error.bound or error.type,
+            message=error.message,
+        )
         logger.warning(
-            "agent %s turn %s %s: %s (%s, HTTP %s)", agent.name, turn.pk, status, error.message[:300], error.type, error.http_status,
+            "agent %s turn %s %s: %s (%s, HTTP %s)",
+            agent.name,
+            turn.pk,
+            status,
+            error.message[:300],
+            error.type,
+            error.http_status,
         )
         # The incident record, in this transaction: a rolled-back ending leaves none. An exhausted
         # turn is an alert (architecture.md §8: row, failures.log line, dashboard, webhooks); a failed one
@@ -400,10 +522,20 @@ def turn_fail(*, turn: Turn, error: ProviderError, status: str, timed_out_again:
         message = f"turn {turn.pk} {status}: {error.message}"
         incident = {"turn": turn.pk, "rearms": locked.rearms, "error": error.as_dict()}
         if status == Status.EXHAUSTED:
-            alert_raise(kind="turn-exhausted", agent=agent.name, model=agent.model, message=message, data=incident)
+            alert_raise(
+                kind="turn-exhausted",
+                agent=agent.name,
+                model=agent.model,
+                message=message,
+                data=incident,
+            )
         else:
             agent_name, model = agent.name, agent.model
-            transaction.on_commit(lambda: failures_log_write(kind="turn-failed", agent=agent_name, model=model, message=message, **incident))
+            transaction.on_commit(
+                lambda: failures_log_write(
+                    kind="turn-failed", agent=agent_name, model=model, message=message, **incident
+                )
+            )
         _announce(turn.pk, status)
     return True
 
@@ -414,19 +546,38 @@ def turn_fail_unstorable(*, turn: Turn, call_id: int, exc: BaseException) -> Non
     pay for the answer twice. The call's row says so; the turn fails with its note, or without
     one when the note cannot be stored either."""
     error = ProviderError(
-        type="unknown", provider_code="answer_unstorable",
-        message=bound_text(f"the model's answer arrived but could not be stored ({type(exc).__name__}: {exc}); it was not requested again"),
+        type="unknown",
+        provider_code="answer_unstorable",
+        message=bound_text(
+            f"the model's answer arrived but could not be stored ({type(exc).__name__}: {exc}); it was not requested again"
+        ),
     )
     InferenceCall.objects.filter(pk=call_id).update(error=error.as_dict())
     try:
         with transaction.atomic():
             turn_fail(turn=turn, error=error, status=Status.FAILED, timed_out_again=False)
     except UNSTORABLE as note_exc:
-        logger.error("agent %s turn %s: its failure note could not be stored either (%s)", turn.agent.name, turn.pk, note_exc)
-        if _move(turn.pk, Status.FAILED, among=[Status.RUNNING], error=error.as_dict(), ended_at=timezone.now()):
+        logger.error(
+            "agent %s turn %s: its failure note could not be stored either (%s)",
+            turn.agent.name,
+            turn.pk,
+            note_exc,
+        )
+        if _move(
+            turn.pk,
+            Status.FAILED,
+            among=[Status.RUNNING],
+            error=error.as_dict(),
+            ended_at=timezone.now(),
+        ):
             _announce(turn.pk, Status.FAILED)
             if telemetry.enabled:
-                turn_trace_end(Turn.objects.get(pk=turn.pk), status=Status.FAILED, error_type=error.type, message=error.message)
+                turn_trace_end(
+                    Turn.objects.get(pk=turn.pk),
+                    status=Status.FAILED,
+                    error_type=error.type,
+                    message=error.message,
+                )
 
 
 # --- the breaker's retry ---------------------------------------------------------------------

@@ -54,7 +54,11 @@ def turn_event(name: str, attributes: dict[str, Any]) -> dict[str, Any]:
     if not telemetry.enabled:
         return {}
     event = telemetry.stored_event(name, attributes)
-    return {"trace_context": RawSQL(_APPEND_SQL.format(key="events"), (telemetry.STORED_EVENTS_LIMIT, json.dumps([event])))}
+    return {
+        "trace_context": RawSQL(
+            _APPEND_SQL.format(key="events"), (telemetry.STORED_EVENTS_LIMIT, json.dumps([event]))
+        )
+    }
 
 
 def turn_link() -> dict[str, Any]:
@@ -63,7 +67,11 @@ def turn_link() -> dict[str, Any]:
     link = telemetry.stored_link() if telemetry.enabled else None
     if link is None:
         return {}
-    return {"trace_context": RawSQL(_APPEND_SQL.format(key="links"), (telemetry.STORED_LINKS_LIMIT, json.dumps([link])))}
+    return {
+        "trace_context": RawSQL(
+            _APPEND_SQL.format(key="links"), (telemetry.STORED_LINKS_LIMIT, json.dumps([link]))
+        )
+    }
 
 
 def turn_noted(turn_id: int, name: str, attributes: dict[str, Any]) -> None:
@@ -81,7 +89,12 @@ def turn_traced(turn: Turn) -> Iterator[None]:
 
 
 def turn_trace_end(
-    turn: Turn, *, status: str, agent: Agent | None = None, error_type: str | None = None, message: str = "",
+    turn: Turn,
+    *,
+    status: str,
+    agent: Agent | None = None,
+    error_type: str | None = None,
+    message: str = "",
 ) -> None:
     """Once the transaction that ends the turn commits (at once outside one): re-create the
     turn's span from ``turn.trace_context`` (read in that transaction) and end it. ``agent``:
@@ -91,11 +104,19 @@ def turn_trace_end(
     stored = turn.trace_context
     agent = agent or turn.agent
     attributes = {
-        "agentops.turn.id": turn.pk, "agentops.agent": agent.name, "agentops.project": project_name(agent.project_id),
-        "agentops.turn.status": status, "agentops.turn.attempts": turn.attempts, "agentops.turn.rounds": turn.rounds,
+        "agentops.turn.id": turn.pk,
+        "agentops.agent": agent.name,
+        "agentops.project": project_name(agent.project_id),
+        "agentops.turn.status": status,
+        "agentops.turn.attempts": turn.attempts,
+        "agentops.turn.rounds": turn.rounds,
         "agentops.turn.rearms": turn.rearms,
     }
-    after_commit(lambda: telemetry.stored_span_end(stored, SPAN_NAME, attributes=attributes, error_type=error_type, message=message))
+    after_commit(
+        lambda: telemetry.stored_span_end(
+            stored, SPAN_NAME, attributes=attributes, error_type=error_type, message=message
+        )
+    )
 
 
 def held_since_ns(turn: Turn) -> int | None:
@@ -107,7 +128,9 @@ def held_since_ns(turn: Turn) -> int | None:
 @cache
 def _held_duration() -> Any:
     return telemetry.meter().create_histogram(
-        "agentops.turn.held.duration", unit="s", description="How long a turn was held by a provider wait before it ran again (architecture.md §6.6).",
+        "agentops.turn.held.duration",
+        unit="s",
+        description="How long a turn was held by a provider wait before it ran again (architecture.md §6.6).",
         explicit_bucket_boundaries_advisory=HELD_BUCKETS,
     )
 
@@ -119,4 +142,6 @@ HELD_BUCKETS: Final = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600,
 def turn_held_recorded(agent: Agent, held_s: float) -> None:
     """Record how long a turn of ``agent`` was held (it runs again now)."""
     if telemetry.enabled:
-        _held_duration().record(held_s, {"agentops.agent": agent.name, "gen_ai.request.model": agent.model})
+        _held_duration().record(
+            held_s, {"agentops.agent": agent.name, "gen_ai.request.model": agent.model}
+        )

@@ -36,7 +36,9 @@ def hold_already_alerted(*, agent: str, model: str, until: int | None) -> bool:
 def _covered(*, agent: str, model: str, until: int | None) -> bool:
     last = (
         Alert.objects.filter(kind="provider-wait", agent=agent, model=model)
-        .order_by("-id").values("data", "created_at").first()
+        .order_by("-id")
+        .values("data", "created_at")
+        .first()
     )
     if last is None:
         return False
@@ -47,7 +49,10 @@ def _covered(*, agent: str, model: str, until: int | None) -> bool:
     at_ms = data.get("at_ms")
     since = ms_to_datetime(at_ms) if isinstance(at_ms, int | float) else last["created_at"]
     released = WaitJournalEntry.objects.filter(
-        kind=WaitJournalEntry.Kind.RELEASE, agent=agent, model__in=(model, EVERY_MODEL), at__gte=since,
+        kind=WaitJournalEntry.Kind.RELEASE,
+        agent=agent,
+        model__in=(model, EVERY_MODEL),
+        at__gte=since,
     ).exists()
     if released:
         return False

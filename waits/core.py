@@ -143,9 +143,13 @@ def name_problem(value: object, *, limit: int, every_model: bool = False) -> str
 def _type_name(value: object) -> str:
     if value is None:
         return "null"
-    return {bool: "a boolean", int: "a number", float: "a number", list: "a list", dict: "an object"}.get(
-        type(value), type(value).__name__
-    )
+    return {
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        list: "a list",
+        dict: "an object",
+    }.get(type(value), type(value).__name__)
 
 
 def _instant(value: object) -> float | None:
@@ -167,7 +171,15 @@ def _until(value: object, row_id: Any, where: str) -> int | None:
     return value
 
 
-def _name(row: Mapping[str, Any], key: str, row_id: Any, *, limit: int, every_model: bool = False, where: str = "") -> str:
+def _name(
+    row: Mapping[str, Any],
+    key: str,
+    row_id: Any,
+    *,
+    limit: int,
+    every_model: bool = False,
+    where: str = "",
+) -> str:
     if key not in row:
         raise Malformed(row_id, f"{where}{key} is missing")
     value = row[key]
@@ -191,7 +203,13 @@ def entry_parse(row: Mapping[str, Any]) -> Entry:
     if kind not in KINDS:
         raise Malformed(row_id, f"unknown kind {kind!r}"[:300])
     if kind == "checkpoint":
-        return Entry(kind="checkpoint", agent="", model="", id=row_id, waits=_snapshot(row.get("data"), row_id))
+        return Entry(
+            kind="checkpoint",
+            agent="",
+            model="",
+            id=row_id,
+            waits=_snapshot(row.get("data"), row_id),
+        )
     agent = _name(row, "agent", row_id, limit=AGENT_NAME_LIMIT)
     if kind == "release":
         model = _name(row, "model", row_id, limit=MODEL_NAME_LIMIT, every_model=True)
@@ -231,13 +249,21 @@ def _snapshot(data: object, row_id: Any) -> tuple[Wait, ...]:
         set_at = _instant(item.get("set_at"))
         if set_at is None:
             raise Malformed(row_id, f"{where}set_at is missing or out of range")
-        waits.append(Wait(agent=agent, model=model, until=until, reason=item["reason"], set_at=set_at))
+        waits.append(
+            Wait(agent=agent, model=model, until=until, reason=item["reason"], set_at=set_at)
+        )
     return tuple(waits)
 
 
 def wait_snapshot(wait: Wait) -> dict[str, Any]:
     """A wait as a checkpoint lists it (the inverse of the snapshot's parse)."""
-    return {"agent": wait.agent, "model": wait.model, "until": wait.until, "reason": wait.reason, "set_at": wait.set_at}
+    return {
+        "agent": wait.agent,
+        "model": wait.model,
+        "until": wait.until,
+        "reason": wait.reason,
+        "set_at": wait.set_at,
+    }
 
 
 # --- the reduction (§6.3) ------------------------------------------------------------------
@@ -315,7 +341,12 @@ class WaitBook:
         if not set_changes(models.get(entry.model), entry.until):
             return Applied(changed=False)
         models[entry.model] = Wait(
-            agent=entry.agent, model=entry.model, until=entry.until, reason=entry.reason, set_at=entry.at, source=source
+            agent=entry.agent,
+            model=entry.model,
+            until=entry.until,
+            reason=entry.reason,
+            set_at=entry.at,
+            source=source,
         )
         return Applied(changed=True)
 
@@ -344,7 +375,11 @@ class WaitBook:
 
     def unknown(self, agent: str, model: str) -> bool:
         """Whether (agent, model) is held because the records are unreadable."""
-        return self.unreadable is not None and agent not in self.known_agents and (agent, model) not in self.known_pairs
+        return (
+            self.unreadable is not None
+            and agent not in self.known_agents
+            and (agent, model) not in self.known_pairs
+        )
 
     def lookup(self, agent: str, model: str) -> Wait | None:
         models = self.waits.get(agent)

@@ -41,7 +41,11 @@ class WaitJournalEntry(models.Model):
         indexes = [
             models.Index(fields=["agent", "id"], name="waits_journal_agent"),
             # A full read starts at the latest checkpoint.
-            models.Index(fields=["id"], condition=models.Q(kind="checkpoint"), name="waits_journal_checkpoints"),
+            models.Index(
+                fields=["id"],
+                condition=models.Q(kind="checkpoint"),
+                name="waits_journal_checkpoints",
+            ),
         ]
         permissions = [("release_wait", "Can release provider waits")]
 

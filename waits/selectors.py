@@ -42,16 +42,20 @@ def binding_waits(
         if agent is not None:
             agents = agents.filter(name=agent)
         for name in agents.values_list("name", flat=True):
-            if name in book.known_agents or (model is not None and (name, model) in book.known_pairs):
+            if name in book.known_agents or (
+                model is not None and (name, model) in book.known_pairs
+            ):
                 continue
-            waits.append({
-                "agent": name,
-                "model": EVERY_MODEL,
-                "until": None,
-                "reason": f"the provider-waits journal cannot be read ({cause.describe()})",
-                "set_at": None,
-                "source": "unreadable",
-            })
+            waits.append(
+                {
+                    "agent": name,
+                    "model": EVERY_MODEL,
+                    "until": None,
+                    "reason": f"the provider-waits journal cannot be read ({cause.describe()})",
+                    "set_at": None,
+                    "source": "unreadable",
+                }
+            )
     waits.sort(key=lambda w: (w["agent"], w["model"]))
     return book.readable, waits
 
@@ -65,19 +69,25 @@ def journal_entries(*, agent: str | None, limit: int) -> list[dict[str, Any]]:
     if agent is not None:
         rows = rows.filter(agent=agent)
     out = []
-    for row in rows.values("id", "act_id", "kind", "agent", "model", "until_ms", "reason", "by", "at", "data")[:limit]:
+    for row in rows.values(
+        "id", "act_id", "kind", "agent", "model", "until_ms", "reason", "by", "at", "data"
+    )[:limit]:
         until_ms = row["until_ms"]
-        out.append({
-            "id": row["id"],
-            "kind": row["kind"],
-            "agent": row["agent"],
-            "model": row["model"],
-            "until": ms_to_datetime(until_ms) if until_ms is not None and 0 <= until_ms <= MAX_INSTANT_MS else None,
-            "until_ms": until_ms,
-            "reason": row["reason"],
-            "by": row["by"],
-            "at": row["at"],
-            "act_id": str(row["act_id"]),
-            "problem": entry_problem(row),
-        })
+        out.append(
+            {
+                "id": row["id"],
+                "kind": row["kind"],
+                "agent": row["agent"],
+                "model": row["model"],
+                "until": ms_to_datetime(until_ms)
+                if until_ms is not None and 0 <= until_ms <= MAX_INSTANT_MS
+                else None,
+                "until_ms": until_ms,
+                "reason": row["reason"],
+                "by": row["by"],
+                "at": row["at"],
+                "act_id": str(row["act_id"]),
+                "problem": entry_problem(row),
+            }
+        )
     return out

@@ -89,7 +89,9 @@ class Receipt:
 # --- recording a wait ------------------------------------------------------------------------
 
 
-def wait_record(*, agent: Agent, model: str, retry_after_ms: float, reason: str, now_ms: float) -> WaitRecorded:
+def wait_record(
+    *, agent: Agent, model: str, retry_after_ms: float, reason: str, now_ms: float
+) -> WaitRecorded:
     """Record the provider's stated wait for (agent, model) at ``now_ms`` (§6.2, §6.3).
 
     An ephemeral agent records nothing (its run decides about the wait). A wait already over
@@ -104,46 +106,97 @@ def wait_record(*, agent: Agent, model: str, retry_after_ms: float, reason: str,
         raise ValueError(f"wait_record: model {problem}")
     stated = _stated_text(retry_after_ms)
     if agent.kind == Agent.Kind.EPHEMERAL:
-        logger.info("agent %s (ephemeral) model %s: the provider asked to wait %s; an ephemeral run records no wait", agent.name, model, stated)
+        logger.info(
+            "agent %s (ephemeral) model %s: the provider asked to wait %s; an ephemeral run records no wait",
+            agent.name,
+            model,
+            stated,
+        )
         return WaitRecorded(binding=False, until_ms=None, changed=False, receipt="none")
     deadline = wait_deadline(now_ms=now_ms, retry_after_ms=retry_after_ms)
     if deadline.over:
         held, until = _hold_of(journal_binding(now_ms=now_ms), agent.name, model, now_ms)
-        logger.info("agent %s model %s: the provider's stated wait (%s) is already over; nothing recorded", agent.name, model, stated)
+        logger.info(
+            "agent %s model %s: the provider's stated wait (%s) is already over; nothing recorded",
+            agent.name,
+            model,
+            stated,
+        )
         return WaitRecorded(binding=held, until_ms=until, changed=False, receipt="none")
 
-    reason = bound_text(clean_requester(str(reason), limit=10 * FAILURE_TEXT_LIMIT), FAILURE_TEXT_LIMIT)
-    entry = Entry(kind="set", agent=agent.name, model=model, until=deadline.until, reason=reason, at=now_ms)
+    reason = bound_text(
+        clean_requester(str(reason), limit=10 * FAILURE_TEXT_LIMIT), FAILURE_TEXT_LIMIT
+    )
+    entry = Entry(
+        kind="set", agent=agent.name, model=model, until=deadline.until, reason=reason, at=now_ms
+    )
     alert_ms = settings.AGENTOPS_WAIT_ALERT_MS
     with journal_session(now_ms=now_ms) as session:
         current = session.binding.lookup(agent.name, model)
         changed = set_changes(current, deadline.until)
         alert = (
-            changed and hold_level(deadline.until, now_ms=now_ms, alert_ms=alert_ms) > 0
+            changed
+            and hold_level(deadline.until, now_ms=now_ms, alert_ms=alert_ms) > 0
             and not hold_already_alerted(agent=agent.name, model=model, until=deadline.until)
         )
-        message = _wait_alert_message(agent=agent.name, model=model, until=deadline.until, stated=stated, reason=reason, now_ms=now_ms)
-        on_insert = _wait_alert_writer(
-            agent=agent.name, model=model, until=deadline.until, stated=stated, reason=reason, message=message, now_ms=now_ms,
-        ) if alert else None
+        message = _wait_alert_message(
+            agent=agent.name,
+            model=model,
+            until=deadline.until,
+            stated=stated,
+            reason=reason,
+            now_ms=now_ms,
+        )
+        on_insert = (
+            _wait_alert_writer(
+                agent=agent.name,
+                model=model,
+                until=deadline.until,
+                stated=stated,
+                reason=reason,
+                message=message,
+                now_ms=now_ms,
+            )
+            if alert
+            else None
+        )
         recorded = session.append(entry, by="provider", on_insert=on_insert)
         held, until = _hold_of(session.binding, agent.name, model, now_ms)
 
     if changed:
         dashboard_hold_started(
-            agent=agent.name, model=model, until_ms=deadline.until, reason=reason, set_at_ms=now_ms,
+            agent=agent.name,
+            model=model,
+            until_ms=deadline.until,
+            reason=reason,
+            set_at_ms=now_ms,
             source="recorded" if recorded else "pending",
         )
     if alert and not recorded:
         logger.error("provider-wait alert (stored once the wait is recorded): %s", message)
-    log = logger.warning if hold_level(deadline.until, now_ms=now_ms, alert_ms=alert_ms) else logger.info
+    log = (
+        logger.warning
+        if hold_level(deadline.until, now_ms=now_ms, alert_ms=alert_ms)
+        else logger.info
+    )
     log(
         "agent %s model %s: the provider asked to wait %s (%s); %s; %s",
-        agent.name, model, stated, _until_text(deadline.until, now_ms),
-        "this wait now binds" if changed else "an equal or longer wait already binds, so nothing changed",
+        agent.name,
+        model,
+        stated,
+        _until_text(deadline.until, now_ms),
+        "this wait now binds"
+        if changed
+        else "an equal or longer wait already binds, so nothing changed",
         "recorded" if recorded else "pending: binds in this process, offered to the journal again",
     )
-    return WaitRecorded(binding=held, until_ms=until, changed=changed, receipt="recorded" if recorded else "pending", alerted=alert)
+    return WaitRecorded(
+        binding=held,
+        until_ms=until,
+        changed=changed,
+        receipt="recorded" if recorded else "pending",
+        alerted=alert,
+    )
 
 
 def _hold_of(book: WaitBook, agent: str, model: str, now_ms: float) -> tuple[bool, int | None]:
@@ -179,29 +232,56 @@ def _release_how(agent: str, model: str) -> str:
     )
 
 
-def _wait_alert_message(*, agent: str, model: str, until: int | None, stated: str, reason: str, now_ms: float) -> str:
+def _wait_alert_message(
+    *, agent: str, model: str, until: int | None, stated: str, reason: str, now_ms: float
+) -> str:
     return (
         f"Agent {agent} is held on model {model} {_until_text(until, now_ms)}: the provider asked to wait {stated} "
         f"({bound_text(reason, 300)}). No call to {model} is made for {agent} until then; {_release_how(agent, model)}."
     )
 
 
-def _wait_alert_writer(*, agent: str, model: str, until: int | None, stated: str, reason: str, message: str, now_ms: float) -> OnInsert:
+def _wait_alert_writer(
+    *,
+    agent: str,
+    model: str,
+    until: int | None,
+    stated: str,
+    reason: str,
+    message: str,
+    now_ms: float,
+) -> OnInsert:
     """The alert, written in the wait's own transaction: raised once, when the wait lands."""
 
     def write(state: str) -> None:
         try:
             with transaction.atomic():
                 alert_raise(
-                    kind="provider-wait", agent=agent, model=model, message=message,
+                    kind="provider-wait",
+                    agent=agent,
+                    model=model,
+                    message=message,
                     data={
                         "until": ms_to_datetime(until).isoformat() if until is not None else None,
-                        "until_ms": until, "at_ms": now_ms, "stated": stated, "reason": reason, "recorded": state,
-                        "release": {"api": "POST /api/v1/waits/release", "admin": "Binding waits", "command": f"release_wait {agent} --model {model}"},
+                        "until_ms": until,
+                        "at_ms": now_ms,
+                        "stated": stated,
+                        "reason": reason,
+                        "recorded": state,
+                        "release": {
+                            "api": "POST /api/v1/waits/release",
+                            "admin": "Binding waits",
+                            "command": f"release_wait {agent} --model {model}",
+                        },
                     },
                 )
         except DatabaseError:  # the wait counts more than its alert: record it without one
-            logger.exception("could not store the provider-wait alert for agent %s model %s: %s", agent, model, message)
+            logger.exception(
+                "could not store the provider-wait alert for agent %s model %s: %s",
+                agent,
+                model,
+                message,
+            )
 
     return write
 
@@ -246,41 +326,80 @@ def wait_release(
             raise bad_field("model", f'{problem} (omit model, or send "*", to release every model)')
     requester = _text_field("requester", requester, REQUESTER_LIMIT)
     reason = _text_field("reason", reason, RELEASE_REASON_LIMIT)
-    by = {"api": f"api:{clean_requester(caller or requester)}", "admin": f"admin:{clean_requester(username)}", "command": f"command:{requester}"}[via]
+    by = {
+        "api": f"api:{clean_requester(caller or requester)}",
+        "admin": f"admin:{clean_requester(username)}",
+        "command": f"command:{requester}",
+    }[via]
     now = clock_ms() if now_ms is None else now_ms
 
-    if not Agent.objects.filter(name=agent, disposed_at__isnull=True).exists() and not journal_binding(now_ms=now).agent_binding(agent, now):
-        raise NotFound(f"agent: no agent named {agent!r}, and no wait is listed for one", data={"field": "agent"})
+    if not Agent.objects.filter(
+        name=agent, disposed_at__isnull=True
+    ).exists() and not journal_binding(now_ms=now).agent_binding(agent, now):
+        raise NotFound(
+            f"agent: no agent named {agent!r}, and no wait is listed for one",
+            data={"field": "agent"},
+        )
 
     with journal_session(now_ms=now) as session:
         lifted = _lifted(session.binding, agent, model, now)
 
         def audit(state: str) -> None:
             AuditEntry.objects.create(
-                actor=by, action="wait.release", target=f"{agent}/{model}", reason=reason,
+                actor=by,
+                action="wait.release",
+                target=f"{agent}/{model}",
+                reason=reason,
                 data={
-                    "agent": agent, "model": model, "via": via, "requester": requester,
-                    "receipts": [Receipt(agent, m, until, "pending" if state == "pending" else "recorded").as_json() for m, until in lifted],
+                    "agent": agent,
+                    "model": model,
+                    "via": via,
+                    "requester": requester,
+                    "receipts": [
+                        Receipt(
+                            agent, m, until, "pending" if state == "pending" else "recorded"
+                        ).as_json()
+                        for m, until in lifted
+                    ],
                     "recorded_late": state == "pending",
                 },
             )
 
-        recorded = session.append(Entry(kind="release", agent=agent, model=model, reason=reason, at=now), by=by, on_insert=audit)
+        recorded = session.append(
+            Entry(kind="release", agent=agent, model=model, reason=reason, at=now),
+            by=by,
+            on_insert=audit,
+        )
 
     state: ReleaseState = "recorded" if recorded else "pending"
     receipts = [Receipt(agent, m, until, state) for m, until in lifted]
     if telemetry.enabled:
         # A span an operator finds by agent, under the request (or command) that released.
-        telemetry.tracer().start_span("agentops.wait.release", attributes={
-            "agentops.agent": agent, "agentops.wait.model": model, "agentops.release.by": by,
-            "agentops.release.reason": telemetry.bounded(reason), "agentops.release.lifted": len(receipts),
-            "agentops.release.state": state,
-        }).end()
+        telemetry.tracer().start_span(
+            "agentops.wait.release",
+            attributes={
+                "agentops.agent": agent,
+                "agentops.wait.model": model,
+                "agentops.release.by": by,
+                "agentops.release.reason": telemetry.bounded(reason),
+                "agentops.release.lifted": len(receipts),
+                "agentops.release.state": state,
+            },
+        ).end()
     for lifted_model, _ in lifted:
-        dashboard_hold_ended(agent=agent, model=lifted_model, why=f"released by {by}" + (f": {reason}" if reason else ""))
+        dashboard_hold_ended(
+            agent=agent,
+            model=lifted_model,
+            why=f"released by {by}" + (f": {reason}" if reason else ""),
+        )
     logger.warning(
         "provider wait released: agent %s model %s by %s (%s): %d wait(s) lifted; the release is %s%s",
-        agent, model, by, reason or "no reason given", len(receipts), state,
+        agent,
+        model,
+        by,
+        reason or "no reason given",
+        len(receipts),
+        state,
         "" if recorded else " (honoured in this process now, offered to the journal again)",
     )
     return receipts

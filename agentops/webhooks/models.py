@@ -36,21 +36,28 @@ def validate_webhook_secret(value: str) -> None:
             raise ValueError(f"it must start with {SECRET_PREFIX}")
         secret_bytes(value)
     except ValueError as exc:
-        raise ValidationError(f"not a webhook secret: {exc} (whsec_ followed by base64)", code="bad_secret") from None
+        raise ValidationError(
+            f"not a webhook secret: {exc} (whsec_ followed by base64)", code="bad_secret"
+        ) from None
 
 
 class WebhookEndpoint(models.Model):
     url = models.URLField(max_length=500, validators=[validate_webhook_url])
     # Alert kinds this endpoint receives; empty receives every kind.
     kinds = ArrayField(
-        models.CharField(max_length=50), blank=True, default=list,
+        models.CharField(max_length=50),
+        blank=True,
+        default=list,
         help_text=(
             "Alert kinds to send, comma-separated (provider-wait, hard-down, history-kept, turn-exhausted, "
             "provider-down, provider-up, journal-act-dropped). Empty: every kind."
         ),
     )
     secret = models.CharField(
-        max_length=100, default=secret_generate, validators=[validate_webhook_secret], help_text="whsec_…: receivers verify signatures with it."
+        max_length=100,
+        default=secret_generate,
+        validators=[validate_webhook_secret],
+        help_text="whsec_…: receivers verify signatures with it.",
     )
     description = models.CharField(max_length=200, blank=True, default="")
     enabled = models.BooleanField(default=True)
@@ -79,7 +86,9 @@ class WebhookCooldown(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["endpoint", "agent", "kind", "verdict"], name="webhook_cooldown_key_unique")
+            models.UniqueConstraint(
+                fields=["endpoint", "agent", "kind", "verdict"], name="webhook_cooldown_key_unique"
+            )
         ]
 
     def __str__(self) -> str:
@@ -93,7 +102,9 @@ class WebhookDelivery(models.Model):
         FAILED = "failed"  # refused for good: a 4xx, a refused URL, a disabled endpoint
         GAVE_UP = "gave_up"  # retryable failures until the attempts ran out
 
-    endpoint = models.ForeignKey(WebhookEndpoint, on_delete=models.PROTECT, related_name="deliveries")
+    endpoint = models.ForeignKey(
+        WebhookEndpoint, on_delete=models.PROTECT, related_name="deliveries"
+    )
     alert = models.ForeignKey(Alert, on_delete=models.PROTECT, related_name="webhook_deliveries")
     webhook_id = models.CharField(max_length=64, unique=True, default=message_id_generate)
     # The exact body sent and signed, frozen when the delivery is queued.
@@ -128,7 +139,9 @@ class WebhookAttempt(models.Model):
         GAVE_UP = "gave_up"
         REFUSED = "refused"  # not sent: the URL is refused or the endpoint disabled
 
-    delivery = models.ForeignKey(WebhookDelivery, on_delete=models.PROTECT, related_name="attempt_rows")
+    delivery = models.ForeignKey(
+        WebhookDelivery, on_delete=models.PROTECT, related_name="attempt_rows"
+    )
     number = models.PositiveIntegerField()
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
@@ -141,7 +154,11 @@ class WebhookAttempt(models.Model):
 
     class Meta:
         ordering = ["delivery_id", "number"]
-        constraints = [models.UniqueConstraint(fields=["delivery", "number"], name="webhook_attempt_number_unique")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["delivery", "number"], name="webhook_attempt_number_unique"
+            )
+        ]
 
     def __str__(self) -> str:
         return f"attempt {self.number} of {self.delivery_id}"

@@ -71,11 +71,18 @@ def attempt_verdict(
     if status_code is not None and 200 <= status_code < 300:
         return Verdict(Next.DELIVERED, f"HTTP {status_code}")
     if status_code == GONE:
-        return Verdict(Next.DISABLE, "HTTP 410 Gone: the receiver says this endpoint is gone; it was disabled")
+        return Verdict(
+            Next.DISABLE, "HTTP 410 Gone: the receiver says this endpoint is gone; it was disabled"
+        )
     if status_code is not None and 300 <= status_code < 400:
-        return Verdict(Next.FAIL, f"HTTP {status_code}: redirects are not followed; point the endpoint at the final URL")
+        return Verdict(
+            Next.FAIL,
+            f"HTTP {status_code}: redirects are not followed; point the endpoint at the final URL",
+        )
     if status_code is not None and 400 <= status_code < 500 and status_code not in RETRYABLE_4XX:
-        return Verdict(Next.FAIL, f"HTTP {status_code}: the receiver refused the message; not retried")
+        return Verdict(
+            Next.FAIL, f"HTTP {status_code}: the receiver refused the message; not retried"
+        )
     reason = f"HTTP {status_code}" if status_code is not None else (error or "no answer")
     if attempt >= max_attempts:
         return Verdict(Next.GIVE_UP, f"{reason}; gave up after {attempt} attempt(s)")

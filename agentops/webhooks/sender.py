@@ -52,8 +52,16 @@ def post_signed(
     certificate authority."""
     start = time.monotonic()
     if not addresses:
-        return Answer(status_code=None, retry_after=None, excerpt="", error="no address to connect to", duration_ms=0.0)
-    attempt = _post(url=url, addresses=addresses, headers=headers, body=body, timeout_s=timeout_s, verify=verify)
+        return Answer(
+            status_code=None,
+            retry_after=None,
+            excerpt="",
+            error="no address to connect to",
+            duration_ms=0.0,
+        )
+    attempt = _post(
+        url=url, addresses=addresses, headers=headers, body=body, timeout_s=timeout_s, verify=verify
+    )
     try:
         status, retry_after, excerpt = background_loop().submit(attempt).result()
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
@@ -61,7 +69,10 @@ def post_signed(
         if isinstance(exc, TimeoutError):
             what = f"{type(exc).__name__}: no answer within {timeout_s:g} s"
         return Answer(
-            status_code=None, retry_after=None, excerpt="", error=bound_text(untrusted_text(what), ERROR_CHARS),
+            status_code=None,
+            retry_after=None,
+            excerpt="",
+            error=bound_text(untrusted_text(what), ERROR_CHARS),
             duration_ms=(time.monotonic() - start) * 1000,
         )
     return Answer(
@@ -74,13 +85,24 @@ def post_signed(
 
 
 async def _post(
-    *, url: str, addresses: Sequence[IPAddress], headers: dict[str, str], body: bytes, timeout_s: float, verify: ssl.SSLContext | bool,
+    *,
+    url: str,
+    addresses: Sequence[IPAddress],
+    headers: dict[str, str],
+    body: bytes,
+    timeout_s: float,
+    verify: ssl.SSLContext | bool,
 ) -> tuple[int, str | None, str]:
     """One attempt: the status, the retry-after header and the start of the body (enough to
     tell an operator what the receiver said; a trickling body does not hold it past the timeout)."""
     async with asyncio.timeout(timeout_s):
         request = outbound().request(
-            url, body=body, headers={**headers, "User-Agent": USER_AGENT}, addresses=addresses, proxied=False, ssl=verify,
+            url,
+            body=body,
+            headers={**headers, "User-Agent": USER_AGENT},
+            addresses=addresses,
+            proxied=False,
+            ssl=verify,
         )
         async with request as response:
             received = bytearray()
@@ -88,4 +110,8 @@ async def _post(
                 received += chunk
                 if len(received) >= EXCERPT_BYTES:
                     break
-            return response.status, response.headers.get("retry-after") or None, received[:EXCERPT_BYTES].decode("utf-8", "replace")
+            return (
+                response.status,
+                response.headers.get("retry-after") or None,
+                received[:EXCERPT_BYTES].decode("utf-8", "replace"),
+            )

@@ -69,7 +69,9 @@ def webhook_deliveries_queue(*, alert: Alert, now: datetime) -> list[int]:
             if not _cooldown_claim(endpoint_id=endpoint.pk, alert=alert, now=now, cutoff=cutoff):
                 continue
             body = body or alert_payload(alert)
-            delivery = WebhookDelivery.objects.create(endpoint=endpoint, alert=alert, payload=body, next_attempt_at=now)
+            delivery = WebhookDelivery.objects.create(
+                endpoint=endpoint, alert=alert, payload=body, next_attempt_at=now
+            )
             queued.append(delivery.pk)
     if queued:
         transaction.on_commit(lambda: _enqueue(queued))
@@ -106,7 +108,9 @@ def alert_payload(alert: Alert) -> str:
     del fields["acknowledged_at"]
     return json.dumps(
         {"type": EVENT_TYPE, "timestamp": fields["created_at"], "data": fields},
-        ensure_ascii=False, separators=(",", ":"), default=str,
+        ensure_ascii=False,
+        separators=(",", ":"),
+        default=str,
     )
 
 
@@ -134,32 +138,56 @@ def webhook_delivery_attempt(*, delivery_id: int) -> str | None:
     delivery, attempt = claim
     endpoint = delivery.endpoint
     if not endpoint.enabled:
-        reason = f"not sent: the endpoint is disabled ({endpoint.disabled_reason or 'by an operator'})"
+        reason = (
+            f"not sent: the endpoint is disabled ({endpoint.disabled_reason or 'by an operator'})"
+        )
         return _attempt_refused(delivery=delivery, attempt=attempt, reason=reason)
     try:
         # Resolved once: the request goes to the addresses checked here, never to a second answer.
         vetted = url_vet(endpoint.url, allow_private=settings.AGENTOPS_WEBHOOKS_ALLOW_PRIVATE)
     except HostUnresolved as exc:  # DNS may be back by the next attempt
-        answer = Answer(status_code=None, retry_after=None, excerpt="", error=bound_text(str(exc), 500), duration_ms=0.0)
+        answer = Answer(
+            status_code=None,
+            retry_after=None,
+            excerpt="",
+            error=bound_text(str(exc), 500),
+            duration_ms=0.0,
+        )
     else:
         if vetted.refusal:
-            return _attempt_refused(delivery=delivery, attempt=attempt, reason=f"not sent: {vetted.refusal}")
+            return _attempt_refused(
+                delivery=delivery, attempt=attempt, reason=f"not sent: {vetted.refusal}"
+            )
         try:
             headers = signed_headers(delivery=delivery, secret=endpoint.secret, now=timezone.now())
         except ValueError as exc:
-            return _attempt_refused(delivery=delivery, attempt=attempt, reason=f"not sent: the endpoint's secret does not decode ({exc})")
+            return _attempt_refused(
+                delivery=delivery,
+                attempt=attempt,
+                reason=f"not sent: the endpoint's secret does not decode ({exc})",
+            )
         answer = post_signed(
-            url=endpoint.url, addresses=vetted.addresses, headers=headers, body=delivery.payload.encode(),
+            url=endpoint.url,
+            addresses=vetted.addresses,
+            headers=headers,
+            body=delivery.payload.encode(),
             timeout_s=settings.AGENTOPS_WEBHOOK_TIMEOUT_MS / 1000,
         )
     now = timezone.now()
     verdict = attempt_verdict(
-        status_code=answer.status_code, error=answer.error, retry_after=answer.retry_after,
-        attempt=delivery.cycle_attempts, max_attempts=settings.AGENTOPS_WEBHOOK_MAX_ATTEMPTS,
-        base_ms=settings.AGENTOPS_WEBHOOK_RETRY_BASE_MS, max_ms=settings.AGENTOPS_WEBHOOK_RETRY_MAX_MS,
-        jitter=random.random(), now=now,
+        status_code=answer.status_code,
+        error=answer.error,
+        retry_after=answer.retry_after,
+        attempt=delivery.cycle_attempts,
+        max_attempts=settings.AGENTOPS_WEBHOOK_MAX_ATTEMPTS,
+        base_ms=settings.AGENTOPS_WEBHOOK_RETRY_BASE_MS,
+        max_ms=settings.AGENTOPS_WEBHOOK_RETRY_MAX_MS,
+        jitter=random.random(),
+        now=now,
     )
-    return _attempt_record(delivery=delivery, attempt=attempt, answer=answer, verdict=verdict, now=now)
+    return _attempt_record(
+        delivery=delivery, attempt=attempt, answer=answer, verdict=verdict, now=now
+    )
 
 
 def signed_headers(*, delivery: WebhookDelivery, secret: str, now: datetime) -> dict[str, str]:
@@ -170,7 +198,12 @@ def signed_headers(*, delivery: WebhookDelivery, secret: str, now: datetime) -> 
         "content-type": "application/json",
         "webhook-id": delivery.webhook_id,
         "webhook-timestamp": str(timestamp),
-        "webhook-signature": signature(secret=secret, message_id=delivery.webhook_id, timestamp=timestamp, body=delivery.payload),
+        "webhook-signature": signature(
+            secret=secret,
+            message_id=delivery.webhook_id,
+            timestamp=timestamp,
+            body=delivery.payload,
+        ),
     }
 
 
@@ -181,34 +214,67 @@ def _attempt_claim(*, delivery_id: int) -> tuple[WebhookDelivery, WebhookAttempt
     with transaction.atomic():
         claimed = WebhookDelivery.objects.filter(
             pk=delivery_id, status=WebhookDelivery.Status.PENDING, next_attempt_at__lte=now
-        ).update(next_attempt_at=lapses, attempts=F("attempts") + 1, cycle_attempts=F("cycle_attempts") + 1, updated_at=now)
+        ).update(
+            next_attempt_at=lapses,
+            attempts=F("attempts") + 1,
+            cycle_attempts=F("cycle_attempts") + 1,
+            updated_at=now,
+        )
         if not claimed:
             return None
         delivery = WebhookDelivery.objects.select_related("endpoint").get(pk=delivery_id)
         # The attempt row before the request: a crash mid-request still leaves its record.
-        attempt = WebhookAttempt.objects.create(delivery=delivery, number=delivery.attempts, started_at=now)
+        attempt = WebhookAttempt.objects.create(
+            delivery=delivery, number=delivery.attempts, started_at=now
+        )
     return delivery, attempt
 
 
-def _attempt_refused(*, delivery: WebhookDelivery, attempt: WebhookAttempt, reason: str) -> str | None:
+def _attempt_refused(
+    *, delivery: WebhookDelivery, attempt: WebhookAttempt, reason: str
+) -> str | None:
     now = timezone.now()
     with transaction.atomic():
         WebhookAttempt.objects.filter(pk=attempt.pk).update(
-            ended_at=now, outcome=WebhookAttempt.Outcome.REFUSED, duration_ms=0.0, error=bound_text(reason, 1000)
+            ended_at=now,
+            outcome=WebhookAttempt.Outcome.REFUSED,
+            duration_ms=0.0,
+            error=bound_text(reason, 1000),
         )
         changed = WebhookDelivery.objects.filter(
             pk=delivery.pk, status=WebhookDelivery.Status.PENDING, attempts=attempt.number
-        ).update(status=WebhookDelivery.Status.FAILED, next_attempt_at=None, finished_at=now, updated_at=now, last_error=bound_text(reason, 1000))
+        ).update(
+            status=WebhookDelivery.Status.FAILED,
+            next_attempt_at=None,
+            finished_at=now,
+            updated_at=now,
+            last_error=bound_text(reason, 1000),
+        )
     logger.warning(
         "webhook %s for alert %s to endpoint %s (%s): %s. Fix or re-enable the endpoint in the admin, then resend.",
-        delivery.webhook_id, delivery.alert_id, delivery.endpoint_id, url_for_log(delivery.endpoint.url), reason,
+        delivery.webhook_id,
+        delivery.alert_id,
+        delivery.endpoint_id,
+        url_for_log(delivery.endpoint.url),
+        reason,
     )
     return WebhookDelivery.Status.FAILED if changed else None
 
 
-def _attempt_record(*, delivery: WebhookDelivery, attempt: WebhookAttempt, answer: Answer, verdict: Verdict, now: datetime) -> str | None:
+def _attempt_record(
+    *,
+    delivery: WebhookDelivery,
+    attempt: WebhookAttempt,
+    answer: Answer,
+    verdict: Verdict,
+    now: datetime,
+) -> str | None:
     detail = answer.error or answer.excerpt
-    last_error = "" if verdict.next is Next.DELIVERED else bound_text(f"{verdict.reason}: {detail}" if detail else verdict.reason, 1000)
+    last_error = (
+        ""
+        if verdict.next is Next.DELIVERED
+        else bound_text(f"{verdict.reason}: {detail}" if detail else verdict.reason, 1000)
+    )
     fields: dict[str, Any] = {"updated_at": now, "last_error": last_error}
     if verdict.next is Next.RETRY:
         assert verdict.delay_ms is not None
@@ -219,8 +285,12 @@ def _attempt_record(*, delivery: WebhookDelivery, attempt: WebhookAttempt, answe
         fields.update(status=status, next_attempt_at=None, finished_at=now)
     with transaction.atomic():
         WebhookAttempt.objects.filter(pk=attempt.pk).update(
-            ended_at=now, outcome=_OUTCOMES[verdict.next], status_code=answer.status_code,
-            duration_ms=answer.duration_ms, response_excerpt=answer.excerpt, error=answer.error,
+            ended_at=now,
+            outcome=_OUTCOMES[verdict.next],
+            status_code=answer.status_code,
+            duration_ms=answer.duration_ms,
+            response_excerpt=answer.excerpt,
+            error=answer.error,
         )
         # Only the holder of this attempt's claim writes the outcome: if the claim lapsed and
         # another attempt started meanwhile, that attempt's outcome is the one that counts.
@@ -229,7 +299,9 @@ def _attempt_record(*, delivery: WebhookDelivery, attempt: WebhookAttempt, answe
         ).update(**fields)
         if verdict.next is Next.DISABLE:
             WebhookEndpoint.objects.filter(pk=delivery.endpoint_id, enabled=True).update(
-                enabled=False, disabled_at=now, disabled_reason=bound_text(f"webhook {delivery.webhook_id}: {verdict.reason}", 500),
+                enabled=False,
+                disabled_at=now,
+                disabled_reason=bound_text(f"webhook {delivery.webhook_id}: {verdict.reason}", 500),
             )
         if changed and verdict.next is Next.RETRY:
             assert verdict.delay_ms is not None
@@ -238,7 +310,11 @@ def _attempt_record(*, delivery: WebhookDelivery, attempt: WebhookAttempt, answe
     if verdict.next is not Next.DELIVERED:
         logger.warning(
             "webhook %s for alert %s to %s: attempt %d: %s%s",
-            delivery.webhook_id, delivery.alert_id, url_for_log(delivery.endpoint.url), attempt.number, verdict.reason,
+            delivery.webhook_id,
+            delivery.alert_id,
+            url_for_log(delivery.endpoint.url),
+            attempt.number,
+            verdict.reason,
             f" ({bound_text(detail, 300)})" if detail else "",
         )
     return status if changed else None
@@ -252,11 +328,21 @@ def webhook_delivery_resend(*, delivery_id: int, actor: str, now: datetime) -> W
     and body (receivers deduplicate on the id), audited. Raises NotFound for an unknown id and
     Conflict if it is still pending or its endpoint is disabled."""
     with transaction.atomic():
-        delivery = WebhookDelivery.objects.select_for_update(of=("self",)).select_related("endpoint").filter(pk=delivery_id).first()
+        delivery = (
+            WebhookDelivery.objects.select_for_update(of=("self",))
+            .select_related("endpoint")
+            .filter(pk=delivery_id)
+            .first()
+        )
         if delivery is None:
-            raise NotFound(f"delivery_id: no webhook delivery with id {delivery_id}", data={"field": "delivery_id"})
+            raise NotFound(
+                f"delivery_id: no webhook delivery with id {delivery_id}",
+                data={"field": "delivery_id"},
+            )
         if delivery.status == WebhookDelivery.Status.PENDING:
-            raise Conflict(f"webhook {delivery.webhook_id} is still pending; its next attempt is already due")
+            raise Conflict(
+                f"webhook {delivery.webhook_id} is still pending; its next attempt is already due"
+            )
         if not delivery.endpoint.enabled:
             raise Conflict(
                 f"webhook {delivery.webhook_id}: endpoint {url_for_log(delivery.endpoint.url)} is disabled "
@@ -264,12 +350,23 @@ def webhook_delivery_resend(*, delivery_id: int, actor: str, now: datetime) -> W
             )
         previous = delivery.status
         WebhookDelivery.objects.filter(pk=delivery_id).update(
-            status=WebhookDelivery.Status.PENDING, cycle_attempts=0, next_attempt_at=now,
-            finished_at=None, resent_at=now, updated_at=now,
+            status=WebhookDelivery.Status.PENDING,
+            cycle_attempts=0,
+            next_attempt_at=now,
+            finished_at=None,
+            resent_at=now,
+            updated_at=now,
         )
         AuditEntry.objects.create(
-            actor=actor, action="webhook.resend", target=f"webhook-delivery:{delivery_id}",
-            data={"webhook_id": delivery.webhook_id, "endpoint": url_for_log(delivery.endpoint.url), "alert": delivery.alert_id, "previous_status": previous},
+            actor=actor,
+            action="webhook.resend",
+            target=f"webhook-delivery:{delivery_id}",
+            data={
+                "webhook_id": delivery.webhook_id,
+                "endpoint": url_for_log(delivery.endpoint.url),
+                "alert": delivery.alert_id,
+                "previous_status": previous,
+            },
         )
         transaction.on_commit(lambda: _enqueue([delivery_id]))
     delivery.refresh_from_db()

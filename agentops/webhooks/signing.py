@@ -31,5 +31,7 @@ def secret_bytes(secret: str) -> bytes:
 
 
 def signature(*, secret: str, message_id: str, timestamp: int, body: str) -> str:
-    digest = hmac.new(secret_bytes(secret), f"{message_id}.{timestamp}.{body}".encode(), hashlib.sha256).digest()
+    digest = hmac.new(
+        secret_bytes(secret), f"{message_id}.{timestamp}.{body}".encode(), hashlib.sha256
+    ).digest()
     return "v1," + base64.b64encode(digest).decode("ascii")

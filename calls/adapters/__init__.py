@@ -31,4 +31,13 @@ def adapter_for(kind: str) -> Adapter:
     return OpenAIAdapter()
 
 
-__all__ = ["Adapter", "AnthropicAdapter", "OpenAIAdapter", "ResponsesAdapter", "StreamReader", "WireRequest", "adapter_for", "build_wire"]
+__all__ = [
+    "Adapter",
+    "AnthropicAdapter",
+    "OpenAIAdapter",
+    "ResponsesAdapter",
+    "StreamReader",
+    "WireRequest",
+    "adapter_for",
+    "build_wire",
+]

@@ -30,9 +30,18 @@ def _block_to_wire(block: dict[str, Any]) -> dict[str, Any] | None:
             return None  # unsigned thinking cannot be sent back
         return {"type": "thinking", "thinking": block["thinking"], "signature": block["signature"]}
     if kind == "tool_call":
-        return {"type": "tool_use", "id": block["id"], "name": block["name"], "input": block["arguments"]}
+        return {
+            "type": "tool_use",
+            "id": block["id"],
+            "name": block["name"],
+            "input": block["arguments"],
+        }
     if kind == "tool_result":
-        return {"type": "tool_result", "tool_use_id": block["tool_call_id"], "content": block["content"]}
+        return {
+            "type": "tool_result",
+            "tool_use_id": block["tool_call_id"],
+            "content": block["content"],
+        }
     return None
 
 
@@ -81,10 +90,28 @@ class AnthropicAdapter:
             if kind == "text" and block.get("text"):
                 blocks.append({"type": "text", "text": block["text"]})
             elif kind == "thinking":
-                blocks.append({"type": "thinking", "thinking": block.get("thinking", ""), "signature": block.get("signature", "")})
+                blocks.append(
+                    {
+                        "type": "thinking",
+                        "thinking": block.get("thinking", ""),
+                        "signature": block.get("signature", ""),
+                    }
+                )
             elif kind == "tool_use":
-                blocks.append({"type": "tool_call", "id": block.get("id", ""), "name": block.get("name", ""), "arguments": block.get("input") or {}})
-        return CallOutput(blocks=blocks, stop_reason=data.get("stop_reason") or "", usage=data.get("usage") or {}, model=response_model(data.get("model")))
+                blocks.append(
+                    {
+                        "type": "tool_call",
+                        "id": block.get("id", ""),
+                        "name": block.get("name", ""),
+                        "arguments": block.get("input") or {},
+                    }
+                )
+        return CallOutput(
+            blocks=blocks,
+            stop_reason=data.get("stop_reason") or "",
+            usage=data.get("usage") or {},
+            model=response_model(data.get("model")),
+        )
 
     def reader(self) -> AnthropicStreamReader:
         return AnthropicStreamReader()
@@ -122,10 +149,19 @@ class AnthropicStreamReader:
             index = data.get("index", len(self._blocks))
             btype = block.get("type")
             if btype in ("thinking", "redacted_thinking"):
-                self._blocks[index] = {"type": "thinking", "thinking": block.get("thinking", ""), "signature": block.get("signature", "")}
+                self._blocks[index] = {
+                    "type": "thinking",
+                    "thinking": block.get("thinking", ""),
+                    "signature": block.get("signature", ""),
+                }
                 return [Progress(model_event=True, thinking_start=True)]
             if btype == "tool_use":
-                self._blocks[index] = {"type": "tool_call", "id": block.get("id", ""), "name": block.get("name", ""), "_json": ""}
+                self._blocks[index] = {
+                    "type": "tool_call",
+                    "id": block.get("id", ""),
+                    "name": block.get("name", ""),
+                    "_json": "",
+                }
                 return [Progress(model_event=True, content=True)]
             self._blocks[index] = {"type": "text", "text": block.get("text", "")}
             # An empty text block's start is a block start: a model event, not yet content.
@@ -162,7 +198,9 @@ class AnthropicStreamReader:
             return [Progress(model_event=False)]
         if kind == "content_block_stop":
             slot = self._blocks.get(data.get("index", 0))
-            is_content = slot is not None and (slot["type"] == "tool_call" or bool(slot.get("text")))
+            is_content = slot is not None and (
+                slot["type"] == "tool_call" or bool(slot.get("text"))
+            )
             return [Progress(model_event=True, content=is_content)]
         if kind == "message_delta":
             self._stop = (data.get("delta") or {}).get("stop_reason") or self._stop
@@ -181,10 +219,19 @@ class AnthropicStreamReader:
         blocks: list[dict[str, Any]] = []
         for _, block in sorted(self._blocks.items()):
             if block["type"] == "tool_call":
-                blocks.append({"type": "tool_call", "id": block["id"], "name": block["name"], "arguments": parse_arguments(block.get("_json", ""))})
+                blocks.append(
+                    {
+                        "type": "tool_call",
+                        "id": block["id"],
+                        "name": block["name"],
+                        "arguments": parse_arguments(block.get("_json", "")),
+                    }
+                )
             elif block["type"] == "text":
                 if block.get("text"):
                     blocks.append({"type": "text", "text": block["text"]})
             else:
                 blocks.append(block)
-        return CallOutput(blocks=blocks, stop_reason=self._stop, usage=self._usage, model=self._model)
+        return CallOutput(
+            blocks=blocks, stop_reason=self._stop, usage=self._usage, model=self._model
+        )

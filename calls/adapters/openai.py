@@ -18,7 +18,12 @@ from calls.types import (
     token_detail,
 )
 
-_FINISH = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens", "function_call": "tool_use"}
+_FINISH = {
+    "stop": "end_turn",
+    "tool_calls": "tool_use",
+    "length": "max_tokens",
+    "function_call": "tool_use",
+}
 
 
 class OpenAIAdapter:
@@ -32,7 +37,11 @@ class OpenAIAdapter:
             results = [b for b in message.blocks if b["type"] == "tool_result"]
             for result in results:
                 messages.append(
-                    {"role": "tool", "tool_call_id": result["tool_call_id"], "content": result["content"]}
+                    {
+                        "role": "tool",
+                        "tool_call_id": result["tool_call_id"],
+                        "content": result["content"],
+                    }
                 )
             if message.role == "assistant":
                 entry: dict[str, Any] = {"role": "assistant", "content": "\n".join(texts) or None}
@@ -41,14 +50,21 @@ class OpenAIAdapter:
                         {
                             "id": c["id"],
                             "type": "function",
-                            "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])},
+                            "function": {
+                                "name": c["name"],
+                                "arguments": json.dumps(c["arguments"]),
+                            },
                         }
                         for c in calls
                     ]
                 messages.append(entry)
             elif texts:
                 messages.append({"role": "user", "content": "\n".join(texts)})
-        body: dict[str, Any] = {"model": request.model, "messages": messages, "stream": request.stream}
+        body: dict[str, Any] = {
+            "model": request.model,
+            "messages": messages,
+            "stream": request.stream,
+        }
         if request.max_tokens:
             body["max_tokens"] = request.max_tokens
         if request.stream:
@@ -65,10 +81,15 @@ class OpenAIAdapter:
                 }
                 for t in request.tools
             ]
-        headers = {"content-type": "application/json", "accept": "text/event-stream" if request.stream else "application/json"}
+        headers = {
+            "content-type": "application/json",
+            "accept": "text/event-stream" if request.stream else "application/json",
+        }
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
-        return WireRequest(url=base_url.rstrip("/") + "/chat/completions", headers=headers, body=body)
+        return WireRequest(
+            url=base_url.rstrip("/") + "/chat/completions", headers=headers, body=body
+        )
 
     def parse_body(self, data: Any) -> CallOutput:
         choice = (data.get("choices") or [{}])[0]
@@ -90,7 +111,12 @@ class OpenAIAdapter:
                 }
             )
         finish = choice.get("finish_reason") or ""
-        return CallOutput(blocks=blocks, stop_reason=_FINISH.get(finish, finish), usage=data.get("usage") or {}, model=response_model(data.get("model")))
+        return CallOutput(
+            blocks=blocks,
+            stop_reason=_FINISH.get(finish, finish),
+            usage=data.get("usage") or {},
+            model=response_model(data.get("model")),
+        )
 
     def reader(self) -> OpenAIStreamReader:
         return OpenAIStreamReader()
@@ -170,6 +196,16 @@ class OpenAIStreamReader:
             blocks.append({"type": "text", "text": self._text})
         for _, call in sorted(self._calls.items()):
             blocks.append(
-                {"type": "tool_call", "id": call["id"], "name": call["name"], "arguments": parse_arguments(call["arguments"])}
+                {
+                    "type": "tool_call",
+                    "id": call["id"],
+                    "name": call["name"],
+                    "arguments": parse_arguments(call["arguments"]),
+                }
             )
-        return CallOutput(blocks=blocks, stop_reason=_FINISH.get(self._finish, self._finish), usage=self._usage, model=self._model or "")
+        return CallOutput(
+            blocks=blocks,
+            stop_reason=_FINISH.get(self._finish, self._finish),
+            usage=self._usage,
+            model=self._model or "",
+        )

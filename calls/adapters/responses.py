@@ -28,19 +28,23 @@ from calls.types import (
     token_detail,
 )
 
-_THINKING_DELTAS = frozenset({"response.reasoning_summary_text.delta", "response.reasoning_text.delta"})
-_MODEL_EVENTS = frozenset({
-    "response.output_item.done",
-    "response.content_part.added",
-    "response.content_part.done",
-    "response.output_text.done",
-    "response.function_call_arguments.done",
-    "response.reasoning_summary_part.added",
-    "response.reasoning_summary_part.done",
-    "response.reasoning_summary_text.done",
-    "response.reasoning_text.done",
-    "response.refusal.done",
-})
+_THINKING_DELTAS = frozenset(
+    {"response.reasoning_summary_text.delta", "response.reasoning_text.delta"}
+)
+_MODEL_EVENTS = frozenset(
+    {
+        "response.output_item.done",
+        "response.content_part.added",
+        "response.content_part.done",
+        "response.output_text.done",
+        "response.function_call_arguments.done",
+        "response.reasoning_summary_part.added",
+        "response.reasoning_summary_part.done",
+        "response.reasoning_summary_text.done",
+        "response.reasoning_text.done",
+        "response.refusal.done",
+    }
+)
 
 
 def _input_items(request: CompiledRequest) -> list[dict[str, Any]]:
@@ -49,12 +53,25 @@ def _input_items(request: CompiledRequest) -> list[dict[str, Any]]:
         texts = [b["text"] for b in message.blocks if b["type"] == "text"]
         for block in message.blocks:
             if block["type"] == "tool_result":
-                items.append({"type": "function_call_output", "call_id": block["tool_call_id"], "output": block["content"]})
+                items.append(
+                    {
+                        "type": "function_call_output",
+                        "call_id": block["tool_call_id"],
+                        "output": block["content"],
+                    }
+                )
         if texts:
             items.append({"role": message.role, "content": "\n".join(texts)})
         for block in message.blocks:
             if block["type"] == "tool_call":
-                items.append({"type": "function_call", "call_id": block["id"], "name": block["name"], "arguments": json.dumps(block["arguments"])})
+                items.append(
+                    {
+                        "type": "function_call",
+                        "call_id": block["id"],
+                        "name": block["name"],
+                        "arguments": json.dumps(block["arguments"]),
+                    }
+                )
     return items
 
 
@@ -74,25 +91,42 @@ def _output_blocks(output: list[Any]) -> list[dict[str, Any]]:
             continue
         kind = item.get("type")
         if kind == "reasoning":
-            parts = [p.get("text", "") for p in (item.get("summary") or []) + (item.get("content") or []) if isinstance(p, dict)]
+            parts = [
+                p.get("text", "")
+                for p in (item.get("summary") or []) + (item.get("content") or [])
+                if isinstance(p, dict)
+            ]
             text = "".join(parts)
             if text:
                 blocks.append({"type": "thinking", "thinking": text})
         elif kind == "message":
-            text = "".join(p.get("text", "") for p in item.get("content") or [] if isinstance(p, dict) and p.get("type") == "output_text")
+            text = "".join(
+                p.get("text", "")
+                for p in item.get("content") or []
+                if isinstance(p, dict) and p.get("type") == "output_text"
+            )
             if text:
                 blocks.append({"type": "text", "text": text})
         elif kind == "function_call":
-            blocks.append({
-                "type": "tool_call", "id": item.get("call_id") or item.get("id", ""), "name": item.get("name", ""),
-                "arguments": parse_arguments(item.get("arguments") or ""),
-            })
+            blocks.append(
+                {
+                    "type": "tool_call",
+                    "id": item.get("call_id") or item.get("id", ""),
+                    "name": item.get("name", ""),
+                    "arguments": parse_arguments(item.get("arguments") or ""),
+                }
+            )
     return blocks
 
 
 class ResponsesAdapter:
     def build(self, *, base_url: str, api_key: str, request: CompiledRequest) -> WireRequest:
-        body: dict[str, Any] = {"model": request.model, "input": _input_items(request), "stream": request.stream, "store": False}
+        body: dict[str, Any] = {
+            "model": request.model,
+            "input": _input_items(request),
+            "stream": request.stream,
+            "store": False,
+        }
         if request.system:
             body["instructions"] = request.system
         if request.max_tokens:
@@ -109,14 +143,22 @@ class ResponsesAdapter:
                 }
                 for t in request.tools
             ]
-        headers = {"content-type": "application/json", "accept": "text/event-stream" if request.stream else "application/json"}
+        headers = {
+            "content-type": "application/json",
+            "accept": "text/event-stream" if request.stream else "application/json",
+        }
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
         return WireRequest(url=base_url.rstrip("/") + "/responses", headers=headers, body=body)
 
     def parse_body(self, data: Any) -> CallOutput:
         output = data.get("output") or []
-        return CallOutput(blocks=_output_blocks(output), stop_reason=_stop_reason(data, output), usage=data.get("usage") or {}, model=response_model(data.get("model")))
+        return CallOutput(
+            blocks=_output_blocks(output),
+            stop_reason=_stop_reason(data, output),
+            usage=data.get("usage") or {},
+            model=response_model(data.get("model")),
+        )
 
     def reader(self) -> ResponsesStreamReader:
         return ResponsesStreamReader()
@@ -148,13 +190,23 @@ class ResponsesStreamReader:
         if kind == "response.failed":
             response = data.get("response") or {}
             failure = response.get("error") if isinstance(response, dict) else None
-            return [Progress(model_event=False, error=classify_frame({"error": failure or {"message": "the response failed"}}, now_ms), done=True)]
+            return [
+                Progress(
+                    model_event=False,
+                    error=classify_frame(
+                        {"error": failure or {"message": "the response failed"}}, now_ms
+                    ),
+                    done=True,
+                )
+            ]
         if kind in ("response.completed", "response.incomplete"):
             response = data.get("response") or {}
             output = response.get("output") or []
             blocks = _output_blocks(output) if output else self._streamed_blocks()
             self._output = CallOutput(
-                blocks=blocks, stop_reason=_stop_reason(response, output or self._streamed_items()), usage=response.get("usage") or {},
+                blocks=blocks,
+                stop_reason=_stop_reason(response, output or self._streamed_items()),
+                usage=response.get("usage") or {},
                 model=response_model(response.get("model")) or self._model,
             )
             return [Progress(model_event=True, done=True)]
@@ -165,7 +217,9 @@ class ResponsesStreamReader:
                 return [Progress(model_event=True, thinking_start=True)]
             if itype == "function_call":
                 self._calls[data.get("output_index", len(self._calls))] = {
-                    "id": item.get("call_id") or item.get("id", ""), "name": item.get("name", ""), "arguments": item.get("arguments") or "",
+                    "id": item.get("call_id") or item.get("id", ""),
+                    "name": item.get("name", ""),
+                    "arguments": item.get("arguments") or "",
                 }
                 return [Progress(model_event=True, content=True)]
             return [Progress(model_event=True)]
@@ -185,7 +239,10 @@ class ResponsesStreamReader:
             delta = data.get("delta") or ""
             if not delta:
                 return [Progress(model_event=False)]
-            slot = self._calls.setdefault(data.get("output_index", 0), {"id": data.get("item_id", ""), "name": "", "arguments": ""})
+            slot = self._calls.setdefault(
+                data.get("output_index", 0),
+                {"id": data.get("item_id", ""), "name": "", "arguments": ""},
+            )
             slot["arguments"] += delta
             return [Progress(model_event=True, content=True)]
         if kind in _MODEL_EVENTS:
@@ -205,11 +262,20 @@ class ResponsesStreamReader:
         if self._text:
             blocks.append({"type": "text", "text": self._text})
         for _, call in sorted(self._calls.items()):
-            blocks.append({"type": "tool_call", "id": call["id"], "name": call["name"], "arguments": parse_arguments(call["arguments"])})
+            blocks.append(
+                {
+                    "type": "tool_call",
+                    "id": call["id"],
+                    "name": call["name"],
+                    "arguments": parse_arguments(call["arguments"]),
+                }
+            )
         return blocks
 
     def output(self) -> CallOutput:
         if self._output is not None:
             return self._output
         # The stream ended without its stop: what arrived, with no stop reason (incomplete).
-        return CallOutput(blocks=self._streamed_blocks(), stop_reason="", usage={}, model=self._model)
+        return CallOutput(
+            blocks=self._streamed_blocks(), stop_reason="", usage={}, model=self._model
+        )

@@ -16,11 +16,21 @@ def running_urls(var_dir: Path) -> dict[str, str] | None:
     var_dir = Path(var_dir).resolve()
     pgdata = var_dir / "postgres"
     info = _read_postmaster_pid(pgdata)
-    if info is None or not info.port or info.status != "ready" or not _postmaster_is_ours(info, pgdata):
+    if (
+        info is None
+        or not info.port
+        or info.status != "ready"
+        or not _postmaster_is_ours(info, pgdata)
+    ):
         return None
     pid = read_pid_file(var_dir / "redis" / "redis-server.pid")
     port = read_state(var_dir / "redis.json").get("port")
-    if pid is None or not port or not pid_alive(pid) or not (process_name(pid) or "").startswith("redis-server"):
+    if (
+        pid is None
+        or not port
+        or not pid_alive(pid)
+        or not (process_name(pid) or "").startswith("redis-server")
+    ):
         return None
     return {
         "DATABASE_URL": f"postgres://postgres@{HOST}:{info.port}/agentops",

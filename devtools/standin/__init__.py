@@ -3,7 +3,6 @@ completions, Responses, Messages), streamed and not, for the tests, the benches 
 ``python -m devtools.standin --port 0``; its scenarios, control endpoints and wire details are
 in docs/standin.md."""
 
-
 from __future__ import annotations
 
 from devtools.standin.app import StandinApp, create_app

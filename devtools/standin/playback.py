@@ -90,9 +90,7 @@ async def play_scenario(
             text=sc.get_opt_str("text") or default_answer_text(body),
             text_chunks=sc.get_int("chunks"),
         )
-        await _deliver(
-            ex, wire, reply, stream, sc.seconds("interval_ms"), sc.seconds("delay_ms")
-        )
+        await _deliver(ex, wire, reply, stream, sc.seconds("interval_ms"), sc.seconds("delay_ms"))
     elif kind == "think":
         if last_tool_result(body) is not None:
             thought = "Thinking about the tool result."
@@ -122,16 +120,21 @@ async def play_scenario(
             if arguments is None:
                 arguments = {"query": last_user_text(body)[:200]}
             reply = Reply(tool=ToolCall(name, arguments), stop="tool")
-        await _deliver(
-            ex, wire, reply, stream, sc.seconds("interval_ms"), sc.seconds("delay_ms")
-        )
+        await _deliver(ex, wire, reply, stream, sc.seconds("interval_ms"), sc.seconds("delay_ms"))
     elif kind in KEEPALIVE_SCENARIOS:
         await _keepalives(ex, wire, sc, body, stream)
     elif kind == "silent":
         await _silent(ex, wire, body, stream, after_chunks=None)
     elif kind == "silent-after-content":
         ex.interval = sc.seconds("interval_ms")
-        await _silent(ex, wire, body, stream, after_chunks=sc.get_int("after_chunks"), pings=sc.seconds("pings_ms"))
+        await _silent(
+            ex,
+            wire,
+            body,
+            stream,
+            after_chunks=sc.get_int("after_chunks"),
+            pings=sc.seconds("pings_ms"),
+        )
     elif kind == "trickle":
         await _trickle(ex, wire, sc, body, stream)
     elif kind == "endless":

@@ -92,7 +92,13 @@ class ResponsesWire(OpenAIWire):
             "total_tokens": self.prompt_tokens + output_tokens,
         }
 
-    def _response(self, status: str, output: list[dict[str, Any]], usage: dict[str, Any] | None, stop: Stop | None = None) -> dict[str, Any]:
+    def _response(
+        self,
+        status: str,
+        output: list[dict[str, Any]],
+        usage: dict[str, Any] | None,
+        stop: Stop | None = None,
+    ) -> dict[str, Any]:
         return {
             "id": self.id,
             "object": "response",
@@ -117,24 +123,40 @@ class ResponsesWire(OpenAIWire):
         output: list[dict[str, Any]] = []
         out, reasoning = "", 0
         if reply.thinking is not None:
-            output.append({
-                "type": "reasoning", "id": random_id("rs_", 32),
-                "summary": [{"type": "summary_text", "text": reply.thinking}],
-            })
+            output.append(
+                {
+                    "type": "reasoning",
+                    "id": random_id("rs_", 32),
+                    "summary": [{"type": "summary_text", "text": reply.thinking}],
+                }
+            )
             out += reply.thinking
             reasoning = estimate_tokens(reply.thinking)
         if reply.text or reply.tool is None:
-            output.append({
-                "type": "message", "id": random_id("msg_", 32), "status": "completed", "role": "assistant",
-                "content": [{"type": "output_text", "text": reply.text, "annotations": []}] if reply.text else [],
-            })
+            output.append(
+                {
+                    "type": "message",
+                    "id": random_id("msg_", 32),
+                    "status": "completed",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": reply.text, "annotations": []}]
+                    if reply.text
+                    else [],
+                }
+            )
             out += reply.text
         if reply.tool is not None:
             arguments = json.dumps(reply.tool.arguments)
-            output.append({
-                "type": "function_call", "id": random_id("fc_", 32), "call_id": self.new_tool_id(),
-                "name": reply.tool.name, "arguments": arguments, "status": "completed",
-            })
+            output.append(
+                {
+                    "type": "function_call",
+                    "id": random_id("fc_", 32),
+                    "call_id": self.new_tool_id(),
+                    "name": reply.tool.name,
+                    "arguments": arguments,
+                    "status": "completed",
+                }
+            )
             out += arguments
         usage = self.responses_usage(estimate_tokens(out), reasoning)
         return self._response(self._status(reply.stop), output, usage, reply.stop)
@@ -153,16 +175,69 @@ class ResponsesWire(OpenAIWire):
         frames: Frames = []
         if item["type"] == "message" and item["content"]:
             part = item["content"][0]
-            frames.append(self._event({"type": "response.output_text.done", "item_id": item["id"], "output_index": self._index, "content_index": 0, "text": part["text"]}))
-            frames.append(self._event({"type": "response.content_part.done", "item_id": item["id"], "output_index": self._index, "content_index": 0, "part": part}))
+            frames.append(
+                self._event(
+                    {
+                        "type": "response.output_text.done",
+                        "item_id": item["id"],
+                        "output_index": self._index,
+                        "content_index": 0,
+                        "text": part["text"],
+                    }
+                )
+            )
+            frames.append(
+                self._event(
+                    {
+                        "type": "response.content_part.done",
+                        "item_id": item["id"],
+                        "output_index": self._index,
+                        "content_index": 0,
+                        "part": part,
+                    }
+                )
+            )
         elif item["type"] == "reasoning" and item["summary"]:
             part = item["summary"][0]
-            frames.append(self._event({"type": "response.reasoning_summary_text.done", "item_id": item["id"], "output_index": self._index, "summary_index": 0, "text": part["text"]}))
-            frames.append(self._event({"type": "response.reasoning_summary_part.done", "item_id": item["id"], "output_index": self._index, "summary_index": 0, "part": part}))
+            frames.append(
+                self._event(
+                    {
+                        "type": "response.reasoning_summary_text.done",
+                        "item_id": item["id"],
+                        "output_index": self._index,
+                        "summary_index": 0,
+                        "text": part["text"],
+                    }
+                )
+            )
+            frames.append(
+                self._event(
+                    {
+                        "type": "response.reasoning_summary_part.done",
+                        "item_id": item["id"],
+                        "output_index": self._index,
+                        "summary_index": 0,
+                        "part": part,
+                    }
+                )
+            )
         elif item["type"] == "function_call":
-            frames.append(self._event({"type": "response.function_call_arguments.done", "item_id": item["id"], "output_index": self._index, "arguments": item["arguments"]}))
+            frames.append(
+                self._event(
+                    {
+                        "type": "response.function_call_arguments.done",
+                        "item_id": item["id"],
+                        "output_index": self._index,
+                        "arguments": item["arguments"],
+                    }
+                )
+            )
         item["status"] = "completed"
-        frames.append(self._event({"type": "response.output_item.done", "output_index": self._index, "item": item}))
+        frames.append(
+            self._event(
+                {"type": "response.output_item.done", "output_index": self._index, "item": item}
+            )
+        )
         self._items.append(item)
         return frames
 
@@ -171,13 +246,24 @@ class ResponsesWire(OpenAIWire):
         self._index += 1
         self._item = item
         shown = json.loads(json.dumps(item))
-        frames.append(self._event({"type": "response.output_item.added", "output_index": self._index, "item": shown}))
+        frames.append(
+            self._event(
+                {"type": "response.output_item.added", "output_index": self._index, "item": shown}
+            )
+        )
         return frames
 
     def start(self) -> Frames:
         return [
-            self._event({"type": "response.created", "response": self._response("in_progress", [], None)}),
-            self._event({"type": "response.in_progress", "response": self._response("in_progress", [], None)}),
+            self._event(
+                {"type": "response.created", "response": self._response("in_progress", [], None)}
+            ),
+            self._event(
+                {
+                    "type": "response.in_progress",
+                    "response": self._response("in_progress", [], None),
+                }
+            ),
         ]
 
     def thinking_start(self) -> Frames:
@@ -185,16 +271,40 @@ class ResponsesWire(OpenAIWire):
         return frames
 
     def thinking_delta(self, text: str) -> Frames:
-        frames = [] if self._item is not None and self._item["type"] == "reasoning" else self.thinking_start()
+        frames = (
+            []
+            if self._item is not None and self._item["type"] == "reasoning"
+            else self.thinking_start()
+        )
         item = self._item
         assert item is not None
         if not item["summary"]:
             item["summary"].append({"type": "summary_text", "text": ""})
-            frames.append(self._event({"type": "response.reasoning_summary_part.added", "item_id": item["id"], "output_index": self._index, "summary_index": 0, "part": {"type": "summary_text", "text": ""}}))
+            frames.append(
+                self._event(
+                    {
+                        "type": "response.reasoning_summary_part.added",
+                        "item_id": item["id"],
+                        "output_index": self._index,
+                        "summary_index": 0,
+                        "part": {"type": "summary_text", "text": ""},
+                    }
+                )
+            )
         item["summary"][0]["text"] += text
         self._out_chars += len(text)
         self._reasoning_chars += len(text)
-        frames.append(self._event({"type": "response.reasoning_summary_text.delta", "item_id": item["id"], "output_index": self._index, "summary_index": 0, "delta": text}))
+        frames.append(
+            self._event(
+                {
+                    "type": "response.reasoning_summary_text.delta",
+                    "item_id": item["id"],
+                    "output_index": self._index,
+                    "summary_index": 0,
+                    "delta": text,
+                }
+            )
+        )
         return frames
 
     def thinking_end(self, signature: str) -> Frames:
@@ -203,7 +313,15 @@ class ResponsesWire(OpenAIWire):
     def _message_item(self) -> tuple[Frames, dict[str, Any]]:
         if self._item is not None and self._item["type"] == "message":
             return [], self._item
-        frames = self._open({"type": "message", "id": random_id("msg_", 32), "status": "in_progress", "role": "assistant", "content": []})
+        frames = self._open(
+            {
+                "type": "message",
+                "id": random_id("msg_", 32),
+                "status": "in_progress",
+                "role": "assistant",
+                "content": [],
+            }
+        )
         assert self._item is not None
         return frames, self._item
 
@@ -211,32 +329,86 @@ class ResponsesWire(OpenAIWire):
         frames, item = self._message_item()
         if not item["content"]:
             item["content"].append({"type": "output_text", "text": "", "annotations": []})
-            frames.append(self._event({"type": "response.content_part.added", "item_id": item["id"], "output_index": self._index, "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}}))
+            frames.append(
+                self._event(
+                    {
+                        "type": "response.content_part.added",
+                        "item_id": item["id"],
+                        "output_index": self._index,
+                        "content_index": 0,
+                        "part": {"type": "output_text", "text": "", "annotations": []},
+                    }
+                )
+            )
         item["content"][0]["text"] += text
         self._out_chars += len(text)
-        frames.append(self._event({"type": "response.output_text.delta", "item_id": item["id"], "output_index": self._index, "content_index": 0, "delta": text}))
+        frames.append(
+            self._event(
+                {
+                    "type": "response.output_text.delta",
+                    "item_id": item["id"],
+                    "output_index": self._index,
+                    "content_index": 0,
+                    "delta": text,
+                }
+            )
+        )
         return frames
 
     def tool_start(self, call_id: str, name: str) -> Frames:
-        return self._open({"type": "function_call", "id": random_id("fc_", 32), "call_id": call_id, "name": name, "arguments": "", "status": "in_progress"})
+        return self._open(
+            {
+                "type": "function_call",
+                "id": random_id("fc_", 32),
+                "call_id": call_id,
+                "name": name,
+                "arguments": "",
+                "status": "in_progress",
+            }
+        )
 
     def tool_delta(self, piece: str) -> Frames:
         item = self._item
         assert item is not None and item["type"] == "function_call"
         item["arguments"] += piece
         self._out_chars += len(piece)
-        return [self._event({"type": "response.function_call_arguments.delta", "item_id": item["id"], "output_index": self._index, "delta": piece})]
+        return [
+            self._event(
+                {
+                    "type": "response.function_call_arguments.delta",
+                    "item_id": item["id"],
+                    "output_index": self._index,
+                    "delta": piece,
+                }
+            )
+        ]
 
     def finish(self, stop: Stop) -> Frames:
         frames = self._close()
-        usage = self.responses_usage(tokens_for_chars(self._out_chars), tokens_for_chars(self._reasoning_chars))
+        usage = self.responses_usage(
+            tokens_for_chars(self._out_chars), tokens_for_chars(self._reasoning_chars)
+        )
         kind = "response.incomplete" if stop == "length" else "response.completed"
-        frames.append(self._event({"type": kind, "response": self._response(self._status(stop), self._items, usage, stop)}))
+        frames.append(
+            self._event(
+                {
+                    "type": kind,
+                    "response": self._response(self._status(stop), self._items, usage, stop),
+                }
+            )
+        )
         return frames
 
     def ping(self) -> Frames:
         """Keepalive for ``pings``: the response's status event again (no output)."""
-        return [self._event({"type": "response.in_progress", "response": self._response("in_progress", [], None)})]
+        return [
+            self._event(
+                {
+                    "type": "response.in_progress",
+                    "response": self._response("in_progress", [], None),
+                }
+            )
+        ]
 
     def empty_delta(self) -> Frames:
         return self.text_delta("")
@@ -244,7 +416,10 @@ class ResponsesWire(OpenAIWire):
     def error_frame(self, error: dict[str, Any]) -> Frames:
         inner = dict(error.get("error") or {})
         failed = self._response("failed", self._items, None)
-        failed["error"] = {"code": inner.get("code") or inner.get("type"), "message": inner.get("message", "")}
+        failed["error"] = {
+            "code": inner.get("code") or inner.get("type"),
+            "message": inner.get("message", ""),
+        }
         return [
             self._event({**inner, "type": "error", "code": inner.get("code") or inner.get("type")}),
             self._event({"type": "response.failed", "response": failed}),

@@ -154,7 +154,11 @@ SCENARIOS: dict[str, dict[str, Param]] = {
     "comments": _keepalive_params(),
     "empty-deltas": _keepalive_params(),
     "silent": {},
-    "silent-after-content": {"after_chunks": _nonneg(1), "interval_ms": _nonneg(10), "pings_ms": _nonneg(0)},
+    "silent-after-content": {
+        "after_chunks": _nonneg(1),
+        "interval_ms": _nonneg(10),
+        "pings_ms": _nonneg(0),
+    },
     "trickle": {
         "interval_ms": _positive(200),
         "bytes": _positive(1),

@@ -37,7 +37,9 @@ class ProviderForm(forms.ModelForm):
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
         if "base_url" in data and "api_key_env" in data:
-            refused = provider_problem(base_url=data["base_url"], api_key_env=data["api_key_env"] or "")
+            refused = provider_problem(
+                base_url=data["base_url"], api_key_env=data["api_key_env"] or ""
+            )
             if refused:
                 self.add_error(refused[0], refused[1])
         return data
@@ -62,10 +64,28 @@ class AgentAdmin(admin.ModelAdmin):
     annotated, its open turns prefetched, and the binding waits read once for the page (a
     journal read reduces the whole journal; once per row made a page of 100 agents crawl)."""
 
-    list_display = ("name", "project", "kind", "provider", "model", "status", "failure_streak", "holds", "current_turn", "disposed_at")
+    list_display = (
+        "name",
+        "project",
+        "kind",
+        "provider",
+        "model",
+        "status",
+        "failure_streak",
+        "holds",
+        "current_turn",
+        "disposed_at",
+    )
     list_filter = ("project", "kind", "provider")
     search_fields = ("name", "model")
-    readonly_fields = ("status", "failure_streak", "holds", "current_turn", "created_at", "disposed_at")
+    readonly_fields = (
+        "status",
+        "failure_streak",
+        "holds",
+        "current_turn",
+        "created_at",
+        "disposed_at",
+    )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Agent]:
         from breaker.models import BreakerState
@@ -73,7 +93,8 @@ class AgentAdmin(admin.ModelAdmin):
 
         streak = BreakerState.objects.filter(agent=OuterRef("pk")).values("streak")[:1]
         return (
-            super().get_queryset(request)
+            super()
+            .get_queryset(request)
             .select_related("provider", "project")
             .annotate(breaker_streak=Coalesce(Subquery(streak), 0))
             .prefetch_related(agent_open_turns())
@@ -122,8 +143,12 @@ class AgentAdmin(admin.ModelAdmin):
         if not waits:
             return "-"
         return format_html_join(
-            "; ", "{} until {}",
-            ((w["model"], f"{w['until']:%Y-%m-%d %H:%M:%S} UTC" if w["until"] else "released") for w in waits),
+            "; ",
+            "{} until {}",
+            (
+                (w["model"], f"{w['until']:%Y-%m-%d %H:%M:%S} UTC" if w["until"] else "released")
+                for w in waits
+            ),
         )
 
     @admin.display(description="current turn")
@@ -140,7 +165,16 @@ class HistoryRowAdmin(ReadOnlyAdmin):
     """History is never edited here. Set-aside rows are marked, and an operator with the
     ``breaker.restore_historyrow`` permission can put them back (audited)."""
 
-    list_display = ("agent", "seq", "participant", "role", "state_marked", "short_content", "set_aside_reason", "created_at")
+    list_display = (
+        "agent",
+        "seq",
+        "participant",
+        "role",
+        "state_marked",
+        "short_content",
+        "set_aside_reason",
+        "created_at",
+    )
     list_filter = ("state", "role", "agent")
     search_fields = ("agent__name", "participant")
     actions = ["restore"]
@@ -160,7 +194,12 @@ class HistoryRowAdmin(ReadOnlyAdmin):
         restored = 0
         for row in queryset.filter(state=HistoryRow.State.SET_ASIDE).select_related("agent"):
             try:
-                history_row_restore(agent_name=row.agent.name, row_id=row.pk, actor=f"admin:{request.user.get_username()}", requester=None)
+                history_row_restore(
+                    agent_name=row.agent.name,
+                    row_id=row.pk,
+                    actor=f"admin:{request.user.get_username()}",
+                    requester=None,
+                )
                 restored += 1
             except AgentopsError as exc:
                 self.message_user(request, f"Row {row.pk}: {exc.message}", level="warning")
@@ -168,15 +207,29 @@ class HistoryRowAdmin(ReadOnlyAdmin):
 
     @admin.display(description="content")
     def short_content(self, obj: HistoryRow) -> str:
-        text = obj.content if isinstance(obj.content, str) else " ".join(
-            str(b.get("text") or b.get("name") or b.get("content") or "") for b in obj.content if isinstance(b, dict)
+        text = (
+            obj.content
+            if isinstance(obj.content, str)
+            else " ".join(
+                str(b.get("text") or b.get("name") or b.get("content") or "")
+                for b in obj.content
+                if isinstance(b, dict)
+            )
         )
         return text[:120]
 
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(ReadOnlyAdmin):
-    list_display = ("name", "project", "prefix", "operator", "created_at", "last_used_at", "revoked_at")
+    list_display = (
+        "name",
+        "project",
+        "prefix",
+        "operator",
+        "created_at",
+        "last_used_at",
+        "revoked_at",
+    )
     list_filter = ("project", "operator")
     exclude = ("token_hash",)
 
@@ -193,7 +246,16 @@ class AlertAdmin(ReadOnlyAdmin):
     """Alerts are records; the one change an operator makes is to acknowledge them, which needs
     the ``agentops.acknowledge_alert`` permission."""
 
-    list_display = ("raised", "kind", "agent", "model", "verdict", "short_message", "acknowledged_at", "acknowledged_by")
+    list_display = (
+        "raised",
+        "kind",
+        "agent",
+        "model",
+        "verdict",
+        "short_message",
+        "acknowledged_at",
+        "acknowledged_by",
+    )
     list_filter = ("kind", "verdict", ("acknowledged_at", admin.EmptyFieldListFilter))
     search_fields = ("agent", "model", "message")
     actions = ["acknowledge"]
@@ -219,7 +281,11 @@ class AlertAdmin(ReadOnlyAdmin):
         done = 0
         for alert_id in queryset.filter(acknowledged_at__isnull=True).values_list("id", flat=True):
             try:
-                alert_acknowledge(alert_id=alert_id, actor=f"admin:{request.user.get_username()}", now=timezone.now())
+                alert_acknowledge(
+                    alert_id=alert_id,
+                    actor=f"admin:{request.user.get_username()}",
+                    now=timezone.now(),
+                )
                 done += 1
             except Conflict:
                 continue  # acknowledged meanwhile by someone else

@@ -27,7 +27,9 @@ def when(value: datetime | None) -> SafeString | str:
         return "-"
     return format_html(
         '<span class="when" title="{}">{}</span> <span class="when-ago">({})</span>',
-        value.isoformat(), instant_text(value), relative_text(value),
+        value.isoformat(),
+        instant_text(value),
+        relative_text(value),
     )
 
 
@@ -47,4 +49,9 @@ def error_html(error: Any, *, message_limit: int = 300) -> SafeString | str:
         parts.append(format_html("asked to wait {}", duration_text(wait)))
     head = mark_safe(" · ".join(parts))
     message = str(error.get("message") or "")
-    return format_html('<div class="call-error">{}<br><span title="{}">{}</span></div>', head, message, excerpt(message, message_limit))
+    return format_html(
+        '<div class="call-error">{}<br><span title="{}">{}</span></div>',
+        head,
+        message,
+        excerpt(message, message_limit),
+    )

@@ -26,6 +26,7 @@ def _picture(call: InferenceCall | None, *, small: bool) -> SafeString:
 
 def tokens_shown(call: InferenceCall) -> str:
     """``in / out`` tokens, ``-`` for a count not reported (never shown as 0)."""
+
     def shown(value: int | None) -> str:
         return "-" if value is None else str(value)
 
@@ -38,7 +39,18 @@ class InferenceCallInline(admin.TabularInline):
     can_delete = False
     show_change_link = True
     # The picture first: the instants are on the call's own page (the "View" link).
-    fields = ("timeline", "kind", "outcome", "bound", "lateness", "error_text", "model_events", "keepalives", "tokens", "sent")
+    fields = (
+        "timeline",
+        "kind",
+        "outcome",
+        "bound",
+        "lateness",
+        "error_text",
+        "model_events",
+        "keepalives",
+        "tokens",
+        "sent",
+    )
     readonly_fields = fields
 
     @admin.display(description="tokens in / out")
@@ -72,7 +84,9 @@ class InferenceCallInline(admin.TabularInline):
 
 
 def _lateness(obj: InferenceCall) -> str:
-    return "-" if obj.cut_lateness_ms is None else f"{fmt_ms(obj.cut_lateness_ms)} after its deadline"
+    return (
+        "-" if obj.cut_lateness_ms is None else f"{fmt_ms(obj.cut_lateness_ms)} after its deadline"
+    )
 
 
 @admin.register(Turn)
@@ -105,17 +119,70 @@ class TurnAdmin(ReadOnlyAdmin):
 @admin.register(InferenceCall)
 class InferenceCallAdmin(ReadOnlyAdmin):
     # "streamed" is a filter, not a column: with it the titles' whole words overflow a 1,400 px window.
-    list_display = ("id", "agent", "turn", "kind", "model", "outcome", "bound", "model_events", "keepalives", "tokens", "sent")
+    list_display = (
+        "id",
+        "agent",
+        "turn",
+        "kind",
+        "model",
+        "outcome",
+        "bound",
+        "model_events",
+        "keepalives",
+        "tokens",
+        "sent",
+    )
     list_select_related = ("agent", "turn", "turn__agent")
     list_filter = ("kind", "outcome", "bound", "streamed")
     fieldsets = (
         (None, {"fields": ("timeline",)}),
-        ("Call", {"fields": ("turn", "agent", "kind", "model", "streamed", "max_tokens", "round", "outcome", "stop_reason", "error_text")}),
-        ("Timeline", {"fields": (
-            "sent", "headers_at", "first_event_at", "thinking_started_at", "first_content_at", "last_event_at",
-            "ended", "model_events", "keepalives", "bound", "bound_deadline", "lateness",
-        )}),
-        ("Token usage (empty: not reported)", {"fields": ("input_tokens", "output_tokens", "reasoning_tokens", "cached_input_tokens")}),
+        (
+            "Call",
+            {
+                "fields": (
+                    "turn",
+                    "agent",
+                    "kind",
+                    "model",
+                    "streamed",
+                    "max_tokens",
+                    "round",
+                    "outcome",
+                    "stop_reason",
+                    "error_text",
+                )
+            },
+        ),
+        (
+            "Timeline",
+            {
+                "fields": (
+                    "sent",
+                    "headers_at",
+                    "first_event_at",
+                    "thinking_started_at",
+                    "first_content_at",
+                    "last_event_at",
+                    "ended",
+                    "model_events",
+                    "keepalives",
+                    "bound",
+                    "bound_deadline",
+                    "lateness",
+                )
+            },
+        ),
+        (
+            "Token usage (empty: not reported)",
+            {
+                "fields": (
+                    "input_tokens",
+                    "output_tokens",
+                    "reasoning_tokens",
+                    "cached_input_tokens",
+                )
+            },
+        ),
     )
     readonly_fields = ("timeline", "error_text", "sent", "ended", "lateness")
 

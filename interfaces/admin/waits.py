@@ -38,23 +38,38 @@ def _with_links(waits: list[dict[str, Any]]) -> list[dict[str, Any]]:
     from inference.models import Turn
 
     names = {w["agent"] for w in waits}
-    agents = dict(Agent.objects.filter(name__in=names, disposed_at__isnull=True).values_list("name", "pk"))
+    agents = dict(
+        Agent.objects.filter(name__in=names, disposed_at__isnull=True).values_list("name", "pk")
+    )
     turns: dict[int, int] = {}
-    order: dict[str, int] = {Turn.Status.HELD: 0, Turn.Status.RUNNING: 1, Turn.Status.QUEUED: 2, Turn.Status.REQUIRES_ACTION: 3}
-    open_turns = Turn.objects.filter(agent_id__in=agents.values(), status__in=Turn.OPEN).values_list("agent_id", "pk", "status")
+    order: dict[str, int] = {
+        Turn.Status.HELD: 0,
+        Turn.Status.RUNNING: 1,
+        Turn.Status.QUEUED: 2,
+        Turn.Status.REQUIRES_ACTION: 3,
+    }
+    open_turns = Turn.objects.filter(
+        agent_id__in=agents.values(), status__in=Turn.OPEN
+    ).values_list("agent_id", "pk", "status")
     for owner, turn, _status in sorted(open_turns, key=lambda t: (order.get(t[2], 9), t[1])):
         turns.setdefault(owner, turn)
     out = []
     for wait in waits:
         agent_id: int | None = agents.get(wait["agent"])
         turn_id: int | None = turns.get(agent_id) if agent_id is not None else None
-        out.append({
-            **wait,
-            "until_ms": wait["until"].timestamp() * 1000 if wait["until"] else None,
-            "agent_url": reverse("admin:agentops_agent_change", args=[agent_id]) if agent_id is not None else None,
-            "turn_id": turn_id,
-            "turn_url": reverse("admin:inference_turn_change", args=[turn_id]) if turn_id is not None else None,
-        })
+        out.append(
+            {
+                **wait,
+                "until_ms": wait["until"].timestamp() * 1000 if wait["until"] else None,
+                "agent_url": reverse("admin:agentops_agent_change", args=[agent_id])
+                if agent_id is not None
+                else None,
+                "turn_id": turn_id,
+                "turn_url": reverse("admin:inference_turn_change", args=[turn_id])
+                if turn_id is not None
+                else None,
+            }
+        )
     return out
 
 
@@ -71,7 +86,9 @@ class WaitJournalEntryAdmin(ReadOnlyAdmin):
         if obj.until_ms is None:
             return "until released" if obj.kind == "set" else "-"
         try:
-            return datetime.fromtimestamp(obj.until_ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+            return datetime.fromtimestamp(obj.until_ms / 1000, tz=UTC).strftime(
+                "%Y-%m-%d %H:%M:%S UTC"
+            )
         except (OverflowError, OSError, ValueError):
             return f"{obj.until_ms} ms (not an instant)"
 
@@ -81,7 +98,10 @@ class WaitJournalEntryAdmin(ReadOnlyAdmin):
 
     @admin.display(description="does not read because")
     def problem(self, obj: WaitJournalEntry) -> str:
-        row = {f: getattr(obj, f) for f in ("id", "kind", "agent", "model", "until_ms", "reason", "by", "at", "data")}
+        row = {
+            f: getattr(obj, f)
+            for f in ("id", "kind", "agent", "model", "until_ms", "reason", "by", "at", "data")
+        }
         return entry_problem(row) or ""
 
 
@@ -99,13 +119,22 @@ class BindingWaitAdmin(ReadOnlyAdmin):
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         user = request.user
-        return any(user.has_perm(p) for p in ("waits.view_bindingwait", "waits.view_waitjournalentry", RELEASE_PERMISSION))
+        return any(
+            user.has_perm(p)
+            for p in ("waits.view_bindingwait", "waits.view_waitjournalentry", RELEASE_PERMISSION)
+        )
 
     def get_urls(self) -> list[URLPattern]:
-        release = path("release/", self.admin_site.admin_view(self.release_view), name="waits_bindingwait_release")
+        release = path(
+            "release/",
+            self.admin_site.admin_view(self.release_view),
+            name="waits_bindingwait_release",
+        )
         return [release, *super().get_urls()]
 
-    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied
         now_ms = clock_ms()
@@ -137,15 +166,25 @@ class BindingWaitAdmin(ReadOnlyAdmin):
             else:
                 try:
                     receipts = wait_release(
-                        agent=agent, model=model, reason=reason, via="admin", username=request.user.get_username()
+                        agent=agent,
+                        model=model,
+                        reason=reason,
+                        via="admin",
+                        username=request.user.get_username(),
                     )
                 except AgentopsError as exc:
                     error, status = exc.message, exc.status
                 else:
-                    held_turns_wake(agent=agent, model=model, by=f"admin:{request.user.get_username()}")
-                    lifted = ", ".join(
-                        f"{r.model} ({r.release}; next call at {next_call_at(agent=r.agent, model=r.model):%H:%M:%S} UTC)" for r in receipts
-                    ) or "no wait was binding"
+                    held_turns_wake(
+                        agent=agent, model=model, by=f"admin:{request.user.get_username()}"
+                    )
+                    lifted = (
+                        ", ".join(
+                            f"{r.model} ({r.release}; next call at {next_call_at(agent=r.agent, model=r.model):%H:%M:%S} UTC)"
+                            for r in receipts
+                        )
+                        or "no wait was binding"
+                    )
                     messages.success(request, f"Released {agent}: {lifted}.")
                     return HttpResponseRedirect(reverse("admin:waits_bindingwait_changelist"))
         waits: list[dict[str, Any]] = []

@@ -26,7 +26,9 @@ from interfaces.admin.base import ReadOnlyAdmin
 
 RESEND_PERMISSION = "webhooks.resend_webhookdelivery"
 ENDPOINT_CHANGE_PERMISSION = "webhooks.change_webhookendpoint"
-URL_HIDDEN = "user:password, query and fragment hidden: shown to users who may change webhook endpoints"
+URL_HIDDEN = (
+    "user:password, query and fragment hidden: shown to users who may change webhook endpoints"
+)
 
 
 @admin.register(WebhookEndpoint)
@@ -34,7 +36,16 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
     list_display = ("url", "kinds_text", "enabled", "disabled_at", "disabled_reason", "created_at")
     list_filter = ("enabled",)
     search_fields = ("url", "description")
-    fields = ("url", "description", "kinds", "enabled", "secret", "disabled_at", "disabled_reason", "created_at")
+    fields = (
+        "url",
+        "description",
+        "kinds",
+        "enabled",
+        "secret",
+        "disabled_at",
+        "disabled_reason",
+        "created_at",
+    )
     readonly_fields = ("disabled_at", "disabled_reason", "created_at")
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
 
@@ -54,13 +65,19 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
             fields = [self._masked(name) for name in fields]
         return fields
 
-    def get_readonly_fields(self, request: HttpRequest, obj: WebhookEndpoint | None = None) -> list[str]:
+    def get_readonly_fields(
+        self, request: HttpRequest, obj: WebhookEndpoint | None = None
+    ) -> list[str]:
         readonly = list(super().get_readonly_fields(request, obj))
         return readonly if self._shows_secrets(request, obj) else [*readonly, *self.MASKED.values()]
 
     def get_list_display(self, request: HttpRequest) -> list[Any]:
         columns = list(super().get_list_display(request))
-        return columns if self.has_change_permission(request) else [self._masked(name) for name in columns]
+        return (
+            columns
+            if self.has_change_permission(request)
+            else [self._masked(name) for name in columns]
+        )
 
     def get_search_fields(self, request: HttpRequest) -> list[str]:
         # A search on the URL would tell a viewer whether its hidden part contains what they
@@ -84,7 +101,11 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
         return f"{shown} ({URL_HIDDEN})" if _has_hidden_parts(obj.url) else shown
 
     def changeform_view(
-        self, request: HttpRequest, object_id: str | None = None, form_url: str = "", extra_context: dict[str, Any] | None = None
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
         # Django runs a POST's form validation inside the transaction it opens for the save
         # (ModelAdmin.changeform_view), and the URL's validator resolves the host: look the host
@@ -94,11 +115,16 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
         with resolved_ahead(_as_the_form_reads_it(request.POST.get("url", ""))):
             return super().changeform_view(request, object_id, form_url, extra_context)
 
-    def save_model(self, request: HttpRequest, obj: WebhookEndpoint, form: ModelForm, change: bool) -> None:
+    def save_model(
+        self, request: HttpRequest, obj: WebhookEndpoint, form: ModelForm, change: bool
+    ) -> None:
         if obj.enabled and obj.disabled_at is not None:  # an operator turned it back on
             obj.disabled_at, obj.disabled_reason = None, ""
         elif not obj.enabled and obj.disabled_at is None:
-            obj.disabled_at, obj.disabled_reason = timezone.now(), f"disabled by admin:{request.user.get_username()}"
+            obj.disabled_at, obj.disabled_reason = (
+                timezone.now(),
+                f"disabled by admin:{request.user.get_username()}",
+            )
         super().save_model(request, obj, form, change)
 
 
@@ -123,7 +149,16 @@ class WebhookAttemptInline(admin.TabularInline):
     model = WebhookAttempt
     extra = 0
     can_delete = False
-    fields = ("number", "started_at", "ended_at", "outcome", "status_code", "duration_ms", "error", "response_excerpt")
+    fields = (
+        "number",
+        "started_at",
+        "ended_at",
+        "outcome",
+        "status_code",
+        "duration_ms",
+        "error",
+        "response_excerpt",
+    )
     readonly_fields = fields
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -139,7 +174,16 @@ class WebhookAttemptInline(admin.TabularInline):
 
 @admin.register(WebhookDelivery)
 class WebhookDeliveryAdmin(ReadOnlyAdmin):
-    list_display = ("webhook_id", "endpoint", "alert", "status", "attempts", "next_attempt_at", "short_error", "created_at")
+    list_display = (
+        "webhook_id",
+        "endpoint",
+        "alert",
+        "status",
+        "attempts",
+        "next_attempt_at",
+        "short_error",
+        "created_at",
+    )
     list_filter = ("status", "endpoint")
     search_fields = ("webhook_id", "endpoint__url")
     list_select_related = ("endpoint", "alert")
@@ -154,17 +198,27 @@ class WebhookDeliveryAdmin(ReadOnlyAdmin):
         # As on the endpoint list: searching the URL would spell out its hidden part to a user
         # who may not see it.
         fields = list(super().get_search_fields(request))
-        return fields if request.user.has_perm(ENDPOINT_CHANGE_PERMISSION) else [f for f in fields if f != "endpoint__url"]
+        return (
+            fields
+            if request.user.has_perm(ENDPOINT_CHANGE_PERMISSION)
+            else [f for f in fields if f != "endpoint__url"]
+        )
 
     def has_resend_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm(RESEND_PERMISSION)
 
-    @admin.action(description="Resend the selected deliveries (same webhook-id)", permissions=["resend"])
+    @admin.action(
+        description="Resend the selected deliveries (same webhook-id)", permissions=["resend"]
+    )
     def resend(self, request: HttpRequest, queryset: QuerySet[WebhookDelivery]) -> None:
         resent = 0
         for delivery_id in queryset.values_list("id", flat=True):
             try:
-                webhook_delivery_resend(delivery_id=delivery_id, actor=f"admin:{request.user.get_username()}", now=timezone.now())
+                webhook_delivery_resend(
+                    delivery_id=delivery_id,
+                    actor=f"admin:{request.user.get_username()}",
+                    now=timezone.now(),
+                )
                 resent += 1
             except AgentopsError as exc:
                 self.message_user(request, exc.message, level="warning")

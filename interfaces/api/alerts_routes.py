@@ -19,7 +19,14 @@ from interfaces.api.schemas import ErrorOut
 
 router = Router(tags=["alerts"])
 
-ERRORS: dict[int, type] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut}
+ERRORS: dict[int, type] = {
+    400: ErrorOut,
+    401: ErrorOut,
+    403: ErrorOut,
+    404: ErrorOut,
+    409: ErrorOut,
+    413: ErrorOut,
+}
 
 ALERTS_LIMIT = 500  # newest first; older alerts stay in the admin and failures.log
 
@@ -56,9 +63,13 @@ def _check_instant(field: str, value: str | None) -> datetime | None:
     try:
         instant = datetime.fromisoformat(value)
     except ValueError:
-        raise bad_field(field, f"{value[:100]!r} is not an ISO 8601 instant (e.g. 2026-01-15T08:00:00Z)") from None
+        raise bad_field(
+            field, f"{value[:100]!r} is not an ISO 8601 instant (e.g. 2026-01-15T08:00:00Z)"
+        ) from None
     if instant.tzinfo is None:
-        raise bad_field(field, "must name its UTC offset (e.g. 2026-01-15T08:00:00Z): a local time is ambiguous")
+        raise bad_field(
+            field, "must name its UTC offset (e.g. 2026-01-15T08:00:00Z): a local time is ambiguous"
+        )
     return instant
 
 
@@ -81,4 +92,6 @@ def alerts_list(request: HttpRequest, filters: Query[AlertsFilter]) -> list[dict
 @router.post("/{alert_id}/acknowledge", response={200: AlertOut, **ERRORS})
 def alerts_acknowledge(request: HttpRequest, alert_id: int) -> dict[str, Any]:
     token = require_operator(request)
-    return alert_out(alert_acknowledge(alert_id=alert_id, actor=f"api:{token.name}", now=timezone.now()))
+    return alert_out(
+        alert_acknowledge(alert_id=alert_id, actor=f"api:{token.name}", now=timezone.now())
+    )

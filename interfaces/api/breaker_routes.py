@@ -20,7 +20,14 @@ from interfaces.api.schemas import ErrorOut, HistoryRowOut, RestoreIn
 
 router = Router(tags=["breaker"])
 
-ERRORS: dict[int, type] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut}
+ERRORS: dict[int, type] = {
+    400: ErrorOut,
+    401: ErrorOut,
+    403: ErrorOut,
+    404: ErrorOut,
+    409: ErrorOut,
+    413: ErrorOut,
+}
 
 
 class ProbeOut(BaseModel):
@@ -47,15 +54,24 @@ def agent_breaker(request: HttpRequest, name: str) -> dict[str, Any]:
 @router.post(
     "/agents/{name}/history/{row_id}/restore",
     response={200: HistoryRowOut, **ERRORS},
-    openapi_extra={"requestBody": {"required": False, "content": {"application/json": {"schema": RestoreIn.model_json_schema()}}}},
+    openapi_extra={
+        "requestBody": {
+            "required": False,
+            "content": {"application/json": {"schema": RestoreIn.model_json_schema()}},
+        }
+    },
 )
 def history_restore(request: HttpRequest, name: str, row_id: int) -> dict[str, Any]:
     # The body is read raw so a non-string requester is a 400 naming it, not a 422.
     token = require_operator(request)
     agent = agent_for(token=token, name=name)
     if not id_valid(row_id):
-        raise NotFound(f"row_id: agent {name!r} has no history row {row_id}", data={"field": "row_id"})
+        raise NotFound(
+            f"row_id: agent {name!r} has no history row {row_id}", data={"field": "row_id"}
+        )
     body = json_body(request, shape="{requester?}", required=False)
     requester = optional_line(body, "requester", limit=1000)
-    row = history_row_restore(agent_name=agent.name, row_id=row_id, actor=f"api:{token.name}", requester=requester)
+    row = history_row_restore(
+        agent_name=agent.name, row_id=row_id, actor=f"api:{token.name}", requester=requester
+    )
     return history_row_out(row)

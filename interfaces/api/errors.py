@@ -19,30 +19,56 @@ from agentops.exceptions import AgentopsError
 logger = logging.getLogger(__name__)
 
 
-def error_response(api: NinjaAPI, request: HttpRequest, status: int, code: str, message: str, data: dict[str, Any] | None = None) -> HttpResponse:
+def error_response(
+    api: NinjaAPI,
+    request: HttpRequest,
+    status: int,
+    code: str,
+    message: str,
+    data: dict[str, Any] | None = None,
+) -> HttpResponse:
     data = dict(data or {})
     field = data.get("field")
     if status == 400 and isinstance(field, str) and "errors" not in data:
         # API.md: every 400 lists its fields in data.errors, those checked by hand too.
         data["errors"] = [{"field": field, "message": message.removeprefix(f"{field}: ")}]
-    return api.create_response(request, {"code": code, "message": message, "data": data}, status=status)
+    return api.create_response(
+        request, {"code": code, "message": message, "data": data}, status=status
+    )
 
 
 # A dependency that does not answer (PostgreSQL, Redis, the broker): the request may be tried
 # again, so the client is told so (503 with Retry-After), not that the service has a bug (500).
 UNAVAILABLE: tuple[type[Exception], ...] = (
-    DatabaseOperationalError, DatabaseInterfaceError, redis.ConnectionError, redis.TimeoutError, kombu.exceptions.OperationalError,
+    DatabaseOperationalError,
+    DatabaseInterfaceError,
+    redis.ConnectionError,
+    redis.TimeoutError,
+    kombu.exceptions.OperationalError,
 )
 RETRY_AFTER_S = 5
 
 
 def unavailable_response(api: NinjaAPI, request: HttpRequest, exc: Exception) -> HttpResponse:
-    what = "the message broker" if isinstance(exc, kombu.exceptions.OperationalError) else (
-        "Redis" if isinstance(exc, redis.RedisError) else "the database"
+    what = (
+        "the message broker"
+        if isinstance(exc, kombu.exceptions.OperationalError)
+        else ("Redis" if isinstance(exc, redis.RedisError) else "the database")
     )
-    logger.warning("%s %s: %s is unavailable (%s: %s)", request.method, request.path, what, type(exc).__name__, str(exc)[:200])
+    logger.warning(
+        "%s %s: %s is unavailable (%s: %s)",
+        request.method,
+        request.path,
+        what,
+        type(exc).__name__,
+        str(exc)[:200],
+    )
     response = error_response(
-        api, request, 503, "unavailable", f"the service is temporarily unavailable ({what} does not answer); try again shortly",
+        api,
+        request,
+        503,
+        "unavailable",
+        f"the service is temporarily unavailable ({what} does not answer); try again shortly",
         {"retry_after_s": RETRY_AFTER_S},
     )
     response["Retry-After"] = str(RETRY_AFTER_S)
@@ -81,16 +107,29 @@ def install(api: NinjaAPI) -> None:
         first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
         field = _field_path(first.get("loc", ()))
         message = f"{field}: {first.get('msg', 'invalid value')}"
-        details = [{"field": _field_path(e.get("loc", ())), "message": str(e.get("msg", ""))} for e in errors[:20]]
-        return error_response(api, request, 400, "bad_request", message, {"field": field, "errors": details})
+        details = [
+            {"field": _field_path(e.get("loc", ())), "message": str(e.get("msg", ""))}
+            for e in errors[:20]
+        ]
+        return error_response(
+            api, request, 400, "bad_request", message, {"field": field, "errors": details}
+        )
 
     @api.exception_handler(AuthenticationError)
     def _auth(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
-        return error_response(api, request, 401, "unauthorized", "a valid API token is required: Authorization: Bearer <token>")
+        return error_response(
+            api,
+            request,
+            401,
+            "unauthorized",
+            "a valid API token is required: Authorization: Bearer <token>",
+        )
 
     @api.exception_handler(RequestDataTooBig)
     def _too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
-        return error_response(api, request, 413, "payload_too_large", "body: the request body is too large")
+        return error_response(
+            api, request, 413, "payload_too_large", "body: the request body is too large"
+        )
 
     @api.exception_handler(Http404)
     def _not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
@@ -100,7 +139,9 @@ def install(api: NinjaAPI) -> None:
     def _http(request: HttpRequest, exc: HttpError) -> HttpResponse:
         if exc.status_code == 400 and "parse" in str(exc):
             # ninja's only 400 of its own: a body that is not JSON.
-            return error_response(api, request, 400, "bad_request", "body: not valid JSON", {"field": "body"})
+            return error_response(
+                api, request, 400, "bad_request", "body: not valid JSON", {"field": "body"}
+            )
         return error_response(api, request, exc.status_code, "error", str(exc))
 
     for unavailable in UNAVAILABLE:
@@ -112,4 +153,6 @@ def install(api: NinjaAPI) -> None:
     @api.exception_handler(Exception)
     def _unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
         logger.exception("unhandled error on %s %s", request.method, request.path)
-        return error_response(api, request, 500, "internal", "an internal error occurred; it has been logged")
+        return error_response(
+            api, request, 500, "internal", "an internal error occurred; it has been logged"
+        )

@@ -55,7 +55,14 @@ api.add_router("/alerts", alerts_router, tags=["alerts"])
 api.add_router("", breaker_router, tags=["breaker"])
 
 # Every operation can answer 400 (a bad value), 401, 404 and 413 (a body over the limit).
-ERRORS: dict[int, type] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut}
+ERRORS: dict[int, type] = {
+    400: ErrorOut,
+    401: ErrorOut,
+    403: ErrorOut,
+    404: ErrorOut,
+    409: ErrorOut,
+    413: ErrorOut,
+}
 
 
 def _token(request: HttpRequest) -> ApiToken:
@@ -76,7 +83,10 @@ def _provider_out(p: Provider, *, operator: bool) -> dict[str, str | None]:
 def provider_create(request: HttpRequest, payload: ProviderIn) -> Status:
     require_operator(request)
     provider = services.provider_create(
-        name=payload.name, kind=payload.kind, base_url=payload.base_url, api_key_env=payload.api_key_env or ""
+        name=payload.name,
+        kind=payload.kind,
+        base_url=payload.base_url,
+        api_key_env=payload.api_key_env or "",
     )
     return Status(201, _provider_out(provider, operator=True))
 
@@ -114,7 +124,9 @@ def _annotations_resolved(func: Callable[..., Any]) -> Callable[..., Any]:
 def agent_list(request: HttpRequest, filters: Query[AgentsFilter]) -> list[dict]:
     """Live agents the token may see, by name, with status, failure streak and holds;
     ``?status=`` keeps one status, ``?project=`` one project."""
-    return turn_selectors.agents_out(token=_token(request), status=filters.status, project=filters.project)
+    return turn_selectors.agents_out(
+        token=_token(request), status=filters.status, project=filters.project
+    )
 
 
 @api.get("/agents/{name}", response={200: AgentOut, **ERRORS}, tags=["agents"])
@@ -160,7 +172,10 @@ def agent_history(request: HttpRequest, name: str, filters: Query[HistoryFilter]
 @api.post("/agents/{name}/turns", response={202: TurnAccepted, **ERRORS}, tags=["turns"])
 def turn_submit(request: HttpRequest, name: str, payload: TurnIn) -> Status:
     agent = agent_for(token=_token(request), name=name)
-    messages = [turn_services.IncomingMessage(participant=m.participant, content=m.content) for m in payload.messages]
+    messages = [
+        turn_services.IncomingMessage(participant=m.participant, content=m.content)
+        for m in payload.messages
+    ]
     turn, joined = turn_services.turn_submit(agent_id=agent.pk, messages=messages)
     return Status(202, {"id": turn.pk, "status": turn.status, "joined": joined})
 
@@ -173,7 +188,9 @@ def turn_read(request: HttpRequest, turn_id: int) -> dict:
 @api.post("/turns/{turn_id}/tool_results", response={202: TurnOut, **ERRORS}, tags=["turns"])
 def turn_tool_results(request: HttpRequest, turn_id: int, payload: ToolResultsIn) -> Status:
     turn_selectors.turn_for(token=_token(request), turn_id=turn_id)
-    turn_services.turn_tool_results(turn_id=turn_id, results=[r.model_dump() for r in payload.results])
+    turn_services.turn_tool_results(
+        turn_id=turn_id, results=[r.model_dump() for r in payload.results]
+    )
     return Status(202, turn_selectors.turn_out(turn_selectors.turn_get(turn_id=turn_id)))
 
 
@@ -188,7 +205,9 @@ def turn_cancel(request: HttpRequest, turn_id: int) -> dict:
 
 
 @api.post(
-    "/agents/{name}/complete", auth=AsyncTokenAuth(), tags=["agents"],
+    "/agents/{name}/complete",
+    auth=AsyncTokenAuth(),
+    tags=["agents"],
     response={200: CompleteOut, 429: ErrorOut, 502: ErrorOut, 504: ErrorOut, **ERRORS},
 )
 async def agent_complete(request: HttpRequest, name: str, payload: CompleteIn) -> dict:
@@ -196,7 +215,9 @@ async def agent_complete(request: HttpRequest, name: str, payload: CompleteIn) -
     # thread and no database connection (each read or write gives its connection back).
     agent = await in_thread(agent_for, token=_token(request), name=name)
     messages = [AuxMessage(participant=m.participant, content=m.content) for m in payload.messages]
-    done = await auxiliary_complete_on_loop(agent=agent, messages=messages, model=payload.model, max_tokens=payload.max_tokens)
+    done = await auxiliary_complete_on_loop(
+        agent=agent, messages=messages, model=payload.model, max_tokens=payload.max_tokens
+    )
     return {**done, "call": turn_selectors.call_out(done["call"])}
 
 
@@ -229,7 +250,13 @@ def health_payload() -> dict:
 
         readable = journal_binding(now_ms=clock_ms()).readable
     ok = database and redis_ok and readable
-    return {"status": "ok" if ok else "degraded", "database": database, "redis": redis_ok, "journal_readable": readable, "workers": workers}
+    return {
+        "status": "ok" if ok else "degraded",
+        "database": database,
+        "redis": redis_ok,
+        "journal_readable": readable,
+        "workers": workers,
+    }
 
 
 @api.get("/health", auth=None, response=HealthOut, tags=["health"])

@@ -15,7 +15,11 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
 
 def _http_url(value: str) -> str:
-    if not value.startswith(("http://", "https://")) or len(value) < 10 or any(ch.isspace() for ch in value):
+    if (
+        not value.startswith(("http://", "https://"))
+        or len(value) < 10
+        or any(ch.isspace() for ch in value)
+    ):
         raise ValueError("must be an http:// or https:// URL")
     return value
 
@@ -51,7 +55,9 @@ class ProviderIn(Strict):
     name: Name
     kind: ProviderKind
     base_url: Annotated[Line, Field(max_length=500), AfterValidator(_http_url)]
-    api_key_env: Annotated[str, Field(max_length=100, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] | None = None
+    api_key_env: (
+        Annotated[str, Field(max_length=100, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] | None
+    ) = None
 
 
 class ProviderOut(BaseModel):
@@ -65,7 +71,9 @@ class ProviderOut(BaseModel):
 class ToolIn(Strict):
     name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
     description: Annotated[SafeText, Field(max_length=4000)] = ""
-    input_schema: Annotated[dict[str, Any], AfterValidator(_schema_ok)] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    input_schema: Annotated[dict[str, Any], AfterValidator(_schema_ok)] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}}
+    )
 
 
 class AgentIn(Strict):

@@ -26,7 +26,13 @@ from waits.services import RELEASE_REASON_LIMIT, REQUESTER_LIMIT, wait_release
 
 router = Router(tags=["waits"])
 
-ERRORS: dict[int, type] = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 413: ErrorOut}
+ERRORS: dict[int, type] = {
+    400: ErrorOut,
+    401: ErrorOut,
+    403: ErrorOut,
+    404: ErrorOut,
+    413: ErrorOut,
+}
 AgentName = Annotated[Line, Field(max_length=100)]
 ModelName = Annotated[Line, Field(max_length=200)]
 
@@ -54,8 +60,27 @@ class ReleaseIn(Schema):
     """For the OpenAPI document only: the handler validates the raw body itself."""
 
     agent: Annotated[Line, Field(min_length=1, max_length=100)]
-    model: Annotated[Line, Field(min_length=1, max_length=200, description='A model name, or "*" (or omitted) for every model.')] | None = None
-    requester: Annotated[Line, Field(max_length=200, description="Who asked for the release (free text, kept in the audit entry's data).")] | None = None
+    model: (
+        Annotated[
+            Line,
+            Field(
+                min_length=1,
+                max_length=200,
+                description='A model name, or "*" (or omitted) for every model.',
+            ),
+        ]
+        | None
+    ) = None
+    requester: (
+        Annotated[
+            Line,
+            Field(
+                max_length=200,
+                description="Who asked for the release (free text, kept in the audit entry's data).",
+            ),
+        ]
+        | None
+    ) = None
     reason: Annotated[Text, Field(max_length=1000)] | None = None
 
 
@@ -65,7 +90,8 @@ class ReceiptOut(Schema):
     until: datetime | None
     release: Literal["recorded", "pending", "in-process override"]
     next_call_at: datetime | None = Field(
-        None, description="When the next call for (agent, model) may go: now, or after the pacing a lifted 429 still keeps.",
+        None,
+        description="When the next call for (agent, model) may go: now, or after the pacing a lifted 429 still keeps.",
     )
 
 
@@ -95,14 +121,21 @@ class JournalEntryOut(Schema):
 @router.get("", response={200: WaitsOut, **ERRORS})
 def waits_list(request: HttpRequest, filters: Query[WaitsFilter]) -> dict[str, Any]:
     require_operator(request)
-    readable, waits = binding_waits(agent=filters.agent or None, model=filters.model or None, now_ms=clock_ms())
+    readable, waits = binding_waits(
+        agent=filters.agent or None, model=filters.model or None, now_ms=clock_ms()
+    )
     return {"journal_readable": readable, "waits": waits}
 
 
 @router.post(
     "/release",
     response={200: ReleaseOut, **ERRORS},
-    openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": ReleaseIn.model_json_schema()}}}},
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": ReleaseIn.model_json_schema()}},
+        }
+    },
 )
 def waits_release(request: HttpRequest) -> dict[str, Any]:
     token = require_operator(request)
@@ -110,7 +143,10 @@ def waits_release(request: HttpRequest) -> dict[str, Any]:
     if "agent" not in body:
         raise bad_field("agent", "is required")
     if "model" in body and body["model"] is None:
-        raise bad_field("model", 'must be a non-empty string, not null (omit model, or send "*", to release every model)')
+        raise bad_field(
+            "model",
+            'must be a non-empty string, not null (omit model, or send "*", to release every model)',
+        )
     # What could not be stored, or would mislead a reader, is refused before the act exists.
     optional_line(body, "requester", limit=REQUESTER_LIMIT)
     optional_text(body, "reason", limit=RELEASE_REASON_LIMIT)
@@ -124,7 +160,12 @@ def waits_release(request: HttpRequest) -> dict[str, Any]:
         caller=token.name,
     )
     held_turns_wake(agent=str(body["agent"]), model=body.get("model"), by=f"api:{token.name}")
-    return {"receipts": [{**r.out(), "next_call_at": next_call_at(agent=r.agent, model=r.model)} for r in receipts]}
+    return {
+        "receipts": [
+            {**r.out(), "next_call_at": next_call_at(agent=r.agent, model=r.model)}
+            for r in receipts
+        ]
+    }
 
 
 @router.get("/journal", response={200: list[JournalEntryOut], **ERRORS})

@@ -34,7 +34,9 @@ def asked_format(request: HttpRequest) -> Format:
 def agents_listed(token: ApiToken, fmt: Format) -> list[Agent]:
     """The live agents ``token`` sees whose provider speaks ``fmt``'s family, by name."""
     kinds = ANTHROPIC_KINDS if fmt is ANTHROPIC else OPENAI_KINDS
-    found = Agent.objects.select_related("project").filter(disposed_at__isnull=True, provider__kind__in=kinds)
+    found = Agent.objects.select_related("project").filter(
+        disposed_at__isnull=True, provider__kind__in=kinds
+    )
     if not token.operator:
         found = found.filter(project_id=token.project_id)
     return list(found.order_by("name"))
@@ -42,15 +44,29 @@ def agents_listed(token: ApiToken, fmt: Format) -> list[Agent]:
 
 def agent_listed(token: ApiToken, fmt: Format, name: str) -> Agent | None:
     kinds = ANTHROPIC_KINDS if fmt is ANTHROPIC else OPENAI_KINDS
-    agent = Agent.objects.select_related("project").filter(disposed_at__isnull=True, provider__kind__in=kinds, name=name).first()
+    agent = (
+        Agent.objects.select_related("project")
+        .filter(disposed_at__isnull=True, provider__kind__in=kinds, name=name)
+        .first()
+    )
     return agent if agent is not None and visible_to(token, agent) else None
 
 
 def model_object(agent: Agent, fmt: Format) -> dict[str, Any]:
     if fmt is ANTHROPIC:
         created = agent.created_at.isoformat().replace("+00:00", "Z")
-        return {"type": "model", "id": agent.name, "display_name": agent.name, "created_at": created}
-    return {"id": agent.name, "object": "model", "created": int(agent.created_at.timestamp()), "owned_by": agent.project.name}
+        return {
+            "type": "model",
+            "id": agent.name,
+            "display_name": agent.name,
+            "created_at": created,
+        }
+    return {
+        "id": agent.name,
+        "object": "model",
+        "created": int(agent.created_at.timestamp()),
+        "owned_by": agent.project.name,
+    }
 
 
 def models_page(request: HttpRequest, token: ApiToken, fmt: Format) -> tuple[int, dict[str, Any]]:
@@ -60,7 +76,10 @@ def models_page(request: HttpRequest, token: ApiToken, fmt: Format) -> tuple[int
         return 200, {"object": "list", "data": [model_object(a, fmt) for a in agents]}
     raw_limit = request.GET.get("limit", str(PAGE_DEFAULT))
     if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= PAGE_MAX:
-        return 400, {"message": f"limit: must be a whole number from 1 to {PAGE_MAX}", "param": "limit"}
+        return 400, {
+            "message": f"limit: must be a whole number from 1 to {PAGE_MAX}",
+            "param": "limit",
+        }
     limit = int(raw_limit)
     after, before = request.GET.get("after_id"), request.GET.get("before_id")
     if before is not None:
@@ -70,7 +89,12 @@ def models_page(request: HttpRequest, token: ApiToken, fmt: Format) -> tuple[int
         later = [a for a in agents if after is None or a.name > after]
         page, more = later[:limit], len(later) > limit
     data = [model_object(a, fmt) for a in page]
-    return 200, {"data": data, "has_more": more, "first_id": data[0]["id"] if data else None, "last_id": data[-1]["id"] if data else None}
+    return 200, {
+        "data": data,
+        "has_more": more,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+    }
 
 
 def models_response(request: HttpRequest, token_text: str, model_id: str | None) -> HttpResponse:
@@ -78,7 +102,11 @@ def models_response(request: HttpRequest, token_text: str, model_id: str | None)
     fmt = asked_format(request)
     token = api_token_check(token_text) if token_text else None
     if token is None:
-        return error(fmt, 401, "a valid agentops API token is required as the API key (Authorization: Bearer <token> or x-api-key: <token>)")
+        return error(
+            fmt,
+            401,
+            "a valid agentops API token is required as the API key (Authorization: Bearer <token> or x-api-key: <token>)",
+        )
     if model_id is None:
         status, body = models_page(request, token, fmt)
         if status != 200:
@@ -86,5 +114,11 @@ def models_response(request: HttpRequest, token_text: str, model_id: str | None)
         return JsonResponse(body)
     agent = agent_listed(token, fmt, model_id)
     if agent is None:
-        return error(fmt, 404, f"model: no agent named {model_id[:200]!r} that this endpoint serves", code="model_not_found" if fmt is OPENAI else None, extra={"param": "model"})
+        return error(
+            fmt,
+            404,
+            f"model: no agent named {model_id[:200]!r} that this endpoint serves",
+            code="model_not_found" if fmt is OPENAI else None,
+            extra={"param": "model"},
+        )
     return JsonResponse(model_object(agent, fmt))

@@ -81,7 +81,9 @@ async def responses(request: HttpRequest) -> HttpResponseBase:
 async def models(request: HttpRequest, model_id: str | None = None) -> HttpResponseBase:
     """``GET /v1/models`` and ``GET /v1/models/{id}`` (``interfaces.dropin.listing``)."""
     if request.method not in ("GET", "HEAD"):
-        return error(asked_format(request), 405, f"method {request.method} is not allowed here: use GET")
+        return error(
+            asked_format(request), 405, f"method {request.method} is not allowed here: use GET"
+        )
     return await in_thread(models_response, request, presented_token(request), model_id)
 
 
@@ -92,7 +94,12 @@ async def unknown(request: HttpRequest) -> HttpResponseBase:
     fmt = ANTHROPIC if "anthropic-version" in request.headers else OPENAI
     there = ", ".join([*(f"POST {f.path}" for f in FORMATS.values()), "GET /v1/models"])
     # OpenAI's code for a 404 is model_not_found, which would mislead here.
-    return error(fmt, 404, f"no drop-in endpoint at {bound_text(request.path, 200)}: there are {there}", code="unknown_url" if fmt is OPENAI else None)
+    return error(
+        fmt,
+        404,
+        f"no drop-in endpoint at {bound_text(request.path, 200)}: there are {there}",
+        code="unknown_url" if fmt is OPENAI else None,
+    )
 
 
 def presented_token(request: HttpRequest) -> str:
@@ -136,7 +143,9 @@ def _cached(cache: dict[Any, tuple[float, Any]], key: Any, find: Any) -> Any:
     return value
 
 
-def look_up(token_text: str, body: dict[str, Any] | None, fmt: Format, headers: dict[str, str]) -> Looked:
+def look_up(
+    token_text: str, body: dict[str, Any] | None, fmt: Format, headers: dict[str, str]
+) -> Looked:
     """The token, then (for a well-formed body) the agent ``model`` names and, when it speaks
     this endpoint's format, the admission of its call: all in one thread hop."""
     key = hashlib.sha256(token_text.encode()).hexdigest()  # the token itself is not kept
@@ -145,7 +154,11 @@ def look_up(token_text: str, body: dict[str, Any] | None, fmt: Format, headers: 
     if token is None or body is None:
         return looked
     try:
-        looked.agent = _cached(_agents, (token.pk, body["model"]), lambda: selectors.agent_for(token=token, name=body["model"]))
+        looked.agent = _cached(
+            _agents,
+            (token.pk, body["model"]),
+            lambda: selectors.agent_for(token=token, name=body["model"]),
+        )
     except NotFound:
         return looked
     assert looked.agent is not None
@@ -180,8 +193,16 @@ def parse(request: HttpRequest) -> tuple[dict[str, Any] | None, tuple[int, str, 
         return None, (400, f"{where}: {why}", where)
     for field in MAX_TOKENS_FIELDS:
         value = body.get(field)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TOKENS_LIMIT):
-            return None, (400, f"{field}: must be a whole number from 1 to {MAX_TOKENS_LIMIT}", field)
+        if value is not None and (
+            isinstance(value, bool)
+            or not isinstance(value, int)
+            or not 1 <= value <= MAX_TOKENS_LIMIT
+        ):
+            return None, (
+                400,
+                f"{field}: must be a whole number from 1 to {MAX_TOKENS_LIMIT}",
+                field,
+            )
     return body, None
 
 
@@ -192,23 +213,39 @@ async def serve(request: HttpRequest, fmt: Format) -> HttpResponseBase:
     headers = {k.lower(): v for k, v in request.headers.items()}
     looked = await in_thread(look_up, presented_token(request), body, fmt, headers)
     if looked.token is None:
-        return error(fmt, 401, "a valid agentops API token is required as the API key (Authorization: Bearer <token> or x-api-key: <token>)")
+        return error(
+            fmt,
+            401,
+            "a valid agentops API token is required as the API key (Authorization: Bearer <token> or x-api-key: <token>)",
+        )
     if problem is not None or body is None:
         status, message, field = problem or (400, "body: missing", "body")
         return error(fmt, status, message, extra={"param": field})
     agent = looked.agent
     if agent is None:
-        return error(fmt, 404, f"model: no agent named {bound_text(body['model'], 200)!r}", extra={"param": "model"})
+        return error(
+            fmt,
+            404,
+            f"model: no agent named {bound_text(body['model'], 200)!r}",
+            extra={"param": "model"},
+        )
     call = looked.call
     if call is None:
         right = FORMATS.get(agent.provider.kind)
         where = f"send it to POST {right.path}" if right else "no drop-in endpoint serves it"
         label = right.label if right else agent.provider.kind
-        return error(fmt, 400, f"model: agent {agent.name!r} speaks the {label} format, not {fmt.label}: {where}", extra={"param": "model"})
+        return error(
+            fmt,
+            400,
+            f"model: agent {agent.name!r} speaks the {label} format, not {fmt.label}: {where}",
+            extra={"param": "model"},
+        )
     deferred = looked.deferred
     if deferred is not None:
         remaining = deferred.retry_after_ms if deferred.retry_after_ms is not None else math.inf
-        return error(fmt, 429, deferred.message, extra=deferred.data(), headers=wait_headers(remaining))
+        return error(
+            fmt, 429, deferred.message, extra=deferred.data(), headers=wait_headers(remaining)
+        )
     call.start()
     try:
         streaming, seen = await opening(call)
@@ -216,7 +253,11 @@ async def serve(request: HttpRequest, fmt: Format) -> HttpResponseBase:
         call.abort()  # the client went away before the answer: the call ends, recorded as aborted
         raise
     if streaming:
-        return StreamingHttpResponse(relay(call, fmt, seen), content_type="text/event-stream; charset=utf-8", headers=STREAM_HEADERS)
+        return StreamingHttpResponse(
+            relay(call, fmt, seen),
+            content_type="text/event-stream; charset=utf-8",
+            headers=STREAM_HEADERS,
+        )
     wire = next((item for item in reversed(seen) if item[0] in ("body", "error_body")), None)
     return answer(fmt, seen[-1][1], wire)
 
@@ -227,7 +268,11 @@ async def opening(call: DropinCall) -> tuple[bool, list[tuple[str, Any]]]:
     client has waited ``AGENTOPS_DROPIN_KEEPALIVE_MS``: from then on it gets keepalives, and a
     failure comes as an error event. Any other answer is whole, once the call has ended."""
     seen: list[tuple[str, Any]] = []
-    started = asyncio.get_running_loop().time() + settings.AGENTOPS_DROPIN_KEEPALIVE_MS / 1000 if call.streamed else None
+    started = (
+        asyncio.get_running_loop().time() + settings.AGENTOPS_DROPIN_KEEPALIVE_MS / 1000
+        if call.streamed
+        else None
+    )
     try:
         async with asyncio.timeout_at(started):
             while not seen or seen[-1][0] != "end":
@@ -244,18 +289,30 @@ def answer(fmt: Format, result: CallResult | None, wire: tuple[str, Any] | None)
     """The whole response of a call that sent no stream: the provider's body as it came, its
     error passed through, or the format's error for a cut or a failure of its own."""
     if result is None:
-        return error(fmt, 503, "the call could not be made or recorded (the database is unavailable)")
+        return error(
+            fmt, 503, "the call could not be made or recorded (the database is unavailable)"
+        )
     if result.outcome == "completed" and wire is not None and wire[0] == "body":
-        return HttpResponse(untrusted_json_text(wire[1].decode("utf-8", "replace")), status=200, content_type="application/json")
+        return HttpResponse(
+            untrusted_json_text(wire[1].decode("utf-8", "replace")),
+            status=200,
+            content_type="application/json",
+        )
     if wire is not None and wire[0] == "error_body":
         status, headers, data = wire[1]
         kept = {name: headers[name] for name in PASSED_HEADERS if name in headers}
         stated = result.error.retry_after_ms if result.error is not None else None
         if stated is not None:  # as the SDK reads it, whichever form the provider or gateway used
             kept.update(wait_headers(stated))
-        relayed = _json_passed(data, headers.get("content-type", "")) if len(data) <= PASSTHROUGH_CAP else None
+        relayed = (
+            _json_passed(data, headers.get("content-type", ""))
+            if len(data) <= PASSTHROUGH_CAP
+            else None
+        )
         if relayed is not None:
-            return HttpResponse(relayed, status=status, content_type="application/json", headers=kept)
+            return HttpResponse(
+                relayed, status=status, content_type="application/json", headers=kept
+            )
         # Not JSON (a gateway's HTML page), or too large to pass: the format's own error,
         # whose message is the provider's text, bounded.
         message = result.error.message if result.error else f"HTTP {status}"
@@ -263,8 +320,12 @@ def answer(fmt: Format, result: CallResult | None, wire: tuple[str, Any] | None)
     failure = result.error
     message = failure.message if failure else "the call did not complete"
     if result.outcome == "cut" and result.bound is not None:
-        return error(fmt, 504, message, code=result.bound.value, extra={"bound": result.bound.value})
-    return error(fmt, 502, message, extra={"provider_error": failure.as_dict() if failure else None})
+        return error(
+            fmt, 504, message, code=result.bound.value, extra={"bound": result.bound.value}
+        )
+    return error(
+        fmt, 502, message, extra={"provider_error": failure.as_dict() if failure else None}
+    )
 
 
 def _json_passed(data: bytes, content_type: str) -> str | None:
@@ -281,7 +342,9 @@ def _json_passed(data: bytes, content_type: str) -> str | None:
 
 def _relayed(event: SseEvent) -> bytes:
     """One of the provider's events as it goes on to the client, its data made safe."""
-    return sse_bytes(event if event.comment else SseEvent(event.event, untrusted_json_text(event.data)))
+    return sse_bytes(
+        event if event.comment else SseEvent(event.event, untrusted_json_text(event.data))
+    )
 
 
 # The provider's answers after which the stream gets an error event of ours: its own error
@@ -321,11 +384,19 @@ async def relay(call: DropinCall, fmt: Format, seen: list[tuple[str, Any]]) -> A
             result: CallResult | None = value
             failure = result.error if result is not None else None
             if result is None:
-                yield fmt.stream_error("the call could not be recorded (the database is unavailable)", code="unavailable")
+                yield fmt.stream_error(
+                    "the call could not be recorded (the database is unavailable)",
+                    code="unavailable",
+                )
             elif result.outcome == "cut" and result.bound is not None and failure is not None:
                 yield fmt.stream_error(failure.message, code=result.bound.value)
-            elif failure is not None and (errored or failure.type == "network" or failure.provider_code in REFUSED_CODES):
-                yield fmt.stream_error(failure.message, code=failure.type if errored else failure.provider_code or failure.type)
+            elif failure is not None and (
+                errored or failure.type == "network" or failure.provider_code in REFUSED_CODES
+            ):
+                yield fmt.stream_error(
+                    failure.message,
+                    code=failure.type if errored else failure.provider_code or failure.type,
+                )
             return
     finally:
         if not ended:

@@ -25,12 +25,29 @@ def asgi_server(label: str, extra_env: dict[str, str] | None = None) -> Iterator
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     log = LOG_DIR / f"{label}-server.log"
     env = dict(
-        os.environ, DATABASE_URL=_database_url(), DJANGO_SETTINGS_MODULE="agentops.settings",
-        PGOPTIONS="-c deadlock_timeout=100ms", **(extra_env or {}),
+        os.environ,
+        DATABASE_URL=_database_url(),
+        DJANGO_SETTINGS_MODULE="agentops.settings",
+        PGOPTIONS="-c deadlock_timeout=100ms",
+        **(extra_env or {}),
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "interfaces.asgi:application", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
-        cwd=BASE_DIR, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "interfaces.asgi:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        cwd=BASE_DIR,
+        env=env,
+        stdout=open(log, "w"),
+        stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
 

@@ -13,8 +13,12 @@ pytestmark = pytest.mark.django_db
 
 
 def staff(*perms: str) -> Client:
-    user = User.objects.create_user("op-" + "-".join(perms or ("none",)), password="x", is_staff=True)
-    user.user_permissions.add(*Permission.objects.filter(codename__in=["view_alert", "view_auditentry", *perms]))
+    user = User.objects.create_user(
+        "op-" + "-".join(perms or ("none",)), password="x", is_staff=True
+    )
+    user.user_permissions.add(
+        *Permission.objects.filter(codename__in=["view_alert", "view_auditentry", *perms])
+    )
     client = Client()
     client.force_login(user)
     return client
@@ -25,14 +29,21 @@ def test_acknowledging_an_alert_needs_the_permission_and_is_audited() -> None:
     without = staff()
     page = without.get("/admin/agentops/alert/")
     assert page.status_code == 200 and b"Acknowledge the selected alerts" not in page.content
-    without.post("/admin/agentops/alert/", {"action": "acknowledge", "_selected_action": [alert.pk]})
+    without.post(
+        "/admin/agentops/alert/", {"action": "acknowledge", "_selected_action": [alert.pk]}
+    )
     assert Alert.objects.get(pk=alert.pk).acknowledged_at is None
 
     allowed = staff("acknowledge_alert")
     assert b"Acknowledge the selected alerts" in allowed.get("/admin/agentops/alert/").content
-    allowed.post("/admin/agentops/alert/", {"action": "acknowledge", "_selected_action": [alert.pk]})
+    allowed.post(
+        "/admin/agentops/alert/", {"action": "acknowledge", "_selected_action": [alert.pk]}
+    )
     assert Alert.objects.get(pk=alert.pk).acknowledged_by == "admin:op-acknowledge_alert"
-    assert AuditEntry.objects.filter(action="alert.acknowledge", target=f"alert:{alert.pk}").count() == 1
+    assert (
+        AuditEntry.objects.filter(action="alert.acknowledge", target=f"alert:{alert.pk}").count()
+        == 1
+    )
 
 
 def test_nobody_edits_or_deletes_an_audit_entry_through_the_admin() -> None:
@@ -52,11 +63,20 @@ def test_restoring_a_set_aside_row_needs_the_permission_and_is_audited() -> None
     row = HistoryRowFactory.create(state=HistoryRow.State.SET_ASIDE, set_aside_by="breaker")
     without = staff("view_historyrow")
     page = without.get("/admin/agentops/historyrow/")
-    assert page.status_code == 200 and b"SET ASIDE" in page.content and b"Restore the selected" not in page.content
+    assert (
+        page.status_code == 200
+        and b"SET ASIDE" in page.content
+        and b"Restore the selected" not in page.content
+    )
     without.post("/admin/agentops/historyrow/", {"action": "restore", "_selected_action": [row.pk]})
     assert HistoryRow.objects.get(pk=row.pk).state == HistoryRow.State.SET_ASIDE
 
     allowed = staff("view_historyrow", "restore_historyrow")
     allowed.post("/admin/agentops/historyrow/", {"action": "restore", "_selected_action": [row.pk]})
     assert HistoryRow.objects.get(pk=row.pk).state == HistoryRow.State.PRESENTED
-    assert AuditEntry.objects.filter(action="history.restore", actor="admin:op-view_historyrow-restore_historyrow").count() == 1
+    assert (
+        AuditEntry.objects.filter(
+            action="history.restore", actor="admin:op-view_historyrow-restore_historyrow"
+        ).count()
+        == 1
+    )

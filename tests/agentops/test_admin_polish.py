@@ -35,10 +35,23 @@ def call(agent: Agent) -> InferenceCall:
     turn = TurnFactory.create(agent=agent, status=Turn.Status.HELD)
     sent = timezone.now() - timedelta(minutes=3)
     return CallFactory.create(
-        turn=turn, agent=agent, kind="primary", model="m1", streamed=True, sent_at=sent, ended_at=sent + timedelta(seconds=1),
-        outcome="error", cut_lateness_ms=12.345678,
-        error={"type": "rate_limit", "http_status": 429, "provider_code": "rate_limit_exceeded", "message": "Slow down, please",
-               "retryable": True, "retry_after_ms": 7_200_000},
+        turn=turn,
+        agent=agent,
+        kind="primary",
+        model="m1",
+        streamed=True,
+        sent_at=sent,
+        ended_at=sent + timedelta(seconds=1),
+        outcome="error",
+        cut_lateness_ms=12.345678,
+        error={
+            "type": "rate_limit",
+            "http_status": 429,
+            "provider_code": "rate_limit_exceeded",
+            "message": "Slow down, please",
+            "retryable": True,
+            "retry_after_ms": 7_200_000,
+        },
     )
 
 
@@ -46,21 +59,36 @@ def test_a_turn_is_named_by_its_agent(call: InferenceCall) -> None:
     assert str(call.turn) == f"turn {call.turn_id} of ada (held)"
 
 
-def test_a_calls_page_renders_its_error_and_its_instants_to_the_second(admin_client: Client, call: InferenceCall) -> None:
+def test_a_calls_page_renders_its_error_and_its_instants_to_the_second(
+    admin_client: Client, call: InferenceCall
+) -> None:
     page = admin_client.get(f"/admin/inference/inferencecall/{call.pk}/change/").content.decode()
-    for part in ("<strong>rate_limit</strong>", "HTTP 429", "asked to wait 2 h", "Slow down, please", "12 ms after its deadline", "3 min ago"):
+    for part in (
+        "<strong>rate_limit</strong>",
+        "HTTP 429",
+        "asked to wait 2 h",
+        "Slow down, please",
+        "12 ms after its deadline",
+        "3 min ago",
+    ):
         assert part in page, part
-    assert "&quot;retry_after_ms&quot;" not in page and '"retry_after_ms"' not in page  # not a raw JSON blob
+    assert (
+        "&quot;retry_after_ms&quot;" not in page and '"retry_after_ms"' not in page
+    )  # not a raw JSON blob
     assert SECONDS.search(page)
 
 
-def test_a_turns_inline_calls_show_the_http_status_and_stated_wait(admin_client: Client, call: InferenceCall) -> None:
+def test_a_turns_inline_calls_show_the_http_status_and_stated_wait(
+    admin_client: Client, call: InferenceCall
+) -> None:
     page = admin_client.get(f"/admin/inference/turn/{call.turn_id}/change/").content.decode()
     assert "HTTP 429" in page and "asked to wait 2 h" in page
     assert "turn " + str(call.turn_id) + " of ada" in page
 
 
-def test_lists_show_instants_to_the_second_with_a_relative_form(admin_client: Client, call: InferenceCall) -> None:
+def test_lists_show_instants_to_the_second_with_a_relative_form(
+    admin_client: Client, call: InferenceCall
+) -> None:
     page = admin_client.get("/admin/inference/inferencecall/").content.decode()
     assert SECONDS.search(page) and "3 min ago" in page
 
@@ -74,7 +102,9 @@ def test_an_alerts_message_is_cut_between_words_in_the_list(admin_client: Client
     assert re.fullmatch(r"(w\d{3}ab )*w\d{3}ab…", shown.group(1))
 
 
-def test_binding_waits_show_a_countdown_and_link_the_agent_and_its_turn(admin_client: Client, call: InferenceCall, agent: Agent) -> None:
+def test_binding_waits_show_a_countdown_and_link_the_agent_and_its_turn(
+    admin_client: Client, call: InferenceCall, agent: Agent
+) -> None:
     now = clock_ms()
     wait_record(agent=agent, model="m1", retry_after_ms=7_200_000, reason="429", now_ms=now)
     wait_record(agent=agent, model="m2", retry_after_ms=math.nan, reason="429", now_ms=now)
@@ -93,4 +123,7 @@ def test_the_admins_own_date_fields_show_seconds() -> None:
 
     from django.contrib.admin.utils import display_for_value
 
-    assert display_for_value(datetime(2027, 1, 15, 10, 0, 7, tzinfo=UTC), "-") == "2027-01-15 10:00:07 UTC"
+    assert (
+        display_for_value(datetime(2027, 1, 15, 10, 0, 7, tzinfo=UTC), "-")
+        == "2027-01-15 10:00:07 UTC"
+    )

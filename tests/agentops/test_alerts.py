@@ -49,7 +49,10 @@ async def test_an_alerts_data_is_bounded_alike_in_its_row_its_log_line_its_dashb
     await layer.group_add(DASHBOARD_GROUP, channel)
     try:
         alert = await database_sync_to_async(alert_raise)(
-            kind="turn-exhausted", agent="ada", model="m1", message="ran out",
+            kind="turn-exhausted",
+            agent="ada",
+            model="m1",
+            message="ran out",
             data={"error": {"message": HUGE}, "calls": list(range(1000))},
         )
         event = await asyncio.wait_for(layer.receive(channel), timeout=10)
@@ -58,7 +61,10 @@ async def test_an_alerts_data_is_bounded_alike_in_its_row_its_log_line_its_dashb
 
     row = await database_sync_to_async(Alert.objects.get)(pk=alert.pk)
     stored = row.data
-    assert len(stored["error"]["message"]) == FAILURE_TEXT_LIMIT and "omitted]" in stored["error"]["message"]
+    assert (
+        len(stored["error"]["message"]) == FAILURE_TEXT_LIMIT
+        and "omitted]" in stored["error"]["message"]
+    )
     assert stored["calls"] == list(range(DATA_ITEMS_LIMIT))
 
     assert event["type"] == "dashboard.event" and event["event"]["type"] == "alert.raised"
@@ -72,8 +78,12 @@ async def test_an_alerts_data_is_bounded_alike_in_its_row_its_log_line_its_dashb
     assert line["kind"] == "turn-exhausted" and line["alert"] == alert.pk and line["data"] == stored
 
 
-def test_the_webhook_body_is_the_dashboards_alert_json_without_its_acknowledgement(failures_log: Path) -> None:
-    alert = alert_raise(kind="hard-down", agent="ada", model="m1", verdict="history", message="down", data={"n": 1})
+def test_the_webhook_body_is_the_dashboards_alert_json_without_its_acknowledgement(
+    failures_log: Path,
+) -> None:
+    alert = alert_raise(
+        kind="hard-down", agent="ada", model="m1", verdict="history", message="down", data={"n": 1}
+    )
     body = json.loads(alert_payload(alert))
     shown = alert_json(alert)
     assert shown.pop("acknowledged_at") is None

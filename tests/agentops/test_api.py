@@ -54,7 +54,9 @@ ENDPOINTS = [
 
 @pytest.mark.parametrize(("method", "url"), ENDPOINTS)
 @pytest.mark.parametrize("header", [None, "Bearer nope", "Basic abc", "Bearer "])
-def test_every_endpoint_refuses_a_missing_or_bad_token_with_401(agent: Agent, method: str, url: str, header: str | None) -> None:
+def test_every_endpoint_refuses_a_missing_or_bad_token_with_401(
+    agent: Agent, method: str, url: str, header: str | None
+) -> None:
     client = Client(headers={"Authorization": header} if header else {})
     response = call(client, method, url, {})
     assert response.status_code == 401
@@ -63,12 +65,18 @@ def test_every_endpoint_refuses_a_missing_or_bad_token_with_401(agent: Agent, me
 
 
 OPERATOR_ENDPOINTS = [
-    ("post", "/api/v1/providers", {"name": "x", "kind": "openai", "base_url": "http://127.0.0.1:1/v1"}),
+    (
+        "post",
+        "/api/v1/providers",
+        {"name": "x", "kind": "openai", "base_url": "http://127.0.0.1:1/v1"},
+    ),
 ]
 
 
 @pytest.mark.parametrize(("method", "url", "body"), OPERATOR_ENDPOINTS)
-def test_operator_endpoints_refuse_a_non_operator_token_with_403(user_token: str, method: str, url: str, body: Any) -> None:
+def test_operator_endpoints_refuse_a_non_operator_token_with_403(
+    user_token: str, method: str, url: str, body: Any
+) -> None:
     client = Client(headers={"Authorization": f"Bearer {user_token}"})
     response = call(client, method, url, body)
     assert response.status_code == 403
@@ -108,7 +116,12 @@ def test_the_openapi_document_is_served(api: Client) -> None:
 
 # --- providers ----------------------------------------------------------------------
 
-GOOD_PROVIDER = {"name": "prov", "kind": "openai", "base_url": "http://127.0.0.1:9/v1", "api_key_env": "OPENAI_API_KEY"}
+GOOD_PROVIDER = {
+    "name": "prov",
+    "kind": "openai",
+    "base_url": "http://127.0.0.1:9/v1",
+    "api_key_env": "OPENAI_API_KEY",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -119,13 +132,23 @@ def _provider_key(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("name", ""), ("name", "has space"), ("name", 5), ("name", "x" * 101),
-        ("kind", "gemini"), ("kind", None), ("kind", 1),
-        ("base_url", "ftp://x"), ("base_url", "not a url"), ("base_url", ["http://a"]),
-        ("api_key_env", "sk-live-123"), ("api_key_env", 7),
+        ("name", ""),
+        ("name", "has space"),
+        ("name", 5),
+        ("name", "x" * 101),
+        ("kind", "gemini"),
+        ("kind", None),
+        ("kind", 1),
+        ("base_url", "ftp://x"),
+        ("base_url", "not a url"),
+        ("base_url", ["http://a"]),
+        ("api_key_env", "sk-live-123"),
+        ("api_key_env", 7),
     ],
 )
-def test_provider_create_refuses_each_malformed_field_with_400_naming_it(api: Client, field: str, value: Any) -> None:
+def test_provider_create_refuses_each_malformed_field_with_400_naming_it(
+    api: Client, field: str, value: Any
+) -> None:
     response = post(api, "/api/v1/providers", {**GOOD_PROVIDER, field: value})
     assert response.status_code == 400, response.content
     assert response.json()["message"].startswith(f"{field}:")
@@ -145,7 +168,14 @@ def test_provider_create_and_list(api: Client) -> None:
     assert post(api, "/api/v1/providers", GOOD_PROVIDER).status_code == 201
     assert post(api, "/api/v1/providers", GOOD_PROVIDER).status_code == 409
     listed = api.get("/api/v1/providers").json()
-    assert listed == [{"name": "prov", "kind": "openai", "base_url": "http://127.0.0.1:9/v1", "api_key_env": "OPENAI_API_KEY"}]
+    assert listed == [
+        {
+            "name": "prov",
+            "kind": "openai",
+            "base_url": "http://127.0.0.1:9/v1",
+            "api_key_env": "OPENAI_API_KEY",
+        }
+    ]
 
 
 @pytest.mark.parametrize("kind", [choice.value for choice in Provider.Kind])
@@ -162,18 +192,28 @@ def test_a_provider_of_every_kind_is_created_and_listed(api: Client, kind: str) 
     ("path", "body", "field"),
     [
         ("/api/v1/waits/release", {}, "agent"),  # a body read by hand
-        ("/api/v1/agents", {"name": "ada", "provider": "nope", "model": "m"}, "provider"),  # a service's check
+        (
+            "/api/v1/agents",
+            {"name": "ada", "provider": "nope", "model": "m"},
+            "provider",
+        ),  # a service's check
         ("/api/v1/providers", {**GOOD_PROVIDER, "kind": "gemini"}, "kind"),  # the schema's
         ("/api/v1/providers", "{", "body"),  # ninja's parser's
     ],
 )
-def test_every_400_lists_its_field_in_data_errors(api: Client, path: str, body: Any, field: str) -> None:
+def test_every_400_lists_its_field_in_data_errors(
+    api: Client, path: str, body: Any, field: str
+) -> None:
     response = post(api, path, body)
     assert response.status_code == 400, response.content
     out = response.json()
     assert out["data"]["field"] == field
     [error] = out["data"]["errors"]
-    assert error["field"] == field and error["message"] and not error["message"].startswith(f"{field}:")
+    assert (
+        error["field"] == field
+        and error["message"]
+        and not error["message"].startswith(f"{field}:")
+    )
     assert out["message"] == f"{field}: {error['message']}"
 
 
@@ -206,13 +246,29 @@ GOOD_AGENT = {"name": "bob", "kind": "resident", "provider": "p1", "model": "ans
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("name", ""), ("name", "../etc"), ("kind", "daemon"), ("provider", "nope"), ("provider", 3),
-        ("model", ""), ("model", "a\nb"), ("participant", ""), ("participant", "bell\x07"),
-        ("system", 5), ("max_tokens", 0), ("max_tokens", -1), ("max_tokens", "100"), ("max_tokens", 1.5),
-        ("thinking_budget", 0), ("stream", "yes"), ("stream", 1), ("tools", "lookup"),
+        ("name", ""),
+        ("name", "../etc"),
+        ("kind", "daemon"),
+        ("provider", "nope"),
+        ("provider", 3),
+        ("model", ""),
+        ("model", "a\nb"),
+        ("participant", ""),
+        ("participant", "bell\x07"),
+        ("system", 5),
+        ("max_tokens", 0),
+        ("max_tokens", -1),
+        ("max_tokens", "100"),
+        ("max_tokens", 1.5),
+        ("thinking_budget", 0),
+        ("stream", "yes"),
+        ("stream", 1),
+        ("tools", "lookup"),
     ],
 )
-def test_agent_create_refuses_each_malformed_field_with_400_naming_it(api: Client, agent: Agent, field: str, value: Any) -> None:
+def test_agent_create_refuses_each_malformed_field_with_400_naming_it(
+    api: Client, agent: Agent, field: str, value: Any
+) -> None:
     response = post(api, "/api/v1/agents", {**GOOD_AGENT, field: value})
     assert response.status_code == 400, response.content
     assert response.json()["message"].startswith(f"{field}"), response.json()
@@ -224,15 +280,25 @@ def test_agent_create_read_patch(api: Client, agent: Agent) -> None:
     response = post(api, "/api/v1/agents", GOOD_AGENT)
     assert response.status_code == 201
     body = response.json()
-    assert body["participant"] == "bob" and body["status"] == "idle" and body["holds"] == [] and body["current_turn"] is None
+    assert (
+        body["participant"] == "bob"
+        and body["status"] == "idle"
+        and body["holds"] == []
+        and body["current_turn"] is None
+    )
     assert post(api, "/api/v1/agents", GOOD_AGENT).status_code == 409
     response = patch(api, "/api/v1/agents/bob", {"model": "think", "max_tokens": 99})
     assert response.status_code == 200
     assert response.json()["model"] == "think" and response.json()["max_tokens"] == 99
 
 
-@pytest.mark.parametrize(("field", "value"), [("model", ""), ("model", None), ("max_tokens", 0), ("system", 1), ("name", "x")])
-def test_agent_patch_refuses_malformed_fields(api: Client, agent: Agent, field: str, value: Any) -> None:
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("model", ""), ("model", None), ("max_tokens", 0), ("system", 1), ("name", "x")],
+)
+def test_agent_patch_refuses_malformed_fields(
+    api: Client, agent: Agent, field: str, value: Any
+) -> None:
     response = patch(api, "/api/v1/agents/ada", {field: value})
     assert response.status_code == 400
     assert response.json()["data"]["field"] == field
@@ -240,7 +306,16 @@ def test_agent_patch_refuses_malformed_fields(api: Client, agent: Agent, field: 
     assert agent.model == "answer"
 
 
-@pytest.mark.parametrize(("method", "url"), [("get", "/api/v1/agents/nobody"), ("patch", "/api/v1/agents/nobody"), ("delete", "/api/v1/agents/nobody"), ("get", "/api/v1/agents/nobody/history"), ("post", "/api/v1/agents/nobody/turns")])
+@pytest.mark.parametrize(
+    ("method", "url"),
+    [
+        ("get", "/api/v1/agents/nobody"),
+        ("patch", "/api/v1/agents/nobody"),
+        ("delete", "/api/v1/agents/nobody"),
+        ("get", "/api/v1/agents/nobody/history"),
+        ("post", "/api/v1/agents/nobody/turns"),
+    ],
+)
 def test_unknown_agents_are_404(api: Client, method: str, url: str) -> None:
     body = {"messages": [{"participant": "a", "content": "b"}]} if url.endswith("turns") else {}
     response = call(api, method, url, body)
@@ -271,11 +346,21 @@ def test_a_resident_cannot_be_disposed_but_a_conversation_can(api: Client, agent
         ({"messages": [{"participant": "", "content": "x"}]}, "messages[0].participant"),
         ({"messages": [{"participant": "a", "content": ""}]}, "messages[0].content"),
         ({"messages": [{"participant": "a", "content": 5}]}, "messages[0].content"),
-        ({"messages": [{"participant": "a", "content": "ok"}, {"participant": "b\x00", "content": "x"}]}, "messages[1].participant"),
+        (
+            {
+                "messages": [
+                    {"participant": "a", "content": "ok"},
+                    {"participant": "b\x00", "content": "x"},
+                ]
+            },
+            "messages[1].participant",
+        ),
         ({"messages": [{"participant": "a", "content": "nul\x00"}]}, "messages[0].content"),
     ],
 )
-def test_turn_submit_refuses_malformed_messages_and_stores_nothing(api: Client, agent: Agent, body: Any, field: str) -> None:
+def test_turn_submit_refuses_malformed_messages_and_stores_nothing(
+    api: Client, agent: Agent, body: Any, field: str
+) -> None:
     response = post(api, "/api/v1/agents/ada/turns", body)
     assert response.status_code == 400, response.content
     assert response.json()["data"]["field"] == field
@@ -283,36 +368,78 @@ def test_turn_submit_refuses_malformed_messages_and_stores_nothing(api: Client, 
 
 
 def test_messages_join_a_queued_turn(api: Client, agent: Agent) -> None:
-    first = post(api, "/api/v1/agents/ada/turns", {"messages": [{"participant": "alice", "content": "one"}]}).json()
-    second = post(api, "/api/v1/agents/ada/turns", {"messages": [{"participant": "bob", "content": "two"}]}).json()
+    first = post(
+        api, "/api/v1/agents/ada/turns", {"messages": [{"participant": "alice", "content": "one"}]}
+    ).json()
+    second = post(
+        api, "/api/v1/agents/ada/turns", {"messages": [{"participant": "bob", "content": "two"}]}
+    ).json()
     assert first["joined"] is False and second["joined"] is True and second["id"] == first["id"]
     turn = Turn.objects.get()
     assert sorted(turn.trigger_rows.values_list("seq", flat=True)) == [1, 2]
 
 
-@pytest.mark.parametrize(("url", "body", "field"), [
-    ("/api/v1/turns/{id}/tool_results", {"results": []}, "results"),
-    ("/api/v1/turns/{id}/tool_results", {"results": [{"tool_call_id": "", "content": "x"}]}, "results[0].tool_call_id"),
-    ("/api/v1/turns/{id}/tool_results", {"results": [{"tool_call_id": "t", "content": 1}]}, "results[0].content"),
-])
-def test_tool_results_refuse_malformed_fields(api: Client, agent: Agent, url: str, body: Any, field: str) -> None:
-    turn = TurnFactory.create(agent=agent, status=Turn.Status.REQUIRES_ACTION, pending_tool_calls=[{"id": "t", "name": "f", "arguments": {}}])
+@pytest.mark.parametrize(
+    ("url", "body", "field"),
+    [
+        ("/api/v1/turns/{id}/tool_results", {"results": []}, "results"),
+        (
+            "/api/v1/turns/{id}/tool_results",
+            {"results": [{"tool_call_id": "", "content": "x"}]},
+            "results[0].tool_call_id",
+        ),
+        (
+            "/api/v1/turns/{id}/tool_results",
+            {"results": [{"tool_call_id": "t", "content": 1}]},
+            "results[0].content",
+        ),
+    ],
+)
+def test_tool_results_refuse_malformed_fields(
+    api: Client, agent: Agent, url: str, body: Any, field: str
+) -> None:
+    turn = TurnFactory.create(
+        agent=agent,
+        status=Turn.Status.REQUIRES_ACTION,
+        pending_tool_calls=[{"id": "t", "name": "f", "arguments": {}}],
+    )
     response = post(api, url.format(id=turn.pk), body)
     assert response.status_code == 400
     assert response.json()["data"]["field"] == field
 
 
 def test_tool_results_must_match_the_pending_calls(api: Client, agent: Agent) -> None:
-    turn = TurnFactory.create(agent=agent, status=Turn.Status.REQUIRES_ACTION, pending_tool_calls=[{"id": "t1", "name": "f", "arguments": {}}])
-    response = post(api, f"/api/v1/turns/{turn.pk}/tool_results", {"results": [{"tool_call_id": "zz", "content": "x"}]})
-    assert response.status_code == 400 and response.json()["data"]["field"] == "results.tool_call_id"
+    turn = TurnFactory.create(
+        agent=agent,
+        status=Turn.Status.REQUIRES_ACTION,
+        pending_tool_calls=[{"id": "t1", "name": "f", "arguments": {}}],
+    )
+    response = post(
+        api,
+        f"/api/v1/turns/{turn.pk}/tool_results",
+        {"results": [{"tool_call_id": "zz", "content": "x"}]},
+    )
+    assert (
+        response.status_code == 400 and response.json()["data"]["field"] == "results.tool_call_id"
+    )
     queued = TurnFactory.create(agent=agent, status=Turn.Status.QUEUED)
-    response = post(api, f"/api/v1/turns/{queued.pk}/tool_results", {"results": [{"tool_call_id": "t1", "content": "x"}]})
+    response = post(
+        api,
+        f"/api/v1/turns/{queued.pk}/tool_results",
+        {"results": [{"tool_call_id": "t1", "content": "x"}]},
+    )
     assert response.status_code == 409
     assert not HistoryRow.objects.exists()
 
 
-@pytest.mark.parametrize(("method", "url"), [("get", "/api/v1/turns/999999"), ("post", "/api/v1/turns/999999/cancel"), ("post", "/api/v1/turns/999999/tool_results")])
+@pytest.mark.parametrize(
+    ("method", "url"),
+    [
+        ("get", "/api/v1/turns/999999"),
+        ("post", "/api/v1/turns/999999/cancel"),
+        ("post", "/api/v1/turns/999999/tool_results"),
+    ],
+)
 def test_unknown_turns_are_404(api: Client, method: str, url: str) -> None:
     body = {"results": [{"tool_call_id": "a", "content": "b"}]}
     response = call(api, method, url, body)
@@ -326,7 +453,9 @@ def test_a_malformed_turn_id_is_a_400_or_404_never_a_500(api: Client, turn_id: s
 
 
 def test_cancel_a_queued_turn_then_again_is_a_409(api: Client, agent: Agent) -> None:
-    turn_id = post(api, "/api/v1/agents/ada/turns", {"messages": [{"participant": "alice", "content": "one"}]}).json()["id"]
+    turn_id = post(
+        api, "/api/v1/agents/ada/turns", {"messages": [{"participant": "alice", "content": "one"}]}
+    ).json()["id"]
     response = post(api, f"/api/v1/turns/{turn_id}/cancel", {})
     assert response.status_code == 200 and response.json()["status"] == "cancelled"
     assert post(api, f"/api/v1/turns/{turn_id}/cancel", {}).status_code == 409

@@ -21,7 +21,11 @@ from agentops.models import Agent, ApiToken
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
-UNAUTHORIZED = {"code": "unauthorized", "message": "a valid API token is required: Authorization: Bearer <token>", "data": {}}
+UNAUTHORIZED = {
+    "code": "unauthorized",
+    "message": "a valid API token is required: Authorization: Bearer <token>",
+    "data": {},
+}
 
 
 @pytest.fixture
@@ -34,11 +38,16 @@ async def complete(agent: Agent, *, authorization: str | None) -> Any:
     headers = {"Authorization": authorization} if authorization is not None else {}
     body = {"messages": [{"participant": "alice", "content": "summarise"}]}
     return await AsyncClient().post(
-        f"/api/v1/agents/{agent.name}/complete", data=json.dumps(body), content_type="application/json", headers=headers
+        f"/api/v1/agents/{agent.name}/complete",
+        data=json.dumps(body),
+        content_type="application/json",
+        headers=headers,
     )
 
 
-async def test_a_valid_token_through_the_async_client_gets_the_completion(agent: Agent, user_token: str) -> None:
+async def test_a_valid_token_through_the_async_client_gets_the_completion(
+    agent: Agent, user_token: str
+) -> None:
     response = await complete(agent, authorization=f"Bearer {user_token}")
     assert response.status_code == 200, response.content
     body = response.json()
@@ -55,14 +64,20 @@ async def test_no_token_through_the_async_client_is_a_401(agent: Agent) -> None:
     assert response.json() == UNAUTHORIZED
 
 
-@pytest.mark.parametrize("authorization", ["Bearer ao_not-a-real-token", "Basic dXNlcjpwYXNz", "Bearer "])
-async def test_a_wrong_token_through_the_async_client_is_a_401(agent: Agent, authorization: str) -> None:
+@pytest.mark.parametrize(
+    "authorization", ["Bearer ao_not-a-real-token", "Basic dXNlcjpwYXNz", "Bearer "]
+)
+async def test_a_wrong_token_through_the_async_client_is_a_401(
+    agent: Agent, authorization: str
+) -> None:
     response = await complete(agent, authorization=authorization)
     assert response.status_code == 401
     assert response.json() == UNAUTHORIZED
 
 
-async def test_a_revoked_token_through_the_async_client_is_a_401(agent: Agent, user_token: str) -> None:
+async def test_a_revoked_token_through_the_async_client_is_a_401(
+    agent: Agent, user_token: str
+) -> None:
     assert (await complete(agent, authorization=f"Bearer {user_token}")).status_code == 200
     await sync_to_async(ApiToken.objects.filter(name="test-user").update)(revoked_at=timezone.now())
     response = await complete(agent, authorization=f"Bearer {user_token}")

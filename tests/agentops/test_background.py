@@ -12,7 +12,9 @@ from typing import Any
 from agentops.background import BackgroundLoop
 
 
-def test_a_started_coroutine_runs_to_its_end_and_its_task_is_handed_to_on_done_on_the_loop() -> None:
+def test_a_started_coroutine_runs_to_its_end_and_its_task_is_handed_to_on_done_on_the_loop() -> (
+    None
+):
     engine = BackgroundLoop()
     ended: queue.Queue[tuple[asyncio.Task[str], bool]] = queue.Queue()
 
@@ -51,7 +53,9 @@ async def _other_batch(items: list[str]) -> None:
     _batches.append([f"other:{item}" for item in items])
 
 
-def test_items_handed_while_a_send_is_out_go_together_in_order_and_a_coroutine_keeps_its_place() -> None:
+def test_items_handed_while_a_send_is_out_go_together_in_order_and_a_coroutine_keeps_its_place() -> (
+    None
+):
     engine = BackgroundLoop()
     _batches.clear()
     _gate.clear()
@@ -105,14 +109,20 @@ async def _niceness_on_loop() -> int:
     return _niceness()
 
 
-def test_the_bookkeeping_threads_yield_the_cpu_to_the_loop_that_times_the_cuts(settings: Any) -> None:
+def test_the_bookkeeping_threads_yield_the_cpu_to_the_loop_that_times_the_cuts(
+    settings: Any,
+) -> None:
     """Where the cores are busy, the thread that runs every call's timers must get one first:
     the bookkeeping threads run at a lower priority (their niceness raised), the loop at the
     process's own."""
     settings.AGENTOPS_BOOKKEEPING_NICE = 7
     engine = BackgroundLoop()
     own = _niceness()
-    assert own < 19, "the suite runs at the lowest priority already: nothing to lower, nothing tested"
+    assert own < 19, (
+        "the suite runs at the lowest priority already: nothing to lower, nothing tested"
+    )
     assert engine.bookkeeping_pool.submit(_niceness).result(timeout=5) == min(own + 7, 19)
-    assert asyncio.run_coroutine_threadsafe(_niceness_on_loop(), engine.loop).result(timeout=5) == own
+    assert (
+        asyncio.run_coroutine_threadsafe(_niceness_on_loop(), engine.loop).result(timeout=5) == own
+    )
     assert _niceness() == own  # the calling thread, and so the process, is untouched

@@ -67,7 +67,9 @@ async def watcher() -> AsyncIterator[AbortWatcher]:
     await watching.aclose()
 
 
-async def test_a_cancel_reaches_its_watch_within_a_fraction_of_the_old_poll_interval(watcher: AbortWatcher) -> None:
+async def test_a_cancel_reaches_its_watch_within_a_fraction_of_the_old_poll_interval(
+    watcher: AbortWatcher,
+) -> None:
     others = [watcher.watch(a_key(), Fired()) for _ in range(200)]  # a busy process
     latencies = []
     for _ in range(10):
@@ -109,7 +111,9 @@ async def test_a_cancel_set_before_its_watch_began_aborts_at_once(watcher: Abort
     assert fired_early.times == 1 and fired_late.times == 1
 
 
-async def test_keys_watched_one_after_another_are_read_together(watcher: AbortWatcher, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_keys_watched_one_after_another_are_read_together(
+    watcher: AbortWatcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
     keep = watcher.watch(a_key(), Fired())
     await subscribed(watcher)
     reads: list[int] = []
@@ -138,7 +142,9 @@ async def test_keys_watched_one_after_another_are_read_together(watcher: AbortWa
     assert [key for key in keys if fired[key].times] == keys[::3]
 
 
-async def test_an_unwatched_key_is_not_aborted_and_a_watch_fires_once(watcher: AbortWatcher) -> None:
+async def test_an_unwatched_key_is_not_aborted_and_a_watch_fires_once(
+    watcher: AbortWatcher,
+) -> None:
     gone, kept = a_key(), a_key()
     fired_gone, fired_kept = Fired(), Fired()
     unwatch = watcher.watch(gone, fired_gone)
@@ -149,11 +155,15 @@ async def test_an_unwatched_key_is_not_aborted_and_a_watch_fires_once(watcher: A
     await asyncio.to_thread(abort_signal, settings.REDIS_URL, kept)
     await asyncio.to_thread(abort_signal, settings.REDIS_URL, kept)
     assert await fired_kept.within(2)
-    await asyncio.sleep(0.1)  # a chance for the unwatched key or a second signal to fire (the kept one fired within ms)
+    await asyncio.sleep(
+        0.1
+    )  # a chance for the unwatched key or a second signal to fire (the kept one fired within ms)
     assert fired_gone.times == 0 and fired_kept.times == 1
 
 
-async def test_a_watch_begun_while_the_watcher_winds_down_still_aborts(watcher: AbortWatcher) -> None:
+async def test_a_watch_begun_while_the_watcher_winds_down_still_aborts(
+    watcher: AbortWatcher,
+) -> None:
     for attempt in range(15):
         first = watcher.watch(a_key(), Fired())
         await subscribed(watcher)
@@ -163,7 +173,9 @@ async def test_a_watch_begun_while_the_watcher_winds_down_still_aborts(watcher: 
         key, fired = a_key(), Fired()
         watcher.watch(key, fired)
         await asyncio.to_thread(abort_signal, settings.REDIS_URL, key)
-        assert await fired.within(SWEEP_S / 2), f"attempt {attempt}: a watch begun during the wind-down was lost"
+        assert await fired.within(SWEEP_S / 2), (
+            f"attempt {attempt}: a watch begun during the wind-down was lost"
+        )
 
 
 def test_the_abort_channel_names_the_database() -> None:
@@ -194,7 +206,9 @@ async def test_a_cancel_sent_while_the_watcher_reconnects_after_a_redis_restart_
         await watcher.aclose()
 
 
-async def a_restart_loses_no_cancel(watcher: AbortWatcher, var: Path, servers: list[object], url: str) -> None:
+async def a_restart_loses_no_cancel(
+    watcher: AbortWatcher, var: Path, servers: list[object], url: str
+) -> None:
     key, fired = a_key(), Fired()
     watcher.watch(key, fired)
     await subscribed(watcher)

@@ -45,7 +45,14 @@ print(json.dumps({
 
 
 def test_survivors_of_a_young_collection_are_frozen_and_a_sweep_frees_their_cycles() -> None:
-    out = subprocess.run([sys.executable, "-c", SCRIPT], cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=60, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     seen = json.loads(out.stdout)
     assert seen["threshold"] == 50_000
     assert seen["frozen"] >= 20_000  # a young collection came, and its survivors were frozen

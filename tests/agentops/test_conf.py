@@ -9,9 +9,15 @@ from agentops.conf import ConfigError, env_int
 
 @pytest.mark.parametrize(
     ("raw", "problem"),
-    [("twenty", "must be a whole number"), ("-1", "must be at least 0"), ("20", "must be at most 19")],
+    [
+        ("twenty", "must be a whole number"),
+        ("-1", "must be at least 0"),
+        ("20", "must be at most 19"),
+    ],
 )
-def test_a_whole_number_out_of_its_range_is_refused_by_name(monkeypatch: pytest.MonkeyPatch, raw: str, problem: str) -> None:
+def test_a_whole_number_out_of_its_range_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch, raw: str, problem: str
+) -> None:
     monkeypatch.setenv("AGENTOPS_BOOKKEEPING_NICE", raw)
     with pytest.raises(ConfigError, match=f"^AGENTOPS_BOOKKEEPING_NICE {problem}"):
         env_int("AGENTOPS_BOOKKEEPING_NICE", 10, maximum=19)

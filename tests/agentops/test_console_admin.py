@@ -50,12 +50,33 @@ def staff(username: str, *codenames: str) -> Client:
 
 def cut_call(turn: Turn) -> InferenceCall:
     return CallFactory.create(
-        turn=turn, agent=turn.agent, model="m1", streamed=True, sent_at=SENT, headers_at=at(10), first_event_at=at(40),
-        first_content_at=at(40), last_event_at=at(140), ended_at=at(650), model_events=3, keepalives=4, outcome="cut",
-        bound="between_events", bound_deadline=at(640), cut_lateness_ms=3.0,
-        marks={"events": [40, 90, 140], "keepalives": [300, 400, 500], "bounds": {
-            "before_content_ms": 500, "between_events_ms": 500, "think_tokens_per_second": 87,
-            "flat_minimum_ms": 2000, "absolute_ms": 2500}},
+        turn=turn,
+        agent=turn.agent,
+        model="m1",
+        streamed=True,
+        sent_at=SENT,
+        headers_at=at(10),
+        first_event_at=at(40),
+        first_content_at=at(40),
+        last_event_at=at(140),
+        ended_at=at(650),
+        model_events=3,
+        keepalives=4,
+        outcome="cut",
+        bound="between_events",
+        bound_deadline=at(640),
+        cut_lateness_ms=3.0,
+        marks={
+            "events": [40, 90, 140],
+            "keepalives": [300, 400, 500],
+            "bounds": {
+                "before_content_ms": 500,
+                "between_events_ms": 500,
+                "think_tokens_per_second": 87,
+                "flat_minimum_ms": 2000,
+                "absolute_ms": 2500,
+            },
+        },
     )
 
 
@@ -69,7 +90,9 @@ def test_the_agents_list_shows_status_streak_holds_and_the_current_turn() -> Non
     idle: Agent = AgentFactory.create(name="bob")
     turn = TurnFactory.create(agent=agent, status=Turn.Status.HELD)
     BreakerState.objects.create(agent=agent, streak=2)
-    wait_record(agent=agent, model="m1", retry_after_ms=600_000, reason="429 slow down", now_ms=clock_ms())
+    wait_record(
+        agent=agent, model="m1", retry_after_ms=600_000, reason="429 slow down", now_ms=clock_ms()
+    )
 
     page = superuser().get("/admin/agentops/agent/")
     assert page.status_code == 200
@@ -80,7 +103,10 @@ def test_the_agents_list_shows_status_streak_holds_and_the_current_turn() -> Non
     assert '<td class="field-holds">m1 until 20' in row
     assert f'<a href="/admin/inference/turn/{turn.pk}/change/">turn {turn.pk} (held)</a>' in row
     idle_row = row_of(html, "bob")
-    assert '<td class="field-status">idle</td>' in idle_row and '<td class="field-holds">-</td>' in idle_row
+    assert (
+        '<td class="field-status">idle</td>' in idle_row
+        and '<td class="field-holds">-</td>' in idle_row
+    )
     assert idle.pk
 
 
@@ -92,7 +118,9 @@ def agents_page_queries(client: Client, count: int) -> int:
         TurnFactory.create(agent=agent, status=Turn.Status.QUEUED)
         TurnFactory.create(agent=agent, status=Turn.Status.HELD)
         BreakerState.objects.create(agent=agent, streak=1)
-        wait_record(agent=agent, model="m1", retry_after_ms=600_000, reason="429", now_ms=clock_ms())
+        wait_record(
+            agent=agent, model="m1", retry_after_ms=600_000, reason="429", now_ms=clock_ms()
+        )
     journal_forget_process_state()
     with CaptureQueriesContext(connection) as queries:
         page = client.get("/admin/agentops/agent/")
@@ -122,7 +150,9 @@ def test_a_turns_page_shows_its_calls_inline_each_with_a_small_timeline() -> Non
     assert f"/admin/inference/inferencecall/{call.pk}/change/" in html
     assert html.count('class="event"') == 3 and html.count('class="cut"') == 1
 
-    page = superuser_again().get(f"/admin/inference/inferencecall/{call.pk}/change/").content.decode()
+    page = (
+        superuser_again().get(f"/admin/inference/inferencecall/{call.pk}/change/").content.decode()
+    )
     assert '<svg xmlns="http://www.w3.org/2000/svg" class="call-timeline"' in page
     assert "cut at 643 ms, 3 ms after its deadline" in page
     assert "between-events deadline 640 ms (cut the call)" in page
@@ -140,29 +170,69 @@ def test_turns_and_calls_are_read_only_even_for_a_superuser(path: str) -> None:
     client = superuser()
     assert client.get(f"/admin/{path}/add/").status_code == 403
     assert client.post(f"/admin/{path}/{pk}/delete/", {"post": "yes"}).status_code == 403
-    assert client.post(f"/admin/{path}/{pk}/change/", {"status": "succeeded", "outcome": "completed"}).status_code == 403
-    assert Turn.objects.get(pk=turn.pk).status == "failed" and InferenceCall.objects.get(pk=call.pk).outcome == "cut"
+    assert (
+        client.post(
+            f"/admin/{path}/{pk}/change/", {"status": "succeeded", "outcome": "completed"}
+        ).status_code
+        == 403
+    )
+    assert (
+        Turn.objects.get(pk=turn.pk).status == "failed"
+        and InferenceCall.objects.get(pk=call.pk).outcome == "cut"
+    )
 
 
-def test_nobody_adds_changes_or_deletes_an_audit_entry_through_the_admin_not_even_a_superuser() -> None:
-    entry = AuditEntry.objects.create(actor="api:x", action="wait.release", target="ada/m1", reason="fixed")
+def test_nobody_adds_changes_or_deletes_an_audit_entry_through_the_admin_not_even_a_superuser() -> (
+    None
+):
+    entry = AuditEntry.objects.create(
+        actor="api:x", action="wait.release", target="ada/m1", reason="fixed"
+    )
     client = superuser()
     listing = client.get("/admin/agentops/auditentry/")
     assert listing.status_code == 200 and b"wait.release" in listing.content
-    assert b"/admin/agentops/auditentry/add/" not in listing.content and b"delete_selected" not in listing.content
+    assert (
+        b"/admin/agentops/auditentry/add/" not in listing.content
+        and b"delete_selected" not in listing.content
+    )
     assert client.get("/admin/agentops/auditentry/add/").status_code == 403
-    assert client.post("/admin/agentops/auditentry/add/", {"actor": "forged", "action": "x", "target": "y"}).status_code == 403
+    assert (
+        client.post(
+            "/admin/agentops/auditentry/add/", {"actor": "forged", "action": "x", "target": "y"}
+        ).status_code
+        == 403
+    )
     view = client.get(f"/admin/agentops/auditentry/{entry.pk}/change/")
     assert view.status_code == 200 and b'name="_save"' not in view.content  # shown, not editable
-    assert client.post(f"/admin/agentops/auditentry/{entry.pk}/change/", {"actor": "forged", "reason": "forged"}).status_code == 403
+    assert (
+        client.post(
+            f"/admin/agentops/auditentry/{entry.pk}/change/",
+            {"actor": "forged", "reason": "forged"},
+        ).status_code
+        == 403
+    )
     assert client.get(f"/admin/agentops/auditentry/{entry.pk}/delete/").status_code == 403
-    assert client.post(f"/admin/agentops/auditentry/{entry.pk}/delete/", {"post": "yes"}).status_code == 403
-    client.post("/admin/agentops/auditentry/", {"action": "delete_selected", "_selected_action": [entry.pk], "post": "yes"})
+    assert (
+        client.post(f"/admin/agentops/auditentry/{entry.pk}/delete/", {"post": "yes"}).status_code
+        == 403
+    )
+    client.post(
+        "/admin/agentops/auditentry/",
+        {"action": "delete_selected", "_selected_action": [entry.pk], "post": "yes"},
+    )
     assert AuditEntry.objects.filter(pk=entry.pk, actor="api:x", reason="fixed").count() == 1
     assert AuditEntry.objects.count() == 1
 
 
-VIEW = ("view_agent", "view_alert", "view_historyrow", "view_auditentry", "view_waitjournalentry", "view_turn", "view_inferencecall")
+VIEW = (
+    "view_agent",
+    "view_alert",
+    "view_historyrow",
+    "view_auditentry",
+    "view_waitjournalentry",
+    "view_turn",
+    "view_inferencecall",
+)
 ACTIONS = {
     # permission: (page, what an operator sees only with it)
     "release_wait": ("/admin/waits/bindingwait/", "release-wait"),
@@ -174,7 +244,9 @@ ACTIONS = {
 @pytest.mark.parametrize("missing", sorted(ACTIONS))
 def test_each_action_needs_its_own_permission_and_the_others_do_not_grant_it(missing: str) -> None:
     agent = AgentFactory.create(name="ada", model="m1")
-    wait_record(agent=agent, model="m1", retry_after_ms=600_000, reason="429 slow down", now_ms=clock_ms())
+    wait_record(
+        agent=agent, model="m1", retry_after_ms=600_000, reason="429 slow down", now_ms=clock_ms()
+    )
     HistoryRowFactory.create(agent=agent, state=HistoryRow.State.SET_ASIDE, set_aside_by="breaker")
     alert_raise(kind="hard-down", agent="ada", message="down")
     others = [p for p in ACTIONS if p != missing]
@@ -184,4 +256,9 @@ def test_each_action_needs_its_own_permission_and_the_others_do_not_grant_it(mis
         assert response.status_code == 200, page
         assert (action in response.content.decode()) is (permission != missing), (permission, page)
     if missing == "release_wait":
-        assert client.get("/admin/waits/bindingwait/release/", {"agent": "ada", "model": "m1"}).status_code == 403
+        assert (
+            client.get(
+                "/admin/waits/bindingwait/release/", {"agent": "ada", "model": "m1"}
+            ).status_code
+            == 403
+        )

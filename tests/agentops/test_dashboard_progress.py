@@ -34,7 +34,10 @@ async def _events_until_ended(ws: Any, call_id: int, *, timeout: float) -> list[
 
 
 @pytest.mark.usefixtures("workers")
-async def test_a_receiving_streams_progress_reaches_the_dashboard_and_moves_its_deadline(staff: User, make_agent: Any) -> None:  # noqa: F811
+async def test_a_receiving_streams_progress_reaches_the_dashboard_and_moves_its_deadline(
+    staff: User,  # noqa: F811
+    make_agent: Any,
+) -> None:
     agent = await database_sync_to_async(make_agent)(model="answer:chunks=40,interval_ms=60")
     await database_sync_to_async(_queued_turn_without_enqueue)(agent, "hello")
     ws, connected, _ = await dashboard_socket(staff)
@@ -49,7 +52,13 @@ async def test_a_receiving_streams_progress_reaches_the_dashboard_and_moves_its_
     call = started["call"]
     assert call["bound"] == "before_content"
     events = await _events_until_ended(ws, call["id"], timeout=30)
-    progress = [p for e in events if e["type"] == "call.progress" for p in e["calls"] if p["id"] == call["id"]]
+    progress = [
+        p
+        for e in events
+        if e["type"] == "call.progress"
+        for p in e["calls"]
+        if p["id"] == call["id"]
+    ]
     assert progress, "no call.progress reached the dashboard"
     content = [p for p in progress if p["first_content_ms"] is not None]
     assert content, progress
@@ -70,12 +79,17 @@ async def test_a_receiving_streams_progress_reaches_the_dashboard_and_moves_its_
     after: list[dict[str, Any]] = []
     while not await ws.receive_nothing(timeout=0.8):
         after.append(await ws.receive_json_from(timeout=1))
-    assert not any(e["type"] == "call.progress" and any(p["id"] == call["id"] for p in e["calls"]) for e in after)
+    assert not any(
+        e["type"] == "call.progress" and any(p["id"] == call["id"] for p in e["calls"])
+        for e in after
+    )
     await ws.disconnect()
 
 
 @pytest.mark.usefixtures("workers")
-def test_get_turn_shows_an_in_flight_calls_live_counts_and_next_deadline(api: Client, make_agent: Any) -> None:
+def test_get_turn_shows_an_in_flight_calls_live_counts_and_next_deadline(
+    api: Client, make_agent: Any
+) -> None:
     agent = make_agent(model="answer:chunks=30,interval_ms=300")
     turn = _queued_turn_without_enqueue(agent, "hello")
     from interfaces.tasks import agent_drain
@@ -94,9 +108,15 @@ def test_get_turn_shows_an_in_flight_calls_live_counts_and_next_deadline(api: Cl
     assert call["outcome"] is None
     row = InferenceCall.objects.get(pk=call["id"])
     assert row.model_events == 0  # the row has the final counts only at the end: these are live
-    wait_for(lambda: api.get(f"/api/v1/turns/{turn.pk}").json()["status"] == "succeeded", timeout=30, what="the turn to succeed")
+    wait_for(
+        lambda: api.get(f"/api/v1/turns/{turn.pk}").json()["status"] == "succeeded",
+        timeout=30,
+        what="the turn to succeed",
+    )
     done = api.get(f"/api/v1/turns/{turn.pk}").json()["calls"][0]
-    assert done["next_deadline"] is None and done["next_bound"] is None and done["model_events"] >= 30
+    assert (
+        done["next_deadline"] is None and done["next_bound"] is None and done["model_events"] >= 30
+    )
 
 
 async def test_an_idle_dashboard_socket_outlives_the_redis_socket_timeout(staff: User) -> None:  # noqa: F811

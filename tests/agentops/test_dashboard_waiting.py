@@ -20,13 +20,34 @@ from tests.factories import AgentFactory, TurnFactory
 def test_the_snapshot_and_the_admin_show_a_turn_waiting_for_its_pacing() -> None:
     agent = AgentFactory.create(name="pacey")
     until = timezone.now() + timedelta(seconds=40)
-    waiting = TurnFactory.create(agent=agent, status=Turn.Status.RUNNING, not_before=until, waiting_reason="pacing after a 429")
-    TurnFactory.create(agent=agent, status=Turn.Status.SUCCEEDED, not_before=until, waiting_reason="pacing after a 429")  # ended: no wait
-    TurnFactory.create(agent=agent, status=Turn.Status.QUEUED, not_before=timezone.now() - timedelta(seconds=1), waiting_reason="re-armed")  # over
+    waiting = TurnFactory.create(
+        agent=agent,
+        status=Turn.Status.RUNNING,
+        not_before=until,
+        waiting_reason="pacing after a 429",
+    )
+    TurnFactory.create(
+        agent=agent,
+        status=Turn.Status.SUCCEEDED,
+        not_before=until,
+        waiting_reason="pacing after a 429",
+    )  # ended: no wait
+    TurnFactory.create(
+        agent=agent,
+        status=Turn.Status.QUEUED,
+        not_before=timezone.now() - timedelta(seconds=1),
+        waiting_reason="re-armed",
+    )  # over
 
     snapshot = dashboard_snapshot(now_ms=time.time() * 1000)
     assert snapshot["waiting"] == [
-        {"turn": waiting.pk, "agent": "pacey", "status": "running", "waiting_until_ms": until.timestamp() * 1000, "waiting_reason": "pacing after a 429"},
+        {
+            "turn": waiting.pk,
+            "agent": "pacey",
+            "status": "running",
+            "waiting_until_ms": until.timestamp() * 1000,
+            "waiting_reason": "pacing after a 429",
+        },
     ]
 
     admin = User.objects.create_superuser("op", "op@example.com", "pw")

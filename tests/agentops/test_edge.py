@@ -10,7 +10,9 @@ from django.test import Client
 pytestmark = pytest.mark.django_db
 
 
-@pytest.mark.parametrize("url", ["/api/v1/nope", "/api/v1/agents/ada/nope", "/api/v2/agents", "/api/"])
+@pytest.mark.parametrize(
+    "url", ["/api/v1/nope", "/api/v1/agents/ada/nope", "/api/v2/agents", "/api/"]
+)
 def test_an_unknown_api_route_answers_the_json_error_shape(api: Client, url: str) -> None:
     response = api.get(url)
     assert response.status_code == 404
@@ -24,12 +26,17 @@ def test_an_unknown_agent_keeps_its_own_404(api: Client) -> None:
     assert body["data"] == {"field": "name"}
 
 
-@pytest.mark.parametrize(("method", "url", "allowed"), [
-    ("PUT", "/api/v1/agents", ["GET", "POST"]),
-    ("DELETE", "/api/v1/health", ["GET"]),
-    ("POST", "/api/v1/turns/1", ["GET"]),
-])
-def test_a_wrong_method_answers_405_in_the_json_error_shape(api: Client, method: str, url: str, allowed: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("method", "url", "allowed"),
+    [
+        ("PUT", "/api/v1/agents", ["GET", "POST"]),
+        ("DELETE", "/api/v1/health", ["GET"]),
+        ("POST", "/api/v1/turns/1", ["GET"]),
+    ],
+)
+def test_a_wrong_method_answers_405_in_the_json_error_shape(
+    api: Client, method: str, url: str, allowed: list[str]
+) -> None:
     response = api.generic(method, url, "{}", content_type="application/json")
     assert response.status_code == 405
     body = response.json()
@@ -53,13 +60,17 @@ def test_there_is_a_favicon(client: Client) -> None:
     assert b"<svg" in response.content
 
 
-def test_the_admin_header_links_the_dashboard_and_view_site_is_the_dashboard(admin_client: Client) -> None:
+def test_the_admin_header_links_the_dashboard_and_view_site_is_the_dashboard(
+    admin_client: Client,
+) -> None:
     page = admin_client.get("/admin/").content.decode()
     assert 'class="agentops-dashboard" href="/dashboard/"' in page
     assert '<a href="/dashboard/">View site</a>' in page
 
 
-def test_a_token_path_runs_no_session_middleware_in_sync_mode_either(api: Client, admin_client: Client) -> None:
+def test_a_token_path_runs_no_session_middleware_in_sync_mode_either(
+    api: Client, admin_client: Client
+) -> None:
     # As under uvicorn (tests/agentops/test_edge_async.py): the tests' sync client must not
     # hand an API view a user or a session that production would not.
     api_request = api.get("/api/v1/agents").wsgi_request

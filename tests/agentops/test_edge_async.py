@@ -39,7 +39,9 @@ async def test_a_token_request_hops_to_a_thread_only_for_its_view_and_djangos_si
 ) -> None:
     agent = await sync_to_async(make_agent)()
     hops.clear()
-    response = await AsyncClient().get(f"/api/v1/agents/{agent.name}", headers={"Authorization": f"Bearer {user_token}"})
+    response = await AsyncClient().get(
+        f"/api/v1/agents/{agent.name}", headers={"Authorization": f"Bearer {user_token}"}
+    )
     assert response.status_code == 200, response.content
     # request_started, the view, the response's close (request_finished): no middleware step.
     assert sum(hops.values()) == 3, dict(hops)
@@ -52,7 +54,9 @@ async def test_a_token_request_hops_to_a_thread_only_for_its_view_and_djangos_si
 
 
 async def test_a_browser_logs_in_to_the_admin_through_its_session_and_csrf_token() -> None:
-    await sync_to_async(User.objects.create_superuser)("ops", "ops@example.com", "a long passphrase")
+    await sync_to_async(User.objects.create_superuser)(
+        "ops", "ops@example.com", "a long passphrase"
+    )
     browser = AsyncClient(enforce_csrf_checks=True)
     page = await browser.get("/admin/login/")
     assert page.status_code == 200
@@ -91,15 +95,26 @@ async def _asgi_get(app: Any, path: str) -> int:
         sent.append(message)
 
     scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
-        "path": path, "raw_path": path.encode(), "root_path": "", "query_string": b"", "headers": [(b"host", b"testserver")],
-        "client": ("127.0.0.1", 5000), "server": ("testserver", 80),
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"host", b"testserver")],
+        "client": ("127.0.0.1", 5000),
+        "server": ("testserver", 80),
     }
     await app(scope, receive, send)
     return int(sent[0]["status"])
 
 
-async def test_requests_one_after_another_run_on_one_kept_thread_and_concurrent_ones_on_threads_of_their_own() -> None:
+async def test_requests_one_after_another_run_on_one_kept_thread_and_concurrent_ones_on_threads_of_their_own() -> (
+    None
+):
     from django.core.signals import request_started
 
     from interfaces.asgi import django_asgi_app
@@ -116,7 +131,10 @@ async def test_requests_one_after_another_run_on_one_kept_thread_and_concurrent_
         assert len(set(threads)) == 1  # Django alone starts a thread (and a joiner) per request
         before = threading.active_count()
         threads.clear()
-        assert await asyncio.gather(*(_asgi_get(django_asgi_app, "/favicon.ico") for _ in range(4))) == [200] * 4
+        assert (
+            await asyncio.gather(*(_asgi_get(django_asgi_app, "/favicon.ico") for _ in range(4)))
+            == [200] * 4
+        )
         assert len(set(threads)) == 4  # each request its own thread, as Django runs them
         threads.clear()
         for _ in range(5):

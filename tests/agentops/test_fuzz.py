@@ -29,12 +29,20 @@ from agentops.tokens import api_token_create
 from tests.factories import AgentFactory, ProviderFactory
 
 EXAMPLES = int(os.environ.get("AGENTOPS_FUZZ_EXAMPLES", "50"))
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance, response_schema_conformance]
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+]
 
 schema = schemathesis.openapi.from_wsgi("/api/v1/openapi.json", get_wsgi_application())
 # Valid and invalid input both, NUL characters allowed where schemathesis puts them (bodies; it
 # keeps them out of paths and queries, which tests/agentops/test_hostile_input.py covers by hand).
-schema.config.generation.update(modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE], allow_x00=True)
+schema.config.generation.update(
+    modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE], allow_x00=True
+)
 
 
 @pytest.fixture(params=["operator", "user"])
@@ -49,8 +57,14 @@ def token(request: pytest.FixtureRequest, transactional_db: None) -> str:
 @pytest.mark.django_db(transaction=True)
 @schema.parametrize()
 @settings(
-    max_examples=EXAMPLES, deadline=None, derandomize=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.filter_too_much],
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.filter_too_much,
+    ],
 )
 def test_no_operation_answers_a_5xx_or_outside_the_document(case: Any, token: str) -> None:
     case.call_and_validate(headers={"Authorization": f"Bearer {token}"}, checks=CHECKS)

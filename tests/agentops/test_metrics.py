@@ -63,7 +63,9 @@ def value(samples: Scrape, name: str, **labels: str) -> float:
 
 
 def call(agent: Agent, **fields: Any) -> InferenceCall:
-    made: InferenceCall = CallFactory.create(agent=agent, model=agent.model, streamed=True, **fields)
+    made: InferenceCall = CallFactory.create(
+        agent=agent, model=agent.model, streamed=True, **fields
+    )
     return made
 
 
@@ -90,7 +92,9 @@ def test_metrics_parse_need_no_token_and_name_every_family(db: None) -> None:
     assert value(samples, "agentops_cut_lateness_ms_count") == 0
     assert value(samples, "agentops_cut_lateness_ms_bucket", le="+Inf") == 0
     assert ("agentops_auxiliary_deferred_total", ()) in samples
-    assert {labels for name, labels in samples if name == "agentops_turns"} == {(("status", s),) for s in Turn.Status.values}
+    assert {labels for name, labels in samples if name == "agentops_turns"} == {
+        (("status", s),) for s in Turn.Status.values
+    }
 
 
 def test_a_cut_call_moves_calls_total_and_the_cut_lateness_histogram(agent: Agent) -> None:
@@ -98,17 +102,55 @@ def test_a_cut_call_moves_calls_total_and_the_cut_lateness_histogram(agent: Agen
     call(agent, kind="primary", outcome="cut", bound="before_content", cut_lateness_ms=42)
     after, _ = scrape()
 
-    assert value(after, "agentops_calls_total", **CUT_42) == value(before, "agentops_calls_total", **CUT_42) + 1
-    assert value(after, "agentops_cut_lateness_ms_count") == value(before, "agentops_cut_lateness_ms_count") + 1
-    assert value(after, "agentops_cut_lateness_ms_sum") == value(before, "agentops_cut_lateness_ms_sum") + 42
+    assert (
+        value(after, "agentops_calls_total", **CUT_42)
+        == value(before, "agentops_calls_total", **CUT_42) + 1
+    )
+    assert (
+        value(after, "agentops_cut_lateness_ms_count")
+        == value(before, "agentops_cut_lateness_ms_count") + 1
+    )
+    assert (
+        value(after, "agentops_cut_lateness_ms_sum")
+        == value(before, "agentops_cut_lateness_ms_sum") + 42
+    )
     moved = {
-        le: value(after, "agentops_cut_lateness_ms_bucket", le=le) - value(before, "agentops_cut_lateness_ms_bucket", le=le)
-        for le in ["1.0", "5.0", "10.0", "25.0", "50.0", "100.0", "250.0", "500.0", "1000.0", "2500.0", "5000.0", "+Inf"]
+        le: value(after, "agentops_cut_lateness_ms_bucket", le=le)
+        - value(before, "agentops_cut_lateness_ms_bucket", le=le)
+        for le in [
+            "1.0",
+            "5.0",
+            "10.0",
+            "25.0",
+            "50.0",
+            "100.0",
+            "250.0",
+            "500.0",
+            "1000.0",
+            "2500.0",
+            "5000.0",
+            "+Inf",
+        ]
     }
-    assert moved == {"1.0": 0, "5.0": 0, "10.0": 0, "25.0": 0, "50.0": 1, "100.0": 1, "250.0": 1, "500.0": 1, "1000.0": 1, "2500.0": 1, "5000.0": 1, "+Inf": 1}
+    assert moved == {
+        "1.0": 0,
+        "5.0": 0,
+        "10.0": 0,
+        "25.0": 0,
+        "50.0": 1,
+        "100.0": 1,
+        "250.0": 1,
+        "500.0": 1,
+        "1000.0": 1,
+        "2500.0": 1,
+        "5000.0": 1,
+        "+Inf": 1,
+    }
 
 
-def test_the_histogram_counts_only_cut_calls_and_a_value_on_a_bucket_edge_falls_in_that_bucket(agent: Agent) -> None:
+def test_the_histogram_counts_only_cut_calls_and_a_value_on_a_bucket_edge_falls_in_that_bucket(
+    agent: Agent,
+) -> None:
     call(agent, outcome="cut", bound="between_events", cut_lateness_ms=25)
     call(agent, outcome="cut", bound="flat", cut_lateness_ms=9000)
     call(agent, outcome="completed", cut_lateness_ms=3)  # not cut: not in the histogram
@@ -122,14 +164,22 @@ def test_the_histogram_counts_only_cut_calls_and_a_value_on_a_bucket_edge_falls_
     assert value(samples, "agentops_cut_lateness_ms_bucket", le="+Inf") == 2
 
 
-def test_calls_are_counted_per_kind_outcome_and_bound_with_in_flight_and_none_for_nulls(agent: Agent) -> None:
+def test_calls_are_counted_per_kind_outcome_and_bound_with_in_flight_and_none_for_nulls(
+    agent: Agent,
+) -> None:
     call(agent)  # in flight
     call(agent)
     call(agent, outcome="completed")
     call(agent, kind="probe", outcome="error")
     samples, _ = scrape()
-    assert value(samples, "agentops_calls_total", kind="primary", outcome="in_flight", bound="none") == 2
-    assert value(samples, "agentops_calls_total", kind="primary", outcome="completed", bound="none") == 1
+    assert (
+        value(samples, "agentops_calls_total", kind="primary", outcome="in_flight", bound="none")
+        == 2
+    )
+    assert (
+        value(samples, "agentops_calls_total", kind="primary", outcome="completed", bound="none")
+        == 1
+    )
     assert value(samples, "agentops_calls_total", kind="probe", outcome="error", bound="none") == 1
     assert sum(v for (name, _), v in samples.items() if name == "agentops_calls_total") == 4
 
@@ -160,14 +210,18 @@ def test_probes_are_counted_by_verdict_with_pending_for_a_probe_not_yet_read(age
 def test_a_probe_deferred_by_a_provider_wait_gets_its_row_and_is_counted(agent: Agent) -> None:
     HistoryRowFactory.create(agent=agent, seq=1, participant="alice", content="hello")
     failed = compile_request(agent, HistoryRow.objects.filter(agent=agent).order_by("seq"))
-    wait_record(agent=agent, model="m1", retry_after_ms=600_000, reason="429 slow down", now_ms=clock_ms())
+    wait_record(
+        agent=agent, model="m1", retry_after_ms=600_000, reason="429 slow down", now_ms=clock_ms()
+    )
     turn = TurnFactory.create(agent=agent, status=Turn.Status.RUNNING)
     outcome = probe_send(turn=turn, failed=failed, ticket=breaker_probe_begin(agent=agent))
     assert outcome.outcome == "deferred" and outcome.call_id is not None
     row = InferenceCall.objects.get(pk=outcome.call_id)
     assert (row.kind, row.outcome, row.turn_id, row.model) == ("probe", "deferred", turn.pk, "m1")
     samples, _ = scrape()
-    assert value(samples, "agentops_probes_total", verdict="pending") == 1  # until the breaker reads it
+    assert (
+        value(samples, "agentops_probes_total", verdict="pending") == 1
+    )  # until the breaker reads it
 
 
 def test_the_turns_gauge_counts_turns_by_status(agent: Agent) -> None:
@@ -183,8 +237,12 @@ def test_the_turns_gauge_counts_turns_by_status(agent: Agent) -> None:
 def test_raising_an_alert_moves_alerts_total_of_its_kind(db: None) -> None:
     alert_raise(kind="hard-down", agent="ada", model="m1", message="the model is down")
     before, _ = scrape()
-    alert_raise(kind="turn-exhausted", agent="ada", model="m1", message="a turn ran out of attempts")
-    alert_raise(kind="turn-exhausted", agent="bob", model="m1", message="a turn ran out of attempts")
+    alert_raise(
+        kind="turn-exhausted", agent="ada", model="m1", message="a turn ran out of attempts"
+    )
+    alert_raise(
+        kind="turn-exhausted", agent="bob", model="m1", message="a turn ran out of attempts"
+    )
     after, _ = scrape()
     assert value(before, "agentops_alerts_total", kind="hard-down") == 1
     assert value(before, "agentops_alerts_total", kind="turn-exhausted") == 0
@@ -193,7 +251,9 @@ def test_raising_an_alert_moves_alerts_total_of_its_kind(db: None) -> None:
 
 
 def test_a_recorded_provider_wait_shows_as_a_binding_hold(agent: Agent) -> None:
-    wait_record(agent=agent, model="m1", retry_after_ms=600_000, reason="429 slow down", now_ms=clock_ms())
+    wait_record(
+        agent=agent, model="m1", retry_after_ms=600_000, reason="429 slow down", now_ms=clock_ms()
+    )
     samples, _ = scrape()
     assert value(samples, "agentops_holds_binding") == 1
     assert value(samples, "agentops_journal_readable") == 1
@@ -202,7 +262,9 @@ def test_a_recorded_provider_wait_shows_as_a_binding_hold(agent: Agent) -> None:
 def test_an_unreadable_journal_reads_0_and_holds_every_agent(agent: Agent) -> None:
     AgentFactory.create(name="bob")
     AgentFactory.create(name="eph", kind=Agent.Kind.EPHEMERAL)  # never held by unreadable records
-    WaitJournalEntry.objects.create(act_id=uuid.uuid4(), kind="pause", agent="ada", model="m1", at=timezone.now())
+    WaitJournalEntry.objects.create(
+        act_id=uuid.uuid4(), kind="pause", agent="ada", model="m1", at=timezone.now()
+    )
     samples, _ = scrape()
     assert value(samples, "agentops_journal_readable") == 0
     assert value(samples, "agentops_holds_binding") == 2
@@ -231,11 +293,17 @@ def test_metrics_answer_only_get_and_head(db: None) -> None:
     assert scraper().post("/metrics").status_code == 405
 
 
-def test_metrics_need_an_operator_token_unless_public(db: None, user_token: str, settings: Any) -> None:
+def test_metrics_need_an_operator_token_unless_public(
+    db: None, user_token: str, settings: Any
+) -> None:
     """Its labels name every project's agents and models."""
     refused = Client().get("/metrics")
     assert refused.status_code == 401 and refused["WWW-Authenticate"] == "Bearer"
-    assert Client(headers={"Authorization": f"Bearer {user_token}"}).get("/metrics").status_code == 403
-    assert Client(headers={"Authorization": "Bearer not-a-token"}).get("/metrics").status_code == 401
+    assert (
+        Client(headers={"Authorization": f"Bearer {user_token}"}).get("/metrics").status_code == 403
+    )
+    assert (
+        Client(headers={"Authorization": "Bearer not-a-token"}).get("/metrics").status_code == 401
+    )
     settings.AGENTOPS_METRICS_PUBLIC = True
     assert Client().get("/metrics").status_code == 200

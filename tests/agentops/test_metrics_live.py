@@ -49,7 +49,9 @@ def value(samples: Scrape, name: str, **labels: str) -> float:
 CUT_BEFORE_CONTENT = {"kind": "primary", "outcome": "cut", "bound": "before_content"}
 
 
-def test_a_turn_cut_before_content_moves_the_cut_counter_of_that_bound_and_the_lateness_histogram(bounded: WorkerPool, api: Client, make_agent: Any) -> None:
+def test_a_turn_cut_before_content_moves_the_cut_counter_of_that_bound_and_the_lateness_histogram(
+    bounded: WorkerPool, api: Client, make_agent: Any
+) -> None:
     agent = make_agent(model="pings:interval_ms=50")
     before = scrape()
     turn = wait_turn(api, submit(api, agent.name, ("alice", "hello"))["id"])
@@ -58,26 +60,46 @@ def test_a_turn_cut_before_content_moves_the_cut_counter_of_that_bound_and_the_l
     assert cut == 2  # the call and its one fresh call
     after = scrape()
 
-    assert value(after, "agentops_calls_total", **CUT_BEFORE_CONTENT) == value(before, "agentops_calls_total", **CUT_BEFORE_CONTENT) + cut
-    assert value(after, "agentops_cut_lateness_ms_count") == value(before, "agentops_cut_lateness_ms_count") + cut
-    assert value(after, "agentops_cut_lateness_ms_bucket", le="+Inf") == value(before, "agentops_cut_lateness_ms_bucket", le="+Inf") + cut
-    assert value(after, "agentops_cut_lateness_ms_sum") > value(before, "agentops_cut_lateness_ms_sum")
+    assert (
+        value(after, "agentops_calls_total", **CUT_BEFORE_CONTENT)
+        == value(before, "agentops_calls_total", **CUT_BEFORE_CONTENT) + cut
+    )
+    assert (
+        value(after, "agentops_cut_lateness_ms_count")
+        == value(before, "agentops_cut_lateness_ms_count") + cut
+    )
+    assert (
+        value(after, "agentops_cut_lateness_ms_bucket", le="+Inf")
+        == value(before, "agentops_cut_lateness_ms_bucket", le="+Inf") + cut
+    )
+    assert value(after, "agentops_cut_lateness_ms_sum") > value(
+        before, "agentops_cut_lateness_ms_sum"
+    )
     for bound in ("between_events", "flat", "absolute", "whole_call"):
         labels = {**CUT_BEFORE_CONTENT, "bound": bound}
-        assert value(after, "agentops_calls_total", **labels) == value(before, "agentops_calls_total", **labels)
+        assert value(after, "agentops_calls_total", **labels) == value(
+            before, "agentops_calls_total", **labels
+        )
 
 
 @pytest.mark.usefixtures("workers")
-def test_a_probe_refused_like_the_failure_moves_the_refused_probes_counter(api: Client, make_agent: Any) -> None:
+def test_a_probe_refused_like_the_failure_moves_the_refused_probes_counter(
+    api: Client, make_agent: Any
+) -> None:
     agent = make_agent(model="refuse")
     before = scrape()
     # Failures 1 and 2 count; failure 3 reaches the threshold and probes, which is refused too.
     fail_in_a_row(api, agent, 3, settled=lambda i: alerts(agent, "history-kept") == max(i - 1, 0))
     wait_for(
-        lambda: value(scrape(), "agentops_probes_total", verdict="refused") == value(before, "agentops_probes_total", verdict="refused") + 1,
+        lambda: (
+            value(scrape(), "agentops_probes_total", verdict="refused")
+            == value(before, "agentops_probes_total", verdict="refused") + 1
+        ),
         what="the refused probe to be counted",
     )
     after = scrape()
     for verdict in ("answered", "unclear", "set_aside", "pending"):
-        assert value(after, "agentops_probes_total", verdict=verdict) == value(before, "agentops_probes_total", verdict=verdict)
+        assert value(after, "agentops_probes_total", verdict=verdict) == value(
+            before, "agentops_probes_total", verdict=verdict
+        )
     assert InferenceCall.objects.get(agent=agent, kind="probe").probe_verdict == "refused"

@@ -30,15 +30,20 @@ def _enum(prop: dict[str, Any], schemas: dict[str, Any]) -> list[str]:
     raise AssertionError(f"not an enum: {prop}")
 
 
-@pytest.mark.parametrize(("schema", "field", "choices"), [
-    ("CallOut", "kind", InferenceCall.Kind.values),
-    ("CallOut", "outcome", InferenceCall.Outcome.values),
-    ("CallOut", "bound", InferenceCall.Bound.values),
-    ("TurnOut", "status", Turn.Status.values),
-    ("TurnAccepted", "status", Turn.Status.values),
-    ("AgentOut", "status", ["idle", "queued", "running", "held", "requires_action"]),
-])
-def test_the_openapi_document_lists_each_enum_as_the_models_define_it(schemas: dict[str, Any], schema: str, field: str, choices: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("schema", "field", "choices"),
+    [
+        ("CallOut", "kind", InferenceCall.Kind.values),
+        ("CallOut", "outcome", InferenceCall.Outcome.values),
+        ("CallOut", "bound", InferenceCall.Bound.values),
+        ("TurnOut", "status", Turn.Status.values),
+        ("TurnAccepted", "status", Turn.Status.values),
+        ("AgentOut", "status", ["idle", "queued", "running", "held", "requires_action"]),
+    ],
+)
+def test_the_openapi_document_lists_each_enum_as_the_models_define_it(
+    schemas: dict[str, Any], schema: str, field: str, choices: list[str]
+) -> None:
     assert sorted(_enum(schemas[schema]["properties"][field], schemas)) == sorted(choices)
 
 

@@ -28,7 +28,9 @@ def client(token: str) -> Client:
 
 
 def call(c: Client, method: str, url: str, body: Any = None) -> Any:
-    return c.generic(method, url, "" if body is None else json.dumps(body), content_type="application/json")
+    return c.generic(
+        method, url, "" if body is None else json.dumps(body), content_type="application/json"
+    )
 
 
 @pytest.fixture
@@ -51,7 +53,12 @@ def agents(tokens: dict[str, str]) -> dict[str, Any]:
         created = call(c, "POST", "/api/v1/agents", body)
         assert created.status_code == 201, created.content
         assert created.json()["project"] == project
-        turn = call(c, "POST", f"/api/v1/agents/{name}/turns", {"messages": [{"participant": "alice", "content": "hi"}]})
+        turn = call(
+            c,
+            "POST",
+            f"/api/v1/agents/{name}/turns",
+            {"messages": [{"participant": "alice", "content": "hi"}]},
+        )
         assert turn.status_code == 202, turn.content
         made[name] = turn.json()["id"]
     return made
@@ -59,7 +66,11 @@ def agents(tokens: dict[str, str]) -> dict[str, Any]:
 
 def not_found_like_unknown(response: Any, name: str) -> None:
     assert response.status_code == 404, response.content
-    assert response.json() == {"code": "not_found", "message": f"no agent named {name!r}", "data": {"field": "name"}}
+    assert response.json() == {
+        "code": "not_found",
+        "message": f"no agent named {name!r}",
+        "data": {"field": "name"},
+    }
 
 
 AGENT_OPERATIONS = [
@@ -68,7 +79,11 @@ AGENT_OPERATIONS = [
     ("DELETE", "/api/v1/agents/{name}", None),
     ("GET", "/api/v1/agents/{name}/history", None),
     ("POST", "/api/v1/agents/{name}/turns", {"messages": [{"participant": "eve", "content": "x"}]}),
-    ("POST", "/api/v1/agents/{name}/complete", {"messages": [{"participant": "eve", "content": "x"}]}),
+    (
+        "POST",
+        "/api/v1/agents/{name}/complete",
+        {"messages": [{"participant": "eve", "content": "x"}]},
+    ),
 ]
 
 
@@ -83,23 +98,31 @@ def test_another_projects_agent_answers_exactly_as_an_unknown_one_and_nothing_ch
     not_found_like_unknown(other, "b1")
     b1 = Agent.objects.get(name="b1")
     assert (b1.model, b1.disposed_at) == ("m", None)
-    assert list(HistoryRow.objects.filter(agent=b1).values_list("participant", flat=True)) == ["alice"]
+    assert list(HistoryRow.objects.filter(agent=b1).values_list("participant", flat=True)) == [
+        "alice"
+    ]
     assert Turn.objects.filter(agent=b1).count() == 1
 
 
-def test_each_project_sees_its_own_agent_and_an_operator_sees_both(tokens: dict[str, str], agents: dict[str, int]) -> None:
+def test_each_project_sees_its_own_agent_and_an_operator_sees_both(
+    tokens: dict[str, str], agents: dict[str, int]
+) -> None:
     for project, mine, theirs in (("alpha", "a1", "b1"), ("beta", "b1", "a1")):
         c = client(tokens[project])
         assert call(c, "GET", f"/api/v1/agents/{mine}").json()["project"] == project
         assert call(c, "GET", f"/api/v1/agents/{mine}/history").status_code == 200
         not_found_like_unknown(call(c, "GET", f"/api/v1/agents/{theirs}"), theirs)
     operator = client(tokens["operator"])
-    assert {call(operator, "GET", f"/api/v1/agents/{n}").json()["project"] for n in ("a1", "b1")} == {"alpha", "beta"}
+    assert {
+        call(operator, "GET", f"/api/v1/agents/{n}").json()["project"] for n in ("a1", "b1")
+    } == {"alpha", "beta"}
     assert call(operator, "GET", "/api/v1/agents/b1/history").status_code == 200
     assert call(operator, "GET", "/api/v1/agents/b1/breaker").status_code == 200
 
 
-def test_a_non_operator_can_change_and_delete_only_its_own_agent(tokens: dict[str, str], agents: dict[str, int]) -> None:
+def test_a_non_operator_can_change_and_delete_only_its_own_agent(
+    tokens: dict[str, str], agents: dict[str, int]
+) -> None:
     beta = client(tokens["beta"])
     assert call(beta, "PATCH", "/api/v1/agents/b1", {"model": "m2"}).json()["model"] == "m2"
     not_found_like_unknown(call(beta, "DELETE", "/api/v1/agents/a1"), "a1")
@@ -107,11 +130,14 @@ def test_a_non_operator_can_change_and_delete_only_its_own_agent(tokens: dict[st
     assert call(client(tokens["alpha"]), "DELETE", "/api/v1/agents/a1").status_code == 204
 
 
-@pytest.mark.parametrize(("method", "suffix", "body"), [
-    ("GET", "", None),
-    ("POST", "/cancel", None),
-    ("POST", "/tool_results", {"results": [{"tool_call_id": "c1", "content": "x"}]}),
-])
+@pytest.mark.parametrize(
+    ("method", "suffix", "body"),
+    [
+        ("GET", "", None),
+        ("POST", "/cancel", None),
+        ("POST", "/tool_results", {"results": [{"tool_call_id": "c1", "content": "x"}]}),
+    ],
+)
 def test_another_projects_turn_answers_exactly_as_an_unknown_one(
     tokens: dict[str, str], agents: dict[str, int], method: str, suffix: str, body: Any
 ) -> None:
@@ -127,11 +153,15 @@ def test_another_projects_turn_answers_exactly_as_an_unknown_one(
 
 @pytest.mark.django_db(transaction=True)  # the consumer reads through connections of its own
 @pytest.mark.usefixtures("no_workers")
-async def test_the_websocket_of_another_projects_turn_is_refused_as_unknown(tokens: dict[str, str], agents: dict[str, int]) -> None:
+async def test_the_websocket_of_another_projects_turn_is_refused_as_unknown(
+    tokens: dict[str, str], agents: dict[str, int]
+) -> None:
     theirs = agents["b1"]
 
     async def connect(token: str, turn: int) -> tuple[bool, Any]:
-        communicator = WebsocketCommunicator(application, f"/ws/turns/{turn}?token={token}", headers=[(b"host", b"localhost")])
+        communicator = WebsocketCommunicator(
+            application, f"/ws/turns/{turn}?token={token}", headers=[(b"host", b"localhost")]
+        )
         connected, _ = await communicator.connect(timeout=10)
         assert connected
         first = await communicator.receive_output(timeout=10)
@@ -162,7 +192,9 @@ def test_create_api_token_puts_the_token_in_its_project_and_prints_only_the_toke
     assert row is not None and (row.project.name, row.operator) == ("default", True)
 
 
-def test_an_agent_made_without_a_token_belongs_to_the_default_project(tokens: dict[str, str]) -> None:
+def test_an_agent_made_without_a_token_belongs_to_the_default_project(
+    tokens: dict[str, str],
+) -> None:
     from tests.factories import AgentFactory
 
     agent = AgentFactory.create(name="legacy")
@@ -171,7 +203,9 @@ def test_an_agent_made_without_a_token_belongs_to_the_default_project(tokens: di
     not_found_like_unknown(call(client(tokens["alpha"]), "GET", "/api/v1/agents/legacy"), "legacy")
 
 
-def test_the_admin_shows_each_agents_project_and_filters_by_it(tokens: dict[str, str], agents: dict[str, int], admin_client: Client) -> None:
+def test_the_admin_shows_each_agents_project_and_filters_by_it(
+    tokens: dict[str, str], agents: dict[str, int], admin_client: Client
+) -> None:
     from agentops.models import Project
 
     page = admin_client.get("/admin/agentops/agent/")
@@ -185,7 +219,12 @@ def test_the_admin_shows_each_agents_project_and_filters_by_it(tokens: dict[str,
 def test_the_admin_refuses_a_provider_the_policy_refuses(admin_client: Client) -> None:
     from agentops.models import Provider
 
-    form = {"name": "meta", "kind": "openai", "base_url": "http://169.254.169.254/", "api_key_env": "DATABASE_URL"}
+    form = {
+        "name": "meta",
+        "kind": "openai",
+        "base_url": "http://169.254.169.254/",
+        "api_key_env": "DATABASE_URL",
+    }
     page = admin_client.post("/admin/agentops/provider/add/", form)
     assert page.status_code == 200 and b"cloud-metadata" in page.content
     assert not Provider.objects.exists()

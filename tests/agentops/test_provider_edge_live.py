@@ -64,7 +64,9 @@ class Watch:
         with httpx.Client(timeout=5) as client:
             while not self._stop.is_set():
                 for process in self.processes:
-                    self.grown = max(self.grown, process.memory_info().rss - self.start[process.pid])
+                    self.grown = max(
+                        self.grown, process.memory_info().rss - self.start[process.pid]
+                    )
                 began = time.monotonic()
                 assert client.get(f"{self.web}/health").status_code == 200
                 self.slowest = max(self.slowest, time.monotonic() - began)
@@ -77,14 +79,22 @@ class Watch:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(10)
-        assert all(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in self.processes), "a watched process died"
+        assert all(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in self.processes), (
+            "a watched process died"
+        )
         assert self.grown < 100 * MiB, f"a process grew by {self.grown / MiB:.0f} MiB"
         assert self.slowest < 1.0, f"/health took {self.slowest:.2f} s meanwhile"
 
 
 def one_call_per_request(agent: Agent, requests: list[dict[str, Any]]) -> list[InferenceCall]:
     """The agent's call rows, once every request the provider received has its row."""
-    wait_for(lambda: InferenceCall.objects.filter(agent=agent, outcome__isnull=False).count() >= len(requests), what="every call's row")
+    wait_for(
+        lambda: (
+            InferenceCall.objects.filter(agent=agent, outcome__isnull=False).count()
+            >= len(requests)
+        ),
+        what="every call's row",
+    )
     calls = list(InferenceCall.objects.filter(agent=agent))
     assert len(calls) == len(requests), (calls, requests)
     return calls
@@ -103,42 +113,71 @@ COMPLETE = [
 ]
 
 
-@pytest.mark.parametrize(("model", "status", "kind", "code"), COMPLETE, ids=[c[0] for c in COMPLETE])
+@pytest.mark.parametrize(
+    ("model", "status", "kind", "code"), COMPLETE, ids=[c[0] for c in COMPLETE]
+)
 def test_complete_in_the_web_process_ends_a_hostile_answer_as_a_classified_error(
-    web: str, operator_token: str, hostile_agent: Any, hostile_requests: Any, model: str, status: int, kind: str, code: str | None,
+    web: str,
+    operator_token: str,
+    hostile_agent: Any,
+    hostile_requests: Any,
+    model: str,
+    status: int,
+    kind: str,
+    code: str | None,
 ) -> None:
     agent = hostile_agent(model)
     with Watch(web, [SERVER_PIDS[web]]):
         response = httpx.post(
-            f"{web}/api/v1/agents/{agent.name}/complete", json={"messages": [{"participant": "alice", "content": "hi"}]},
-            headers={"Authorization": f"Bearer {operator_token}"}, timeout=60,
+            f"{web}/api/v1/agents/{agent.name}/complete",
+            json={"messages": [{"participant": "alice", "content": "hi"}]},
+            headers={"Authorization": f"Bearer {operator_token}"},
+            timeout=60,
         )
     assert response.status_code == status, response.text
     assert response.headers["content-type"].startswith("application/json")
     (call,) = one_call_per_request(agent, hostile_requests())
-    assert call.outcome == "error" and ((call.error or {})["type"], (call.error or {})["provider_code"]) == (kind, code), call.error
+    assert call.outcome == "error" and (
+        (call.error or {})["type"],
+        (call.error or {})["provider_code"],
+    ) == (kind, code), call.error
     assert "\x00" not in response.text
 
 
 @pytest.mark.parametrize("model", ["nul", "bad-utf8", "two-responses", "big-usage"])
-def test_complete_stores_an_answer_with_unstorable_parts_made_safe(web: str, operator_token: str, hostile_agent: Any, hostile_requests: Any, model: str) -> None:
+def test_complete_stores_an_answer_with_unstorable_parts_made_safe(
+    web: str, operator_token: str, hostile_agent: Any, hostile_requests: Any, model: str
+) -> None:
     agent = hostile_agent(model)
     response = httpx.post(
-        f"{web}/api/v1/agents/{agent.name}/complete", json={"messages": [{"participant": "alice", "content": "hi"}]},
-        headers={"Authorization": f"Bearer {operator_token}"}, timeout=60,
+        f"{web}/api/v1/agents/{agent.name}/complete",
+        json={"messages": [{"participant": "alice", "content": "hi"}]},
+        headers={"Authorization": f"Bearer {operator_token}"},
+        timeout=60,
     )
     assert response.status_code == 200, response.text
-    expected = {"nul": "a\ufffdb\ufffdc", "bad-utf8": "caf\ufffd \ufffd\ufffd ok", "two-responses": "first", "big-usage": "counted"}[model]
+    expected = {
+        "nul": "a\ufffdb\ufffdc",
+        "bad-utf8": "caf\ufffd \ufffd\ufffd ok",
+        "two-responses": "first",
+        "big-usage": "counted",
+    }[model]
     assert response.json()["content"] == expected
     (call,) = one_call_per_request(agent, hostile_requests())
     assert call.outcome == "completed"
-    if model == "big-usage":  # counts no column holds are not reported; the stop reason is cut to its column
+    if (
+        model == "big-usage"
+    ):  # counts no column holds are not reported; the stop reason is cut to its column
         assert (call.input_tokens, call.output_tokens, call.stop_reason) == (None, None, "x" * 50)
 
 
 def submit(api: Client, agent: Agent) -> int:
     """A turn for ``agent``, submitted in this process (its task goes to the tests' workers)."""
-    response = api.post(f"/api/v1/agents/{agent.name}/turns", data={"messages": [{"participant": "alice", "content": "hi"}]}, content_type="application/json")
+    response = api.post(
+        f"/api/v1/agents/{agent.name}/turns",
+        data={"messages": [{"participant": "alice", "content": "hi"}]},
+        content_type="application/json",
+    )
     assert response.status_code == 202, response.content
     return int(response.json()["id"])
 
@@ -153,26 +192,52 @@ STREAMED = [
 
 @pytest.mark.parametrize(("model", "kind", "code"), STREAMED, ids=[s[0] for s in STREAMED])
 def test_a_streamed_turn_in_the_worker_ends_its_hostile_call_as_a_classified_error(
-    web: str, api: Client, workers: WorkerPool, hostile_agent: Any, hostile_requests: Any, model: str, kind: str, code: str | None,
+    web: str,
+    api: Client,
+    workers: WorkerPool,
+    hostile_agent: Any,
+    hostile_requests: Any,
+    model: str,
+    kind: str,
+    code: str | None,
 ) -> None:
     agent = hostile_agent(model)
     with Watch(web, [SERVER_PIDS[web], *(p.pid for p in workers.procs)]):
         turn_id = submit(api, agent)
-        first = wait_for(lambda: InferenceCall.objects.filter(agent=agent, outcome__isnull=False).first(), timeout=60, what="the first call to end")
-    assert first.outcome == "error" and ((first.error or {})["type"], (first.error or {})["provider_code"]) == (kind, code), first.error
+        first = wait_for(
+            lambda: InferenceCall.objects.filter(agent=agent, outcome__isnull=False).first(),
+            timeout=60,
+            what="the first call to end",
+        )
+    assert first.outcome == "error" and (
+        (first.error or {})["type"],
+        (first.error or {})["provider_code"],
+    ) == (kind, code), first.error
     # A provider error is retried (1, 2, 4 s); the test stops the turn there.
     api.post(f"/api/v1/turns/{turn_id}/cancel")
-    wait_for(lambda: Turn.objects.get(pk=turn_id).status in ENDED and not InferenceCall.objects.filter(agent=agent, outcome__isnull=True).exists(), what="the turn to end")
+    wait_for(
+        lambda: (
+            Turn.objects.get(pk=turn_id).status in ENDED
+            and not InferenceCall.objects.filter(agent=agent, outcome__isnull=True).exists()
+        ),
+        what="the turn to end",
+    )
     one_call_per_request(agent, hostile_requests())
 
 
 @pytest.mark.parametrize("model", ["nul", "bad-utf8"])
 def test_a_streamed_turn_whose_answer_holds_nul_succeeds_once_with_the_text_made_safe(
-    api: Client, workers: WorkerPool, hostile_agent: Any, hostile_requests: Any, model: str,
+    api: Client,
+    workers: WorkerPool,
+    hostile_agent: Any,
+    hostile_requests: Any,
+    model: str,
 ) -> None:
     agent = hostile_agent(model)
     turn_id = submit(api, agent)
-    wait_for(lambda: Turn.objects.get(pk=turn_id).status in ENDED, timeout=30, what="the turn to end")
+    wait_for(
+        lambda: Turn.objects.get(pk=turn_id).status in ENDED, timeout=30, what="the turn to end"
+    )
     turn = Turn.objects.get(pk=turn_id)
     assert turn.status == "succeeded", (turn.status, turn.error)
     expected = {"nul": "a\ufffdb\ufffdc", "bad-utf8": "caf\ufffd \ufffd\ufffd ok"}[model]
@@ -198,7 +263,9 @@ def refused_rows() -> Iterator[Callable[[str, str], None]]:
                 f"CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
                 f"RAISE EXCEPTION 'refused by the test' USING ERRCODE = '22000'; END $$"
             )
-            cursor.execute(f"CREATE TRIGGER {name} BEFORE INSERT OR UPDATE ON {table} FOR EACH ROW WHEN ({when}) EXECUTE FUNCTION {name}()")
+            cursor.execute(
+                f"CREATE TRIGGER {name} BEFORE INSERT OR UPDATE ON {table} FOR EACH ROW WHEN ({when}) EXECUTE FUNCTION {name}()"
+            )
         made.append(f"{table}:{name}")
 
     yield refuse
@@ -211,36 +278,60 @@ def refused_rows() -> Iterator[Callable[[str, str], None]]:
 
 @pytest.mark.parametrize("note_refused", [False, True], ids=["note-stored", "note-refused-too"])
 def test_an_answer_that_cannot_be_stored_ends_the_turn_and_is_never_requested_again(
-    api: Client, workers: WorkerPool, make_agent: Any, standin_requests: Any,
-    refused_rows: Callable[[str, str], None], note_refused: bool,
+    api: Client,
+    workers: WorkerPool,
+    make_agent: Any,
+    standin_requests: Any,
+    refused_rows: Callable[[str, str], None],
+    note_refused: bool,
 ) -> None:
     agent = make_agent(model="answer")
     roles = "('assistant', 'system-note')" if note_refused else "('assistant')"
     refused_rows(HistoryRow._meta.db_table, f"NEW.agent_id = {agent.pk} AND NEW.role IN {roles}")
     turn_id = submit(api, agent)
-    wait_for(lambda: Turn.objects.get(pk=turn_id).status in ENDED, timeout=30, what="the turn to end")
+    wait_for(
+        lambda: Turn.objects.get(pk=turn_id).status in ENDED, timeout=30, what="the turn to end"
+    )
     turn = Turn.objects.get(pk=turn_id)
-    assert turn.status == "failed" and (turn.error or {})["provider_code"] == "answer_unstorable", (turn.status, turn.error)
+    assert turn.status == "failed" and (turn.error or {})["provider_code"] == "answer_unstorable", (
+        turn.status,
+        turn.error,
+    )
     if note_refused:
         assert turn.note_id is None
     else:
         assert turn.note is not None and "could not be stored" in turn.note.content
     (call,) = InferenceCall.objects.filter(agent=agent)
-    assert call.outcome == "completed" and (call.error or {})["provider_code"] == "answer_unstorable"
+    assert (
+        call.outcome == "completed" and (call.error or {})["provider_code"] == "answer_unstorable"
+    )
     # Ended, not left running: the sweep has nothing to run again (it did 43 times, before).
     assert len(standin_requests()) == 1
 
 
 def test_a_call_whose_record_is_refused_keeps_its_row_and_the_turn_its_answer(
-    api: Client, workers: WorkerPool, make_agent: Any, standin_requests: Any, refused_rows: Callable[[str, str], None],
+    api: Client,
+    workers: WorkerPool,
+    make_agent: Any,
+    standin_requests: Any,
+    refused_rows: Callable[[str, str], None],
 ) -> None:
     agent = make_agent(model="answer")
-    refused_rows(InferenceCall._meta.db_table, f"NEW.agent_id = {agent.pk} AND NEW.stop_reason <> ''")
+    refused_rows(
+        InferenceCall._meta.db_table, f"NEW.agent_id = {agent.pk} AND NEW.stop_reason <> ''"
+    )
     turn_id = submit(api, agent)
-    wait_for(lambda: Turn.objects.get(pk=turn_id).status in ENDED, timeout=30, what="the turn to end")
+    wait_for(
+        lambda: Turn.objects.get(pk=turn_id).status in ENDED, timeout=30, what="the turn to end"
+    )
     assert Turn.objects.get(pk=turn_id).status == "succeeded"
     (call,) = InferenceCall.objects.filter(agent=agent)
-    assert call.outcome == "completed" and (call.error or {})["provider_code"] == "unrecorded" and call.sent_at and call.ended_at
+    assert (
+        call.outcome == "completed"
+        and (call.error or {})["provider_code"] == "unrecorded"
+        and call.sent_at
+        and call.ended_at
+    )
     assert "refused by the test" in (call.error or {})["message"]
     assert len(standin_requests()) == 1
 
@@ -255,9 +346,15 @@ def oai(web: str, user_token: str) -> Iterator[openai.OpenAI]:
     client.close()
 
 
-@pytest.mark.parametrize(("model", "words"), [("status-999", "HTTP status 999"), ("html-error", "<h1>Bad Gateway</h1>")])
+@pytest.mark.parametrize(
+    ("model", "words"), [("status-999", "HTTP status 999"), ("html-error", "<h1>Bad Gateway</h1>")]
+)
 def test_a_drop_in_call_answers_a_hostile_status_or_page_in_the_sdks_error_shape(
-    oai: openai.OpenAI, hostile_agent: Any, hostile_requests: Any, model: str, words: str,
+    oai: openai.OpenAI,
+    hostile_agent: Any,
+    hostile_requests: Any,
+    model: str,
+    words: str,
 ) -> None:
     agent = hostile_agent(model)
     with pytest.raises(openai.InternalServerError) as raised:
@@ -279,26 +376,48 @@ BAD_NUMBERS = [
 ]
 
 
-@pytest.mark.parametrize(("extra", "field", "words"), BAD_NUMBERS, ids=[f"{b[1]}-{i}" for i, b in enumerate(BAD_NUMBERS)])
+@pytest.mark.parametrize(
+    ("extra", "field", "words"), BAD_NUMBERS, ids=[f"{b[1]}-{i}" for i, b in enumerate(BAD_NUMBERS)]
+)
 def test_a_drop_in_number_no_provider_or_column_takes_is_a_400_naming_it_and_no_call(
-    web: str, user_token: str, hostile_agent: Any, hostile_requests: Any, extra: dict[str, Any], field: str, words: str,
+    web: str,
+    user_token: str,
+    hostile_agent: Any,
+    hostile_requests: Any,
+    extra: dict[str, Any],
+    field: str,
+    words: str,
 ) -> None:
     agent = hostile_agent("answer")
-    body = json.dumps({"model": agent.name, "messages": [{"role": "user", "content": "hi"}], **extra}, allow_nan=True)
-    response = httpx.post(f"{web}/v1/chat/completions", content=body, headers={"Authorization": f"Bearer {user_token}", "content-type": "application/json"}, timeout=30)
+    body = json.dumps(
+        {"model": agent.name, "messages": [{"role": "user", "content": "hi"}], **extra},
+        allow_nan=True,
+    )
+    response = httpx.post(
+        f"{web}/v1/chat/completions",
+        content=body,
+        headers={"Authorization": f"Bearer {user_token}", "content-type": "application/json"},
+        timeout=30,
+    )
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["param"] == field and words in error["message"], error
     assert hostile_requests() == [] and not InferenceCall.objects.filter(agent=agent).exists()
 
 
-def test_the_anthropic_sdk_reads_a_hostile_html_page_as_its_own_error(web: str, user_token: str, hostile: str, hostile_requests: Any) -> None:
+def test_the_anthropic_sdk_reads_a_hostile_html_page_as_its_own_error(
+    web: str, user_token: str, hostile: str, hostile_requests: Any
+) -> None:
     provider = ProviderFactory.create(name="hostile-anthropic", kind="anthropic", base_url=hostile)
     agent = AgentFactory.create(provider=provider, model="html-error")
     client = anthropic.Anthropic(base_url=web, api_key=user_token, max_retries=0, timeout=30)
     with pytest.raises(anthropic.InternalServerError) as raised:
-        client.messages.create(model=agent.name, max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+        client.messages.create(
+            model=agent.name, max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+        )
     client.close()
-    assert raised.value.status_code == 502 and raised.value.response.headers["content-type"].startswith("application/json")
+    assert raised.value.status_code == 502 and raised.value.response.headers[
+        "content-type"
+    ].startswith("application/json")
     assert "<h1>Bad Gateway</h1>" in raised.value.message
     one_call_per_request(agent, hostile_requests())

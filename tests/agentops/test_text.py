@@ -81,12 +81,25 @@ def test_a_text_at_or_under_the_limit_is_unchanged(limit: int, under: int) -> No
 @pytest.mark.parametrize(
     ("limit", "length"),
     [
-        (2_000, 2_010), (2_000, 2_064), (2_000, 2_100), (2_000, 3_000), (2_000, 50_000), (2_000, 1_000_000),
-        (600, 610), (600, 700), (600, 1_600), (600, 1_000_000),
-        (128, 138), (128, 228), (128, 1_128), (128, 1_000_000),
+        (2_000, 2_010),
+        (2_000, 2_064),
+        (2_000, 2_100),
+        (2_000, 3_000),
+        (2_000, 50_000),
+        (2_000, 1_000_000),
+        (600, 610),
+        (600, 700),
+        (600, 1_600),
+        (600, 1_000_000),
+        (128, 138),
+        (128, 228),
+        (128, 1_128),
+        (128, 1_000_000),
     ],
 )
-def test_a_longer_text_keeps_head_and_tail_around_a_marker_with_the_counts(limit: int, length: int) -> None:
+def test_a_longer_text_keeps_head_and_tail_around_a_marker_with_the_counts(
+    limit: int, length: int
+) -> None:
     original = text_of(length)
     assert_bounded(bound_text(original, limit), original, limit)
 
@@ -101,9 +114,17 @@ _MARKER_BUG = (
 @pytest.mark.parametrize(
     ("limit", "length"),
     [
-        (2_000, 2_001), (2_000, 2_009), (2_000, 2_065), (2_000, 2_999), (2_000, 11_999),
-        (600, 601), (600, 699), (600, 1_599),
-        (128, 129), (128, 227), (128, 1_127),
+        (2_000, 2_001),
+        (2_000, 2_009),
+        (2_000, 2_065),
+        (2_000, 2_999),
+        (2_000, 11_999),
+        (600, 601),
+        (600, 699),
+        (600, 1_599),
+        (128, 129),
+        (128, 227),
+        (128, 1_127),
     ],
 )
 def test_the_marker_counts_stay_right_when_the_count_gains_a_digit(limit: int, length: int) -> None:
@@ -118,7 +139,9 @@ def test_a_text_just_over_the_limit_keeps_its_last_character() -> None:
 
 
 @pytest.mark.parametrize("limit", LIMITS)
-@pytest.mark.parametrize("text", [GRINNING * 3_000, ("a" + GRINNING) * 1_500, "\u00e9" + GRINNING * 4_999])
+@pytest.mark.parametrize(
+    "text", [GRINNING * 3_000, ("a" + GRINNING) * 1_500, "\u00e9" + GRINNING * 4_999]
+)
 def test_an_emoji_text_stays_valid(limit: int, text: str) -> None:
     result = bound_text(text, limit)
     assert result.encode("utf-16", "surrogatepass").decode("utf-16") == result
@@ -194,14 +217,29 @@ def test_a_bounded_requester_does_not_end_in_a_space(value: str) -> None:
 
 def test_bounded_data_bounds_every_string_however_deep() -> None:
     big = text_of(1_000_000)
-    data = bound_data({"error": {"message": big, "codes": [big, "short"]}, "n": 3, "ok": True, "none": None})
+    data = bound_data(
+        {"error": {"message": big, "codes": [big, "short"]}, "n": 3, "ok": True, "none": None}
+    )
     assert_bounded(data["error"]["message"], big, FAILURE_TEXT_LIMIT)
     assert_bounded(data["error"]["codes"][0], big, FAILURE_TEXT_LIMIT)
-    assert data["error"]["codes"][1] == "short" and data["n"] == 3 and data["ok"] is True and data["none"] is None
+    assert (
+        data["error"]["codes"][1] == "short"
+        and data["n"] == 3
+        and data["ok"] is True
+        and data["none"] is None
+    )
 
 
-def test_bounded_data_keeps_the_first_100_entries_of_a_list_or_an_object_and_says_what_it_left_out() -> None:
-    data = bound_data({"list": list(range(1000)), "object": {f"k{i}": i for i in range(1000)}, "tuple": tuple(range(101))})
+def test_bounded_data_keeps_the_first_100_entries_of_a_list_or_an_object_and_says_what_it_left_out() -> (
+    None
+):
+    data = bound_data(
+        {
+            "list": list(range(1000)),
+            "object": {f"k{i}": i for i in range(1000)},
+            "tuple": tuple(range(101)),
+        }
+    )
     assert data["list"] == list(range(DATA_ITEMS_LIMIT))
     assert data["tuple"] == list(range(DATA_ITEMS_LIMIT))
     obj = data["object"]
@@ -224,7 +262,16 @@ def test_bounded_data_cuts_keys_and_nesting() -> None:
 
 
 def test_bounded_data_leaves_small_data_as_it_was() -> None:
-    data = {"turn": 7, "error": {"type": "server", "message": "HTTP 503", "http_status": 503, "retry_after_ms": None}, "tags": ["a", "b"]}
+    data = {
+        "turn": 7,
+        "error": {
+            "type": "server",
+            "message": "HTTP 503",
+            "http_status": 503,
+            "retry_after_ms": None,
+        },
+        "tags": ["a", "b"],
+    }
     assert bound_data(data) == data
 
 
@@ -244,7 +291,9 @@ def reference_bound(text: str, limit: int) -> str:
 
 
 @pytest.mark.parametrize("limit", [40, 60, 128])
-def test_the_cut_keeps_the_most_text_the_limit_allows_for_every_length_across_digit_changes(limit: int) -> None:
+def test_the_cut_keeps_the_most_text_the_limit_allows_for_every_length_across_digit_changes(
+    limit: int,
+) -> None:
     # Where the omitted count gains a digit, two counts can each be stated truthfully (one more
     # character left out, one more digit in the marker): the cut keeps the extra character.
     for length in range(limit + 1, 1_200):
@@ -262,7 +311,9 @@ def test_a_limit_just_over_the_marker_keeps_the_head_first_then_the_tail(kept: i
     text = text_of(1_000)
     limit = len(_marker(1_000 - kept, 1_000)) + kept
     result = bound_text(text, limit)
-    assert result == text[: (kept + 1) // 2] + _marker(1_000 - kept, 1_000) + (text[-(kept // 2) :] if kept // 2 else "")
+    assert result == text[: (kept + 1) // 2] + _marker(1_000 - kept, 1_000) + (
+        text[-(kept // 2) :] if kept // 2 else ""
+    )
     assert len(result) == limit
 
 
@@ -283,7 +334,9 @@ def test_a_lone_low_surrogate_at_the_start_of_the_tail_is_dropped(low: str) -> N
 
 
 @pytest.mark.parametrize("edge", ["\ud7ff", "\ue000", "\udc00"])
-def test_a_character_just_outside_the_high_surrogates_stays_at_the_end_of_the_head(edge: str) -> None:
+def test_a_character_just_outside_the_high_surrogates_stays_at_the_end_of_the_head(
+    edge: str,
+) -> None:
     text = "ab" + edge + "z" * 1_000
     limit = len(_marker(1_000, 1_003)) + 5
     head, _, _, _ = parts(bound_text(text, limit))

@@ -21,7 +21,12 @@ def fail(agent: Agent, failure_type: str = "invalid_request", status: int | None
     return breaker_note_failure(agent=agent, failure_type=failure_type, http_status=status)
 
 
-def row(agent: Agent, role: str = HistoryRow.Role.USER, content: Any = "hello", participant: str = "alice") -> HistoryRow:
+def row(
+    agent: Agent,
+    role: str = HistoryRow.Role.USER,
+    content: Any = "hello",
+    participant: str = "alice",
+) -> HistoryRow:
     with transaction.atomic():
         Agent.objects.select_for_update().get(pk=agent.pk)
         return history_append(agent=agent, participant=participant, role=role, content=content)

@@ -29,7 +29,13 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
 LEASE_MS = 2000
 # A streamed call that sends no content is cut after 0.5 s; a non-streamed one (the probe) at
 # sent + 0.5 s + max_tokens / 87 s.
-BOUNDS = {"progress_bounds": {"before_content_ms": 500, "between_events_ms": 500, "think_tokens_per_second": 87}}
+BOUNDS = {
+    "progress_bounds": {
+        "before_content_ms": 500,
+        "between_events_ms": 500,
+        "think_tokens_per_second": 87,
+    }
+}
 POOL_ENV = {
     "AGENTOPS_INFERENCE_BOUNDS": json.dumps(BOUNDS),
     # A 5xx: one base retry (1 to 1.5 s) spends the episode, one re-arm 0.1 s later, the same
@@ -55,16 +61,26 @@ def fast(fast_pool: WorkerPool) -> WorkerPool:
 
 
 def fail_turn(api: Client, agent: Agent, number: int) -> dict[str, Any]:
-    turn = wait_turn(api, submit(api, agent.name, ("alice", f"message {number}"))["id"], statuses=FAILED | {"succeeded"})
+    turn = wait_turn(
+        api,
+        submit(api, agent.name, ("alice", f"message {number}"))["id"],
+        statuses=FAILED | {"succeeded"},
+    )
     assert turn["status"] in FAILED, turn
     wait_for(partial(streak_reached, agent, number), what=f"the streak to reach {number}")
     return turn
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize(("model", "failure"), [("error:status=503", "server"), ("pings:interval_ms=50", "timeout")])
+@pytest.mark.parametrize(
+    ("model", "failure"), [("error:status=503", "server"), ("pings:interval_ms=50", "timeout")]
+)
 def test_a_server_error_or_a_cut_retried_to_failure_sends_no_probe_sheds_nothing_and_raises_hard_down_at_the_threshold(
-    api: Client, make_agent: Any, fast: WorkerPool, model: str, failure: str,
+    api: Client,
+    make_agent: Any,
+    fast: WorkerPool,
+    model: str,
+    failure: str,
 ) -> None:
     agent = make_agent(model=model)
     started = time.monotonic()
@@ -91,23 +107,38 @@ def lease_of(agent: Agent) -> AgentLease | None:
 
 @pytest.mark.timeout(60)
 def test_the_drain_keeps_renewing_its_turn_lease_while_a_slow_probe_is_out_and_the_answer_still_sheds(
-    api: Client, make_agent: Any, fast: WorkerPool,
+    api: Client,
+    make_agent: Any,
+    fast: WorkerPool,
 ) -> None:
     # The probe is answered after 3 lease lengths (its whole-call bound: 0.5 s + 870 / 87 s).
-    agent = make_agent(model=sequence("refuse", "refuse", "refuse", f"answer:delay_ms={3 * LEASE_MS}", "answer"), max_tokens=870)
+    agent = make_agent(
+        model=sequence("refuse", "refuse", "refuse", f"answer:delay_ms={3 * LEASE_MS}", "answer"),
+        max_tokens=870,
+    )
     for number in (1, 2, 3):
         fail_turn(api, agent, number)
     probe = probe_out(agent)
     lease = lease_of(agent)
     assert lease is not None
     owner, first_until = lease.owner, lease.until
-    time.sleep(LEASE_MS * 1.5 / 1000)  # one and a half leases: an unrenewed lease would have lapsed by now (the probe is out for 3)
+    time.sleep(
+        LEASE_MS * 1.5 / 1000
+    )  # one and a half leases: an unrenewed lease would have lapsed by now (the probe is out for 3)
     assert probes(agent).get().outcome is None, "the probe must still be out"
     lease = lease_of(agent)
     assert lease is not None and lease.owner == owner
-    assert lease.until > first_until and lease.until > timezone.now(), (lease.until, first_until, timezone.now())
+    assert lease.until > first_until and lease.until > timezone.now(), (
+        lease.until,
+        first_until,
+        timezone.now(),
+    )
     # The answer came back to a lease still held: it sheds the newest turn and the retry runs.
-    wait_for(lambda: Turn.objects.filter(agent=agent, status="succeeded").exists(), timeout=20, what="the retry to succeed")
+    wait_for(
+        lambda: Turn.objects.filter(agent=agent, status="succeeded").exists(),
+        timeout=20,
+        what="the retry to succeed",
+    )
     probe.refresh_from_db()
     assert probe.outcome == "completed"
     assert probe.ended_at is not None and probe.sent_at is not None
@@ -119,19 +150,28 @@ def test_the_drain_keeps_renewing_its_turn_lease_while_a_slow_probe_is_out_and_t
 
 @pytest.mark.timeout(60)
 def test_a_probe_whose_drain_lost_its_turn_lease_is_aborted_and_sheds_nothing(
-    api: Client, make_agent: Any, fast: WorkerPool,
+    api: Client,
+    make_agent: Any,
+    fast: WorkerPool,
 ) -> None:
     # Answered only after 8 s, unless the drain aborts it first.
-    agent = make_agent(model=sequence("refuse", "refuse", "refuse", "answer:delay_ms=8000", "answer"), max_tokens=870)
+    agent = make_agent(
+        model=sequence("refuse", "refuse", "refuse", "answer:delay_ms=8000", "answer"),
+        max_tokens=870,
+    )
     for number in (1, 2, 3):
         fail_turn(api, agent, number)
     probe = probe_out(agent)
     # Another worker takes the lease over (as if this drain had failed to renew in time).
-    stolen = AgentLease.objects.filter(agent=agent).update(owner="thief", until=timezone.now() + timedelta(minutes=5))
+    stolen = AgentLease.objects.filter(agent=agent).update(
+        owner="thief", until=timezone.now() + timedelta(minutes=5)
+    )
     assert stolen == 1
     stolen_at = time.monotonic()
     try:
-        wait_for(lambda: probes(agent).get().outcome is not None, timeout=6, what="the probe to end")
+        wait_for(
+            lambda: probes(agent).get().outcome is not None, timeout=6, what="the probe to end"
+        )
         assert time.monotonic() - stolen_at < 4  # at the next renewal, well before the answer
         probe.refresh_from_db()
         assert probe.outcome == "aborted"
@@ -140,7 +180,10 @@ def test_a_probe_whose_drain_lost_its_turn_lease_is_aborted_and_sheds_nothing(
         assert probe.probe_verdict == "unclear"
         assert not HistoryRow.objects.filter(agent=agent, state="set_aside").exists()
         assert Turn.objects.filter(agent=agent).count() == 3  # no retry
-        alert = wait_for(lambda: Alert.objects.filter(kind="history-kept", agent=agent.name).first(), what="the history-kept alert")
+        alert = wait_for(
+            lambda: Alert.objects.filter(kind="history-kept", agent=agent.name).first(),
+            what="the history-kept alert",
+        )
         assert alert.verdict == "unclear"
         assert lease_of(agent) is not None and lease_of(agent).owner == "thief"  # type: ignore[union-attr]
     finally:

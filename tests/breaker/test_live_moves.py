@@ -45,7 +45,11 @@ def probes(agent: Agent) -> Any:
 
 def probe_out(agent: Agent, number: int = 1) -> InferenceCall:
     call: InferenceCall = wait_for(
-        lambda: probes(agent).filter(outcome__isnull=True).count() == 1 and probes(agent).count() == number and probes(agent).last(),
+        lambda: (
+            probes(agent).filter(outcome__isnull=True).count() == 1
+            and probes(agent).count() == number
+            and probes(agent).last()
+        ),
         what=f"probe {number} to go out",
     )
     return call
@@ -63,7 +67,9 @@ def three_failures_then_probe_out(api: Client, agent: Agent) -> InferenceCall:
 
 def nothing_shed(agent: Agent) -> None:
     assert not HistoryRow.objects.filter(agent=agent, state="set_aside").exists()
-    notes = HistoryRow.objects.filter(agent=agent, role="system-note").values_list("content", flat=True)
+    notes = HistoryRow.objects.filter(agent=agent, role="system-note").values_list(
+        "content", flat=True
+    )
     assert not [n for n in notes if str(n).startswith("[refusal-rewind]")]
     assert BreakerState.objects.get(agent=agent).sheds_this_run == 0
 
@@ -73,9 +79,16 @@ def next_failure_probes_again(api: Client, agent: Agent, *, submit_one: bool) ->
     ends with a refused ``history-kept`` alert and still nothing shed."""
     if submit_one:
         submit(api, agent.name, ("alice", "after the probe"))
-    wait_for(lambda: probes(agent).count() == 2 and probes(agent).filter(outcome__isnull=True).count() == 0, what="a second probe")
+    wait_for(
+        lambda: (
+            probes(agent).count() == 2 and probes(agent).filter(outcome__isnull=True).count() == 0
+        ),
+        what="a second probe",
+    )
     wait_for(lambda: probe_status(agent) == "refused", what="the second probe's verdict")
-    assert Alert.objects.filter(kind="history-kept", agent=agent.name, verdict="refused").count() == 1
+    assert (
+        Alert.objects.filter(kind="history-kept", agent=agent.name, verdict="refused").count() == 1
+    )
     nothing_shed(agent)
 
 
@@ -85,7 +98,9 @@ def _store_a_message(api: Client, agent: Agent) -> bool:
 
 
 def _edit_a_row(api: Client, agent: Agent) -> bool:
-    HistoryRow.objects.filter(agent=agent, seq=1).update(content="message 1, edited", edited_at=timezone.now())
+    HistoryRow.objects.filter(agent=agent, seq=1).update(
+        content="message 1, edited", edited_at=timezone.now()
+    )
     return True
 
 
@@ -113,26 +128,42 @@ MOVES: dict[str, tuple[Callable[[Client, Agent], bool], str]] = {
 
 @pytest.mark.parametrize("move", list(MOVES))
 def test_an_answer_that_comes_back_after_something_moved_is_set_aside_and_the_next_failure_probes_again(
-    api: Client, make_agent: Any, move: str,
+    api: Client,
+    make_agent: Any,
+    move: str,
 ) -> None:
     agent = make_agent(model=SLOW_PROBE)
     act, reason = MOVES[move]
     three_failures_then_probe_out(api, agent)
     submit_next = act(api, agent)
-    first = wait_for(lambda: probes(agent).first().outcome is not None and probes(agent).first(), timeout=15, what="the probe to end")
+    first = wait_for(
+        lambda: probes(agent).first().outcome is not None and probes(agent).first(),
+        timeout=15,
+        what="the probe to end",
+    )
     wait_for(lambda: probe_status(agent) != "out", what="the breaker to read the probe")
     state = BreakerState.objects.get(agent=agent)
     if reason == "withdrawn":
         # A completed call and later failures withdraw the probe: its call is aborted.
         assert first.outcome == "aborted"
-        assert state.probe_status in ("withdrawn", "refused")  # refused once the next failure probed
+        assert state.probe_status in (
+            "withdrawn",
+            "refused",
+        )  # refused once the next failure probed
     else:
         assert first.outcome == "completed"  # the probe was answered...
-        wait_for(lambda: "set aside" in BreakerState.objects.get(agent=agent).probe_verdict or probes(agent).count() == 2,
-                 what="the answer to be set aside")
+        wait_for(
+            lambda: (
+                "set aside" in BreakerState.objects.get(agent=agent).probe_verdict
+                or probes(agent).count() == 2
+            ),
+            what="the answer to be set aside",
+        )
     nothing_shed(agent)
     # The answer decided nothing: no retry was queued for it.
-    assert not Alert.objects.filter(kind="history-kept", agent=agent.name, verdict="unclear").exists()
+    assert not Alert.objects.filter(
+        kind="history-kept", agent=agent.name, verdict="unclear"
+    ).exists()
     next_failure_probes_again(api, agent, submit_one=submit_next)
     assert Turn.objects.filter(agent=agent, status="succeeded").count() == 0
 
@@ -141,7 +172,9 @@ def test_an_answer_set_aside_says_why_in_the_breaker(api: Client, make_agent: An
     agent = make_agent(model=SLOW_PROBE)
     three_failures_then_probe_out(api, agent)
     HistoryRow.objects.filter(agent=agent, seq=2).update(content="edited", edited_at=timezone.now())
-    wait_for(lambda: probe_status(agent) == "set_aside", timeout=15, what="the answer to be set aside")
+    wait_for(
+        lambda: probe_status(agent) == "set_aside", timeout=15, what="the answer to be set aside"
+    )
     breaker = api.get(f"/api/v1/agents/{agent.name}/breaker").json()
     assert breaker["probe"]["status"] == "set_aside"
     assert "a history row was edited while the probe was out" in breaker["probe"]["verdict"]
@@ -150,15 +183,24 @@ def test_an_answer_set_aside_says_why_in_the_breaker(api: Client, make_agent: An
     nothing_shed(agent)
 
 
-def test_removing_the_agent_withdraws_its_probe_and_aborts_the_call(api: Client, make_agent: Any) -> None:
+def test_removing_the_agent_withdraws_its_probe_and_aborts_the_call(
+    api: Client, make_agent: Any
+) -> None:
     agent = make_agent(model=HANGING_PROBE, kind=Agent.Kind.CONVERSATION)
     three_failures_then_probe_out(api, agent)
     response = api.delete(f"/api/v1/agents/{agent.name}")
     assert response.status_code == 204, response.content
     # The stand-in never answers this probe: only the withdrawal ends its call.
-    call = wait_for(lambda: probes(agent).first().outcome is not None and probes(agent).first(), timeout=10, what="the probe's call to be aborted")
+    call = wait_for(
+        lambda: probes(agent).first().outcome is not None and probes(agent).first(),
+        timeout=10,
+        what="the probe's call to be aborted",
+    )
     assert call.outcome == "aborted"
-    wait_for(lambda: not InferenceCall.objects.filter(agent=agent, outcome__isnull=True).exists(), what="no call out")
+    wait_for(
+        lambda: not InferenceCall.objects.filter(agent=agent, outcome__isnull=True).exists(),
+        what="no call out",
+    )
     state = BreakerState.objects.get(agent=agent)
     assert state.probe_status == "withdrawn" and "the agent was removed" in state.probe_verdict
     nothing_shed(agent)

@@ -26,12 +26,20 @@ from tests.turns.test_turns import submit, wait_turn
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 # Small bounds for the cut: a non-streamed call is cut at sent + 0.5 s + max_tokens / 87 s.
-BOUNDS = {"progress_bounds": {"before_content_ms": 500, "between_events_ms": 500, "think_tokens_per_second": 87}}
+BOUNDS = {
+    "progress_bounds": {
+        "before_content_ms": 500,
+        "between_events_ms": 500,
+        "think_tokens_per_second": 87,
+    }
+}
 
 
 @pytest.fixture(scope="module")
 def bounded_pool(django_db_setup: None, django_db_blocker: Any) -> Iterator[WorkerPool]:
-    yield from worker_pool(1, label="breaker-bounded", extra_env={"AGENTOPS_INFERENCE_BOUNDS": json.dumps(BOUNDS)})
+    yield from worker_pool(
+        1, label="breaker-bounded", extra_env={"AGENTOPS_INFERENCE_BOUNDS": json.dumps(BOUNDS)}
+    )
 
 
 @pytest.fixture
@@ -48,7 +56,11 @@ def fail_three(api: Client, agent: Agent) -> None:
 
 def couldnt_tell(api: Client, agent: Agent, probe_outcome: str, *, requests: Any = None) -> None:
     """The run settles with the probe's couldn't-tell alert, nothing shed and no retry."""
-    alert = wait_for(lambda: Alert.objects.filter(kind="history-kept", agent=agent.name).first(), timeout=20, what="the history-kept alert")
+    alert = wait_for(
+        lambda: Alert.objects.filter(kind="history-kept", agent=agent.name).first(),
+        timeout=20,
+        what="the history-kept alert",
+    )
     assert alert.verdict == "unclear"
     assert "couldn't tell whether the history is the cause" in alert.message
     assert "no retry was queued" in alert.message
@@ -65,10 +77,20 @@ def couldnt_tell(api: Client, agent: Agent, probe_outcome: str, *, requests: Any
 
 
 @pytest.mark.usefixtures("workers")
-@pytest.mark.parametrize(("probe_step", "why"), [("rate-limit", "rate_limit, HTTP 429"), ("error:status=500", "server, HTTP 500"),
-                                                 ("error:status=404", "invalid_request, HTTP 404")])
+@pytest.mark.parametrize(
+    ("probe_step", "why"),
+    [
+        ("rate-limit", "rate_limit, HTTP 429"),
+        ("error:status=500", "server, HTTP 500"),
+        ("error:status=404", "invalid_request, HTTP 404"),
+    ],
+)
 def test_a_probe_that_fails_another_way_sheds_nothing_queues_no_retry_and_says_it_couldnt_tell(
-    api: Client, standin_requests: Any, make_agent: Any, probe_step: str, why: str,
+    api: Client,
+    standin_requests: Any,
+    make_agent: Any,
+    probe_step: str,
+    why: str,
 ) -> None:
     agent = make_agent(model=sequence("refuse", "refuse", "refuse", probe_step, "refuse"))
     fail_three(api, agent)
@@ -78,9 +100,15 @@ def test_a_probe_that_fails_another_way_sheds_nothing_queues_no_retry_and_says_i
 
 @pytest.mark.parametrize("probe_step", ["hang", "trickle:interval_ms=100"])
 def test_a_probe_cut_by_its_bounds_sheds_nothing_and_says_it_couldnt_tell(
-    api: Client, standin_requests: Any, make_agent: Any, bounded: WorkerPool, probe_step: str,
+    api: Client,
+    standin_requests: Any,
+    make_agent: Any,
+    bounded: WorkerPool,
+    probe_step: str,
 ) -> None:
-    agent = make_agent(model=sequence("refuse", "refuse", "refuse", probe_step, "refuse"), max_tokens=87)
+    agent = make_agent(
+        model=sequence("refuse", "refuse", "refuse", probe_step, "refuse"), max_tokens=87
+    )
     fail_three(api, agent)
     couldnt_tell(api, agent, "cut", requests=standin_requests)
     [probe] = probes(agent)
@@ -88,7 +116,10 @@ def test_a_probe_cut_by_its_bounds_sheds_nothing_and_says_it_couldnt_tell(
 
 
 def test_a_warm_shutdown_aborts_the_probe_out_and_the_next_failure_probes_again(
-    api: Client, standin_requests: Any, make_agent: Any, session_workers: WorkerPool,
+    api: Client,
+    standin_requests: Any,
+    make_agent: Any,
+    session_workers: WorkerPool,
 ) -> None:
     pool = WorkerPool(1, label="breaker-stopping")
     try:
@@ -109,15 +140,22 @@ def test_a_warm_shutdown_aborts_the_probe_out_and_the_next_failure_probes_again(
     celery_app.conf.task_default_queue = session_workers.queue
     turn = wait_turn(api, submit(api, agent.name, ("alice", "message 4"))["id"])
     assert turn["status"] == "failed"
-    wait_for(lambda: probes(agent).count() == 2 and probe_status(agent) == "refused", what="a second probe, refused")
+    wait_for(
+        lambda: probes(agent).count() == 2 and probe_status(agent) == "refused",
+        what="a second probe, refused",
+    )
     nothing_shed(agent)
 
 
 @pytest.mark.usefixtures("workers")
 @pytest.mark.timeout(150)
-def test_a_poisoned_row_is_still_shed_when_the_probe_is_answered_a_minute_later(api: Client, make_agent: Any) -> None:
+def test_a_poisoned_row_is_still_shed_when_the_probe_is_answered_a_minute_later(
+    api: Client, make_agent: Any
+) -> None:
     # The default bounds give a non-streamed call minutes; the drain renews its lease meanwhile.
-    agent = make_agent(model=sequence("poison", "poison", "poison", "answer:delay_ms=61000", "poison"))
+    agent = make_agent(
+        model=sequence("poison", "poison", "poison", "answer:delay_ms=61000", "poison")
+    )
     first = wait_turn(api, submit(api, agent.name, ("alice", "this carries POISON"))["id"])
     assert first["status"] == "failed"
     for i in (2, 3):
@@ -125,7 +163,11 @@ def test_a_poisoned_row_is_still_shed_when_the_probe_is_answered_a_minute_later(
         assert turn["status"] == "failed"
         wait_for(partial(streak_reached, agent, i), what="the streak")
     probe_out(agent)
-    wait_for(lambda: Turn.objects.filter(agent=agent, status="succeeded").exists(), timeout=100, what="a retry to succeed")
+    wait_for(
+        lambda: Turn.objects.filter(agent=agent, status="succeeded").exists(),
+        timeout=100,
+        what="a retry to succeed",
+    )
     [probe] = probes(agent)
     assert probe.outcome == "completed"
     assert probe.ended_at is not None and probe.sent_at is not None

@@ -27,7 +27,9 @@ from turns.services import agent_dispose
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("breaker_settings")]
 
 
-def test_a_probe_with_nothing_moved_is_answered_and_sheds_the_newest_turn_at_once(agent: Agent) -> None:
+def test_a_probe_with_nothing_moved_is_answered_and_sheds_the_newest_turn_at_once(
+    agent: Agent,
+) -> None:
     ticket = probe_out(agent)
     assert breaker_probe_moved(ticket=ticket) is None
     assert state(agent).probe_status == "out"
@@ -48,7 +50,9 @@ def _edit_row(agent: Agent) -> None:
 
 
 def _set_aside_row(agent: Agent) -> None:
-    HistoryRow.objects.filter(agent=agent, seq=1).update(state=HistoryRow.State.SET_ASIDE, set_aside_at=timezone.now(), set_aside_by="admin:x")
+    HistoryRow.objects.filter(agent=agent, seq=1).update(
+        state=HistoryRow.State.SET_ASIDE, set_aside_at=timezone.now(), set_aside_by="admin:x"
+    )
 
 
 def _streak_moved_and_back(agent: Agent) -> None:
@@ -96,7 +100,9 @@ def _failure(agent: Agent) -> None:
         (_failure, "withdrawn"),
     ],
 )
-def test_anything_that_moves_while_the_probe_is_out_sets_its_answer_aside(agent: Agent, move: Any, reason: str) -> None:
+def test_anything_that_moves_while_the_probe_is_out_sets_its_answer_aside(
+    agent: Agent, move: Any, reason: str
+) -> None:
     ticket = probe_out(agent)
     move(agent)
     moved = breaker_probe_moved(ticket=ticket)
@@ -107,7 +113,9 @@ def test_anything_that_moves_while_the_probe_is_out_sets_its_answer_aside(agent:
     assert not Alert.objects.filter(kind="history-kept").exists()
 
 
-def test_a_streak_that_moves_and_comes_back_sets_the_answer_aside_through_the_real_services(agent: Agent) -> None:
+def test_a_streak_that_moves_and_comes_back_sets_the_answer_aside_through_the_real_services(
+    agent: Agent,
+) -> None:
     ticket = probe_out(agent)
     streak = state(agent).streak
     breaker_note_success(agent=agent)
@@ -123,12 +131,17 @@ def test_a_removed_agent_moves_the_probe(agent: Agent) -> None:
     assert breaker_probe_moved(ticket=ticket) == "the agent was removed"
 
 
-def test_a_refused_probe_keeps_the_history_and_says_so_in_a_history_kept_alert(agent: Agent) -> None:
+def test_a_refused_probe_keeps_the_history_and_says_so_in_a_history_kept_alert(
+    agent: Agent,
+) -> None:
     ticket = probe_out(agent)
     assert end(ticket, "refused", "invalid_request at HTTP 400").status == "refused"
     alert = Alert.objects.get(kind="history-kept")
     assert alert.verdict == "refused"
-    assert "fails without its history too" in alert.message and "none of the history was shed" in alert.message
+    assert (
+        "fails without its history too" in alert.message
+        and "none of the history was shed" in alert.message
+    )
     assert "No retry was queued" in alert.message and "next wakes it" in alert.message
     assert HistoryRow.objects.filter(agent=agent, state=HistoryRow.State.SET_ASIDE).count() == 0
     assert state(agent).probe_verdict == "invalid_request at HTTP 400"
@@ -143,8 +156,6 @@ def test_an_unclear_probe_raises_a_history_kept_alert_under_its_own_verdict(agen
     assert "Nothing was shed and no retry was queued" in alert.message
 
 
-
-
 def test_an_aborted_probe_raises_the_couldnt_tell_alert_and_sheds_nothing(agent: Agent) -> None:
     ticket = probe_out(agent)
     ended = end(ticket, "aborted", "aborted: the service is stopping")
@@ -155,18 +166,27 @@ def test_an_aborted_probe_raises_the_couldnt_tell_alert_and_sheds_nothing(agent:
     assert not HistoryRow.objects.filter(agent=agent, state=HistoryRow.State.SET_ASIDE).exists()
 
 
-def test_each_history_kept_verdict_carries_its_own_verdict_for_its_webhook_cooldown(agent: Agent) -> None:
+def test_each_history_kept_verdict_carries_its_own_verdict_for_its_webhook_cooldown(
+    agent: Agent,
+) -> None:
     end(probe_out(agent), "refused", "invalid_request at HTTP 400")
     fail(agent)  # the next failure of the run probes again
     end(breaker_probe_begin(agent=agent), "unclear", "rate_limit at HTTP 429")
     fail(agent)
     end(breaker_probe_begin(agent=agent), "aborted", "aborted: the service is stopping")
-    verdicts = list(Alert.objects.filter(kind="history-kept", agent=agent.name).order_by("id").values_list("verdict", flat=True))
+    verdicts = list(
+        Alert.objects.filter(kind="history-kept", agent=agent.name)
+        .order_by("id")
+        .values_list("verdict", flat=True)
+    )
     assert verdicts == ["refused", "unclear", "unclear"]
-    assert set(Alert.objects.filter(kind="hard-down").values_list("verdict", flat=True)) == {""}  # one key per agent (§7.1)
+    assert set(Alert.objects.filter(kind="hard-down").values_list("verdict", flat=True)) == {
+        ""
+    }  # one key per agent (§7.1)
 
 
 # Withdrawing (§7.3: a later failure, a completed call, the agent's removal)
+
 
 def abort_signalled(ticket: ProbeTicket) -> bool:
     client = redis.Redis.from_url(settings.REDIS_URL)
@@ -181,12 +201,16 @@ def abort_signalled(ticket: ProbeTicket) -> bool:
     [
         lambda agent: fail(agent),
         lambda agent: breaker_note_success(agent=agent),
-        lambda agent: breaker_probe_withdraw(agent=agent, reason="the agent was removed while it was out"),
+        lambda agent: breaker_probe_withdraw(
+            agent=agent, reason="the agent was removed while it was out"
+        ),
     ],
     ids=["a later failure", "a completed call", "the agent's removal"],
 )
 @pytest.mark.django_db(transaction=True)
-def test_a_withdrawn_probe_is_marked_and_its_call_is_told_to_abort(agent: Agent, withdraw: Any) -> None:
+def test_a_withdrawn_probe_is_marked_and_its_call_is_told_to_abort(
+    agent: Agent, withdraw: Any
+) -> None:
     ticket = probe_out(agent)
     assert not abort_signalled(ticket)
     withdraw(agent)
@@ -216,6 +240,7 @@ def test_withdrawing_when_no_probe_is_out_changes_nothing(agent: Agent) -> None:
 
 # No window between the move check and the shed
 
+
 @pytest.mark.django_db(transaction=True)
 def test_a_message_stored_while_the_answer_is_read_is_never_shed_over(agent: Agent) -> None:
     """A history writer holding the agent's lock makes the probe's end wait for it and then see
@@ -229,7 +254,9 @@ def test_a_message_stored_while_the_answer_is_read_is_never_shed_over(agent: Age
         try:
             with transaction.atomic():
                 Agent.objects.select_for_update().get(pk=agent.pk)
-                history_append(agent=agent, participant="bob", role=HistoryRow.Role.USER, content="meanwhile")
+                history_append(
+                    agent=agent, participant="bob", role=HistoryRow.Role.USER, content="meanwhile"
+                )
                 writing.set()
                 release.wait(10)
         finally:
@@ -255,4 +282,6 @@ def test_a_message_stored_while_the_answer_is_read_is_never_shed_over(agent: Age
     assert isinstance(ended[0], ProbeEnd), ended
     assert ended[0].status == "set_aside" and ended[0].shed is None
     assert not HistoryRow.objects.filter(agent=agent, state=HistoryRow.State.SET_ASIDE).exists()
-    assert HistoryRow.objects.filter(agent=agent, content="meanwhile", state=HistoryRow.State.PRESENTED).exists()
+    assert HistoryRow.objects.filter(
+        agent=agent, content="meanwhile", state=HistoryRow.State.PRESENTED
+    ).exists()

@@ -23,18 +23,25 @@ pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("breaker_settings")
 
 # Streak and hard-down (§7.1)
 
-def test_the_streak_counts_failures_and_hard_down_is_raised_at_the_threshold_and_on_every_failure_after(agent: Agent) -> None:
+
+def test_the_streak_counts_failures_and_hard_down_is_raised_at_the_threshold_and_on_every_failure_after(
+    agent: Agent,
+) -> None:
     steps = [fail(agent, "server", 500) for _ in range(5)]
     assert [s.streak for s in steps] == [1, 2, 3, 4, 5]
     assert [s.hard_down for s in steps] == [False, False, True, True, True]
     alerts = list(Alert.objects.filter(kind="hard-down", agent=agent.name).order_by("id"))
     assert len(alerts) == 3
-    assert "failed 3 turns in a row" in alerts[0].message and "server at HTTP 500" in alerts[0].message
+    assert (
+        "failed 3 turns in a row" in alerts[0].message and "server at HTTP 500" in alerts[0].message
+    )
     assert "failed 5 turns in a row" in alerts[2].message
     assert alerts[0].model == agent.model
 
 
-def test_below_the_threshold_the_breaker_does_nothing_even_for_a_sheddable_failure(agent: Agent) -> None:
+def test_below_the_threshold_the_breaker_does_nothing_even_for_a_sheddable_failure(
+    agent: Agent,
+) -> None:
     row(agent)
     assert fail(agent).action == BreakerAction.NOTHING
     assert fail(agent).action == BreakerAction.NOTHING
@@ -98,23 +105,32 @@ def test_a_disposed_agent_gets_no_probe(agent: Agent) -> None:
 
 # Shedding (§7.4)
 
+
 def shed(agent: Agent) -> Any:
     return history_shed(agent=agent, reason=SHED_REASON)
 
 
 def marker_rows(agent: Agent) -> list[HistoryRow]:
     notes = HistoryRow.objects.filter(agent=agent, role=HistoryRow.Role.SYSTEM_NOTE).order_by("seq")
-    return [n for n in notes if isinstance(n.content, str) and n.content.startswith("[refusal-rewind]")]
+    return [
+        n for n in notes if isinstance(n.content, str) and n.content.startswith("[refusal-rewind]")
+    ]
 
 
-def test_a_shed_sets_aside_the_newest_row_and_writes_one_marker_that_never_quotes_it(agent: Agent) -> None:
+def test_a_shed_sets_aside_the_newest_row_and_writes_one_marker_that_never_quotes_it(
+    agent: Agent,
+) -> None:
     older = row(agent, content="older")
     newest = row(agent, content="secret poison text")
     result = shed(agent)
     assert [r.pk for r in result.rows] == [newest.pk]
     newest.refresh_from_db()
     older.refresh_from_db()
-    assert newest.state == "set_aside" and newest.set_aside_by == "breaker" and newest.set_aside_at is not None
+    assert (
+        newest.state == "set_aside"
+        and newest.set_aside_by == "breaker"
+        and newest.set_aside_at is not None
+    )
     assert newest.set_aside_reason == "invalid_request at HTTP 400"
     assert older.state == "presented"
     (marker,) = marker_rows(agent)
@@ -128,16 +144,26 @@ def test_a_shed_sets_aside_the_newest_row_and_writes_one_marker_that_never_quote
 
 def test_a_tool_result_is_set_aside_with_the_tool_call_before_it(agent: Agent) -> None:
     user = row(agent, content="use the tool")
-    call = row(agent, HistoryRow.Role.ASSISTANT, [{"type": "tool_call", "id": "c1", "name": "t", "arguments": {}}])
-    result = row(agent, HistoryRow.Role.TOOL, [{"type": "tool_result", "tool_call_id": "c1", "content": "x"}])
+    call = row(
+        agent,
+        HistoryRow.Role.ASSISTANT,
+        [{"type": "tool_call", "id": "c1", "name": "t", "arguments": {}}],
+    )
+    result = row(
+        agent, HistoryRow.Role.TOOL, [{"type": "tool_result", "tool_call_id": "c1", "content": "x"}]
+    )
     out = shed(agent)
     assert [r.pk for r in out.rows] == [result.pk, call.pk]
-    assert set(HistoryRow.objects.filter(agent=agent, state="set_aside").values_list("pk", flat=True)) == {result.pk, call.pk}
+    assert set(
+        HistoryRow.objects.filter(agent=agent, state="set_aside").values_list("pk", flat=True)
+    ) == {result.pk, call.pk}
     user.refresh_from_db()
     assert user.state == "presented"
 
 
-def test_system_notes_are_skipped_and_each_run_keeps_one_marker_updated_in_place(agent: Agent) -> None:
+def test_system_notes_are_skipped_and_each_run_keeps_one_marker_updated_in_place(
+    agent: Agent,
+) -> None:
     first = row(agent, content="first")
     second = row(agent, content="second")
     row(agent, HistoryRow.Role.SYSTEM_NOTE, "[inference-failed] something", participant="agentops")
@@ -146,10 +172,16 @@ def test_system_notes_are_skipped_and_each_run_keeps_one_marker_updated_in_place
     assert [r.pk for r in out1.rows] == [second.pk]
     assert [r.pk for r in out2.rows] == [first.pk]
     (marker,) = marker_rows(agent)
-    assert out1.marker is not None and out2.marker is not None and out1.marker.pk == out2.marker.pk == marker.pk
+    assert (
+        out1.marker is not None
+        and out2.marker is not None
+        and out1.marker.pk == out2.marker.pk == marker.pk
+    )
     assert marker.content.startswith("[refusal-rewind] The 2 most recent turn(s)")
     assert marker.edited_at is not None
-    assert HistoryRow.objects.filter(agent=agent, role="system-note", state="presented").count() == 2
+    assert (
+        HistoryRow.objects.filter(agent=agent, role="system-note", state="presented").count() == 2
+    )
 
 
 def test_a_new_run_after_a_success_writes_a_new_marker(agent: Agent) -> None:
@@ -185,13 +217,18 @@ def test_the_breaker_says_stop_at_the_cap_and_when_nothing_is_left(agent: Agent)
     for _ in range(3):
         fail(agent)
     assert fail(agent).action == BreakerAction.STOP_EMPTY
-    assert "Nothing presented is left" in Alert.objects.filter(kind="hard-down").order_by("-id")[0].message
+    assert (
+        "Nothing presented is left"
+        in Alert.objects.filter(kind="hard-down").order_by("-id")[0].message
+    )
     BreakerState.objects.filter(agent=agent).update(sheds_this_run=3)
     row(agent)
     assert fail(agent).action == BreakerAction.STOP_CAP
 
 
-def test_an_answered_probe_lets_later_failures_of_the_run_shed_without_another_probe(agent: Agent) -> None:
+def test_an_answered_probe_lets_later_failures_of_the_run_shed_without_another_probe(
+    agent: Agent,
+) -> None:
     ticket = probe_out(agent)
     assert end(ticket, "answered").shed is not None
     assert fail(agent).action == BreakerAction.SHED
@@ -199,16 +236,30 @@ def test_an_answered_probe_lets_later_failures_of_the_run_shed_without_another_p
 
 # Restore
 
+
 @pytest.fixture
 def set_aside(agent: Agent) -> HistoryRow:
-    r: HistoryRow = HistoryRowFactory.create(agent=agent, state=HistoryRow.State.SET_ASIDE, set_aside_at=timezone.now(),
-                                            set_aside_by="breaker", set_aside_reason="invalid_request at HTTP 400")
+    r: HistoryRow = HistoryRowFactory.create(
+        agent=agent,
+        state=HistoryRow.State.SET_ASIDE,
+        set_aside_at=timezone.now(),
+        set_aside_by="breaker",
+        set_aside_reason="invalid_request at HTTP 400",
+    )
     return r
 
 
-def test_restoring_puts_the_row_back_with_an_audit_entry(agent: Agent, set_aside: HistoryRow) -> None:
-    restored = history_row_restore(agent_name=agent.name, row_id=set_aside.pk, actor="api:ops", requester="alice\x07")
-    assert restored.state == "presented" and restored.set_aside_at is None and restored.set_aside_reason == ""
+def test_restoring_puts_the_row_back_with_an_audit_entry(
+    agent: Agent, set_aside: HistoryRow
+) -> None:
+    restored = history_row_restore(
+        agent_name=agent.name, row_id=set_aside.pk, actor="api:ops", requester="alice\x07"
+    )
+    assert (
+        restored.state == "presented"
+        and restored.set_aside_at is None
+        and restored.set_aside_reason == ""
+    )
     set_aside.refresh_from_db()
     assert set_aside.state == "presented"
     entry = AuditEntry.objects.get(action="history.restore")
@@ -216,12 +267,18 @@ def test_restoring_puts_the_row_back_with_an_audit_entry(agent: Agent, set_aside
     assert entry.data["requester"] == "alice" and entry.data["set_aside_by"] == "breaker"
 
 
-def test_restoring_an_unknown_agent_or_row_is_not_found(agent: Agent, set_aside: HistoryRow) -> None:
+def test_restoring_an_unknown_agent_or_row_is_not_found(
+    agent: Agent, set_aside: HistoryRow
+) -> None:
     with pytest.raises(NotFound):
-        history_row_restore(agent_name="nobody", row_id=set_aside.pk, actor="api:ops", requester=None)
+        history_row_restore(
+            agent_name="nobody", row_id=set_aside.pk, actor="api:ops", requester=None
+        )
     other: Agent = AgentFactory.create()
     with pytest.raises(NotFound) as exc:
-        history_row_restore(agent_name=other.name, row_id=set_aside.pk, actor="api:ops", requester=None)
+        history_row_restore(
+            agent_name=other.name, row_id=set_aside.pk, actor="api:ops", requester=None
+        )
     assert exc.value.data["field"] == "row_id"
     assert not AuditEntry.objects.exists()
 
@@ -229,14 +286,20 @@ def test_restoring_an_unknown_agent_or_row_is_not_found(agent: Agent, set_aside:
 def test_restoring_a_presented_row_is_a_conflict(agent: Agent) -> None:
     presented: HistoryRow = HistoryRowFactory.create(agent=agent)
     with pytest.raises(Conflict):
-        history_row_restore(agent_name=agent.name, row_id=presented.pk, actor="api:ops", requester=None)
+        history_row_restore(
+            agent_name=agent.name, row_id=presented.pk, actor="api:ops", requester=None
+        )
     assert not AuditEntry.objects.exists()
 
 
 @pytest.mark.parametrize("requester", [1, ["a"], {"a": 1}, True])
-def test_a_non_string_requester_is_a_bad_request_naming_it(agent: Agent, set_aside: HistoryRow, requester: Any) -> None:
+def test_a_non_string_requester_is_a_bad_request_naming_it(
+    agent: Agent, set_aside: HistoryRow, requester: Any
+) -> None:
     with pytest.raises(BadRequest) as exc:
-        history_row_restore(agent_name=agent.name, row_id=set_aside.pk, actor="api:ops", requester=requester)
+        history_row_restore(
+            agent_name=agent.name, row_id=set_aside.pk, actor="api:ops", requester=requester
+        )
     assert exc.value.data["field"] == "requester"
     set_aside.refresh_from_db()
     assert set_aside.state == "set_aside"

@@ -17,8 +17,16 @@ if TYPE_CHECKING:
 CHROMIUM = os.environ.get("AGENTOPS_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("AGENTOPS_CHROMEDRIVER", "/usr/bin/chromedriver")
 ARGS = (
-    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
 )
 
 

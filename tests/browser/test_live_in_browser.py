@@ -46,36 +46,62 @@ def test_binding_waits_count_down_live_and_link_the_agent_and_its_turn(
     assert first is not None, content(cell)
     assert int(first.group(1)) in (19, 20)  # a 20-minute wait, a few seconds old
 
-    time.sleep(2.2)  # no reload: two ticks of the page's own 1 s script move it (the 1..4 s bound below)
+    time.sleep(
+        2.2
+    )  # no reload: two ticks of the page's own 1 s script move it (the 1..4 s bound below)
     later = COUNTDOWN.match(content(cell))
     assert later is not None, content(cell)
     assert 1 <= left_s(first) - left_s(later) <= 4, (first.group(0), later.group(0))
 
     browser.find_element(By.CSS_SELECTOR, "a.wait-turn").click()
-    wait_for(lambda: browser.current_url.endswith(f"/admin/inference/turn/{turn_id}/change/"), timeout=10, what="the turn's page")
+    wait_for(
+        lambda: browser.current_url.endswith(f"/admin/inference/turn/{turn_id}/change/"),
+        timeout=10,
+        what="the turn's page",
+    )
     browser.back()
     browser.find_element(By.CSS_SELECTOR, "a.wait-agent").click()
-    wait_for(lambda: browser.current_url.endswith(f"/admin/agentops/agent/{agent.pk}/change/"), timeout=10, what="the agent's page")
+    wait_for(
+        lambda: browser.current_url.endswith(f"/admin/agentops/agent/{agent.pk}/change/"),
+        timeout=10,
+        what="the agent's page",
+    )
 
 
 @pytest.mark.timeout(180)
 def test_a_receiving_calls_deadline_moves_on_the_dashboard(
-    browser: WebDriver, asgi_server: str, api: Client, make_agent: Any  # noqa: F811
+    browser: WebDriver,
+    asgi_server: str,  # noqa: F811
+    api: Client,
+    make_agent: Any,
 ) -> None:
     from selenium.webdriver.common.by import By
 
     User.objects.create_superuser("olga", password="a long operator password")
     log_in(browser, asgi_server, "olga", "/dashboard/")
-    wait_for(lambda: browser.find_element(By.ID, "conn").text == "live", timeout=20, what="the dashboard's feed")
+    wait_for(
+        lambda: browser.find_element(By.ID, "conn").text == "live",
+        timeout=20,
+        what="the dashboard's feed",
+    )
 
     agent = make_agent(model="answer:chunks=40,interval_ms=250")  # about 10 s of content
     submit(api, agent.name, ("alice", "tell me a long story"))
     cell_css = "#calls td[data-call]"
-    wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, cell_css), timeout=30, interval=0.1, what="the call on the dashboard")
+    wait_for(
+        lambda: browser.find_elements(By.CSS_SELECTOR, cell_css),
+        timeout=30,
+        interval=0.1,
+        what="the call on the dashboard",
+    )
 
     def shown() -> tuple[str, float, str]:
         cell = browser.find_element(By.CSS_SELECTOR, cell_css)
-        return str(cell.get_attribute("data-bound")), float(cell.get_attribute("data-deadline") or 0), content(cell)
+        return (
+            str(cell.get_attribute("data-bound")),
+            float(cell.get_attribute("data-deadline") or 0),
+            content(cell),
+        )
 
     def receiving() -> Any:
         try:
@@ -84,18 +110,27 @@ def test_a_receiving_calls_deadline_moves_on_the_dashboard(
             return None
         return (deadline, text) if bound == "between_events" else None
 
-    deadline, text = wait_for(receiving, timeout=20, interval=0.1, what="the call's deadline to move to between events")
-    assert "between events in" in text and re.search(r"\d+ model events?, \d+ keepalives?", text), text
+    deadline, text = wait_for(
+        receiving, timeout=20, interval=0.1, what="the call's deadline to move to between events"
+    )
+    assert "between events in" in text and re.search(r"\d+ model events?, \d+ keepalives?", text), (
+        text
+    )
+
     # It keeps moving as model events arrive: a later deadline (events come every 250 ms).
     def moved_on() -> Any:
         now = receiving()
         return now if now is not None and now[0] > deadline else None
 
-    moved = wait_for(moved_on, timeout=6, interval=0.1, what="the call's deadline to move to a later instant")
+    moved = wait_for(
+        moved_on, timeout=6, interval=0.1, what="the call's deadline to move to a later instant"
+    )
     assert moved[0] > deadline
 
 
-def test_the_admin_lists_fit_a_1400_px_window(browser: WebDriver, live_server: Any, api: Client, make_agent: Any) -> None:
+def test_the_admin_lists_fit_a_1400_px_window(
+    browser: WebDriver, live_server: Any, api: Client, make_agent: Any
+) -> None:
     """No horizontal scroll on the lists an operator reads most, with long models and messages."""
     from agentops.alerts import alert_raise
 
@@ -106,8 +141,14 @@ def test_the_admin_lists_fit_a_1400_px_window(browser: WebDriver, live_server: A
     User.objects.create_superuser("olga", password="a long operator password")
     browser.set_window_size(1400, 1000)
     log_in(browser, live_server.url, "olga", "/admin/")
-    for path in ("/admin/agentops/agent/", "/admin/inference/turn/", "/admin/inference/inferencecall/",
-                 "/admin/agentops/alert/", "/admin/waits/bindingwait/", "/admin/waits/waitjournalentry/"):
+    for path in (
+        "/admin/agentops/agent/",
+        "/admin/inference/turn/",
+        "/admin/inference/inferencecall/",
+        "/admin/agentops/alert/",
+        "/admin/waits/bindingwait/",
+        "/admin/waits/waitjournalentry/",
+    ):
         browser.get(f"{live_server.url}{path}")
         wide = browser.execute_script(
             "const t = document.querySelector('#result_list'); const c = t && t.closest('.results');"

@@ -40,7 +40,9 @@ def log_in(browser: WebDriver, base: str, username: str, then: str) -> None:
     browser.find_element(By.ID, "id_username").send_keys(username)
     browser.find_element(By.ID, "id_password").send_keys("a long operator password")
     browser.find_element(By.CSS_SELECTOR, "#login-form input[type=submit]").click()
-    wait_for(lambda: browser.current_url.endswith(then), timeout=10, what=f"{username} to land on {then}")
+    wait_for(
+        lambda: browser.current_url.endswith(then), timeout=10, what=f"{username} to land on {then}"
+    )
 
 
 def text(browser: WebDriver) -> str:
@@ -65,7 +67,11 @@ def listed_row(browser: WebDriver, agent: str) -> WebElement:
     from selenium.webdriver.common.by import By
 
     # The login's redirect changes the URL before the list is on the page (seen under load).
-    wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#result_list tbody tr"), timeout=10, what="the Binding waits list")
+    wait_for(
+        lambda: browser.find_elements(By.CSS_SELECTOR, "#result_list tbody tr"),
+        timeout=10,
+        what="the Binding waits list",
+    )
     listed = browser.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")
     matching = [r for r in listed if content(r.find_elements(By.TAG_NAME, "td")[0]) == agent]
     assert len(matching) == 1, [content(r) for r in listed]
@@ -86,18 +92,29 @@ def test_an_operator_releases_a_binding_wait_in_the_browser_and_the_turn_resumes
     log_in(browser, base, "grace", "/admin/waits/bindingwait/")
     # The admin's own stylesheet loaded (the header is styled, not the browser's default).
     header = browser.find_element(By.ID, "header")
-    assert header.value_of_css_property("background-color") not in ("rgba(0, 0, 0, 0)", "transparent")
+    assert header.value_of_css_property("background-color") not in (
+        "rgba(0, 0, 0, 0)",
+        "transparent",
+    )
     row = listed_row(browser, agent.name)
     assert HELD_MODEL in content(row) and "429" in content(row)
 
     row.find_element(By.CSS_SELECTOR, "a.release-wait").click()
-    wait_for(lambda: "Release a provider wait" in browser.title, timeout=10, what="the confirmation page")
+    wait_for(
+        lambda: "Release a provider wait" in browser.title, timeout=10, what="the confirmation page"
+    )
     assert agent.name in text(browser)
     browser.find_element(By.ID, "id_reason").send_keys("provider fixed the quota")
     browser.find_element(By.CSS_SELECTOR, "#content-main input[type=submit][value=Release]").click()
-    wait_for(lambda: f"Released {agent.name}" in text(browser), timeout=10, what="the release to be confirmed")
+    wait_for(
+        lambda: f"Released {agent.name}" in text(browser),
+        timeout=10,
+        what="the release to be confirmed",
+    )
     assert browser.current_url == f"{base}/admin/waits/bindingwait/"
-    assert agent.name not in content(browser.find_element(By.ID, "result_list"))  # it no longer binds
+    assert agent.name not in content(
+        browser.find_element(By.ID, "result_list")
+    )  # it no longer binds
 
     # The held turn resumes on the worker and succeeds; the turn's admin page shows it.
     def turn_page_says_succeeded() -> bool:
@@ -105,18 +122,30 @@ def test_an_operator_releases_a_binding_wait_in_the_browser_and_the_turn_resumes
 
         browser.get(f"{base}/admin/inference/turn/{turn_id}/change/")
         try:
-            shown = [e.text.lower() for e in browser.find_elements(By.CSS_SELECTOR, ".field-status .readonly")]
+            shown = [
+                e.text.lower()
+                for e in browser.find_elements(By.CSS_SELECTOR, ".field-status .readonly")
+            ]
         except StaleElementReferenceException:  # the page was still being replaced
             return False
         return shown == ["succeeded"]
 
-    wait_for(turn_page_says_succeeded, timeout=20, interval=0.5, what="the turn page to show the turn succeeded")
+    wait_for(
+        turn_page_says_succeeded,
+        timeout=20,
+        interval=0.5,
+        what="the turn page to show the turn succeeded",
+    )
     assert Turn.objects.get(pk=turn_id).status == Turn.Status.SUCCEEDED
     calls = browser.find_elements(By.CSS_SELECTOR, "svg.call-timeline.small")
     assert len(calls) == 2  # the 429 that held it, and the call after the release
 
     browser.get(f"{base}/admin/agentops/auditentry/")
-    (entry,) = [content(r) for r in browser.find_elements(By.CSS_SELECTOR, "#result_list tbody tr") if "wait.release" in content(r)]
+    (entry,) = [
+        content(r)
+        for r in browser.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")
+        if "wait.release" in content(r)
+    ]
     assert "admin:grace" in entry and "provider fixed the quota" in entry
     assert AuditEntry.objects.filter(action="wait.release", actor="admin:grace").count() == 1
 

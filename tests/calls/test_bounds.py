@@ -85,11 +85,15 @@ def test_setup_is_the_larger_phase_bound() -> None:
 # its rows use that state to isolate it.
 EDGE_CASES = [
     pytest.param(
-        streamed(), DEFAULTS, Deadline(S + BEFORE, Bound.BEFORE_CONTENT),
+        streamed(),
+        DEFAULTS,
+        Deadline(S + BEFORE, Bound.BEFORE_CONTENT),
         id="before_content-nothing-but-keepalives",
     ),
     pytest.param(
-        streamed(max_tokens=TOKENS_200_S), DEFAULTS, Deadline(S + BEFORE, Bound.BEFORE_CONTENT),
+        streamed(max_tokens=TOKENS_200_S),
+        DEFAULTS,
+        Deadline(S + BEFORE, Bound.BEFORE_CONTENT),
         id="before_content-allowance-ignored-until-thinking-starts",
     ),
     pytest.param(
@@ -185,9 +189,7 @@ THINKING_CASES = [
         id="before_content-tie-of-the-two-terms",
     ),
     pytest.param(
-        streamed(
-            thinking_start=S + 1_000, last_model_event=S + 50_000, max_tokens=TOKENS_100_S
-        ),
+        streamed(thinking_start=S + 1_000, last_model_event=S + 50_000, max_tokens=TOKENS_100_S),
         Deadline(S + 1_000 + 100_000, Bound.BEFORE_CONTENT),
         id="before_content-thinking-deltas-do-not-move-it",
     ),
@@ -432,7 +434,9 @@ RAISE_CASES = [
         streamed(first_content=S + 1_000, last_model_event=S + ABSOLUTE - 10_000), id="absolute"
     ),
     pytest.param(CallState(sent=S, streamed=False), id="whole_call-no-max_tokens"),
-    pytest.param(CallState(sent=S, streamed=False, max_tokens=TOKENS_100_S), id="whole_call-with-max_tokens"),
+    pytest.param(
+        CallState(sent=S, streamed=False, max_tokens=TOKENS_100_S), id="whole_call-with-max_tokens"
+    ),
 ]
 
 
@@ -454,24 +458,65 @@ def test_raising_the_setting_a_cut_names_moves_that_deadline_later(state: CallSt
 @pytest.mark.parametrize(
     ("before", "between", "flat", "max_tokens", "field"),
     [
-        pytest.param(BEFORE, BETWEEN, FLAT_MINIMUM, TOKENS_100_S, "progress_bounds.between_events_ms", id="between-larger"),
-        pytest.param(200_000, BETWEEN, FLAT_MINIMUM, TOKENS_100_S, "progress_bounds.before_content_ms", id="before-larger"),
-        pytest.param(BETWEEN, BETWEEN, FLAT_MINIMUM, TOKENS_100_S, "progress_bounds.between_events_ms", id="phase-tie"),
-        pytest.param(200_000, BETWEEN, FLAT_MINIMUM, None, "flat_minimum_ms", id="no-max_tokens-flat-larger"),
-        pytest.param(200_000, BETWEEN, 100_000, None, "progress_bounds.before_content_ms", id="no-max_tokens-setup-larger"),
-        pytest.param(BEFORE, BETWEEN, BETWEEN, None, "progress_bounds.between_events_ms", id="no-max_tokens-flat-tie"),
+        pytest.param(
+            BEFORE,
+            BETWEEN,
+            FLAT_MINIMUM,
+            TOKENS_100_S,
+            "progress_bounds.between_events_ms",
+            id="between-larger",
+        ),
+        pytest.param(
+            200_000,
+            BETWEEN,
+            FLAT_MINIMUM,
+            TOKENS_100_S,
+            "progress_bounds.before_content_ms",
+            id="before-larger",
+        ),
+        pytest.param(
+            BETWEEN,
+            BETWEEN,
+            FLAT_MINIMUM,
+            TOKENS_100_S,
+            "progress_bounds.between_events_ms",
+            id="phase-tie",
+        ),
+        pytest.param(
+            200_000, BETWEEN, FLAT_MINIMUM, None, "flat_minimum_ms", id="no-max_tokens-flat-larger"
+        ),
+        pytest.param(
+            200_000,
+            BETWEEN,
+            100_000,
+            None,
+            "progress_bounds.before_content_ms",
+            id="no-max_tokens-setup-larger",
+        ),
+        pytest.param(
+            BEFORE,
+            BETWEEN,
+            BETWEEN,
+            None,
+            "progress_bounds.between_events_ms",
+            id="no-max_tokens-flat-tie",
+        ),
     ],
 )
 def test_a_whole_call_cut_names_the_setting_that_set_its_deadline(
     before: float, between: float, flat: float, max_tokens: int | None, field: str
 ) -> None:
-    settings = BoundsSettings(before_content_ms=before, between_events_ms=between, flat_minimum_ms=flat)
+    settings = BoundsSettings(
+        before_content_ms=before, between_events_ms=between, flat_minimum_ms=flat
+    )
     state = CallState(sent=S, streamed=False, max_tokens=max_tokens)
     deadline = next_deadline(state, settings)
     assert deadline is not None and deadline.bound is Bound.WHOLE_CALL
     assert bound_setting(Bound.WHOLE_CALL, state, settings) == f"AGENTOPS_INFERENCE_BOUNDS.{field}"
     name = field.rsplit(".", 1)[-1]
-    raised = next_deadline(state, dataclasses.replace(settings, **{name: getattr(settings, name) * 10}))
+    raised = next_deadline(
+        state, dataclasses.replace(settings, **{name: getattr(settings, name) * 10})
+    )
     assert raised is not None and raised.at > deadline.at
 
 
@@ -479,4 +524,6 @@ def test_a_flat_cut_counts_from_the_last_model_event() -> None:
     state = streamed(thinking_start=S + 1_000, last_model_event=S + 40_000, max_tokens=TOKENS_100_S)
     (flat,) = [d for d in bound_deadlines(state, DEFAULTS) if d.bound is Bound.FLAT]
     assert flat.at == S + 40_000 + FLAT_MINIMUM
-    assert describe_cut(Bound.FLAT, state, flat, DEFAULTS).startswith(f"no model event for {FLAT_MINIMUM:.0f} ms (flat bound;")
+    assert describe_cut(Bound.FLAT, state, flat, DEFAULTS).startswith(
+        f"no model event for {FLAT_MINIMUM:.0f} ms (flat bound;"
+    )

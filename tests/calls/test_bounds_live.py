@@ -21,7 +21,11 @@ from tests.turns.test_turns import submit, wait_turn
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 BOUNDS = {
-    "progress_bounds": {"before_content_ms": 500, "between_events_ms": 500, "think_tokens_per_second": 87},
+    "progress_bounds": {
+        "before_content_ms": 500,
+        "between_events_ms": 500,
+        "think_tokens_per_second": 87,
+    },
     "flat_minimum_ms": 2000,
     "absolute_ms": 2500,
 }
@@ -37,7 +41,9 @@ FAILURES_LOG = LOG_DIR / f"failures-bounded-{os.getpid()}.log"
 @pytest.fixture(scope="module")
 def bounded_pool(django_db_setup: None, django_db_blocker: Any) -> Iterator[WorkerPool]:
     FAILURES_LOG.unlink(missing_ok=True)
-    yield from worker_pool(1, label="bounded", extra_env={**POOL_ENV, "AGENTOPS_FAILURES_LOG": str(FAILURES_LOG)})
+    yield from worker_pool(
+        1, label="bounded", extra_env={**POOL_ENV, "AGENTOPS_FAILURES_LOG": str(FAILURES_LOG)}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +72,12 @@ BEFORE_CONTENT_MESSAGE = (
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
-@pytest.mark.parametrize("scenario", ["pings:interval_ms=50", "comments:interval_ms=50", "empty-deltas:interval_ms=50"])
-def test_a_keepalive_only_stream_is_cut_before_content(bounded: WorkerPool, api: Client, make_agent: Any, provider: str, scenario: str) -> None:
+@pytest.mark.parametrize(
+    "scenario", ["pings:interval_ms=50", "comments:interval_ms=50", "empty-deltas:interval_ms=50"]
+)
+def test_a_keepalive_only_stream_is_cut_before_content(
+    bounded: WorkerPool, api: Client, make_agent: Any, provider: str, scenario: str
+) -> None:
     agent = make_agent(provider=provider, model=scenario)
     turn = wait_turn(api, submit(api, agent.name, ("alice", "hello"))["id"])
     assert turn["status"] == "failed", turn
@@ -76,7 +86,10 @@ def test_a_keepalive_only_stream_is_cut_before_content(bounded: WorkerPool, api:
         assert call["outcome"] == "cut" and call["bound"] == "before_content"
         assert call["first_content_at"] is None
         assert call["keepalives"] >= 5, call  # keepalives kept coming and moved nothing
-        assert call["error"]["type"] == "timeout" and call["error"]["message"] == BEFORE_CONTENT_MESSAGE
+        assert (
+            call["error"]["type"] == "timeout"
+            and call["error"]["message"] == BEFORE_CONTENT_MESSAGE
+        )
         assert 0 <= call["cut_lateness_ms"] < 300
     assert turn["note"] == (
         f"[inference-failed] The model call timed out: {BEFORE_CONTENT_MESSAGE}. "
@@ -84,18 +97,26 @@ def test_a_keepalive_only_stream_is_cut_before_content(bounded: WorkerPool, api:
     )
 
 
-def test_a_stream_silent_after_content_is_cut_between_events(bounded: WorkerPool, api: Client, make_agent: Any) -> None:
+def test_a_stream_silent_after_content_is_cut_between_events(
+    bounded: WorkerPool, api: Client, make_agent: Any
+) -> None:
     agent = make_agent(provider="anthropic", model="silent-after-content:after_chunks=2")
     turn = wait_turn(api, submit(api, agent.name, ("alice", "hello"))["id"])
     call = calls_of(turn)[0]
     assert call["outcome"] == "cut" and call["bound"] == "between_events"
     assert call["first_content_at"] is not None
-    assert call["error"]["message"].startswith("no model event for 500 ms after content (between-events bound")
-    assert call["error"]["message"].endswith("AGENTOPS_INFERENCE_BOUNDS.progress_bounds.between_events_ms)")
+    assert call["error"]["message"].startswith(
+        "no model event for 500 ms after content (between-events bound"
+    )
+    assert call["error"]["message"].endswith(
+        "AGENTOPS_INFERENCE_BOUNDS.progress_bounds.between_events_ms)"
+    )
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
-def test_a_thinking_block_is_not_cut_before_its_allowance_ends(bounded: WorkerPool, api: Client, make_agent: Any, provider: str) -> None:
+def test_a_thinking_block_is_not_cut_before_its_allowance_ends(
+    bounded: WorkerPool, api: Client, make_agent: Any, provider: str
+) -> None:
     # 174 tokens at 87 tokens/s: a 2000 ms allowance, longer than the 500 ms before-content bound.
     agent = make_agent(provider=provider, model="think:silent_ms=1200", max_tokens=174)
     turn = wait_turn(api, submit(api, agent.name, ("alice", "think"))["id"])
@@ -104,7 +125,9 @@ def test_a_thinking_block_is_not_cut_before_its_allowance_ends(bounded: WorkerPo
     assert call["outcome"] == "completed"
 
 
-def test_a_short_thinking_allowance_does_not_save_a_silent_thinking_block(bounded: WorkerPool, api: Client, make_agent: Any) -> None:
+def test_a_short_thinking_allowance_does_not_save_a_silent_thinking_block(
+    bounded: WorkerPool, api: Client, make_agent: Any
+) -> None:
     # 20 tokens at 87 tokens/s: a 230 ms allowance, shorter than the 500 ms bound, so it applies.
     agent = make_agent(provider="anthropic", model="think:silent_ms=1200", max_tokens=20)
     turn = wait_turn(api, submit(api, agent.name, ("alice", "think"))["id"])
@@ -113,7 +136,9 @@ def test_a_short_thinking_allowance_does_not_save_a_silent_thinking_block(bounde
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
-def test_a_stream_that_keeps_sending_content_is_cut_only_by_the_absolute_bound(bounded: WorkerPool, api: Client, make_agent: Any, provider: str) -> None:
+def test_a_stream_that_keeps_sending_content_is_cut_only_by_the_absolute_bound(
+    bounded: WorkerPool, api: Client, make_agent: Any, provider: str
+) -> None:
     agent = make_agent(provider=provider, model="endless:interval_ms=20")
     turn = wait_turn(api, submit(api, agent.name, ("alice", "go"))["id"], timeout=40)
     call = calls_of(turn)[0]
@@ -122,9 +147,13 @@ def test_a_stream_that_keeps_sending_content_is_cut_only_by_the_absolute_bound(b
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
-def test_a_trickling_unstreamed_body_is_cut_by_the_whole_call_bound(bounded: WorkerPool, api: Client, make_agent: Any, provider: str) -> None:
+def test_a_trickling_unstreamed_body_is_cut_by_the_whole_call_bound(
+    bounded: WorkerPool, api: Client, make_agent: Any, provider: str
+) -> None:
     # whole call = setup (500) + allowance (87 tokens: 1000 ms) = 1500 ms
-    agent = make_agent(provider=provider, model="trickle:interval_ms=50", stream=False, max_tokens=87)
+    agent = make_agent(
+        provider=provider, model="trickle:interval_ms=50", stream=False, max_tokens=87
+    )
     turn = wait_turn(api, submit(api, agent.name, ("alice", "go"))["id"])
     call = calls_of(turn)[0]
     assert call["outcome"] == "cut" and call["bound"] == "whole_call"
@@ -135,7 +164,9 @@ def test_a_trickling_unstreamed_body_is_cut_by_the_whole_call_bound(bounded: Wor
     assert 1.4 < span < 2.5
 
 
-def test_a_cut_call_gets_exactly_one_fresh_call_about_a_second_later(bounded: WorkerPool, api: Client, make_agent: Any) -> None:
+def test_a_cut_call_gets_exactly_one_fresh_call_about_a_second_later(
+    bounded: WorkerPool, api: Client, make_agent: Any
+) -> None:
     agent = make_agent(model="silent")
     turn = wait_turn(api, submit(api, agent.name, ("alice", "hello"))["id"])
     assert turn["status"] == "failed"
@@ -146,7 +177,9 @@ def test_a_cut_call_gets_exactly_one_fresh_call_about_a_second_later(bounded: Wo
     assert turn["note"].count("The call was made again, and it timed out again.") == 1
 
 
-def test_with_bounds_off_nothing_is_cut(unbounded: WorkerPool, api: Client, make_agent: Any) -> None:
+def test_with_bounds_off_nothing_is_cut(
+    unbounded: WorkerPool, api: Client, make_agent: Any
+) -> None:
     agent = make_agent(model="pings:interval_ms=50,duration_ms=1500")
     turn = wait_turn(api, submit(api, agent.name, ("alice", "hello"))["id"])
     assert turn["status"] == "succeeded", turn
@@ -154,7 +187,9 @@ def test_with_bounds_off_nothing_is_cut(unbounded: WorkerPool, api: Client, make
     assert call["outcome"] == "completed" and call["keepalives"] > 10
 
 
-def test_server_errors_are_retried_with_growing_jittered_delays(bounded: WorkerPool, api: Client, make_agent: Any) -> None:
+def test_server_errors_are_retried_with_growing_jittered_delays(
+    bounded: WorkerPool, api: Client, make_agent: Any
+) -> None:
     agent = make_agent(model="error:status=500,times=2")
     turn = wait_turn(api, submit(api, agent.name, ("alice", "hello"))["id"], timeout=30)
     assert turn["status"] == "succeeded", turn
@@ -166,9 +201,16 @@ def test_server_errors_are_retried_with_growing_jittered_delays(bounded: WorkerP
 
 @pytest.mark.parametrize(
     ("scenario", "kind", "status"),
-    [("auth", "auth", 401), ("context-length", "context_length", 400), ("refuse", "invalid_request", 400), ("length-empty", "unknown", None)],
+    [
+        ("auth", "auth", 401),
+        ("context-length", "context_length", 400),
+        ("refuse", "invalid_request", 400),
+        ("length-empty", "unknown", None),
+    ],
 )
-def test_terminal_failures_are_not_retried(bounded: WorkerPool, api: Client, make_agent: Any, scenario: str, kind: str, status: int | None) -> None:
+def test_terminal_failures_are_not_retried(
+    bounded: WorkerPool, api: Client, make_agent: Any, scenario: str, kind: str, status: int | None
+) -> None:
     agent = make_agent(model=scenario)
     turn = wait_turn(api, submit(api, agent.name, ("alice", "hello"))["id"])
     assert turn["status"] == "failed"
@@ -178,7 +220,9 @@ def test_terminal_failures_are_not_retried(bounded: WorkerPool, api: Client, mak
     assert not Alert.objects.filter(agent=agent.name).exists()  # a failed turn is no alert
 
 
-def test_the_retry_episode_ends_the_turn_as_exhausted_and_re_arms_it(bounded: WorkerPool, api: Client, make_agent: Any) -> None:
+def test_the_retry_episode_ends_the_turn_as_exhausted_and_re_arms_it(
+    bounded: WorkerPool, api: Client, make_agent: Any
+) -> None:
     agent = make_agent(model="error:status=503")
     turn_id = submit(api, agent.name, ("alice", "hello"))["id"]
     # Each run: calls at ~0, ~1, ~3 s, exhausted by the 3 s episode; re-armed twice (300 ms).
@@ -190,7 +234,9 @@ def test_the_retry_episode_ends_the_turn_as_exhausted_and_re_arms_it(bounded: Wo
 
 
 def test_an_exhausted_turn_raises_one_turn_exhausted_alert_with_the_agent_the_model_and_a_bounded_message(
-    bounded: WorkerPool, api: Client, make_agent: Any,
+    bounded: WorkerPool,
+    api: Client,
+    make_agent: Any,
 ) -> None:
     agent = make_agent(model="error:status=503,size=5000")
     turn_id = submit(api, agent.name, ("alice", "hello"))["id"]
@@ -205,11 +251,17 @@ def test_an_exhausted_turn_raises_one_turn_exhausted_alert_with_the_agent_the_mo
     assert alert.data["error"]["message"] == turn["error"]["message"]
     lines = [json.loads(line) for line in FAILURES_LOG.read_text().splitlines()]
     [line] = [line for line in lines if line.get("alert") == alert.pk]
-    assert line["kind"] == "turn-exhausted" and line["agent"] == agent.name and line["model"] == agent.model
+    assert (
+        line["kind"] == "turn-exhausted"
+        and line["agent"] == agent.name
+        and line["model"] == agent.model
+    )
     assert line["message"] == alert.message and line["data"] == alert.data
 
 
-def test_a_1mb_provider_error_is_stored_and_noted_within_its_bounds(bounded: WorkerPool, api: Client, make_agent: Any) -> None:
+def test_a_1mb_provider_error_is_stored_and_noted_within_its_bounds(
+    bounded: WorkerPool, api: Client, make_agent: Any
+) -> None:
     agent = make_agent(model="error:status=400,size=1000000")
     turn = wait_turn(api, submit(api, agent.name, ("alice", "hello"))["id"])
     assert turn["status"] == "failed"
@@ -219,7 +271,9 @@ def test_a_1mb_provider_error_is_stored_and_noted_within_its_bounds(bounded: Wor
     assert len(note) < 600 + 200
 
 
-def test_another_failure_between_two_cuts_resets_the_cut_count(bounded: WorkerPool, api: Client, make_agent: Any) -> None:
+def test_another_failure_between_two_cuts_resets_the_cut_count(
+    bounded: WorkerPool, api: Client, make_agent: Any
+) -> None:
     # cut, rate limit (paced 200 ms here), cut, answer: each cut is the first of its run, so
     # each gets a fresh call.
     agent = make_agent(model="sequence:steps=silent|error%3Astatus%3D429|silent|answer")

@@ -17,7 +17,13 @@ from calls.bounds import BoundsSettings
 from calls.client import CallResult, perform_call
 from calls.types import CompiledRequest, Message
 
-BOUNDS = BoundsSettings(before_content_ms=300, between_events_ms=300, think_tokens_per_second=100, flat_minimum_ms=3000, absolute_ms=5000)
+BOUNDS = BoundsSettings(
+    before_content_ms=300,
+    between_events_ms=300,
+    think_tokens_per_second=100,
+    flat_minimum_ms=3000,
+    absolute_ms=5000,
+)
 ANSWERED = [("answer", True), ("answer", False)] * 5
 CUT = [("pings:interval_ms=50", True)] * 5
 
@@ -32,9 +38,17 @@ async def calls_and_their_garbage(standin: str) -> None:
     adapter = OpenAIAdapter()
 
     async def one(model: str, stream: bool) -> CallResult:
-        req = CompiledRequest(model=model, system="be brief", max_tokens=100, stream=stream, messages=[Message(role="user", blocks=[{"type": "text", "text": "hello"}])])
+        req = CompiledRequest(
+            model=model,
+            system="be brief",
+            max_tokens=100,
+            stream=stream,
+            messages=[Message(role="user", blocks=[{"type": "text", "text": "hello"}])],
+        )
         wire = adapter.build(base_url=f"{standin}/v1", api_key="", request=req)
-        return await perform_call(adapter=adapter, wire=wire, streamed=stream, max_tokens=100, bounds=BOUNDS)
+        return await perform_call(
+            adapter=adapter, wire=wire, streamed=stream, max_tokens=100, bounds=BOUNDS
+        )
 
     async def garbage(calls: list[tuple[str, bool]]) -> tuple[list[str], int]:
         gc.collect()

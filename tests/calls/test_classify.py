@@ -27,7 +27,9 @@ def http_date(offset_s: float) -> str:
 
 
 def openai_body(message: str, type_: str | None, code: str | None, **extra: Any) -> str:
-    return json.dumps({"error": {"message": message, "type": type_, "param": None, "code": code, **extra}})
+    return json.dumps(
+        {"error": {"message": message, "type": type_, "param": None, "code": code, **extra}}
+    )
 
 
 def anthropic_body(type_: str, message: str, **extra: Any) -> str:
@@ -36,64 +38,226 @@ def anthropic_body(type_: str, message: str, **extra: Any) -> str:
 
 # (status, body, type, retryable, provider_code)
 STATUS_CASES = [
-    pytest.param(429, openai_body("Rate limit reached", "requests", "rate_limit_exceeded"),
-                 "rate_limit", True, "rate_limit_exceeded", id="429-openai-rate-limit"),
-    pytest.param(429, anthropic_body("rate_limit_error", "Number of requests exceeded"),
-                 "rate_limit", True, "rate_limit_error", id="429-anthropic-rate-limit"),
-    pytest.param(429, openai_body("Quota exceeded, slow down", "requests", "rate_limit_exceeded"),
-                 "rate_limit", True, "rate_limit_exceeded", id="429-quota-in-message-only-is-rate-limit"),
-    pytest.param(429, openai_body("You exceeded your current quota", "insufficient_quota", "insufficient_quota"),
-                 "quota", False, "insufficient_quota", id="429-insufficient-quota"),
-    pytest.param(429, openai_body("Billing hard limit", "requests", "billing_hard_limit_reached"),
-                 "quota", False, "billing_hard_limit_reached", id="429-billing-code"),
+    pytest.param(
+        429,
+        openai_body("Rate limit reached", "requests", "rate_limit_exceeded"),
+        "rate_limit",
+        True,
+        "rate_limit_exceeded",
+        id="429-openai-rate-limit",
+    ),
+    pytest.param(
+        429,
+        anthropic_body("rate_limit_error", "Number of requests exceeded"),
+        "rate_limit",
+        True,
+        "rate_limit_error",
+        id="429-anthropic-rate-limit",
+    ),
+    pytest.param(
+        429,
+        openai_body("Quota exceeded, slow down", "requests", "rate_limit_exceeded"),
+        "rate_limit",
+        True,
+        "rate_limit_exceeded",
+        id="429-quota-in-message-only-is-rate-limit",
+    ),
+    pytest.param(
+        429,
+        openai_body("You exceeded your current quota", "insufficient_quota", "insufficient_quota"),
+        "quota",
+        False,
+        "insufficient_quota",
+        id="429-insufficient-quota",
+    ),
+    pytest.param(
+        429,
+        openai_body("Billing hard limit", "requests", "billing_hard_limit_reached"),
+        "quota",
+        False,
+        "billing_hard_limit_reached",
+        id="429-billing-code",
+    ),
     pytest.param(429, "", "rate_limit", True, None, id="429-no-body"),
-    pytest.param(408, openai_body("Request timed out", "invalid_request_error", None),
-                 "timeout", True, "invalid_request_error", id="408"),
-    pytest.param(401, openai_body("Incorrect API key", "invalid_request_error", "invalid_api_key"),
-                 "auth", False, "invalid_api_key", id="401"),
-    pytest.param(402, anthropic_body("billing_error", "Your credit balance is too low"),
-                 "auth", False, "billing_error", id="402"),
-    pytest.param(403, anthropic_body("permission_error", "Not allowed"),
-                 "auth", False, "permission_error", id="403"),
-    pytest.param(413, anthropic_body("request_too_large", "Request exceeds the maximum size"),
-                 "context_length", False, "request_too_large", id="413"),
-    pytest.param(400, openai_body("This model's maximum context length is 128000 tokens.",
-                                  "invalid_request_error", "context_length_exceeded"),
-                 "context_length", False, "context_length_exceeded", id="400-openai-context-code"),
-    pytest.param(400, openai_body("This model's maximum context length is 8192 tokens.",
-                                  None, None),
-                 "context_length", False, None, id="400-context-message-only"),
-    pytest.param(400, anthropic_body("invalid_request_error", "prompt is too long: 201873 tokens > 200000 maximum"),
-                 "context_length", False, "invalid_request_error", id="400-anthropic-prompt-too-long"),
-    pytest.param(400, openai_body("Your input exceeds the context window of this model", None, None),
-                 "context_length", False, None, id="400-context-window-message"),
-    pytest.param(400, openai_body("temperature is not supported", "invalid_request_error", "unsupported_parameter"),
-                 "invalid_request", False, "unsupported_parameter", id="400-other"),
-    pytest.param(400, openai_body("Flagged", "invalid_request_error", "content_policy_violation"),
-                 "policy", False, "content_policy_violation", id="400-content-policy"),
-    pytest.param(404, openai_body("The model does not exist", "invalid_request_error", "model_not_found"),
-                 "invalid_request", False, "model_not_found", id="404"),
-    pytest.param(422, openai_body("Unprocessable", "invalid_request_error", None),
-                 "invalid_request", False, "invalid_request_error", id="422"),
-    pytest.param(500, openai_body("The server had an error", "server_error", None),
-                 "server", True, "server_error", id="500"),
+    pytest.param(
+        408,
+        openai_body("Request timed out", "invalid_request_error", None),
+        "timeout",
+        True,
+        "invalid_request_error",
+        id="408",
+    ),
+    pytest.param(
+        401,
+        openai_body("Incorrect API key", "invalid_request_error", "invalid_api_key"),
+        "auth",
+        False,
+        "invalid_api_key",
+        id="401",
+    ),
+    pytest.param(
+        402,
+        anthropic_body("billing_error", "Your credit balance is too low"),
+        "auth",
+        False,
+        "billing_error",
+        id="402",
+    ),
+    pytest.param(
+        403,
+        anthropic_body("permission_error", "Not allowed"),
+        "auth",
+        False,
+        "permission_error",
+        id="403",
+    ),
+    pytest.param(
+        413,
+        anthropic_body("request_too_large", "Request exceeds the maximum size"),
+        "context_length",
+        False,
+        "request_too_large",
+        id="413",
+    ),
+    pytest.param(
+        400,
+        openai_body(
+            "This model's maximum context length is 128000 tokens.",
+            "invalid_request_error",
+            "context_length_exceeded",
+        ),
+        "context_length",
+        False,
+        "context_length_exceeded",
+        id="400-openai-context-code",
+    ),
+    pytest.param(
+        400,
+        openai_body("This model's maximum context length is 8192 tokens.", None, None),
+        "context_length",
+        False,
+        None,
+        id="400-context-message-only",
+    ),
+    pytest.param(
+        400,
+        anthropic_body(
+            "invalid_request_error", "prompt is too long: 201873 tokens > 200000 maximum"
+        ),
+        "context_length",
+        False,
+        "invalid_request_error",
+        id="400-anthropic-prompt-too-long",
+    ),
+    pytest.param(
+        400,
+        openai_body("Your input exceeds the context window of this model", None, None),
+        "context_length",
+        False,
+        None,
+        id="400-context-window-message",
+    ),
+    pytest.param(
+        400,
+        openai_body(
+            "temperature is not supported", "invalid_request_error", "unsupported_parameter"
+        ),
+        "invalid_request",
+        False,
+        "unsupported_parameter",
+        id="400-other",
+    ),
+    pytest.param(
+        400,
+        openai_body("Flagged", "invalid_request_error", "content_policy_violation"),
+        "policy",
+        False,
+        "content_policy_violation",
+        id="400-content-policy",
+    ),
+    pytest.param(
+        404,
+        openai_body("The model does not exist", "invalid_request_error", "model_not_found"),
+        "invalid_request",
+        False,
+        "model_not_found",
+        id="404",
+    ),
+    pytest.param(
+        422,
+        openai_body("Unprocessable", "invalid_request_error", None),
+        "invalid_request",
+        False,
+        "invalid_request_error",
+        id="422",
+    ),
+    pytest.param(
+        500,
+        openai_body("The server had an error", "server_error", None),
+        "server",
+        True,
+        "server_error",
+        id="500",
+    ),
     pytest.param(502, "<html>Bad gateway</html>", "server", True, None, id="502-html"),
-    pytest.param(503, anthropic_body("api_error", "Service unavailable"),
-                 "server", True, "api_error", id="503"),
+    pytest.param(
+        503,
+        anthropic_body("api_error", "Service unavailable"),
+        "server",
+        True,
+        "api_error",
+        id="503",
+    ),
     pytest.param(504, "", "server", True, None, id="504-empty"),
-    pytest.param(529, anthropic_body("overloaded_error", "Overloaded"),
-                 "overloaded", True, "overloaded_error", id="529"),
-    pytest.param(404, openai_body("This model's maximum context length is 8192 tokens.", None, None),
-                 "context_length", False, None, id="404-context-message"),
-    pytest.param(422, openai_body("Input is too long for this model", None, None),
-                 "context_length", False, None, id="422-context-message"),
-    pytest.param(422, openai_body("Flagged", None, "content_filter"),
-                 "policy", False, "content_filter", id="422-content-filter"),
-    pytest.param(404, openai_body("Flagged", None, "content_filter"),
-                 "invalid_request", False, "content_filter", id="404-content-filter-is-not-policy"),
+    pytest.param(
+        529,
+        anthropic_body("overloaded_error", "Overloaded"),
+        "overloaded",
+        True,
+        "overloaded_error",
+        id="529",
+    ),
+    pytest.param(
+        404,
+        openai_body("This model's maximum context length is 8192 tokens.", None, None),
+        "context_length",
+        False,
+        None,
+        id="404-context-message",
+    ),
+    pytest.param(
+        422,
+        openai_body("Input is too long for this model", None, None),
+        "context_length",
+        False,
+        None,
+        id="422-context-message",
+    ),
+    pytest.param(
+        422,
+        openai_body("Flagged", None, "content_filter"),
+        "policy",
+        False,
+        "content_filter",
+        id="422-content-filter",
+    ),
+    pytest.param(
+        404,
+        openai_body("Flagged", None, "content_filter"),
+        "invalid_request",
+        False,
+        "content_filter",
+        id="404-content-filter-is-not-policy",
+    ),
     pytest.param(529, "", "overloaded", True, None, id="529-no-body"),
-    pytest.param(503, anthropic_body("overloaded_error", "Overloaded"),
-                 "overloaded", True, "overloaded_error", id="503-overloaded-code"),
+    pytest.param(
+        503,
+        anthropic_body("overloaded_error", "Overloaded"),
+        "overloaded",
+        True,
+        "overloaded_error",
+        id="503-overloaded-code",
+    ),
     pytest.param(599, "", "server", True, None, id="599-server"),
     pytest.param(600, "", "unknown", False, None, id="600-unknown"),
     pytest.param(418, "I'm a teapot", "unknown", False, None, id="418-unknown"),
@@ -117,8 +281,10 @@ def test_each_http_status_maps_to_its_type_and_retryable_flag(
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        (openai_body("Incorrect API key provided", "invalid_request_error", "invalid_api_key"),
-         "Incorrect API key provided"),
+        (
+            openai_body("Incorrect API key provided", "invalid_request_error", "invalid_api_key"),
+            "Incorrect API key provided",
+        ),
         (json.dumps({"error": "plain string error"}), "plain string error"),
         ("not json at all", "not json at all"),
         ("", "HTTP 503"),
@@ -145,16 +311,25 @@ WAIT_CASES = [
     pytest.param({}, {"error": {"retryDelay": "2s"}}, 2_000.0, id="body-retryDelay"),
     pytest.param(
         {},
-        {"error": {"code": 429, "details": [
-            {"@type": "type.googleapis.com/google.rpc.ErrorInfo"},
-            {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "1.5s"},
-        ]}},
+        {
+            "error": {
+                "code": 429,
+                "details": [
+                    {"@type": "type.googleapis.com/google.rpc.ErrorInfo"},
+                    {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "1.5s"},
+                ],
+            }
+        },
         1_500.0,
         id="body-error-details-retryDelay",
     ),
     pytest.param({}, {"retry_after_ms": 700}, 700.0, id="top-level-body-retry_after_ms"),
-    pytest.param({}, {"type": "error", "error": {"type": "rate_limit_error", "retry_after": 9}},
-                 9_000.0, id="anthropic-shaped-body"),
+    pytest.param(
+        {},
+        {"type": "error", "error": {"type": "rate_limit_error", "retry_after": 9}},
+        9_000.0,
+        id="anthropic-shaped-body",
+    ),
     # A negative wait means 0.
     pytest.param({"retry-after-ms": "-5"}, None, 0.0, id="negative-retry-after-ms"),
     pytest.param({"retry-after": "-3"}, None, 0.0, id="negative-retry-after"),
@@ -186,7 +361,9 @@ NON_FINITE_CASES = [
     pytest.param({}, {"error": {"retry_after": "later"}}, "nan", id="body-seconds-garbage"),
     pytest.param({}, {"error": {"retry_after": True}}, "nan", id="body-seconds-boolean"),
     pytest.param({}, {"error": {"retryDelay": "nans"}}, "nan", id="retryDelay-nan"),
-    pytest.param({}, {"error": {"details": [{"retryDelay": "forever"}]}}, "nan", id="details-garbage"),
+    pytest.param(
+        {}, {"error": {"details": [{"retryDelay": "forever"}]}}, "nan", id="details-garbage"
+    ),
 ]
 
 
@@ -215,21 +392,45 @@ FULL_BODY = {
     "retry_after_ms": 6_000,
 }
 PRECEDENCE_CASES = [
-    pytest.param({"retry-after-ms": "1000", "retry-after": "2"}, FULL_BODY, 1_000.0,
-                 id="retry-after-ms-first"),
-    pytest.param({"retry-after-ms": "-1000", "retry-after": "2"}, FULL_BODY, 0.0,
-                 id="a-negative-retry-after-ms-still-wins"),
-    pytest.param({"retry-after-ms": "nan", "retry-after": "2"}, FULL_BODY, math.nan,
-                 id="a-non-finite-retry-after-ms-still-wins"),
+    pytest.param(
+        {"retry-after-ms": "1000", "retry-after": "2"},
+        FULL_BODY,
+        1_000.0,
+        id="retry-after-ms-first",
+    ),
+    pytest.param(
+        {"retry-after-ms": "-1000", "retry-after": "2"},
+        FULL_BODY,
+        0.0,
+        id="a-negative-retry-after-ms-still-wins",
+    ),
+    pytest.param(
+        {"retry-after-ms": "nan", "retry-after": "2"},
+        FULL_BODY,
+        math.nan,
+        id="a-non-finite-retry-after-ms-still-wins",
+    ),
     pytest.param({"retry-after": "2"}, FULL_BODY, 2_000.0, id="then-retry-after"),
     pytest.param({"retry-after": http_date(60)}, FULL_BODY, 60_000.0, id="then-retry-after-date"),
     pytest.param({}, FULL_BODY, 3_000.0, id="then-body-retry_after_ms"),
-    pytest.param({}, {"error": {"retry_after": 4, "retryDelay": "5s"}, "retry_after_ms": 6_000}, 4_000.0,
-                 id="then-body-retry_after"),
-    pytest.param({}, {"error": {"retryDelay": "5s"}, "retry_after_ms": 6_000}, 5_000.0,
-                 id="then-body-retryDelay"),
-    pytest.param({}, {"error": {"message": "x"}, "retry_after_ms": 6_000}, 6_000.0,
-                 id="then-the-top-level-body"),
+    pytest.param(
+        {},
+        {"error": {"retry_after": 4, "retryDelay": "5s"}, "retry_after_ms": 6_000},
+        4_000.0,
+        id="then-body-retry_after",
+    ),
+    pytest.param(
+        {},
+        {"error": {"retryDelay": "5s"}, "retry_after_ms": 6_000},
+        5_000.0,
+        id="then-body-retryDelay",
+    ),
+    pytest.param(
+        {},
+        {"error": {"message": "x"}, "retry_after_ms": 6_000},
+        6_000.0,
+        id="then-the-top-level-body",
+    ),
     pytest.param({"x-unrelated": "1"}, {"error": {"message": "x"}}, None, id="none"),
 ]
 
@@ -268,42 +469,174 @@ def test_classify_http_carries_the_stated_wait() -> None:
 
 # Stream error frames: (payload, type, retryable, http_status, provider_code, retry_after_ms)
 FRAME_CASES = [
-    pytest.param({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
-                 "overloaded", True, 529, "overloaded_error", None, id="anthropic-overloaded"),
-    pytest.param({"type": "error", "error": {"type": "api_error", "message": "Internal"}},
-                 "server", True, 500, "api_error", None, id="anthropic-api-error"),
-    pytest.param({"type": "error", "error": {"type": "rate_limit_error", "message": "slow", "retry_after_ms": 2_000}},
-                 "rate_limit", True, 429, "rate_limit_error", 2_000.0, id="anthropic-rate-limit-with-wait"),
-    pytest.param({"type": "error", "error": {"type": "invalid_request_error",
-                                             "message": "prompt is too long: 201873 tokens > 200000 maximum"}},
-                 "context_length", False, 400, "invalid_request_error", None, id="anthropic-prompt-too-long"),
-    pytest.param({"type": "error", "error": {"type": "authentication_error", "message": "bad key"}},
-                 "auth", False, 401, "authentication_error", None, id="anthropic-auth"),
-    pytest.param({"type": "error", "error": {"type": "billing_error", "message": "no credit"}},
-                 "auth", False, 402, "billing_error", None, id="anthropic-billing"),
-    pytest.param({"type": "error", "error": {"type": "request_too_large", "message": "too big"}},
-                 "context_length", False, 413, "request_too_large", None, id="anthropic-too-large"),
-    pytest.param({"error": {"message": "The server had an error", "type": "server_error", "param": None, "code": None}},
-                 "server", True, 500, "server_error", None, id="openai-server-error"),
-    pytest.param({"error": {"message": "Overloaded", "type": "overloaded_error", "param": None, "code": "overloaded"}},
-                 "overloaded", True, 529, "overloaded", None, id="openai-overloaded"),
-    pytest.param({"error": {"message": "This model's maximum context length is 128000 tokens.",
-                            "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}},
-                 "context_length", False, 400, "context_length_exceeded", None, id="openai-context-length"),
-    pytest.param({"error": {"message": "Bad gateway", "code": 502}},
-                 "server", True, 502, None, None, id="numeric-code-as-status"),
-    pytest.param({"error": {"message": "Unavailable", "status": 503, "retry_after": 2}},
-                 "server", True, 503, None, 2_000.0, id="status-field-with-wait"),
-    pytest.param({"error": {"code": 429, "message": "Resource exhausted", "status": "RESOURCE_EXHAUSTED",
-                            "details": [{"retryDelay": "7s"}]}},
-                 "rate_limit", True, 429, None, 7_000.0, id="google-style-details"),
-    pytest.param({"error": "something broke"}, "unknown", False, None, None, None, id="string-error"),
+    pytest.param(
+        {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+        "overloaded",
+        True,
+        529,
+        "overloaded_error",
+        None,
+        id="anthropic-overloaded",
+    ),
+    pytest.param(
+        {"type": "error", "error": {"type": "api_error", "message": "Internal"}},
+        "server",
+        True,
+        500,
+        "api_error",
+        None,
+        id="anthropic-api-error",
+    ),
+    pytest.param(
+        {
+            "type": "error",
+            "error": {"type": "rate_limit_error", "message": "slow", "retry_after_ms": 2_000},
+        },
+        "rate_limit",
+        True,
+        429,
+        "rate_limit_error",
+        2_000.0,
+        id="anthropic-rate-limit-with-wait",
+    ),
+    pytest.param(
+        {
+            "type": "error",
+            "error": {
+                "type": "invalid_request_error",
+                "message": "prompt is too long: 201873 tokens > 200000 maximum",
+            },
+        },
+        "context_length",
+        False,
+        400,
+        "invalid_request_error",
+        None,
+        id="anthropic-prompt-too-long",
+    ),
+    pytest.param(
+        {"type": "error", "error": {"type": "authentication_error", "message": "bad key"}},
+        "auth",
+        False,
+        401,
+        "authentication_error",
+        None,
+        id="anthropic-auth",
+    ),
+    pytest.param(
+        {"type": "error", "error": {"type": "billing_error", "message": "no credit"}},
+        "auth",
+        False,
+        402,
+        "billing_error",
+        None,
+        id="anthropic-billing",
+    ),
+    pytest.param(
+        {"type": "error", "error": {"type": "request_too_large", "message": "too big"}},
+        "context_length",
+        False,
+        413,
+        "request_too_large",
+        None,
+        id="anthropic-too-large",
+    ),
+    pytest.param(
+        {
+            "error": {
+                "message": "The server had an error",
+                "type": "server_error",
+                "param": None,
+                "code": None,
+            }
+        },
+        "server",
+        True,
+        500,
+        "server_error",
+        None,
+        id="openai-server-error",
+    ),
+    pytest.param(
+        {
+            "error": {
+                "message": "Overloaded",
+                "type": "overloaded_error",
+                "param": None,
+                "code": "overloaded",
+            }
+        },
+        "overloaded",
+        True,
+        529,
+        "overloaded",
+        None,
+        id="openai-overloaded",
+    ),
+    pytest.param(
+        {
+            "error": {
+                "message": "This model's maximum context length is 128000 tokens.",
+                "type": "invalid_request_error",
+                "param": "messages",
+                "code": "context_length_exceeded",
+            }
+        },
+        "context_length",
+        False,
+        400,
+        "context_length_exceeded",
+        None,
+        id="openai-context-length",
+    ),
+    pytest.param(
+        {"error": {"message": "Bad gateway", "code": 502}},
+        "server",
+        True,
+        502,
+        None,
+        None,
+        id="numeric-code-as-status",
+    ),
+    pytest.param(
+        {"error": {"message": "Unavailable", "status": 503, "retry_after": 2}},
+        "server",
+        True,
+        503,
+        None,
+        2_000.0,
+        id="status-field-with-wait",
+    ),
+    pytest.param(
+        {
+            "error": {
+                "code": 429,
+                "message": "Resource exhausted",
+                "status": "RESOURCE_EXHAUSTED",
+                "details": [{"retryDelay": "7s"}],
+            }
+        },
+        "rate_limit",
+        True,
+        429,
+        None,
+        7_000.0,
+        id="google-style-details",
+    ),
+    pytest.param(
+        {"error": "something broke"}, "unknown", False, None, None, None, id="string-error"
+    ),
 ]
 
 
 @pytest.mark.parametrize(("payload", "kind", "retryable", "status", "code", "wait"), FRAME_CASES)
 def test_a_stream_error_frame_classifies_the_same_way(
-    payload: dict[str, Any], kind: str, retryable: bool, status: int | None, code: str | None, wait: float | None
+    payload: dict[str, Any],
+    kind: str,
+    retryable: bool,
+    status: int | None,
+    code: str | None,
+    wait: float | None,
 ) -> None:
     error = classify_frame(payload, NOW)
     assert error.type == kind
@@ -321,29 +654,56 @@ def _frame_bug(reason: str) -> tuple[()]:
 # The same failure over HTTP and as a stream frame (the stand-in's `form=frame` bodies) must
 # classify the same way (architecture.md §5.6).
 SAME_WAY_CASES = [
-    pytest.param(529, {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
-                 id="anthropic-529"),
-    pytest.param(500, {"error": {"message": "boom", "type": "server_error", "param": None, "code": None}},
-                 id="openai-500"),
     pytest.param(
-        429,
-        {"error": {"message": "Rate limit reached", "type": "requests", "param": None,
-                   "code": "rate_limit_exceeded", "retry_after_ms": 2_000}},
-        id="openai-429-rate-limit",
-        marks=_frame_bug("an openai rate-limit frame (code rate_limit_exceeded, no status) "
-                         "classifies as unknown (terminal), not rate_limit"),
+        529,
+        {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+        id="anthropic-529",
+    ),
+    pytest.param(
+        500,
+        {"error": {"message": "boom", "type": "server_error", "param": None, "code": None}},
+        id="openai-500",
     ),
     pytest.param(
         429,
-        {"error": {"message": "You exceeded your current quota", "type": "insufficient_quota",
-                   "param": None, "code": "insufficient_quota"}},
+        {
+            "error": {
+                "message": "Rate limit reached",
+                "type": "requests",
+                "param": None,
+                "code": "rate_limit_exceeded",
+                "retry_after_ms": 2_000,
+            }
+        },
+        id="openai-429-rate-limit",
+        marks=_frame_bug(
+            "an openai rate-limit frame (code rate_limit_exceeded, no status) "
+            "classifies as unknown (terminal), not rate_limit"
+        ),
+    ),
+    pytest.param(
+        429,
+        {
+            "error": {
+                "message": "You exceeded your current quota",
+                "type": "insufficient_quota",
+                "param": None,
+                "code": "insufficient_quota",
+            }
+        },
         id="openai-429-quota",
         marks=_frame_bug("an openai insufficient_quota frame classifies as unknown, not quota"),
     ),
     pytest.param(
         401,
-        {"error": {"message": "Incorrect API key", "type": "invalid_request_error", "param": None,
-                   "code": "invalid_api_key"}},
+        {
+            "error": {
+                "message": "Incorrect API key",
+                "type": "invalid_request_error",
+                "param": None,
+                "code": "invalid_api_key",
+            }
+        },
         id="openai-401-auth",
         marks=_frame_bug("an openai invalid_api_key frame classifies as invalid_request, not auth"),
     ),
@@ -351,8 +711,10 @@ SAME_WAY_CASES = [
         504,
         {"type": "error", "error": {"type": "timeout_error", "message": "Request timed out"}},
         id="anthropic-504-timeout_error",
-        marks=_frame_bug("an anthropic timeout_error frame (HTTP 504 over HTTP: server, retryable) "
-                         "classifies as unknown (terminal)"),
+        marks=_frame_bug(
+            "an anthropic timeout_error frame (HTTP 504 over HTTP: server, retryable) "
+            "classifies as unknown (terminal)"
+        ),
     ),
 ]
 
@@ -372,17 +734,38 @@ def test_a_stream_error_frame_classifies_like_the_same_failure_over_http(
 
 CONNECTION_FAILURES = [
     # (the exception, what its message says after the class name)
-    (aiohttp.ClientConnectorError(ConnectionKey("api.example.test", 443, True, True, None, None, None), ConnectionRefusedError(111, "Connect call failed ('203.0.113.7', 443)")),
-     "no connection to the provider: Connect call failed ('an address', 443)"),
-    (aiohttp.ServerDisconnectedError(), "the provider closed the connection before its answer's end"),
-    (aiohttp.ClientPayloadError("Response payload is not completed"), "the provider's answer was cut short"),
-    (aiohttp.ConnectionTimeoutError("Connection timeout to host http://api.example.test"), "no connection to the provider within the connect timeout"),
-    (ConnectionResetError(104, "Connection reset by peer"), "the connection failed: Connection reset by peer"),
+    (
+        aiohttp.ClientConnectorError(
+            ConnectionKey("api.example.test", 443, True, True, None, None, None),
+            ConnectionRefusedError(111, "Connect call failed ('203.0.113.7', 443)"),
+        ),
+        "no connection to the provider: Connect call failed ('an address', 443)",
+    ),
+    (
+        aiohttp.ServerDisconnectedError(),
+        "the provider closed the connection before its answer's end",
+    ),
+    (
+        aiohttp.ClientPayloadError("Response payload is not completed"),
+        "the provider's answer was cut short",
+    ),
+    (
+        aiohttp.ConnectionTimeoutError("Connection timeout to host http://api.example.test"),
+        "no connection to the provider within the connect timeout",
+    ),
+    (
+        ConnectionResetError(104, "Connection reset by peer"),
+        "the connection failed: Connection reset by peer",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("exc", "says"), CONNECTION_FAILURES, ids=[type(e).__name__ for e, _ in CONNECTION_FAILURES])
-def test_a_connection_error_is_a_retryable_network_failure_that_names_neither_host_nor_address(exc: BaseException, says: str) -> None:
+@pytest.mark.parametrize(
+    ("exc", "says"), CONNECTION_FAILURES, ids=[type(e).__name__ for e, _ in CONNECTION_FAILURES]
+)
+def test_a_connection_error_is_a_retryable_network_failure_that_names_neither_host_nor_address(
+    exc: BaseException, says: str
+) -> None:
     error = classify_exception(exc, host="api.example.test")
     assert (error.type, error.retryable, error.http_status) == ("network", True, None)
     assert error.message.startswith(f"{type(exc).__name__}: {says}"), error.message
@@ -393,7 +776,10 @@ def test_an_answer_whose_head_breaks_a_limit_is_a_server_error_naming_the_limits
     exc = aiohttp.ClientResponseError(None, (), status=400, message="Too many headers received")  # type: ignore[arg-type]
     error = classify_exception(exc)
     assert (error.type, error.provider_code, error.retryable) == ("server", "bad_response", True)
-    assert "Too many headers received" in error.message and "AGENTOPS_PROVIDER_MAX_HEADERS" in error.message
+    assert (
+        "Too many headers received" in error.message
+        and "AGENTOPS_PROVIDER_MAX_HEADERS" in error.message
+    )
 
 
 def _is_bounded_head_and_tail(bounded: str, original: str, limit: int) -> bool:
@@ -407,7 +793,10 @@ def test_a_one_megabyte_message_is_bounded_to_2000_characters() -> None:
     cases = [
         ("", classify_http(500, {}, json.dumps({"error": {"message": huge}}), NOW)),
         ("", classify_http(500, {}, huge, NOW)),
-        ("", classify_frame({"type": "error", "error": {"type": "api_error", "message": huge}}, NOW)),
+        (
+            "",
+            classify_frame({"type": "error", "error": {"type": "api_error", "message": huge}}, NOW),
+        ),
         ("OSError: the connection failed: ", classify_exception(OSError(huge))),
     ]
     for prefix, error in cases:
@@ -423,7 +812,9 @@ def test_a_frame_without_a_message_is_shown_bounded() -> None:
     payload = {"error": {"type": "api_error", "detail": "y" * 1_000_000}}
     error = classify_frame(payload, NOW)
     assert len(error.message) <= 2000
-    assert error.message == json.dumps(payload)[:2000]  # the frame itself, its first 2000 characters
+    assert (
+        error.message == json.dumps(payload)[:2000]
+    )  # the frame itself, its first 2000 characters
 
 
 def test_a_small_frame_without_a_message_is_shown_whole() -> None:
@@ -453,16 +844,32 @@ GATEWAY_WAITS = [
     pytest.param({"llm_provider-retry-after-ms": "1500"}, 1_500.0, id="litellm-ms"),
     pytest.param({"x-ms-retry-after-ms": "2500"}, 2_500.0, id="azure-ms"),
     pytest.param({"LLM_Provider-Retry-After": "3"}, 3_000.0, id="any-case"),
-    pytest.param({"retry-after": "60", "llm_provider-retry-after": "7200"}, 7_200_000.0, id="the-gateway-form-is-longer"),
-    pytest.param({"retry-after-ms": "90000", "llm_provider-retry-after": "7"}, 90_000.0, id="the-standard-form-is-longer"),
-    pytest.param({"retry-after": "2", "x-ms-retry-after-ms": "nan"}, math.inf, id="a-non-finite-gateway-wait-outlasts"),
+    pytest.param(
+        {"retry-after": "60", "llm_provider-retry-after": "7200"},
+        7_200_000.0,
+        id="the-gateway-form-is-longer",
+    ),
+    pytest.param(
+        {"retry-after-ms": "90000", "llm_provider-retry-after": "7"},
+        90_000.0,
+        id="the-standard-form-is-longer",
+    ),
+    pytest.param(
+        {"retry-after": "2", "x-ms-retry-after-ms": "nan"},
+        math.inf,
+        id="a-non-finite-gateway-wait-outlasts",
+    ),
     pytest.param({"llm_provider-retry-after": "-5"}, 0.0, id="negative-is-0"),
 ]
 
 
 @pytest.mark.parametrize(("headers", "wait"), GATEWAY_WAITS)
-def test_a_wait_a_gateway_or_vendor_states_in_its_own_header_is_read_and_the_longest_wins(headers: dict[str, str], wait: float) -> None:
-    got = classify_http(429, headers, json.dumps({"error": {"message": "slow down", "retry_after_ms": 1}}), NOW).retry_after_ms
+def test_a_wait_a_gateway_or_vendor_states_in_its_own_header_is_read_and_the_longest_wins(
+    headers: dict[str, str], wait: float
+) -> None:
+    got = classify_http(
+        429, headers, json.dumps({"error": {"message": "slow down", "retry_after_ms": 1}}), NOW
+    ).retry_after_ms
     assert got is not None
     if math.isinf(wait):
         assert not math.isfinite(got)
@@ -470,11 +877,20 @@ def test_a_wait_a_gateway_or_vendor_states_in_its_own_header_is_read_and_the_lon
         assert got == wait
 
 
-REWRITTEN = {"error": {"message": "litellm.RateLimitError: rate limited by the provider", "type": "throttling_error", "param": None, "code": "429"}}
+REWRITTEN = {
+    "error": {
+        "message": "litellm.RateLimitError: rate limited by the provider",
+        "type": "throttling_error",
+        "param": None,
+        "code": "429",
+    }
+}
 
 
 @pytest.mark.parametrize("status", [429, 500, 400])
-def test_a_gateways_rewritten_rate_limit_body_is_a_rate_limit_whatever_status_carries_it(status: int) -> None:
+def test_a_gateways_rewritten_rate_limit_body_is_a_rate_limit_whatever_status_carries_it(
+    status: int,
+) -> None:
     error = classify_http(status, {}, json.dumps(REWRITTEN), NOW)
     assert (error.type, error.retryable, error.http_status) == ("rate_limit", True, status)
 

@@ -22,8 +22,18 @@ DEFAULTS = BoundsSettings()
 
 # Every field, as (section, name, dotted path, unit in the message).
 FIELDS = [
-    ("progress_bounds", "before_content_ms", f"{PREFIX}.progress_bounds.before_content_ms", "milliseconds"),
-    ("progress_bounds", "between_events_ms", f"{PREFIX}.progress_bounds.between_events_ms", "milliseconds"),
+    (
+        "progress_bounds",
+        "before_content_ms",
+        f"{PREFIX}.progress_bounds.before_content_ms",
+        "milliseconds",
+    ),
+    (
+        "progress_bounds",
+        "between_events_ms",
+        f"{PREFIX}.progress_bounds.between_events_ms",
+        "milliseconds",
+    ),
     (
         "progress_bounds",
         "think_tokens_per_second",
@@ -81,7 +91,10 @@ def test_a_missing_or_null_value_means_the_defaults(raw: Any) -> None:
         ('{"flat_minimum_ms": 9000}', {"flat_minimum_ms": 9_000}),
         ({"absolute_ms": 0.5}, {"absolute_ms": 0.5}),
         (
-            {"progress_bounds": {"before_content_ms": 1_000, "between_events_ms": None}, "absolute_ms": 7},
+            {
+                "progress_bounds": {"before_content_ms": 1_000, "between_events_ms": None},
+                "absolute_ms": 7,
+            },
             {"before_content_ms": 1_000, "absolute_ms": 7},
         ),
     ],
@@ -138,7 +151,9 @@ def test_a_bad_value_is_refused_naming_the_exact_field(
         ('{"progress_bounds": {"before_content_ms": [5]}}', "[5]"),
     ],
 )
-def test_a_bad_value_in_the_environment_json_is_refused_naming_the_field(text: str, shown: str) -> None:
+def test_a_bad_value_in_the_environment_json_is_refused_naming_the_field(
+    text: str, shown: str
+) -> None:
     with pytest.raises(BoundsConfigError) as refused:
         parse_bounds(text)
     assert str(refused.value) == (
@@ -148,11 +163,22 @@ def test_a_bad_value_in_the_environment_json_is_refused_naming_the_field(text: s
 
 @pytest.mark.parametrize(
     ("progress_bounds", "shown"),
-    [(5, "5"), ("fast", '"fast"'), ([], "[]"), ([{"before_content_ms": 1}], '[{"before_content_ms": 1}]'),
-     (True, "true"), (False, "false")],
+    [
+        (5, "5"),
+        ("fast", '"fast"'),
+        ([], "[]"),
+        ([{"before_content_ms": 1}], '[{"before_content_ms": 1}]'),
+        (True, "true"),
+        (False, "false"),
+    ],
 )
-def test_a_progress_bounds_that_is_not_an_object_is_refused_naming_it(progress_bounds: Any, shown: str) -> None:
-    for raw in ({"progress_bounds": progress_bounds}, json.dumps({"progress_bounds": progress_bounds})):
+def test_a_progress_bounds_that_is_not_an_object_is_refused_naming_it(
+    progress_bounds: Any, shown: str
+) -> None:
+    for raw in (
+        {"progress_bounds": progress_bounds},
+        json.dumps({"progress_bounds": progress_bounds}),
+    ):
         with pytest.raises(BoundsConfigError) as refused:
             parse_bounds(raw)
         assert str(refused.value) == f"{PREFIX}.progress_bounds must be an object, not {shown}"
@@ -178,7 +204,13 @@ def test_a_setting_that_is_not_an_object_or_false_is_refused(raw: Any, message: 
 
 @pytest.mark.parametrize(
     "raw",
-    ["", "false", False, None, '{"progress_bounds": {"before_content_ms": 100}, "absolute_ms": 5000}'],
+    [
+        "",
+        "false",
+        False,
+        None,
+        '{"progress_bounds": {"before_content_ms": 100}, "absolute_ms": 5000}',
+    ],
 )
 def test_the_system_check_passes_a_valid_setting(raw: Any) -> None:
     with override_settings(AGENTOPS_INFERENCE_BOUNDS=raw):
@@ -210,7 +242,9 @@ def test_an_integer_too_large_for_a_float_is_refused_naming_the_field() -> None:
     with override_settings(AGENTOPS_INFERENCE_BOUNDS=raw):
         errors = check_inference_bounds()
     assert [e.id for e in errors] == ["agentops.E001"]
-    assert errors[0].msg.startswith(f"{PREFIX}.absolute_ms must be a positive number of milliseconds")
+    assert errors[0].msg.startswith(
+        f"{PREFIX}.absolute_ms must be a positive number of milliseconds"
+    )
 
 
 def _manage_check(bounds: str) -> subprocess.CompletedProcess[str]:
@@ -222,7 +256,12 @@ def _manage_check(bounds: str) -> subprocess.CompletedProcess[str]:
     )
     return subprocess.run(
         [sys.executable, "manage.py", "check"],
-        cwd=BASE_DIR, env=env, capture_output=True, text=True, timeout=60, check=False,
+        cwd=BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
 
@@ -234,7 +273,7 @@ def test_manage_py_check_refuses_a_bad_environment_value_at_startup() -> None:
     output = result.stdout + result.stderr
     assert output.startswith("agentops: configuration error: ")
     assert (
-        'AGENTOPS_INFERENCE_BOUNDS.progress_bounds.before_content_ms must be a positive number '
+        "AGENTOPS_INFERENCE_BOUNDS.progress_bounds.before_content_ms must be a positive number "
         'of milliseconds, not "abc"'
     ) in output
 

@@ -15,15 +15,29 @@ from calls.bounds import BoundsSettings
 from calls.client import CallResult, perform_call
 from calls.types import CompiledRequest, Message
 
-BOUNDS = BoundsSettings(before_content_ms=20_000, between_events_ms=20_000, think_tokens_per_second=100, flat_minimum_ms=30_000, absolute_ms=60_000)
+BOUNDS = BoundsSettings(
+    before_content_ms=20_000,
+    between_events_ms=20_000,
+    think_tokens_per_second=100,
+    flat_minimum_ms=30_000,
+    absolute_ms=60_000,
+)
 MiB = 1 << 20
 
 
 async def call(base: str, model: str, *, stream: bool) -> CallResult:
     adapter = OpenAIAdapter()
-    request = CompiledRequest(model=model, system="", max_tokens=100, stream=stream, messages=[Message(role="user", blocks=[{"type": "text", "text": "hi"}])])
+    request = CompiledRequest(
+        model=model,
+        system="",
+        max_tokens=100,
+        stream=stream,
+        messages=[Message(role="user", blocks=[{"type": "text", "text": "hi"}])],
+    )
     wire = adapter.build(base_url=f"{base}/v1", api_key="", request=request)
-    return await perform_call(adapter=adapter, wire=wire, streamed=stream, max_tokens=100, bounds=BOUNDS)
+    return await perform_call(
+        adapter=adapter, wire=wire, streamed=stream, max_tokens=100, bounds=BOUNDS
+    )
 
 
 REFUSED = [
@@ -40,9 +54,19 @@ REFUSED = [
 ]
 
 
-@pytest.mark.parametrize(("model", "stream", "kind", "code", "words"), REFUSED, ids=[f"{m}-{'stream' if s else 'body'}" for m, s, *_ in REFUSED])
+@pytest.mark.parametrize(
+    ("model", "stream", "kind", "code", "words"),
+    REFUSED,
+    ids=[f"{m}-{'stream' if s else 'body'}" for m, s, *_ in REFUSED],
+)
 async def test_an_answer_past_a_limit_or_outside_http_ends_the_call_naming_what_was_refused(
-    hostile: str, hostile_requests: Any, model: str, stream: bool, kind: str, code: str | None, words: str,
+    hostile: str,
+    hostile_requests: Any,
+    model: str,
+    stream: bool,
+    kind: str,
+    code: str | None,
+    words: str,
 ) -> None:
     process = psutil.Process()
     before = process.memory_info().rss
@@ -57,36 +81,57 @@ async def test_an_answer_past_a_limit_or_outside_http_ends_the_call_naming_what_
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["body", "stream"])
-async def test_nul_and_lone_surrogates_in_an_answer_arrive_as_replacement_characters(hostile: str, stream: bool) -> None:
+async def test_nul_and_lone_surrogates_in_an_answer_arrive_as_replacement_characters(
+    hostile: str, stream: bool
+) -> None:
     result = await call(hostile, "nul", stream=stream)
     assert result.outcome == "completed" and result.output is not None, result
     assert result.output.text == "a\ufffdb\ufffdc"
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["body", "stream"])
-async def test_bytes_that_are_not_utf8_arrive_as_replacement_characters(hostile: str, stream: bool) -> None:
+async def test_bytes_that_are_not_utf8_arrive_as_replacement_characters(
+    hostile: str, stream: bool
+) -> None:
     result = await call(hostile, "bad-utf8", stream=stream)
     assert result.outcome == "completed" and result.output is not None, result
     assert result.output.text == "caf\ufffd \ufffd\ufffd ok"
 
 
-async def test_an_error_body_with_a_raw_nul_is_classified_with_the_nul_replaced(hostile: str) -> None:
+async def test_an_error_body_with_a_raw_nul_is_classified_with_the_nul_replaced(
+    hostile: str,
+) -> None:
     result = await call(hostile, "nul-error", stream=False)
-    assert result.error is not None and (result.error.type, result.error.http_status) == ("invalid_request", 400)
+    assert result.error is not None and (result.error.type, result.error.http_status) == (
+        "invalid_request",
+        400,
+    )
     assert result.error.message == "refused \ufffd because \ufffd of reasons"
 
 
 async def test_an_html_error_page_is_a_server_error_whose_message_is_the_page(hostile: str) -> None:
     result = await call(hostile, "html-error", stream=False)
-    assert result.error is not None and (result.error.type, result.error.http_status, result.error.retryable) == ("server", 502, True)
+    assert result.error is not None and (
+        result.error.type,
+        result.error.http_status,
+        result.error.retryable,
+    ) == ("server", 502, True)
     assert "<h1>Bad Gateway</h1>" in result.error.message
 
 
-async def test_two_answers_in_one_write_are_read_as_two_and_the_second_is_never_taken_for_the_next_call(hostile: str, hostile_requests: Any) -> None:
+async def test_two_answers_in_one_write_are_read_as_two_and_the_second_is_never_taken_for_the_next_call(
+    hostile: str, hostile_requests: Any
+) -> None:
     first = await call(hostile, "two-responses", stream=False)
-    assert first.outcome == "completed" and first.output is not None and first.output.text == "first"
+    assert (
+        first.outcome == "completed" and first.output is not None and first.output.text == "first"
+    )
     following = await call(hostile, "answer", stream=False)
-    assert following.outcome == "completed" and following.output is not None and following.output.text == "Hello there"
+    assert (
+        following.outcome == "completed"
+        and following.output is not None
+        and following.output.text == "Hello there"
+    )
     assert [r["model"] for r in hostile_requests()] == ["two-responses", "answer"]
 
 

@@ -17,10 +17,18 @@ from calls.progress import PER_CALL_S, PROGRESS_KEY, SLICE, ProgressHub, progres
 
 
 def _entry(call_id: int) -> dict[str, Any]:
-    return progress_entry(call_id=call_id, agent="a", turn_id=None, timeline=Timeline(sent=1.0, keepalives=1), deadline=None)
+    return progress_entry(
+        call_id=call_id,
+        agent="a",
+        turn_id=None,
+        timeline=Timeline(sent=1.0, keepalives=1),
+        deadline=None,
+    )
 
 
-async def test_a_flush_of_many_calls_lets_the_loop_run_between_its_slices_and_stores_every_call() -> None:
+async def test_a_flush_of_many_calls_lets_the_loop_run_between_its_slices_and_stores_every_call() -> (
+    None
+):
     ids = [9_000_000 + i for i in range(3 * SLICE + 7)]
     fields = [str(i) for i in ids]
     store = redis.Redis.from_url(settings.REDIS_URL)
@@ -30,7 +38,9 @@ async def test_a_flush_of_many_calls_lets_the_loop_run_between_its_slices_and_st
 
     async def meanwhile() -> None:  # another callback on the same loop, as a cut's timer is
         while flushing:
-            stored_while_flushing.append(sum(v is not None for v in store.hmget(PROGRESS_KEY, fields)))
+            stored_while_flushing.append(
+                sum(v is not None for v in store.hmget(PROGRESS_KEY, fields))
+            )
             await asyncio.sleep(0)
 
     watcher = asyncio.create_task(meanwhile())
@@ -56,10 +66,14 @@ class _Call:
 
     def progress(self) -> dict[str, Any]:
         timeline = Timeline(sent=1.0, keepalives=self.keepalives)
-        return progress_entry(call_id=self.call_id, agent="a", turn_id=None, timeline=timeline, deadline=None)
+        return progress_entry(
+            call_id=self.call_id, agent="a", turn_id=None, timeline=timeline, deadline=None
+        )
 
 
-async def _stored_keepalives(store: redis.Redis, call_id: int, *, wanted: int, within_s: float) -> float:
+async def _stored_keepalives(
+    store: redis.Redis, call_id: int, *, wanted: int, within_s: float
+) -> float:
     """Seconds until the stored entry of ``call_id`` shows ``wanted`` keepalives (fails past ``within_s``)."""
     started = time.monotonic()
     while time.monotonic() - started < within_s:
@@ -67,18 +81,24 @@ async def _stored_keepalives(store: redis.Redis, call_id: int, *, wanted: int, w
         if raw is not None and json.loads(raw)["keepalives"] == wanted:
             return time.monotonic() - started
         await asyncio.sleep(0.02)
-    raise AssertionError(f"call {call_id}'s progress did not show {wanted} keepalives within {within_s} s")
+    raise AssertionError(
+        f"call {call_id}'s progress did not show {wanted} keepalives within {within_s} s"
+    )
 
 
 async def test_the_more_calls_in_flight_the_less_often_their_progress_goes_out() -> None:
     store = redis.Redis.from_url(settings.REDIS_URL)
     hub = ProgressHub(asyncio.get_running_loop())
-    calls = [_Call(9_100_000 + i) for i in range(1000)]  # in flight: one flush every 1000 * PER_CALL_S
+    calls = [
+        _Call(9_100_000 + i) for i in range(1000)
+    ]  # in flight: one flush every 1000 * PER_CALL_S
     first = calls[0]
     for call in calls:
         hub.update(call.call_id, call, urgent=False)
     try:
-        await _stored_keepalives(store, first.call_id, wanted=1, within_s=5)  # nothing went out before: at once
+        await _stored_keepalives(
+            store, first.call_id, wanted=1, within_s=5
+        )  # nothing went out before: at once
         first.keepalives = 2
         hub.update(first.call_id, first, urgent=False)
         took = await _stored_keepalives(store, first.call_id, wanted=2, within_s=10)

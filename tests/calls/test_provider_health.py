@@ -22,11 +22,15 @@ REFUSED = "http://127.0.0.1:1/v1"  # nothing listens: every call is a network er
 
 def complete(api: Client, agent: str) -> int:
     body = {"messages": [{"participant": "alice", "content": "hi"}]}
-    return api.post(f"/api/v1/agents/{agent}/complete", data=json.dumps(body), content_type="application/json").status_code
+    return api.post(
+        f"/api/v1/agents/{agent}/complete", data=json.dumps(body), content_type="application/json"
+    ).status_code
 
 
 @override_settings(AGENTOPS_PROVIDER_DOWN_AFTER_MS=300)
-def test_a_provider_that_only_fails_raises_one_alert_per_episode_and_its_first_success_ends_it(api: Client, standin: str) -> None:
+def test_a_provider_that_only_fails_raises_one_alert_per_episode_and_its_first_success_ends_it(
+    api: Client, standin: str
+) -> None:
     provider = ProviderFactory.create(name="flaky", kind="openai", base_url=REFUSED)
     agent = AgentFactory.create(provider=provider, model="answer")
     assert complete(api, agent.name) == 502
@@ -34,11 +38,17 @@ def test_a_provider_that_only_fails_raises_one_alert_per_episode_and_its_first_s
     time.sleep(0.35)  # the episode outlasts the setting (AGENTOPS_PROVIDER_DOWN_AFTER_MS, 300 ms)
     assert complete(api, agent.name) == 502
     (down,) = Alert.objects.filter(kind="provider-down")
-    assert (down.agent, down.model) == ("provider:flaky", "*") and "every call for" in down.message and "network" in down.message
+    assert (
+        (down.agent, down.model) == ("provider:flaky", "*")
+        and "every call for" in down.message
+        and "network" in down.message
+    )
     assert down.data["provider"] == "flaky"
     assert complete(api, agent.name) == 502
     assert Alert.objects.filter(kind="provider-down").count() == 1  # one per episode
-    assert [p["provider"] for p in dashboard_snapshot(now_ms=time.time() * 1000)["providers_down"]] == ["flaky"]
+    assert [
+        p["provider"] for p in dashboard_snapshot(now_ms=time.time() * 1000)["providers_down"]
+    ] == ["flaky"]
 
     Provider.objects.filter(pk=provider.pk).update(base_url=f"{standin}/v1")
     assert complete(api, agent.name) == 200
@@ -51,10 +61,14 @@ def test_a_provider_that_only_fails_raises_one_alert_per_episode_and_its_first_s
 
 @override_settings(AGENTOPS_PROVIDER_DOWN_AFTER_MS=1)
 @pytest.mark.parametrize("model", ["error:status=429", "error:status=400", "refuse"])
-def test_answers_that_say_the_provider_is_up_start_no_episode(api: Client, standin: str, model: str, make_agent: Any) -> None:
+def test_answers_that_say_the_provider_is_up_start_no_episode(
+    api: Client, standin: str, model: str, make_agent: Any
+) -> None:
     agent = make_agent(model=model)
     for _ in range(2):
         complete(api, agent.name)
-        time.sleep(0.01)  # past the 1 ms setting: were these failures an episode, the second call would raise its alert
+        time.sleep(
+            0.01
+        )  # past the 1 ms setting: were these failures an episode, the second call would raise its alert
     assert not Alert.objects.filter(kind="provider-down").exists()
     assert Provider.objects.get(pk=agent.provider_id).failing_since is None

@@ -21,7 +21,11 @@ from tests.turns.test_turns import submit, wait_turn
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 BOUNDS: dict[str, Any] = {
-    "progress_bounds": {"before_content_ms": 500, "between_events_ms": 500, "think_tokens_per_second": 87},
+    "progress_bounds": {
+        "before_content_ms": 500,
+        "between_events_ms": 500,
+        "think_tokens_per_second": 87,
+    },
     "flat_minimum_ms": 2000,
     "absolute_ms": 2500,
 }
@@ -29,7 +33,14 @@ BOUNDS: dict[str, Any] = {
 
 @pytest.fixture(scope="module")
 def timeline_pool(django_db_setup: None, django_db_blocker: Any) -> Iterator[WorkerPool]:
-    yield from worker_pool(1, label="timeline", extra_env={"AGENTOPS_INFERENCE_BOUNDS": json.dumps(BOUNDS), "AGENTOPS_DEADLINE_RETRY_DELAY_MS": "100"})
+    yield from worker_pool(
+        1,
+        label="timeline",
+        extra_env={
+            "AGENTOPS_INFERENCE_BOUNDS": json.dumps(BOUNDS),
+            "AGENTOPS_DEADLINE_RETRY_DELAY_MS": "100",
+        },
+    )
 
 
 @pytest.fixture
@@ -47,7 +58,9 @@ def first_call(turn_id: int) -> InferenceCall:
 def test_a_call_cut_between_events_records_its_marks_and_its_deadline_derives_from_them(
     bounded: WorkerPool, api: Client, make_agent: Any, provider: str
 ) -> None:
-    agent = make_agent(provider=provider, model="silent-after-content:after_chunks=3,interval_ms=40,pings_ms=100")
+    agent = make_agent(
+        provider=provider, model="silent-after-content:after_chunks=3,interval_ms=40,pings_ms=100"
+    )
     turn = wait_turn(api, submit(api, agent.name, ("alice", "hello"))["id"])
     call = first_call(turn["id"])
     assert call.outcome == "cut" and call.bound == "between_events"
@@ -55,13 +68,22 @@ def test_a_call_cut_between_events_records_its_marks_and_its_deadline_derives_fr
     assert len(marks["events"]) == call.model_events >= 3 and marks["events_omitted"] == 0
     # Pings came every 100 ms through 500 ms of silence; the headers are counted, not marked.
     assert len(marks["keepalives"]) == call.keepalives - 1 >= 3
-    assert marks["events"] == sorted(marks["events"]) and marks["keepalives"] == sorted(marks["keepalives"])
+    assert marks["events"] == sorted(marks["events"]) and marks["keepalives"] == sorted(
+        marks["keepalives"]
+    )
     # The stream's start is no model event (a keepalive); then the pings through the silence.
     assert len([k for k in marks["keepalives"] if k > marks["events"][-1]]) >= 3
-    assert marks["bounds"] == {**BOUNDS["progress_bounds"], "flat_minimum_ms": 2000, "absolute_ms": 2500}
+    assert marks["bounds"] == {
+        **BOUNDS["progress_bounds"],
+        "flat_minimum_ms": 2000,
+        "absolute_ms": 2500,
+    }
 
     assert call.sent_at is not None and call.bound_deadline is not None
-    derived = {d.bound.value: d.at for d in bound_deadlines(call_state(call), BoundsSettings(**marks["bounds"]))}
+    derived = {
+        d.bound.value: d.at
+        for d in bound_deadlines(call_state(call), BoundsSettings(**marks["bounds"]))
+    }
     recorded = (call.bound_deadline - call.sent_at).total_seconds() * 1000
     assert derived["between_events"] == pytest.approx(recorded, abs=0.01)
     assert derived["between_events"] == pytest.approx(marks["events"][-1] + 500, abs=1)
@@ -74,7 +96,9 @@ def test_a_call_cut_between_events_records_its_marks_and_its_deadline_derives_fr
     assert "between-events deadline" in page and "(cut the call)" in page
 
 
-def test_a_long_stream_keeps_its_first_and_last_marks_and_counts_the_rest(bounded: WorkerPool, api: Client, make_agent: Any) -> None:
+def test_a_long_stream_keeps_its_first_and_last_marks_and_counts_the_rest(
+    bounded: WorkerPool, api: Client, make_agent: Any
+) -> None:
     agent = make_agent(model="endless:interval_ms=1")
     turn = wait_turn(api, submit(api, agent.name, ("alice", "hello"))["id"])
     call = first_call(turn["id"])

@@ -41,7 +41,9 @@ def x_of(line: ET.Element) -> float:
 
 
 @pytest.mark.parametrize("small", [False, True])
-def test_a_cut_call_draws_every_event_and_keepalive_each_deadline_in_view_and_the_cut(small: bool) -> None:
+def test_a_cut_call_draws_every_event_and_keepalive_each_deadline_in_view_and_the_cut(
+    small: bool,
+) -> None:
     root = parse(render_svg(CUT_CALL, small=small))
     assert root.tag == f"{SVG}svg"
     assert len(by_class(root, "event")) == 3 and len(by_class(root, "keepalive")) == 4
@@ -77,7 +79,9 @@ def test_the_time_axis_scales_so_the_cut_stays_inside_the_chart() -> None:
 
 
 def test_a_completed_call_has_an_end_and_no_cut() -> None:
-    picture = CallPicture(outcome="completed", milestones=(Milestone(0, "send"),), events=(5.0, 9.0), end=10.0)
+    picture = CallPicture(
+        outcome="completed", milestones=(Milestone(0, "send"),), events=(5.0, 9.0), end=10.0
+    )
     root = parse(render_svg(picture))
     assert len(by_class(root, "end")) == 1 and not by_class(root, "cut")
     assert "ended (completed) at 10 ms" in render_svg(picture)
@@ -85,8 +89,12 @@ def test_a_completed_call_has_an_end_and_no_cut() -> None:
 
 def test_events_left_out_between_the_first_and_the_last_are_counted_in_the_picture() -> None:
     picture = CallPicture(
-        outcome="cut", events=tuple(float(i) for i in range(200)), events_tail=tuple(float(i) for i in range(950, 1000)),
-        events_omitted=750, cut_at=1500.0, cut_lateness_ms=1.0,
+        outcome="cut",
+        events=tuple(float(i) for i in range(200)),
+        events_tail=tuple(float(i) for i in range(950, 1000)),
+        events_omitted=750,
+        cut_at=1500.0,
+        cut_lateness_ms=1.0,
     )
     root = parse(render_svg(picture))
     assert len(by_class(root, "event")) == 250
@@ -98,7 +106,11 @@ def test_events_left_out_between_the_first_and_the_last_are_counted_in_the_pictu
 def test_every_text_is_escaped() -> None:
     hostile = '<script>alert("x")</script> & "quoted"'
     picture = CallPicture(
-        outcome=hostile, milestones=(Milestone(0, hostile),), deadlines=(DeadlineMark(hostile, 5),), notes=(hostile,), end=10.0,
+        outcome=hostile,
+        milestones=(Milestone(0, hostile),),
+        deadlines=(DeadlineMark(hostile, 5),),
+        notes=(hostile,),
+        end=10.0,
     )
     for small in (False, True):
         svg = render_svg(picture, small=small)
@@ -119,9 +131,20 @@ def test_ticks_on_the_axis_are_round_numbers() -> None:
     assert axis[:4] == ["0 ms", "200 ms", "400 ms", "600 ms"]
 
 
-@pytest.mark.parametrize(("ms", "shown"), [
-    (0, "0 ms"), (999, "999 ms"), (1000, "1 s"), (1250, "1.25 s"), (9999, "10 s"), (10_000, "10.0 s"),
-    (119_999, "120.0 s"), (120_000, "2.0 min"), (4_500_000, "75.0 min"), (-3, "-3 ms"),
-])
+@pytest.mark.parametrize(
+    ("ms", "shown"),
+    [
+        (0, "0 ms"),
+        (999, "999 ms"),
+        (1000, "1 s"),
+        (1250, "1.25 s"),
+        (9999, "10 s"),
+        (10_000, "10.0 s"),
+        (119_999, "120.0 s"),
+        (120_000, "2.0 min"),
+        (4_500_000, "75.0 min"),
+        (-3, "-3 ms"),
+    ],
+)
 def test_durations_read_as_an_operator_reads_them(ms: float, shown: str) -> None:
     assert fmt_ms(ms) == shown

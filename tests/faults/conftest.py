@@ -78,12 +78,24 @@ class FaultStack:
 
     def manage(self, *args: str) -> str:
         done = subprocess.run(
-            [sys.executable, "manage.py", *args], cwd=BASE_DIR, env=self.env, capture_output=True, text=True, timeout=120
+            [sys.executable, "manage.py", *args],
+            cwd=BASE_DIR,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert done.returncode == 0, done.stderr[-3000:]
         return done.stdout
 
-    def _spawn(self, name: str, cmd: list[str], extra_env: dict[str, str] | None = None, *, replace_env: bool = False) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self,
+        name: str,
+        cmd: list[str],
+        extra_env: dict[str, str] | None = None,
+        *,
+        replace_env: bool = False,
+    ) -> subprocess.Popen[bytes]:
         LOG_DIR.mkdir(parents=True, exist_ok=True)
         log = open(LOG_DIR / f"faults-{name}.log", "w")
         env = dict(extra_env or {}) if replace_env else {**self.env, **(extra_env or {})}
@@ -95,7 +107,23 @@ class FaultStack:
         port = free_port(None)
         # The web process at the default pool timeout (10 s): its own short wait must make 503s fast.
         web_env = {k: v for k, v in self.env.items() if k != "AGENTOPS_DB_POOL_TIMEOUT_MS"}
-        self._spawn("web", [sys.executable, "-m", "uvicorn", "interfaces.asgi:application", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"], web_env, replace_env=True)
+        self._spawn(
+            "web",
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "interfaces.asgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+            ],
+            web_env,
+            replace_env=True,
+        )
         self.web_url = f"http://127.0.0.1:{port}"
 
         def up() -> bool:
@@ -106,22 +134,64 @@ class FaultStack:
 
         wait_for(up, timeout=60, what="the fault stack's web process")
 
-    def start_worker(self, name: str, extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    def start_worker(
+        self, name: str, extra_env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         hostname = f"{name}-{os.getpid()}@faults"
-        proc = self._spawn(name, [
-            sys.executable, "-m", "celery", "-A", "agentops", "worker", "-l", "info", "-c", "4", "-P", "threads",
-            "-n", hostname, "-Q", FAULT_ENV["AGENTOPS_CELERY_QUEUE"], "--without-gossip", "--without-mingle",
-        ], extra_env)
+        proc = self._spawn(
+            name,
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "agentops",
+                "worker",
+                "-l",
+                "info",
+                "-c",
+                "4",
+                "-P",
+                "threads",
+                "-n",
+                hostname,
+                "-Q",
+                FAULT_ENV["AGENTOPS_CELERY_QUEUE"],
+                "--without-gossip",
+                "--without-mingle",
+            ],
+            extra_env,
+        )
         client = redis.Redis.from_url(self.redis.url)
         try:
-            wait_for(lambda: bool(client.exists(f"agentops:worker:{hostname}")) or proc.poll() is not None, timeout=60, what=f"worker {name}")
+            wait_for(
+                lambda: (
+                    bool(client.exists(f"agentops:worker:{hostname}")) or proc.poll() is not None
+                ),
+                timeout=60,
+                what=f"worker {name}",
+            )
         finally:
             client.close()
         assert proc.poll() is None, f"worker {name} exited; see {LOG_DIR}"
         return proc
 
     def start_beat(self) -> None:
-        self._spawn("beat", [sys.executable, "-m", "celery", "-A", "agentops", "beat", "-l", "info", "-s", str(self.var / "beat-schedule")])
+        self._spawn(
+            "beat",
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "agentops",
+                "beat",
+                "-l",
+                "info",
+                "-s",
+                str(self.var / "beat-schedule"),
+            ],
+        )
 
     def stop_process(self, name: str, sig: int = signal.SIGTERM, timeout: float = 30) -> None:
         proc = self.procs.pop(name, None)
@@ -164,18 +234,26 @@ class FaultStack:
     # --- reading and driving ----------------------------------------------------------------
 
     def sql(self, query: str, *params: Any) -> list[dict[str, Any]]:
-        with psycopg.connect(self.pg.url, autocommit=True, row_factory=dict_row, connect_timeout=5) as conn:
+        with psycopg.connect(
+            self.pg.url, autocommit=True, row_factory=dict_row, connect_timeout=5
+        ) as conn:
             cursor = conn.execute(query, params)
             return list(cursor.fetchall()) if cursor.description is not None else []
 
     def api(self, method: str, path: str, body: Any = None, timeout: float = 10) -> httpx.Response:
         return httpx.request(
-            method, f"{self.web_url}/api/v1{path}", json=body, timeout=timeout, headers={"Authorization": f"Bearer {self.token}"},
+            method,
+            f"{self.web_url}/api/v1{path}",
+            json=body,
+            timeout=timeout,
+            headers={"Authorization": f"Bearer {self.token}"},
         )
 
     def reset(self) -> None:
         """Between tests: no open turn is left to a later test's workers."""
-        self.sql("UPDATE inference_turn SET status = 'cancelled' WHERE status IN ('queued', 'running', 'held', 'requires_action')")
+        self.sql(
+            "UPDATE inference_turn SET status = 'cancelled' WHERE status IN ('queued', 'running', 'held', 'requires_action')"
+        )
         self.sql("DELETE FROM inference_agentlease")
 
 
@@ -216,7 +294,9 @@ def faults(fault_stack: FaultStack) -> Iterator[FaultStack]:
     fault_stack.reset()
 
 
-def wait_turn(stack: FaultStack, turn_id: int, statuses: tuple[str, ...], timeout: float = 30) -> dict[str, Any]:
+def wait_turn(
+    stack: FaultStack, turn_id: int, statuses: tuple[str, ...], timeout: float = 30
+) -> dict[str, Any]:
     def seen() -> dict[str, Any] | None:
         rows = stack.sql("SELECT * FROM inference_turn WHERE id = %s", turn_id)
         return rows[0] if rows and rows[0]["status"] in statuses else None
@@ -226,9 +306,13 @@ def wait_turn(stack: FaultStack, turn_id: int, statuses: tuple[str, ...], timeou
 
 
 def submit(stack: FaultStack, agent: str, model: str, text: str = "Hi") -> int:
-    created = stack.api("POST", "/agents", {"name": agent, "provider": "standin-openai", "model": model})
+    created = stack.api(
+        "POST", "/agents", {"name": agent, "provider": "standin-openai", "model": model}
+    )
     assert created.status_code in (200, 201), created.text
-    turn = stack.api("POST", f"/agents/{agent}/turns", {"messages": [{"participant": "alice", "content": text}]})
+    turn = stack.api(
+        "POST", f"/agents/{agent}/turns", {"messages": [{"participant": "alice", "content": text}]}
+    )
     assert turn.status_code in (200, 201, 202), turn.text
     return int(turn.json()["id"])
 

@@ -19,18 +19,24 @@ pytestmark = pytest.mark.django_db
 
 
 def _running(turn: Turn) -> Turn:
-    Turn.objects.filter(pk=turn.pk).update(status=Turn.Status.RUNNING, hold_until=None, hold_reason="")
+    Turn.objects.filter(pk=turn.pk).update(
+        status=Turn.Status.RUNNING, hold_until=None, hold_reason=""
+    )
     turn.refresh_from_db()
     return turn
 
 
-def test_a_re_check_that_holds_a_turn_by_the_same_wait_logs_nothing_new(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_re_check_that_holds_a_turn_by_the_same_wait_logs_nothing_new(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     turn = TurnFactory.create(agent__name="ada", status=Turn.Status.RUNNING)
     until = timezone.now() + timedelta(hours=2)
     caplog.set_level(logging.INFO, logger="turns.services")
     for _ in range(5):  # the drain's re-checks: claimed (running), then held again
         assert turn_hold(turn=_running(turn), until=until, reason="provider wait on m1: 429")
-    assert turn_hold(turn=_running(turn), until=until + timedelta(minutes=5), reason="provider wait on m1: 429")
+    assert turn_hold(
+        turn=_running(turn), until=until + timedelta(minutes=5), reason="provider wait on m1: 429"
+    )
     lines = [r.getMessage() for r in caplog.records if "held until" in r.getMessage()]
     assert len(lines) == 2, lines
     assert lines[0].startswith(f"agent ada turn {turn.pk} held until ")

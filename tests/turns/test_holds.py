@@ -18,7 +18,9 @@ from tests.turns.test_turns import submit, wait_turn
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("workers")]
 
 
-def test_a_stated_400ms_wait_holds_the_turn_and_one_call_carries_both_messages(api: Client, make_agent: Any, standin_requests: Any) -> None:
+def test_a_stated_400ms_wait_holds_the_turn_and_one_call_carries_both_messages(
+    api: Client, make_agent: Any, standin_requests: Any
+) -> None:
     agent = make_agent(model="error:status=429,form=retry-after-ms,wait_ms=1500,times=1")
     turn_id = submit(api, agent.name, ("alice", "first"))["id"]
     held = wait_turn(api, turn_id, {"held"}, timeout=10)
@@ -38,17 +40,29 @@ def test_a_stated_400ms_wait_holds_the_turn_and_one_call_carries_both_messages(a
     assert api.get(f"/api/v1/agents/{agent.name}").json()["failure_streak"] == 0
 
 
-def test_a_stated_20_minute_wait_is_not_capped_and_a_release_resumes_the_turn_at_once(api: Client, make_agent: Any) -> None:
+def test_a_stated_20_minute_wait_is_not_capped_and_a_release_resumes_the_turn_at_once(
+    api: Client, make_agent: Any
+) -> None:
     agent = make_agent(model="error:status=429,form=retry-after,wait_ms=1200000,times=1")
     turn_id = submit(api, agent.name, ("alice", "hello"))["id"]
     held = wait_turn(api, turn_id, {"held"}, timeout=10)
     until = datetime.fromisoformat(held["held_until"])
-    assert timedelta(minutes=19, seconds=50) < until - datetime.fromisoformat(held["calls"][0]["ended_at"]) < timedelta(minutes=20, seconds=5)
+    assert (
+        timedelta(minutes=19, seconds=50)
+        < until - datetime.fromisoformat(held["calls"][0]["ended_at"])
+        < timedelta(minutes=20, seconds=5)
+    )
     waits = api.get(f"/api/v1/waits?agent={agent.name}").json()
-    assert waits["journal_readable"] is True and [w["model"] for w in waits["waits"]] == [agent.model]
+    assert waits["journal_readable"] is True and [w["model"] for w in waits["waits"]] == [
+        agent.model
+    ]
 
     started = time.monotonic()
-    response = api.post("/api/v1/waits/release", data=json.dumps({"agent": agent.name, "reason": "provider fixed"}), content_type="application/json")
+    response = api.post(
+        "/api/v1/waits/release",
+        data=json.dumps({"agent": agent.name, "reason": "provider fixed"}),
+        content_type="application/json",
+    )
     assert response.status_code == 200, response.content
     assert [r["release"] for r in response.json()["receipts"]] == ["recorded"]
     wait_turn(api, turn_id, {"succeeded"}, timeout=10)
@@ -58,8 +72,12 @@ def test_a_stated_20_minute_wait_is_not_capped_and_a_release_resumes_the_turn_at
     assert 2.0 <= gap_s(second, first) < 5
 
 
-def test_an_ephemeral_run_sleeps_a_short_stated_wait_and_retries(api: Client, make_agent: Any) -> None:
-    agent = make_agent(model="error:status=429,form=retry-after-ms,wait_ms=300,times=1", kind=Agent.Kind.EPHEMERAL)
+def test_an_ephemeral_run_sleeps_a_short_stated_wait_and_retries(
+    api: Client, make_agent: Any
+) -> None:
+    agent = make_agent(
+        model="error:status=429,form=retry-after-ms,wait_ms=300,times=1", kind=Agent.Kind.EPHEMERAL
+    )
     turn = wait_turn(api, submit(api, agent.name, ("alice", "hi"))["id"], timeout=15)
     assert turn["status"] == "succeeded"
     first, second = InferenceCall.objects.filter(agent=agent).order_by("id")
@@ -67,12 +85,21 @@ def test_an_ephemeral_run_sleeps_a_short_stated_wait_and_retries(api: Client, ma
     assert Turn.objects.get(pk=turn["id"]).hold_until is None
 
 
-@pytest.mark.parametrize(("wait_ms", "asked"), [("1200000", "1200 s"), ("nan", "longer than can be represented")])
-def test_an_ephemeral_run_ends_at_once_on_a_wait_it_does_not_sleep(api: Client, make_agent: Any, wait_ms: str, asked: str) -> None:
-    agent = make_agent(model=f"error:status=429,form=retry-after-ms,wait_ms={wait_ms}", kind=Agent.Kind.EPHEMERAL)
+@pytest.mark.parametrize(
+    ("wait_ms", "asked"), [("1200000", "1200 s"), ("nan", "longer than can be represented")]
+)
+def test_an_ephemeral_run_ends_at_once_on_a_wait_it_does_not_sleep(
+    api: Client, make_agent: Any, wait_ms: str, asked: str
+) -> None:
+    agent = make_agent(
+        model=f"error:status=429,form=retry-after-ms,wait_ms={wait_ms}", kind=Agent.Kind.EPHEMERAL
+    )
     turn = wait_turn(api, submit(api, agent.name, ("alice", "hi"))["id"], timeout=15)
     assert turn["status"] == "exhausted"
-    assert f"the provider asked to wait {asked}; an ephemeral run doesn't sleep a stated wait longer than 600 s, so it ends now" in turn["error"]["message"]
+    assert (
+        f"the provider asked to wait {asked}; an ephemeral run doesn't sleep a stated wait longer than 600 s, so it ends now"
+        in turn["error"]["message"]
+    )
     assert InferenceCall.objects.filter(agent=agent).count() == 1
 
 
@@ -81,7 +108,11 @@ def test_another_model_of_the_same_agent_proceeds(api: Client, make_agent: Any) 
     turn_id = submit(api, agent.name, ("alice", "hello"))["id"]
     wait_turn(api, turn_id, {"held"}, timeout=10)
     # Switching the model is not a release, but the other model is not held.
-    response = api.patch(f"/api/v1/agents/{agent.name}", data=json.dumps({"model": "answer"}), content_type="application/json")
+    response = api.patch(
+        f"/api/v1/agents/{agent.name}",
+        data=json.dumps({"model": "answer"}),
+        content_type="application/json",
+    )
     assert response.status_code == 200
     from interfaces.tasks import agent_drain
 
@@ -89,7 +120,9 @@ def test_another_model_of_the_same_agent_proceeds(api: Client, make_agent: Any) 
     turn = wait_turn(api, turn_id, {"succeeded"}, timeout=10)
     assert turn["calls"][-1]["model"] == "answer"
     waits = api.get(f"/api/v1/waits?agent={agent.name}").json()["waits"]
-    assert [w["model"] for w in waits] == ["error:status=429,form=retry-after,wait_ms=1200000,times=1"]
+    assert [w["model"] for w in waits] == [
+        "error:status=429,form=retry-after,wait_ms=1200000,times=1"
+    ]
 
 
 def test_an_unreadable_journal_holds_every_turn_and_a_repair_resumes_it_without_an_operator(
@@ -112,7 +145,11 @@ def test_an_unreadable_journal_holds_every_turn_and_a_repair_resumes_it_without_
     held = wait_turn(api, turn_id, {"held"}, timeout=10)
     assert held["held_until"] is None and "provider wait on *" in held["hold_reason"]
     # This process reads the journal too; it sees the new row at its next poll (500 ms).
-    wait_for(lambda: api.get("/api/v1/waits").json()["journal_readable"] is False, timeout=3, what="the API to see the bad row")
+    wait_for(
+        lambda: api.get("/api/v1/waits").json()["journal_readable"] is False,
+        timeout=3,
+        what="the API to see the bad row",
+    )
     assert standin_requests() == []
 
     WaitJournalEntry.objects.filter(pk=bad.pk).delete()  # the repair: the operator removes the row

@@ -40,26 +40,46 @@ print(json.dumps({"while_valid": while_valid, "lost_while_valid": lost_while_val
 """
 
 
-def test_a_renewal_the_database_does_not_answer_keeps_the_call_going_even_past_the_lease_deadline() -> None:
+def test_a_renewal_the_database_does_not_answer_keeps_the_call_going_even_past_the_lease_deadline() -> (
+    None
+):
     unreachable = _database_url().rsplit("@", 1)[0] + "@127.0.0.1:1/nowhere"
     seen = run_worker_process(
         RENEW_WITH_THE_DATABASE_DOWN,
-        env={"DATABASE_URL": unreachable, "AGENTOPS_DB_POOL_TIMEOUT_MS": "500", "AGENTOPS_TURN_LEASE_MS": "1000"},
+        env={
+            "DATABASE_URL": unreachable,
+            "AGENTOPS_DB_POOL_TIMEOUT_MS": "500",
+            "AGENTOPS_TURN_LEASE_MS": "1000",
+        },
     )
-    assert seen == {"while_valid": True, "lost_while_valid": False, "after_expiry": True, "lost": False, "failing": True}
+    assert seen == {
+        "while_valid": True,
+        "lost_while_valid": False,
+        "after_expiry": True,
+        "lost": False,
+        "failing": True,
+    }
 
 
 @pytest.mark.django_db(transaction=True)  # the renewal gives its connection back
-def test_once_the_database_answers_a_lease_that_could_not_be_renewed_is_renewed_at_once_unless_taken() -> None:
+def test_once_the_database_answers_a_lease_that_could_not_be_renewed_is_renewed_at_once_unless_taken() -> (
+    None
+):
     agent = AgentFactory.create()
     lease = lease_claim(agent.pk)
     assert lease is not None
     past = timezone.now() - timedelta(seconds=5)
-    AgentLease.objects.filter(agent=agent).update(until=past)  # it lapsed while the database was down
-    lease.failing = True  # the last renewal got no answer: the next ask renews, whatever the cadence
+    AgentLease.objects.filter(agent=agent).update(
+        until=past
+    )  # it lapsed while the database was down
+    lease.failing = (
+        True  # the last renewal got no answer: the next ask renews, whatever the cadence
+    )
     assert lease.renew_if_due() and not lease.lost and not lease.failing
     assert AgentLease.objects.get(agent=agent).until > timezone.now()
-    AgentLease.objects.filter(agent=agent).update(owner="another-worker", until=past)  # taken over meanwhile
+    AgentLease.objects.filter(agent=agent).update(
+        owner="another-worker", until=past
+    )  # taken over meanwhile
     lease.failing = True
     assert not lease.renew_if_due() and lease.lost
     assert AgentLease.objects.get(agent=agent).owner == "another-worker"
@@ -67,14 +87,20 @@ def test_once_the_database_answers_a_lease_that_could_not_be_renewed_is_renewed_
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_lapsed_lease_is_taken_over_only_after_the_grace_in_which_its_owner_would_renew_it() -> None:
+def test_a_lapsed_lease_is_taken_over_only_after_the_grace_in_which_its_owner_would_renew_it() -> (
+    None
+):
     agent = AgentFactory.create()
     assert lease_claim(agent.pk) is not None
     grace = timedelta(milliseconds=settings.AGENTOPS_TURN_LEASE_GRACE_MS)
     assert grace > timedelta(0)
-    AgentLease.objects.filter(agent=agent).update(until=timezone.now() - grace / 2)  # lapsed, within the grace
+    AgentLease.objects.filter(agent=agent).update(
+        until=timezone.now() - grace / 2
+    )  # lapsed, within the grace
     assert lease_claim(agent.pk) is None
-    AgentLease.objects.filter(agent=agent).update(until=timezone.now() - grace - timedelta(seconds=1))
+    AgentLease.objects.filter(agent=agent).update(
+        until=timezone.now() - grace - timedelta(seconds=1)
+    )
     taken = lease_claim(agent.pk)
     assert taken is not None and AgentLease.objects.get(agent=agent).owner == taken.owner
     taken.release()
@@ -99,14 +125,20 @@ def test_one_statement_renews_every_lease_the_process_holds_each_quarter_lease()
         assert all(lease is not None for lease in leases)
         # Each claim was a statement of its own: 200 transactions wrote the rows.
         assert _xmins(ids) == 200
-        claimed_until = max(AgentLease.objects.filter(agent_id__in=ids).values_list("until", flat=True))
+        claimed_until = max(
+            AgentLease.objects.filter(agent_id__in=ids).values_list("until", flat=True)
+        )
         statements_before = renewer.rounds
         renewer.renew_now()
         started = time.monotonic()
-        wait_for(lambda: _renewed_by_one_round(ids, claimed_until), timeout=5, what="a renewal round")
+        wait_for(
+            lambda: _renewed_by_one_round(ids, claimed_until), timeout=5, what="a renewal round"
+        )
         # Every row renewed by one transaction, and so after each round that follows.
         assert _xmins(ids) == 1
-        time.sleep(1.0)  # about five more 200 ms rounds: a round writing in more than one transaction would show
+        time.sleep(
+            1.0
+        )  # about five more 200 ms rounds: a round writing in more than one transaction would show
         assert _xmins(ids) == 1
         rounds = renewer.rounds - statements_before
         elapsed = time.monotonic() - started
@@ -123,7 +155,10 @@ def test_one_statement_renews_every_lease_the_process_holds_each_quarter_lease()
 def _xmins(agent_ids: list[int]) -> int:
     """How many transactions last wrote these lease rows (PostgreSQL's own record)."""
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT count(DISTINCT xmin::text) FROM {AgentLease._meta.db_table} WHERE agent_id = ANY(%s)", [agent_ids])
+        cursor.execute(
+            f"SELECT count(DISTINCT xmin::text) FROM {AgentLease._meta.db_table} WHERE agent_id = ANY(%s)",
+            [agent_ids],
+        )
         row = cursor.fetchone()
     assert row is not None
     return int(row[0])
@@ -148,7 +183,9 @@ def test_a_lease_taken_over_is_lost_at_the_next_round_and_wakes_what_waits_on_it
         assert late.is_set()  # asked after the loss: woken at once
         kept.release()
         taken.release()
-    assert AgentLease.objects.get(agent=mine).owner == "another-worker"  # a lost lease's release deletes nothing of the new owner's
+    assert (
+        AgentLease.objects.get(agent=mine).owner == "another-worker"
+    )  # a lost lease's release deletes nothing of the new owner's
     AgentLease.objects.all().delete()
 
 
@@ -165,12 +202,18 @@ print(json.dumps({"tries": renewer.rounds, "lost": lease.lost, "failing": lease.
 """
 
 
-def test_while_the_database_does_not_answer_the_renewer_keeps_its_leases_and_tries_again_within_a_fraction_of_a_second() -> None:
+def test_while_the_database_does_not_answer_the_renewer_keeps_its_leases_and_tries_again_within_a_fraction_of_a_second() -> (
+    None
+):
     unreachable = _database_url().rsplit("@", 1)[0] + "@127.0.0.1:1/nowhere"
     seen = run_worker_process(
         RENEWER_WITH_THE_DATABASE_DOWN,
         # A quarter lease is 15 s: tries every fraction of a second are the retries, not rounds.
-        env={"DATABASE_URL": unreachable, "AGENTOPS_DB_POOL_TIMEOUT_MS": "200", "AGENTOPS_TURN_LEASE_MS": "60000"},
+        env={
+            "DATABASE_URL": unreachable,
+            "AGENTOPS_DB_POOL_TIMEOUT_MS": "200",
+            "AGENTOPS_TURN_LEASE_MS": "60000",
+        },
     )
     assert seen["lost"] is False and seen["failing"] is True
     assert seen["tries"] >= 3, seen

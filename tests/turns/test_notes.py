@@ -45,7 +45,9 @@ def test_a_timeout_after_a_fresh_call_says_it_timed_out_again() -> None:
 
 
 def test_a_408_is_a_timeout_note_too() -> None:
-    error = ProviderError(type="timeout", message="Request Timeout", http_status=408, retryable=True)
+    error = ProviderError(
+        type="timeout", message="Request Timeout", http_status=408, retryable=True
+    )
     assert failure_note_text(error) == (
         "[inference-failed] The model call timed out: Request Timeout. "
         "If a reply is still owed from that turn, you can give it now."
@@ -56,7 +58,9 @@ def test_a_408_is_a_timeout_note_too() -> None:
     ("error", "note"),
     [
         (
-            ProviderError(type="server", message="Service unavailable", http_status=503, retryable=True),
+            ProviderError(
+                type="server", message="Service unavailable", http_status=503, retryable=True
+            ),
             "[inference-failed] The model call failed (server, HTTP 503): Service unavailable. "
             "If a reply is still owed from that turn, you can give it now.",
         ),
@@ -66,31 +70,50 @@ def test_a_408_is_a_timeout_note_too() -> None:
             "If a reply is still owed from that turn, you can give it now.",
         ),
         (
-            ProviderError(type="context_length", message="prompt is too long: 201873 tokens > 200000 maximum",
-                          http_status=400),
+            ProviderError(
+                type="context_length",
+                message="prompt is too long: 201873 tokens > 200000 maximum",
+                http_status=400,
+            ),
             "[inference-failed] The model call failed (context_length, HTTP 400): prompt is too long: "
             "201873 tokens > 200000 maximum. If a reply is still owed from that turn, you can give it now.",
         ),
         (
-            ProviderError(type="rate_limit", message="slow down", http_status=429, retry_after_ms=1_000),
+            ProviderError(
+                type="rate_limit", message="slow down", http_status=429, retry_after_ms=1_000
+            ),
             "[inference-failed] The model call failed (rate_limit, HTTP 429): slow down. "
             "If a reply is still owed from that turn, you can give it now.",
         ),
         (
-            ProviderError(type="network", message="ConnectError: connection refused", retryable=True),
+            ProviderError(
+                type="network", message="ConnectError: connection refused", retryable=True
+            ),
             "[inference-failed] The model call failed (network): ConnectError: connection refused. "
             "If a reply is still owed from that turn, you can give it now.",
         ),
         (
-            ProviderError(type="unknown", message="the model stopped at its output limit with no text",
-                          provider_code="empty_length_stop"),
+            ProviderError(
+                type="unknown",
+                message="the model stopped at its output limit with no text",
+                provider_code="empty_length_stop",
+            ),
             "[inference-failed] The model call failed (unknown): the model stopped at its output limit "
             "with no text. If a reply is still owed from that turn, you can give it now.",
         ),
     ],
-    ids=["server-503", "auth-401", "context-length-400", "rate-limit-429", "network-no-status", "unknown"],
+    ids=[
+        "server-503",
+        "auth-401",
+        "context-length-400",
+        "rate-limit-429",
+        "network-no-status",
+        "unknown",
+    ],
 )
-def test_another_failure_says_the_call_failed_with_type_and_http_status(error: ProviderError, note: str) -> None:
+def test_another_failure_says_the_call_failed_with_type_and_http_status(
+    error: ProviderError, note: str
+) -> None:
     assert failure_note_text(error) == note
     # timed_out_again only ever applies to a timeout.
     assert failure_note_text(error, timed_out_again=True) == note
@@ -100,7 +123,9 @@ def test_another_failure_says_the_call_failed_with_type_and_http_status(error: P
 @pytest.mark.parametrize("kind", ["timeout", "server"])
 def test_the_reason_in_a_note_is_bounded_to_600_characters(length: int, kind: str) -> None:
     message = "R" + "e" * (length - 2) + "Z"
-    error = ProviderError(type=kind, message=message, http_status=None if kind == "timeout" else 500)
+    error = ProviderError(
+        type=kind, message=message, http_status=None if kind == "timeout" else 500
+    )
     note = failure_note_text(error)
     prefix = (
         "[inference-failed] The model call timed out: "

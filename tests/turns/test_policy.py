@@ -24,7 +24,9 @@ def cut(bound: str = "between_events") -> ProviderError:
 
 
 def failure(kind: str, status: int | None = None, wait: float | None = None) -> ProviderError:
-    return ProviderError(type=kind, message=f"{kind} failure", http_status=status, retry_after_ms=wait)
+    return ProviderError(
+        type=kind, message=f"{kind} failure", http_status=status, retry_after_ms=wait
+    )
 
 
 def run(
@@ -40,7 +42,9 @@ def run(
     state = state if state is not None else RetryState()
     decisions = []
     for i, error in enumerate(errors):
-        decision, state = decide(error, state, now_ms=now + i * step_ms, settings=settings, jitter=jitter)
+        decision, state = decide(
+            error, state, now_ms=now + i * step_ms, settings=settings, jitter=jitter
+        )
         decisions.append(decision)
     return decisions, state
 
@@ -58,9 +62,13 @@ def test_the_defaults_are_the_ones_in_the_design() -> None:
 # -- deadline expiries -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bound", ["before_content", "between_events", "flat", "absolute", "whole_call"])
+@pytest.mark.parametrize(
+    "bound", ["before_content", "between_events", "flat", "absolute", "whole_call"]
+)
 @pytest.mark.parametrize("jitter", [0.0, 0.999])
-def test_a_cut_gets_one_fresh_call_after_the_deadline_retry_delay(bound: str, jitter: float) -> None:
+def test_a_cut_gets_one_fresh_call_after_the_deadline_retry_delay(
+    bound: str, jitter: float
+) -> None:
     decision, state = decide(cut(bound), RetryState(), now_ms=T0, settings=SETTINGS, jitter=jitter)
     assert decision == Decision(Action.RETRY, delay_ms=1_000)
     assert state == RetryState(consecutive_cuts=1, base_retries=0, episode_started_ms=T0)
@@ -114,7 +122,9 @@ def test_a_completed_call_resets_every_count_and_the_episode() -> None:
     _, state = run([cut(), failure("server", 500), failure("server", 500)])
     assert state != RetryState()
     assert after_completed_call() == RetryState()
-    decision, _ = decide(cut(), after_completed_call(), now_ms=T0 + 10_000, settings=SETTINGS, jitter=0)
+    decision, _ = decide(
+        cut(), after_completed_call(), now_ms=T0 + 10_000, settings=SETTINGS, jitter=0
+    )
     assert decision == Decision(Action.RETRY, delay_ms=1_000)
 
 
@@ -146,14 +156,21 @@ def test_retryable_failures_retry_at_1_2_4_seconds_plus_up_to_half_again_then_ex
     kind: str, jitter: float, delays: list[float]
 ) -> None:
     decisions, state = run([failure(kind)] * 4, step_ms=5_000, jitter=jitter)
-    assert [d.action for d in decisions] == [Action.RETRY, Action.RETRY, Action.RETRY, Action.EXHAUST]
+    assert [d.action for d in decisions] == [
+        Action.RETRY,
+        Action.RETRY,
+        Action.RETRY,
+        Action.EXHAUST,
+    ]
     assert [d.delay_ms for d in decisions[:3]] == pytest.approx(delays, abs=1e-9)
     assert state.base_retries == 3
     assert state.episode_started_ms == T0
 
 
 def test_a_jitter_just_below_one_stays_below_half_again() -> None:
-    decision, _ = decide(failure("server", 500), RetryState(), now_ms=T0, settings=SETTINGS, jitter=0.999)
+    decision, _ = decide(
+        failure("server", 500), RetryState(), now_ms=T0, settings=SETTINGS, jitter=0.999
+    )
     assert 1_000 <= decision.delay_ms < 1_500
 
 
@@ -164,7 +181,9 @@ def test_a_jitter_just_below_one_stays_below_half_again() -> None:
 def test_a_429_with_no_stated_wait_is_paced_from_the_floor_plus_up_to_half_again(
     jitter: float, delay: float
 ) -> None:
-    decision, state = decide(failure("rate_limit", 429), RetryState(), now_ms=T0, settings=SETTINGS, jitter=jitter)
+    decision, state = decide(
+        failure("rate_limit", 429), RetryState(), now_ms=T0, settings=SETTINGS, jitter=jitter
+    )
     assert decision.action is Action.RETRY
     assert decision.delay_ms == pytest.approx(delay, abs=1e-9)
     assert state == RetryState(consecutive_cuts=0, base_retries=0, episode_started_ms=T0)
@@ -183,22 +202,38 @@ def test_a_429_with_no_stated_wait_is_paced_from_the_floor_plus_up_to_half_again
 )
 def test_the_pacing_is_capped_at_ten_minutes(floor: float, jitter: float, delay: float) -> None:
     settings = PolicySettings(pacing_floor_ms=floor)
-    decision, _ = decide(failure("rate_limit", 429), RetryState(), now_ms=T0, settings=settings, jitter=jitter)
+    decision, _ = decide(
+        failure("rate_limit", 429), RetryState(), now_ms=T0, settings=settings, jitter=jitter
+    )
     assert decision.action is Action.RETRY
     assert decision.delay_ms == pytest.approx(delay, abs=1e-6)
 
 
 @pytest.mark.parametrize("stated", [0.0, 30_000.0, 60_001.0, 600_000.0, 900_000.0, 7_200_000.0])
 @pytest.mark.parametrize("kind", [("rate_limit", 429), ("server", 503), ("overloaded", 529)])
-def test_a_retryable_failure_that_states_a_wait_is_held_for_exactly_that_wait(stated: float, kind: tuple[str, int]) -> None:
-    decision, _ = decide(failure(kind[0], kind[1], wait=stated), RetryState(), now_ms=T0, settings=SETTINGS, jitter=0.999)
+def test_a_retryable_failure_that_states_a_wait_is_held_for_exactly_that_wait(
+    stated: float, kind: tuple[str, int]
+) -> None:
+    decision, _ = decide(
+        failure(kind[0], kind[1], wait=stated),
+        RetryState(),
+        now_ms=T0,
+        settings=SETTINGS,
+        jitter=0.999,
+    )
     assert decision.action is Action.HOLD
     assert decision.delay_ms == stated  # a lower bound, not capped, no jitter
 
 
 @pytest.mark.parametrize("stated", [float("nan"), float("inf"), float("-inf")])
 def test_a_429_that_states_a_non_finite_wait_is_held_until_released(stated: float) -> None:
-    decision, _ = decide(failure("rate_limit", 429, wait=stated), RetryState(), now_ms=T0, settings=SETTINGS, jitter=0)
+    decision, _ = decide(
+        failure("rate_limit", 429, wait=stated),
+        RetryState(),
+        now_ms=T0,
+        settings=SETTINGS,
+        jitter=0,
+    )
     assert decision.action is Action.HOLD
     assert decision.delay_ms != decision.delay_ms or abs(decision.delay_ms) == float("inf")
 
@@ -206,8 +241,13 @@ def test_a_429_that_states_a_non_finite_wait_is_held_until_released(stated: floa
 def test_repeated_429s_are_limited_by_the_episode_not_by_a_count() -> None:
     decisions, _ = run([failure("rate_limit", 429)] * 12, step_ms=90_000)
     assert [d.action for d in decisions] == [Action.RETRY] * 12
-    decision, _ = decide(failure("rate_limit", 429), RetryState(episode_started_ms=T0), now_ms=T0 + EPISODE,
-                         settings=SETTINGS, jitter=0)
+    decision, _ = decide(
+        failure("rate_limit", 429),
+        RetryState(episode_started_ms=T0),
+        now_ms=T0 + EPISODE,
+        settings=SETTINGS,
+        jitter=0,
+    )
     assert decision.action is Action.EXHAUST
 
 
@@ -283,8 +323,14 @@ def test_a_terminal_failure_does_not_start_the_episode() -> None:
 
 @pytest.mark.parametrize(
     "error",
-    [cut(), failure("server", 500), failure("overloaded", 529), failure("network"), failure("timeout", 408),
-     failure("rate_limit", 429)],
+    [
+        cut(),
+        failure("server", 500),
+        failure("overloaded", 529),
+        failure("network"),
+        failure("timeout", 408),
+        failure("rate_limit", 429),
+    ],
     ids=["cut", "server", "overloaded", "network", "408", "rate_limit"],
 )
 @pytest.mark.parametrize(
@@ -292,9 +338,13 @@ def test_a_terminal_failure_does_not_start_the_episode() -> None:
     [(-1.0, Action.RETRY), (0.0, Action.EXHAUST), (1.0, Action.EXHAUST)],
     ids=["1-ms-before", "exactly-20-min", "1-ms-after"],
 )
-def test_the_episode_is_spent_at_exactly_twenty_minutes(error: ProviderError, offset: float, action: Action) -> None:
+def test_the_episode_is_spent_at_exactly_twenty_minutes(
+    error: ProviderError, offset: float, action: Action
+) -> None:
     state = RetryState(episode_started_ms=T0)
-    decision, following = decide(error, state, now_ms=T0 + EPISODE + offset, settings=SETTINGS, jitter=0.0)
+    decision, following = decide(
+        error, state, now_ms=T0 + EPISODE + offset, settings=SETTINGS, jitter=0.0
+    )
     assert decision.action is action
     assert following.episode_started_ms == T0
     if action is Action.EXHAUST:
@@ -304,7 +354,9 @@ def test_the_episode_is_spent_at_exactly_twenty_minutes(error: ProviderError, of
 def test_the_episode_length_is_a_setting() -> None:
     settings = PolicySettings(retry_episode_ms=5_000)
     state = RetryState(episode_started_ms=T0)
-    before, _ = decide(failure("server", 500), state, now_ms=T0 + 4_999, settings=settings, jitter=0.0)
+    before, _ = decide(
+        failure("server", 500), state, now_ms=T0 + 4_999, settings=settings, jitter=0.0
+    )
     at, _ = decide(failure("server", 500), state, now_ms=T0 + 5_000, settings=settings, jitter=0.0)
     assert (before.action, at.action) == (Action.RETRY, Action.EXHAUST)
 
@@ -317,20 +369,65 @@ def test_the_episode_length_is_a_setting() -> None:
 @pytest.mark.parametrize(
     ("error", "state", "now", "decision"),
     [
-        pytest.param(failure("auth", 401), RetryState(), T0, Decision(Action.FAIL, reason="terminal"), id="terminal"),
-        pytest.param(failure("server", 500), RetryState(episode_started_ms=T0), T0 + EPISODE,
-                     Decision(Action.EXHAUST, reason="the 20-minute retry episode is spent"), id="episode-spent"),
-        pytest.param(cut(), RetryState(consecutive_cuts=1, episode_started_ms=T0), T0,
-                     Decision(Action.FAIL, timed_out_again=True, reason="cut again"), id="cut-again"),
-        pytest.param(cut(), RetryState(), T0, Decision(Action.RETRY, delay_ms=1_000), id="first-cut"),
-        pytest.param(failure("rate_limit", 429, wait=5_000.0), RetryState(), T0,
-                     Decision(Action.HOLD, delay_ms=5_000.0, reason="the provider stated a wait"), id="stated-wait"),
-        pytest.param(failure("rate_limit", 429), RetryState(), T0, Decision(Action.RETRY, delay_ms=60_000), id="pacing"),
-        pytest.param(failure("server", 500), RetryState(base_retries=3), T0,
-                     Decision(Action.EXHAUST, reason="retries spent"), id="retries-spent"),
-        pytest.param(failure("server", 500), RetryState(), T0, Decision(Action.RETRY, delay_ms=1_000), id="base-retry"),
-        pytest.param(failure("something_new", 599), RetryState(), T0,
-                     Decision(Action.FAIL, reason="not retryable"), id="unrecognised-type"),
+        pytest.param(
+            failure("auth", 401),
+            RetryState(),
+            T0,
+            Decision(Action.FAIL, reason="terminal"),
+            id="terminal",
+        ),
+        pytest.param(
+            failure("server", 500),
+            RetryState(episode_started_ms=T0),
+            T0 + EPISODE,
+            Decision(Action.EXHAUST, reason="the 20-minute retry episode is spent"),
+            id="episode-spent",
+        ),
+        pytest.param(
+            cut(),
+            RetryState(consecutive_cuts=1, episode_started_ms=T0),
+            T0,
+            Decision(Action.FAIL, timed_out_again=True, reason="cut again"),
+            id="cut-again",
+        ),
+        pytest.param(
+            cut(), RetryState(), T0, Decision(Action.RETRY, delay_ms=1_000), id="first-cut"
+        ),
+        pytest.param(
+            failure("rate_limit", 429, wait=5_000.0),
+            RetryState(),
+            T0,
+            Decision(Action.HOLD, delay_ms=5_000.0, reason="the provider stated a wait"),
+            id="stated-wait",
+        ),
+        pytest.param(
+            failure("rate_limit", 429),
+            RetryState(),
+            T0,
+            Decision(Action.RETRY, delay_ms=60_000),
+            id="pacing",
+        ),
+        pytest.param(
+            failure("server", 500),
+            RetryState(base_retries=3),
+            T0,
+            Decision(Action.EXHAUST, reason="retries spent"),
+            id="retries-spent",
+        ),
+        pytest.param(
+            failure("server", 500),
+            RetryState(),
+            T0,
+            Decision(Action.RETRY, delay_ms=1_000),
+            id="base-retry",
+        ),
+        pytest.param(
+            failure("something_new", 599),
+            RetryState(),
+            T0,
+            Decision(Action.FAIL, reason="not retryable"),
+            id="unrecognised-type",
+        ),
     ],
 )
 def test_each_branch_decides_its_action_delay_and_reason(
@@ -342,6 +439,8 @@ def test_each_branch_decides_its_action_delay_and_reason(
 @pytest.mark.parametrize("kind", ["something_new", "", "rate-limit", "Server"])
 def test_a_failure_of_a_type_the_policy_does_not_know_fails_without_retry(kind: str) -> None:
     """Neither terminal nor retryable: a type the policy was not taught fails; it is not retried."""
-    decision, state = decide(failure(kind), RetryState(base_retries=1), now_ms=T0, settings=SETTINGS, jitter=0.0)
+    decision, state = decide(
+        failure(kind), RetryState(base_retries=1), now_ms=T0, settings=SETTINGS, jitter=0.0
+    )
     assert decision == Decision(Action.FAIL, reason="not retryable")
     assert state == RetryState(base_retries=1, episode_started_ms=T0)

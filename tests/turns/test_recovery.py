@@ -20,13 +20,18 @@ from tests.turns.test_turns import submit, wait_turn
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 
-def test_a_turn_left_running_by_a_killed_worker_is_resumed_by_another(api: Client, make_agent: Any, django_db_blocker: Any) -> None:
+def test_a_turn_left_running_by_a_killed_worker_is_resumed_by_another(
+    api: Client, make_agent: Any, django_db_blocker: Any
+) -> None:
     env = {"AGENTOPS_TURN_LEASE_MS": "1000"}
     doomed = WorkerPool(1, label="doomed", extra_env=env)
     try:
         agent = make_agent(model="answer:delay_ms=4000")
         turn_id = submit(api, agent.name, ("alice", "survive this"))["id"]
-        wait_for(lambda: InferenceCall.objects.filter(agent=agent).exists(), what="the first call to start")
+        wait_for(
+            lambda: InferenceCall.objects.filter(agent=agent).exists(),
+            what="the first call to start",
+        )
         doomed.procs[0].send_signal(signal.SIGKILL)
         doomed.procs[0].wait(timeout=10)
     finally:
@@ -40,7 +45,11 @@ def test_a_turn_left_running_by_a_killed_worker_is_resumed_by_another(api: Clien
         turns_sweep.delay()
         # Lapsed, and past the grace in which a live owner would have renewed it.
         grace = timedelta(milliseconds=settings.AGENTOPS_TURN_LEASE_GRACE_MS)
-        wait_for(lambda: AgentLease.objects.filter(agent=agent, until__lt=_now() - grace).exists(), timeout=5 + grace.total_seconds(), what="the lease to lapse")
+        wait_for(
+            lambda: AgentLease.objects.filter(agent=agent, until__lt=_now() - grace).exists(),
+            timeout=5 + grace.total_seconds(),
+            what="the lease to lapse",
+        )
         turns_sweep.delay()
         turn = wait_turn(api, turn_id, {"succeeded", "failed"}, timeout=30)
     finally:
@@ -49,7 +58,11 @@ def test_a_turn_left_running_by_a_killed_worker_is_resumed_by_another(api: Clien
     assert turn["status"] == "succeeded"
     assert HistoryRow.objects.filter(agent=agent, role="assistant").count() == 1
     lost, retried = InferenceCall.objects.filter(agent=agent).order_by("id")
-    assert lost.outcome == "aborted" and lost.error is not None and lost.error["message"].startswith("the worker making this call stopped")
+    assert (
+        lost.outcome == "aborted"
+        and lost.error is not None
+        and lost.error["message"].startswith("the worker making this call stopped")
+    )
     assert retried.outcome == "completed"
     # One line at WARNING, in the worker that took over, names the turn and both workers (with
     # telemetry off too: these workers export nothing).
@@ -64,13 +77,18 @@ def _now() -> Any:
     return timezone.now()
 
 
-def test_a_warm_shutdown_hands_a_turn_waiting_to_retry_back_without_a_call(api: Client, make_agent: Any, standin_requests: Any) -> None:
+def test_a_warm_shutdown_hands_a_turn_waiting_to_retry_back_without_a_call(
+    api: Client, make_agent: Any, standin_requests: Any
+) -> None:
     pool = WorkerPool(1, label="stopping")
     try:
         # A 429 stating no wait: the service's own pacing waits 60 s or more before calling again.
         agent = make_agent(model="error:status=429,times=1")
         turn_id = submit(api, agent.name, ("alice", "hi"))["id"]
-        wait_for(lambda: InferenceCall.objects.filter(agent=agent, outcome="error").exists(), what="the first call to fail")
+        wait_for(
+            lambda: InferenceCall.objects.filter(agent=agent, outcome="error").exists(),
+            what="the first call to fail",
+        )
         pool.procs[0].send_signal(signal.SIGTERM)
         pool.procs[0].wait(timeout=10)  # the retry wait ends at once: no 60 s sleep, no call
     finally:
@@ -81,7 +99,9 @@ def test_a_warm_shutdown_hands_a_turn_waiting_to_retry_back_without_a_call(api: 
     assert not AgentLease.objects.filter(agent=agent).exists()
 
 
-def test_a_warm_shutdown_waits_for_a_call_that_is_out_and_stores_its_answer(api: Client, make_agent: Any, standin_requests: Any) -> None:
+def test_a_warm_shutdown_waits_for_a_call_that_is_out_and_stores_its_answer(
+    api: Client, make_agent: Any, standin_requests: Any
+) -> None:
     pool = WorkerPool(1, label="finishing")
     try:
         agent = make_agent(model="answer:delay_ms=2500")
@@ -104,15 +124,23 @@ def test_a_warm_shutdown_waits_for_a_call_that_is_out_and_stores_its_answer(api:
     assert not AgentLease.objects.filter(agent=agent).exists()
 
 
-def test_a_call_whose_lease_another_worker_took_is_aborted_at_the_renewers_next_round(api: Client, make_agent: Any, standin_requests: Any) -> None:
-    pool = WorkerPool(1, label="overtaken", extra_env={"AGENTOPS_TURN_LEASE_MS": "1000"})  # a round every 250 ms
+def test_a_call_whose_lease_another_worker_took_is_aborted_at_the_renewers_next_round(
+    api: Client, make_agent: Any, standin_requests: Any
+) -> None:
+    pool = WorkerPool(
+        1, label="overtaken", extra_env={"AGENTOPS_TURN_LEASE_MS": "1000"}
+    )  # a round every 250 ms
     try:
         agent = make_agent(model="endless:interval_ms=50")
         turn_id = submit(api, agent.name, ("alice", "go on forever"))["id"]
         wait_for(standin_requests, what="the call to reach the provider")
         AgentLease.objects.filter(agent=agent).update(owner="another-worker")  # as after a takeover
         taken = time.time()
-        call = wait_for(lambda: InferenceCall.objects.filter(agent=agent, outcome__isnull=False).first(), timeout=10, what="the call to end")
+        call = wait_for(
+            lambda: InferenceCall.objects.filter(agent=agent, outcome__isnull=False).first(),
+            timeout=10,
+            what="the call to end",
+        )
     finally:
         pool.stop()
         celery_app.conf.task_default_queue = pool.previous_queue

@@ -63,7 +63,14 @@ def _turn_status_writes(path: Path) -> list[str]:
     for node in ast.walk(ast.parse(path.read_text())):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
             continue
-        if node.func.attr not in {"update", "create", "get_or_create", "update_or_create", "bulk_create", "bulk_update"}:
+        if node.func.attr not in {
+            "update",
+            "create",
+            "get_or_create",
+            "update_or_create",
+            "bulk_create",
+            "bulk_update",
+        }:
             continue
         chain = ast.unparse(node.func.value)
         if not chain.startswith("Turn.objects"):
@@ -75,10 +82,14 @@ def _turn_status_writes(path: Path) -> list[str]:
 
 def test_no_module_but_the_turn_services_writes_a_turns_status() -> None:
     writes = []
-    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["root_packages"]
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"][
+        "root_packages"
+    ]
     for package in packages:
         for path in sorted((ROOT / package).rglob("*.py")):
             if path != OWNER and "migrations" not in path.parts:
                 writes += _turn_status_writes(path)
     assert not writes, f"Turn.status written outside turns/services.py: {writes}"
-    assert _turn_status_writes(OWNER), "the check found no write in the services either: it is looking for the wrong thing"
+    assert _turn_status_writes(OWNER), (
+        "the check found no write in the services either: it is looking for the wrong thing"
+    )

@@ -23,21 +23,28 @@ ENDED = {"succeeded", "failed", "exhausted", "cancelled", "requires_action"}
 
 def submit(api: Client, agent: str, *messages: tuple[str, str]) -> dict[str, Any]:
     body = {"messages": [{"participant": p, "content": c} for p, c in messages]}
-    response = api.post(f"/api/v1/agents/{agent}/turns", data=json.dumps(body), content_type="application/json")
+    response = api.post(
+        f"/api/v1/agents/{agent}/turns", data=json.dumps(body), content_type="application/json"
+    )
     assert response.status_code == 202, response.content
     return response.json()
 
 
-def wait_turn(api: Client, turn_id: int, statuses: set[str] = ENDED, timeout: float = 30) -> dict[str, Any]:
+def wait_turn(
+    api: Client, turn_id: int, statuses: set[str] = ENDED, timeout: float = 30
+) -> dict[str, Any]:
     return wait_for(
         lambda: (body := api.get(f"/api/v1/turns/{turn_id}").json())["status"] in statuses and body,
-        timeout=timeout, what=f"turn {turn_id} to reach {sorted(statuses)}",
+        timeout=timeout,
+        what=f"turn {turn_id} to reach {sorted(statuses)}",
     )
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
 @pytest.mark.parametrize("stream", [True, False])
-def test_a_turn_lands_its_answer_in_history_with_a_timeline(api: Client, make_agent: Any, provider: str, stream: bool) -> None:
+def test_a_turn_lands_its_answer_in_history_with_a_timeline(
+    api: Client, make_agent: Any, provider: str, stream: bool
+) -> None:
     agent = make_agent(provider=provider, model="answer:chunks=4", stream=stream)
     accepted = submit(api, agent.name, ("alice", "Hello there"))
     assert accepted["status"] == "queued" and accepted["joined"] is False
@@ -46,14 +53,27 @@ def test_a_turn_lands_its_answer_in_history_with_a_timeline(api: Client, make_ag
     assert turn["status"] == "succeeded", turn
     assert turn["output"]["content"] == "Stand-in answer to: alice: Hello there"
     history = api.get(f"/api/v1/agents/{agent.name}/history").json()
-    assert [(r["participant"], r["role"]) for r in history] == [("alice", "user"), (agent.name, "assistant")]
-    assert history[1]["content"] == [{"type": "text", "text": "Stand-in answer to: alice: Hello there"}]
+    assert [(r["participant"], r["role"]) for r in history] == [
+        ("alice", "user"),
+        (agent.name, "assistant"),
+    ]
+    assert history[1]["content"] == [
+        {"type": "text", "text": "Stand-in answer to: alice: Hello there"}
+    ]
 
     [call] = turn["calls"]
-    assert call["kind"] == "primary" and call["outcome"] == "completed" and call["streamed"] is stream
+    assert (
+        call["kind"] == "primary" and call["outcome"] == "completed" and call["streamed"] is stream
+    )
     for field in ("sent_at", "first_event_at", "first_content_at", "last_event_at", "ended_at"):
         assert call[field] is not None, field
-    assert call["sent_at"] <= call["first_event_at"] <= call["first_content_at"] <= call["last_event_at"] <= call["ended_at"]
+    assert (
+        call["sent_at"]
+        <= call["first_event_at"]
+        <= call["first_content_at"]
+        <= call["last_event_at"]
+        <= call["ended_at"]
+    )
     if stream:
         # 4 text deltas + block start/stop (anthropic) or finish chunk (openai), all model events;
         # response headers, role/usage chunks, message_start/delta and [DONE] are keepalives.
@@ -73,8 +93,13 @@ def test_a_task_delivered_twice_stores_one_assistant_row(api: Client, make_agent
     # Delivered again after it ended.
     agent_drain.delay(agent.pk)
     agent_drain.delay(agent.pk)
-    wait_for(lambda: not Turn.objects.filter(agent=agent, status__in=Turn.OPEN).exists(), what="agent idle")
-    time.sleep(0.5)  # a chance for the late deliveries to run a second call (an idle agent's drain takes milliseconds)
+    wait_for(
+        lambda: not Turn.objects.filter(agent=agent, status__in=Turn.OPEN).exists(),
+        what="agent idle",
+    )
+    time.sleep(
+        0.5
+    )  # a chance for the late deliveries to run a second call (an idle agent's drain takes milliseconds)
     assert HistoryRow.objects.filter(agent=agent, role="assistant").count() == 1
     assert InferenceCall.objects.filter(agent=agent).count() == 1
 
@@ -84,7 +109,9 @@ def test_two_workers_never_run_two_calls_for_one_agent_and_queued_messages_join(
 ) -> None:
     agent = make_agent(model="answer:delay_ms=700")
     first = submit(api, agent.name, ("alice", "first"))
-    wait_for(lambda: Turn.objects.get(pk=first["id"]).status == "running", what="first turn running")
+    wait_for(
+        lambda: Turn.objects.get(pk=first["id"]).status == "running", what="first turn running"
+    )
     second = submit(api, agent.name, ("bob", "second"))
     third = submit(api, agent.name, ("carol", "third"))
     assert second["joined"] is False and third["joined"] is True and third["id"] == second["id"]
@@ -105,7 +132,9 @@ def test_two_workers_never_run_two_calls_for_one_agent_and_queued_messages_join(
     assert Turn.objects.get(pk=second["id"]).trigger_rows.count() == 2
 
 
-def test_a_turn_submitted_as_a_run_ends_runs_once_that_run_releases_the_lease(api: Client, make_agent: Any) -> None:
+def test_a_turn_submitted_as_a_run_ends_runs_once_that_run_releases_the_lease(
+    api: Client, make_agent: Any
+) -> None:
     """A run's last look found no turn; a turn submitted before it releases the lease is
     delivered to a worker that finds the lease held and does nothing. The run's release looks
     once more and sends the agent on, rather than leave the turn to the sweep (which these
@@ -114,23 +143,36 @@ def test_a_turn_submitted_as_a_run_ends_runs_once_that_run_releases_the_lease(ap
     ending = lease_claim(agent.pk)  # the ending run's lease, held here in the test process
     assert ending is not None
     accepted = submit(api, agent.name, ("alice", "Hello"))
-    time.sleep(1.0)  # delivered: the worker took the task and found the lease held; were it free, the turn would have run by now
+    time.sleep(
+        1.0
+    )  # delivered: the worker took the task and found the lease held; were it free, the turn would have run by now
     assert api.get(f"/api/v1/turns/{accepted['id']}").json()["status"] == "queued"
     run_end(ending, idle=True)
     assert wait_turn(api, accepted["id"], timeout=10)["status"] == "succeeded"
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
-def test_a_tool_round_trip_goes_through_requires_action(api: Client, make_agent: Any, provider: str) -> None:
+def test_a_tool_round_trip_goes_through_requires_action(
+    api: Client, make_agent: Any, provider: str
+) -> None:
     agent = make_agent(
-        provider=provider, model="tool",
-        tools=[{"name": "lookup", "description": "Look up", "input_schema": {"type": "object", "properties": {"query": {"type": "string"}}}}],
+        provider=provider,
+        model="tool",
+        tools=[
+            {
+                "name": "lookup",
+                "description": "Look up",
+                "input_schema": {"type": "object", "properties": {"query": {"type": "string"}}},
+            }
+        ],
     )
     accepted = submit(api, agent.name, ("alice", "what is 2+2"))
     turn = wait_turn(api, accepted["id"])
     assert turn["status"] == "requires_action", turn
     [tool_call] = turn["output"]["tool_calls"]
-    assert tool_call["name"] == "lookup" and tool_call["arguments"] == {"query": "alice: what is 2+2"}
+    assert tool_call["name"] == "lookup" and tool_call["arguments"] == {
+        "query": "alice: what is 2+2"
+    }
     assert turn["pending_tool_calls"] == [tool_call]
 
     response = api.post(
@@ -143,18 +185,27 @@ def test_a_tool_round_trip_goes_through_requires_action(api: Client, make_agent:
     assert turn["status"] == "succeeded"
     assert turn["output"]["content"] == "Tool result received: 4"
     assert turn["rounds"] == 2 and len(turn["calls"]) == 2
-    roles = list(HistoryRow.objects.filter(agent=agent).order_by("seq").values_list("role", flat=True))
+    roles = list(
+        HistoryRow.objects.filter(agent=agent).order_by("seq").values_list("role", flat=True)
+    )
     assert roles == ["user", "assistant", "tool", "assistant"]
 
 
-def test_a_running_turn_is_cancelled_and_not_retried(api: Client, make_agent: Any, standin_requests: Any) -> None:
+def test_a_running_turn_is_cancelled_and_not_retried(
+    api: Client, make_agent: Any, standin_requests: Any
+) -> None:
     agent = make_agent(model="endless:interval_ms=20")
     accepted = submit(api, agent.name, ("alice", "go on forever"))
     wait_for(standin_requests, what="the call to reach the provider")
-    time.sleep(0.3)  # content flowing: some 15 events of the 20 ms stream, so the cancel lands mid-call
+    time.sleep(
+        0.3
+    )  # content flowing: some 15 events of the 20 ms stream, so the cancel lands mid-call
     response = api.post(f"/api/v1/turns/{accepted['id']}/cancel")
     assert response.status_code == 200 and response.json()["status"] == "cancelled"
-    wait_for(lambda: InferenceCall.objects.filter(agent=agent, outcome__isnull=False).exists(), what="the call to end")
+    wait_for(
+        lambda: InferenceCall.objects.filter(agent=agent, outcome__isnull=False).exists(),
+        what="the call to end",
+    )
     call = InferenceCall.objects.get(agent=agent)
     assert call.outcome == "aborted"
     assert Turn.objects.get(pk=accepted["id"]).status == "cancelled"
@@ -162,16 +213,23 @@ def test_a_running_turn_is_cancelled_and_not_retried(api: Client, make_agent: An
     assert InferenceCall.objects.filter(agent=agent).count() == 1
 
 
-def test_a_cancel_reaches_the_running_call_within_a_short_bound(api: Client, make_agent: Any, standin_requests: Any) -> None:
+def test_a_cancel_reaches_the_running_call_within_a_short_bound(
+    api: Client, make_agent: Any, standin_requests: Any
+) -> None:
     """The cancel is pushed to the worker holding the call, not found by its next poll (the
     old poller looked every 250 ms): from the cancel request to the call's end, well under that."""
     agent = make_agent(model="endless:interval_ms=20")
     accepted = submit(api, agent.name, ("alice", "go on forever"))
     wait_for(standin_requests, what="the call to reach the provider")
-    time.sleep(0.3)  # content flowing: some 15 events of the 20 ms stream, so the cancel lands mid-call
+    time.sleep(
+        0.3
+    )  # content flowing: some 15 events of the 20 ms stream, so the cancel lands mid-call
     asked = time.time()
     assert api.post(f"/api/v1/turns/{accepted['id']}/cancel").status_code == 200
-    call = wait_for(lambda: InferenceCall.objects.filter(agent=agent, outcome__isnull=False).first(), what="the call to end")
+    call = wait_for(
+        lambda: InferenceCall.objects.filter(agent=agent, outcome__isnull=False).first(),
+        what="the call to end",
+    )
     assert call.outcome == "aborted" and call.ended_at is not None
     took = call.ended_at.timestamp() - asked
     assert took < 0.15, f"the cancel took {took * 1000:.0f} ms to abort the call"

@@ -25,34 +25,58 @@ RECHECK_MS = 1000
 
 @pytest.fixture(scope="module")
 def pacing_pool(django_db_setup: None, django_db_blocker: Any) -> Iterator[WorkerPool]:
-    yield from worker_pool(1, label="pace", extra_env={"AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS": str(int(FLOOR_S * 1000)), "AGENTOPS_WAIT_RECHECK_MS": str(RECHECK_MS)})
+    yield from worker_pool(
+        1,
+        label="pace",
+        extra_env={
+            "AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS": str(int(FLOOR_S * 1000)),
+            "AGENTOPS_WAIT_RECHECK_MS": str(RECHECK_MS),
+        },
+    )
 
 
 def _held_turn(api: Client, agent: Agent) -> int:
     """Submit a turn to an agent whose provider answers 429 with a long Retry-After; its id,
     once the turn is held."""
-    submitted = api.post(f"/api/v1/agents/{agent.name}/turns", {"messages": [{"participant": "alice", "content": "Hi"}]}, content_type="application/json")
+    submitted = api.post(
+        f"/api/v1/agents/{agent.name}/turns",
+        {"messages": [{"participant": "alice", "content": "Hi"}]},
+        content_type="application/json",
+    )
     assert submitted.status_code == 202, submitted.content
     turn_id: int = submitted.json()["id"]
-    wait_for(lambda: Turn.objects.filter(pk=turn_id, status=Turn.Status.HELD).exists(), what="the turn to be held")
+    wait_for(
+        lambda: Turn.objects.filter(pk=turn_id, status=Turn.Status.HELD).exists(),
+        what="the turn to be held",
+    )
     return turn_id
 
 
 @pytest.mark.django_db(transaction=True)
-@override_settings(AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS=FLOOR_S * 1000)  # as the worker runs (one config in production)
+@override_settings(
+    AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS=FLOOR_S * 1000
+)  # as the worker runs (one config in production)
 def test_after_a_release_the_turn_shows_it_waits_for_the_429_pacing_and_the_receipt_says_until_when(
-    pacing_pool: WorkerPool, make_agent: Callable[..., Agent], api: Client,
+    pacing_pool: WorkerPool,
+    make_agent: Callable[..., Agent],
+    api: Client,
 ) -> None:
     pacing_pool.routed()
     agent = make_agent(model="error:status=429,form=retry-after,wait_ms=600000,times=1")
     turn_id = _held_turn(api, agent)
     before = api.get(f"/api/v1/turns/{turn_id}").json()
-    assert before["waiting_until"] is None and before["waiting_reason"] is None  # held: the hold says why
+    assert (
+        before["waiting_until"] is None and before["waiting_reason"] is None
+    )  # held: the hold says why
     ended = InferenceCall.objects.get(turn_id=turn_id).ended_at
     assert ended is not None
     pacing_end = ended + timedelta(seconds=FLOOR_S)
 
-    released = api.post("/api/v1/waits/release", {"agent": agent.name, "reason": "test"}, content_type="application/json")
+    released = api.post(
+        "/api/v1/waits/release",
+        {"agent": agent.name, "reason": "test"},
+        content_type="application/json",
+    )
     assert released.status_code == 200, released.content
     (receipt,) = released.json()["receipts"]
     assert abs((datetime.fromisoformat(receipt["next_call_at"]) - pacing_end).total_seconds()) < 1.0
@@ -72,14 +96,19 @@ def _scheduled_drains(pool: WorkerPool, agent_id: int) -> int:
     """The agent's drains the pool's worker holds with a countdown (Celery's ``scheduled``)."""
     found = celery_app.control.inspect(destination=pool.names, timeout=2).scheduled() or {}
     return sum(
-        1 for entries in found.values() for entry in entries
-        if entry["request"]["name"] == "inference.tasks.agent_drain" and list(entry["request"]["args"]) == [agent_id]
+        1
+        for entries in found.values()
+        for entry in entries
+        if entry["request"]["name"] == "inference.tasks.agent_drain"
+        and list(entry["request"]["args"]) == [agent_id]
     )
 
 
 @pytest.mark.django_db(transaction=True)
 def test_drains_of_a_held_turn_do_not_multiply_its_rechecks(
-    pacing_pool: WorkerPool, make_agent: Callable[..., Agent], api: Client,
+    pacing_pool: WorkerPool,
+    make_agent: Callable[..., Agent],
+    api: Client,
 ) -> None:
     """Every drain of a held turn re-checks it (the beat sweep's every 15 s, a release's, a
     duplicate delivery's). When each scheduled a re-check of its own, and each re-check the
@@ -92,11 +121,17 @@ def test_drains_of_a_held_turn_do_not_multiply_its_rechecks(
     for _ in range(6):
         agent_drain.delay(agent.pk)
         time.sleep(0.3)  # apart in time, as sweeps send them: each drain is a run of its own
-    time.sleep(RECHECK_MS / 1000)  # one re-check interval: time for an extra re-check chain to start
+    time.sleep(
+        RECHECK_MS / 1000
+    )  # one re-check interval: time for an extra re-check chain to start
     counts = []
     for _ in range(5):
         counts.append(_scheduled_drains(pacing_pool, agent.pk))
-        time.sleep(0.5)  # sampled over 2.5 s, past two re-check intervals: a chain per drain would show
+        time.sleep(
+            0.5
+        )  # sampled over 2.5 s, past two re-check intervals: a chain per drain would show
     assert Turn.objects.get(pk=turn_id).status == Turn.Status.HELD
-    assert 1 <= max(counts) <= 2, f"scheduled re-checks of the held agent, sampled every 0.5 s: {counts}"
+    assert 1 <= max(counts) <= 2, (
+        f"scheduled re-checks of the held agent, sampled every 0.5 s: {counts}"
+    )
     assert api.post(f"/api/v1/turns/{turn_id}/cancel").status_code == 200

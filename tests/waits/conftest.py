@@ -57,7 +57,17 @@ def insert_row(
         cursor.execute(
             f'INSERT INTO {TABLE} (act_id, kind, agent, model, until_ms, reason, "by", at, data) '
             "VALUES (COALESCE(%s::uuid, gen_random_uuid()), %s, %s, %s, %s, %s, %s, %s, %s::jsonb) RETURNING id",
-            [act_id, kind, agent, model, until_ms, reason, by, ms_to_datetime(at_ms), json.dumps(data or {})],
+            [
+                act_id,
+                kind,
+                agent,
+                model,
+                until_ms,
+                reason,
+                by,
+                ms_to_datetime(at_ms),
+                json.dumps(data or {}),
+            ],
         )
         row = cursor.fetchone()
     assert row is not None
@@ -80,7 +90,9 @@ def refuse_writes(db: None) -> Iterator[Callable[..., None]]:
                 f"IF {when} THEN RAISE EXCEPTION 'journal writes are refused by the test' USING ERRCODE = '{sqlstate}'; END IF; "
                 "RETURN NEW; END $$ LANGUAGE plpgsql"
             )
-            cursor.execute(f"CREATE TRIGGER waits_test_refuse BEFORE INSERT ON {TABLE} FOR EACH ROW EXECUTE FUNCTION waits_test_refuse()")
+            cursor.execute(
+                f"CREATE TRIGGER waits_test_refuse BEFORE INSERT ON {TABLE} FOR EACH ROW EXECUTE FUNCTION waits_test_refuse()"
+            )
 
     yield set_refusal
     set_refusal(None)
@@ -88,12 +100,37 @@ def refuse_writes(db: None) -> Iterator[Callable[..., None]]:
 
 def run_in_another_process(code: str, *args: str) -> subprocess.CompletedProcess[str]:
     """Run Python ``code`` (after django.setup()) in a separate process on the test database."""
-    script = "import django, os\nos.environ.setdefault('DJANGO_SETTINGS_MODULE', 'agentops.settings')\ndjango.setup()\n" + code
-    env = dict(os.environ, DATABASE_URL=_database_url(), AGENTOPS_FAILURES_LOG=str(settings.AGENTOPS_FAILURES_LOG))
-    return subprocess.run([sys.executable, "-c", script, *args], cwd=BASE_DIR, env=env, capture_output=True, text=True, timeout=60)
+    script = (
+        "import django, os\nos.environ.setdefault('DJANGO_SETTINGS_MODULE', 'agentops.settings')\ndjango.setup()\n"
+        + code
+    )
+    env = dict(
+        os.environ,
+        DATABASE_URL=_database_url(),
+        AGENTOPS_FAILURES_LOG=str(settings.AGENTOPS_FAILURES_LOG),
+    )
+    return subprocess.run(
+        [sys.executable, "-c", script, *args],
+        cwd=BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def manage(*args: str) -> subprocess.CompletedProcess[str]:
     """``python manage.py ARGS`` in a separate process on the test database."""
-    env = dict(os.environ, DATABASE_URL=_database_url(), AGENTOPS_FAILURES_LOG=str(settings.AGENTOPS_FAILURES_LOG))
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=BASE_DIR, env=env, capture_output=True, text=True, timeout=60)
+    env = dict(
+        os.environ,
+        DATABASE_URL=_database_url(),
+        AGENTOPS_FAILURES_LOG=str(settings.AGENTOPS_FAILURES_LOG),
+    )
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )

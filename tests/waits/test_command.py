@@ -33,27 +33,43 @@ def release(*args: str) -> str:
 
 
 def test_the_command_releases_one_model_and_prints_its_receipt(held_agent: Agent) -> None:
-    printed = release("ada", "--model", "m2", "--requester", "oncall", "--reason", "provider recovered")
+    printed = release(
+        "ada", "--model", "m2", "--requester", "oncall", "--reason", "provider recovered"
+    )
     assert "released ada model m2 (held until released): recorded" in printed
     entry = AuditEntry.objects.get(action="wait.release")
-    assert (entry.actor, entry.reason, entry.target) == ("command:oncall", "provider recovered", "ada/m2")
+    assert (entry.actor, entry.reason, entry.target) == (
+        "command:oncall",
+        "provider recovered",
+        "ada/m2",
+    )
     assert admission_check(agent=held_agent, model="m1", now_ms=NOW + 1) is not None
 
 
 @pytest.mark.parametrize("model", [[], ["--model", "*"]])
-def test_the_command_releases_every_model_without_a_model_or_with_star(held_agent: Agent, model: list[str]) -> None:
+def test_the_command_releases_every_model_without_a_model_or_with_star(
+    held_agent: Agent, model: list[str]
+) -> None:
     printed = release("ada", *model, "--reason", "provider recovered")
     assert printed.count(": recorded") == 2
     assert AuditEntry.objects.get().actor == f"command:{getpass.getuser()}"
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["ada", "--model", "", "--reason", "x"], "model: must not be empty"),
-    (["ada", "--model", "m1\x1b[2K", "--reason", "x"], "model: must not contain control characters"),
-    (["ada\nforged", "--reason", "x"], "agent: must not contain control characters"),
-    (["nobody", "--reason", "x"], "no agent named 'nobody'"),
-])
-def test_an_invalid_release_fails_with_the_services_message_and_changes_nothing(held_agent: Agent, args: list[str], message: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["ada", "--model", "", "--reason", "x"], "model: must not be empty"),
+        (
+            ["ada", "--model", "m1\x1b[2K", "--reason", "x"],
+            "model: must not contain control characters",
+        ),
+        (["ada\nforged", "--reason", "x"], "agent: must not contain control characters"),
+        (["nobody", "--reason", "x"], "no agent named 'nobody'"),
+    ],
+)
+def test_an_invalid_release_fails_with_the_services_message_and_changes_nothing(
+    held_agent: Agent, args: list[str], message: str
+) -> None:
     rows = WaitJournalEntry.objects.count()
     with pytest.raises(CommandError, match=message.replace("(", r"\(")):
         release(*args)

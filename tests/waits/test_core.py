@@ -59,7 +59,9 @@ def test_a_negative_wait_is_over_and_binds_nothing(stated: float) -> None:
     assert not wait_binds(deadline.until, NOW)
 
 
-@pytest.mark.parametrize("stated", [math.nan, math.inf, -math.inf, "abc", "5000", None, True, [5], {"ms": 5}])
+@pytest.mark.parametrize(
+    "stated", [math.nan, math.inf, -math.inf, "abc", "5000", None, True, [5], {"ms": 5}]
+)
 def test_a_wait_that_is_not_a_finite_number_holds_until_released(stated: Any) -> None:
     deadline = wait_deadline(now_ms=NOW, retry_after_ms=stated)
     assert not deadline.over
@@ -88,16 +90,33 @@ def test_a_wait_binds_one_millisecond_before_its_deadline_and_not_at_it(stated: 
 
 def test_an_hour_exactly_is_pacing_and_a_millisecond_more_is_a_long_hold() -> None:
     hour = 3_600_000
-    assert hold_level(wait_deadline(now_ms=NOW, retry_after_ms=hour).until, now_ms=NOW, alert_ms=hour) == 0
-    assert hold_level(wait_deadline(now_ms=NOW, retry_after_ms=hour + 1).until, now_ms=NOW, alert_ms=hour) == 1
-    assert hold_level(wait_deadline(now_ms=NOW + 0.5, retry_after_ms=hour).until, now_ms=NOW + 0.5, alert_ms=hour) == 0
+    assert (
+        hold_level(wait_deadline(now_ms=NOW, retry_after_ms=hour).until, now_ms=NOW, alert_ms=hour)
+        == 0
+    )
+    assert (
+        hold_level(
+            wait_deadline(now_ms=NOW, retry_after_ms=hour + 1).until, now_ms=NOW, alert_ms=hour
+        )
+        == 1
+    )
+    assert (
+        hold_level(
+            wait_deadline(now_ms=NOW + 0.5, retry_after_ms=hour).until,
+            now_ms=NOW + 0.5,
+            alert_ms=hour,
+        )
+        == 0
+    )
     assert hold_level(None, now_ms=NOW, alert_ms=hour) == 2
 
 
 # --- the reduction ----------------------------------------------------------------------------
 
 
-def set_(agent: str, model: str, until: int | None, *, at: float = NOW, reason: str = "429") -> Entry:
+def set_(
+    agent: str, model: str, until: int | None, *, at: float = NOW, reason: str = "429"
+) -> Entry:
     return Entry(kind="set", agent=agent, model=model, until=until, reason=reason, at=at)
 
 
@@ -173,7 +192,9 @@ def test_a_release_of_every_model_lifts_all_of_the_agents_waits_and_no_one_elses
 
 
 def test_a_wait_set_after_a_release_binds_again() -> None:
-    book = journal_reduce([row("set", until_ms=5000), row("release", model="*"), row("set", until_ms=4000)])
+    book = journal_reduce(
+        [row("set", until_ms=5000), row("release", model="*"), row("set", until_ms=4000)]
+    )
     assert book.lookup("ada", "m1").until == 4000  # type: ignore[union-attr]
 
 
@@ -188,8 +209,16 @@ def test_pending_acts_apply_over_the_durable_book_without_changing_it() -> None:
 
 
 def test_a_checkpoint_replaces_what_came_before_it() -> None:
-    snapshot = {"waits": [{"agent": "bob", "model": "m9", "until": 9000, "reason": "r", "set_at": NOW}]}
-    book = journal_reduce([row("set", until_ms=5000), row("checkpoint", data=snapshot), row("set", agent="cy", until_ms=7000)])
+    snapshot = {
+        "waits": [{"agent": "bob", "model": "m9", "until": 9000, "reason": "r", "set_at": NOW}]
+    }
+    book = journal_reduce(
+        [
+            row("set", until_ms=5000),
+            row("checkpoint", data=snapshot),
+            row("set", agent="cy", until_ms=7000),
+        ]
+    )
     assert book.lookup("ada", "m1") is None
     assert book.lookup("bob", "m9").until == 9000  # type: ignore[union-attr]
     assert book.lookup("cy", "m1").until == 7000  # type: ignore[union-attr]
@@ -199,7 +228,16 @@ def test_a_checkpoint_replaces_what_came_before_it() -> None:
 
 
 def row(kind: str, **fields: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {"id": 1, "kind": kind, "agent": "ada", "model": "m1", "until_ms": None, "reason": "r", "at_ms": NOW, "data": {}}
+    base: dict[str, Any] = {
+        "id": 1,
+        "kind": kind,
+        "agent": "ada",
+        "model": "m1",
+        "until_ms": None,
+        "reason": "r",
+        "at_ms": NOW,
+        "data": {},
+    }
     return {**base, **fields}
 
 
@@ -222,10 +260,18 @@ MALFORMED = {
     "at missing": row("set", at_ms=None),
     "checkpoint without a snapshot": row("checkpoint", data={}),
     "checkpoint snapshot not a list": row("checkpoint", data={"waits": {"ada": 1}}),
-    "checkpoint with one wait twice": row("checkpoint", data={"waits": [GOOD_WAIT, {**GOOD_WAIT, "until": None}]}),
-    "checkpoint wait missing until": row("checkpoint", data={"waits": [{k: v for k, v in GOOD_WAIT.items() if k != "until"}]}),
-    "checkpoint wait with a bad deadline": row("checkpoint", data={"waits": [{**GOOD_WAIT, "until": "NaN"}]}),
-    "checkpoint wait missing set_at": row("checkpoint", data={"waits": [{k: v for k, v in GOOD_WAIT.items() if k != "set_at"}]}),
+    "checkpoint with one wait twice": row(
+        "checkpoint", data={"waits": [GOOD_WAIT, {**GOOD_WAIT, "until": None}]}
+    ),
+    "checkpoint wait missing until": row(
+        "checkpoint", data={"waits": [{k: v for k, v in GOOD_WAIT.items() if k != "until"}]}
+    ),
+    "checkpoint wait with a bad deadline": row(
+        "checkpoint", data={"waits": [{**GOOD_WAIT, "until": "NaN"}]}
+    ),
+    "checkpoint wait missing set_at": row(
+        "checkpoint", data={"waits": [{k: v for k, v in GOOD_WAIT.items() if k != "set_at"}]}
+    ),
 }
 
 
@@ -247,11 +293,22 @@ def test_well_formed_rows_of_each_kind_read() -> None:
     assert entry_parse(row("set", until_ms=5000)).until == 5000
     assert entry_parse(row("set", until_ms=None)).until is None
     assert entry_parse(row("release", model="*", by=None, at_ms=None)).model == "*"
-    assert entry_parse(row("checkpoint", agent="", model="", data={"waits": [GOOD_WAIT]})).waits[0].until == 9000
+    assert (
+        entry_parse(row("checkpoint", agent="", model="", data={"waits": [GOOD_WAIT]}))
+        .waits[0]
+        .until
+        == 9000
+    )
 
 
 def test_a_release_after_an_unreadable_row_makes_exactly_what_it_names_certain_again() -> None:
-    book = journal_reduce([row("pause", id=1), row("release", id=2, agent="ada", model="m1"), row("release", id=3, agent="bob", model="*")])
+    book = journal_reduce(
+        [
+            row("pause", id=1),
+            row("release", id=2, agent="ada", model="m1"),
+            row("release", id=3, agent="bob", model="*"),
+        ]
+    )
     assert not book.readable
     assert not book.unknown("ada", "m1")
     assert book.unknown("ada", "m2")
@@ -303,38 +360,74 @@ PROBLEMS: dict[str, tuple[dict[str, Any], str]] = {
     "agent a list": (row("set", agent=["ada"]), "agent must be a string, not a list"),
     "agent an object": (row("set", agent={"name": "ada"}), "agent must be a string, not an object"),
     "agent bytes": (row("set", agent=b"ada"), "agent must be a string, not bytes"),
-    "agent with a line separator": (row("set", agent="a\u2028da"), "agent must not contain control characters"),
-    "agent with a paragraph separator": (row("set", agent="a\u2029da"), "agent must not contain control characters"),
-    "agent one character too long": (row("set", agent="a" * 101), "agent must be at most 100 characters"),
-    "model one character too long": (row("set", model="m" * 201), "model must be at most 200 characters"),
+    "agent with a line separator": (
+        row("set", agent="a\u2028da"),
+        "agent must not contain control characters",
+    ),
+    "agent with a paragraph separator": (
+        row("set", agent="a\u2029da"),
+        "agent must not contain control characters",
+    ),
+    "agent one character too long": (
+        row("set", agent="a" * 101),
+        "agent must be at most 100 characters",
+    ),
+    "model one character too long": (
+        row("set", model="m" * 201),
+        "model must be at most 200 characters",
+    ),
     "agent every-model in a release": (row("release", agent="*"), 'agent "*" is not a name here'),
-    "until a fraction": (row("set", until_ms=5000.5), "until is not null or an instant in range: 5000.5"),
-    "until a boolean": (row("set", until_ms=True), "until is not null or an instant in range: True"),
-    "until long": (row("set", until_ms=LONG), f"until is not null or an instant in range: {LONG!r}"[:300]),
+    "until a fraction": (
+        row("set", until_ms=5000.5),
+        "until is not null or an instant in range: 5000.5",
+    ),
+    "until a boolean": (
+        row("set", until_ms=True),
+        "until is not null or an instant in range: True",
+    ),
+    "until long": (
+        row("set", until_ms=LONG),
+        f"until is not null or an instant in range: {LONG!r}"[:300],
+    ),
     "kind long": (row(LONG), f"unknown kind {LONG!r}"[:300]),
     "at negative": (row("set", at_ms=-1), "at is missing or out of range"),
     "at not a number": (row("set", at_ms=math.nan), "at is missing or out of range"),
     "at infinite": (row("set", at_ms=math.inf), "at is missing or out of range"),
-    "at past the largest instant": (row("set", at_ms=MAX_INSTANT_MS + 1), "at is missing or out of range"),
+    "at past the largest instant": (
+        row("set", at_ms=MAX_INSTANT_MS + 1),
+        "at is missing or out of range",
+    ),
     "at a boolean": (row("set", at_ms=True), "at is missing or out of range"),
     "at a string": (row("set", at_ms="1000"), "at is missing or out of range"),
-    "checkpoint wait not an object": (row("checkpoint", data={"waits": [GOOD_WAIT, "ada"]}), "snapshot wait 1: not an object"),
+    "checkpoint wait not an object": (
+        row("checkpoint", data={"waits": [GOOD_WAIT, "ada"]}),
+        "snapshot wait 1: not an object",
+    ),
     "checkpoint wait missing agent": (
         row("checkpoint", data={"waits": [{k: v for k, v in GOOD_WAIT.items() if k != "agent"}]}),
         "snapshot wait 0: agent is missing",
     ),
-    "checkpoint wait model null": (row("checkpoint", data={"waits": [{**GOOD_WAIT, "model": None}]}), "snapshot wait 0: model must be a string, not null"),
+    "checkpoint wait model null": (
+        row("checkpoint", data={"waits": [{**GOOD_WAIT, "model": None}]}),
+        "snapshot wait 0: model must be a string, not null",
+    ),
     "checkpoint wait missing reason": (
         row("checkpoint", data={"waits": [{k: v for k, v in GOOD_WAIT.items() if k != "reason"}]}),
         "snapshot wait 0: reason is missing",
     ),
-    "checkpoint wait set_at negative": (row("checkpoint", data={"waits": [{**GOOD_WAIT, "set_at": -1}]}), "snapshot wait 0: set_at is missing or out of range"),
+    "checkpoint wait set_at negative": (
+        row("checkpoint", data={"waits": [{**GOOD_WAIT, "set_at": -1}]}),
+        "snapshot wait 0: set_at is missing or out of range",
+    ),
     "checkpoint wait with a long deadline": (
         row("checkpoint", data={"waits": [{**GOOD_WAIT, "until": LONG}]}),
         f"snapshot wait 0: until is not null or an instant in range: {LONG!r}"[:300],
     ),
     "checkpoint with one long-named wait twice": (
-        row("checkpoint", data={"waits": [{**GOOD_WAIT, "agent": "a" * 100, "model": "m" * 200}] * 2}),
+        row(
+            "checkpoint",
+            data={"waits": [{**GOOD_WAIT, "agent": "a" * 100, "model": "m" * 200}] * 2},
+        ),
         f"snapshot wait 1: ({'a' * 100!r}, {'m' * 200!r}) is listed twice"[:300],
     ),
 }
@@ -354,7 +447,10 @@ def test_a_malformed_row_says_which_row_and_what_is_wrong(shape: str) -> None:
 
 
 def test_a_read_failure_without_a_row_is_described_by_its_problem_alone() -> None:
-    assert Unreadable(row_id=None, problem="the journal could not be read").describe() == "the journal could not be read"
+    assert (
+        Unreadable(row_id=None, problem="the journal could not be read").describe()
+        == "the journal could not be read"
+    )
     assert Unreadable(row_id=0, problem="bad").describe() == "row 0: bad"
 
 
@@ -377,7 +473,15 @@ def test_every_model_is_a_name_only_where_it_means_every_model() -> None:
     [
         pytest.param(
             {"id": 7, "until_ms": 5000, "reason": "429 from the provider", "at_ms": NOW + 5},
-            Entry(kind="set", agent="ada", model="m1", until=5000, reason="429 from the provider", at=NOW + 5, id=7),
+            Entry(
+                kind="set",
+                agent="ada",
+                model="m1",
+                until=5000,
+                reason="429 from the provider",
+                at=NOW + 5,
+                id=7,
+            ),
             id="set",
         ),
         pytest.param(
@@ -387,12 +491,22 @@ def test_every_model_is_a_name_only_where_it_means_every_model() -> None:
         ),
         pytest.param(
             {"until_ms": 0, "at_ms": MAX_INSTANT_MS},
-            Entry(kind="set", agent="ada", model="m1", until=0, reason="r", at=float(MAX_INSTANT_MS), id=1),
+            Entry(
+                kind="set",
+                agent="ada",
+                model="m1",
+                until=0,
+                reason="r",
+                at=float(MAX_INSTANT_MS),
+                id=1,
+            ),
             id="set-edges-of-the-range",
         ),
         pytest.param(
             {"until_ms": MAX_INSTANT_MS},
-            Entry(kind="set", agent="ada", model="m1", until=MAX_INSTANT_MS, reason="r", at=NOW, id=1),
+            Entry(
+                kind="set", agent="ada", model="m1", until=MAX_INSTANT_MS, reason="r", at=NOW, id=1
+            ),
             id="set-until-the-largest-instant",
         ),
         pytest.param(
@@ -409,18 +523,30 @@ def test_a_set_row_reads_as_exactly_its_fields(fields: dict[str, Any], entry: En
 
 
 def test_a_release_row_reads_as_its_agent_model_and_id() -> None:
-    assert entry_parse(row("release", id=9, model="m2")) == Entry(kind="release", agent="ada", model="m2", id=9)
-    assert entry_parse(row("release", id=10, model="*")) == Entry(kind="release", agent="ada", model="*", id=10)
+    assert entry_parse(row("release", id=9, model="m2")) == Entry(
+        kind="release", agent="ada", model="m2", id=9
+    )
+    assert entry_parse(row("release", id=10, model="*")) == Entry(
+        kind="release", agent="ada", model="*", id=10
+    )
 
 
 def test_a_checkpoint_row_reads_as_its_snapshot_and_round_trips_with_wait_snapshot() -> None:
     waits = (
         Wait(agent="ada", model="m1", until=9000, reason="429", set_at=NOW),
         Wait(agent="ada", model="m2", until=None, reason="retry-after: never", set_at=0.0),
-        Wait(agent="bob", model="m1", until=MAX_INSTANT_MS, reason="", set_at=float(MAX_INSTANT_MS)),
+        Wait(
+            agent="bob", model="m1", until=MAX_INSTANT_MS, reason="", set_at=float(MAX_INSTANT_MS)
+        ),
     )
     data = {"waits": [wait_snapshot(w) for w in waits]}
-    assert data["waits"][0] == {"agent": "ada", "model": "m1", "until": 9000, "reason": "429", "set_at": NOW}
+    assert data["waits"][0] == {
+        "agent": "ada",
+        "model": "m1",
+        "until": 9000,
+        "reason": "429",
+        "set_at": NOW,
+    }
     parsed = entry_parse(row("checkpoint", id=11, agent="ignored", model="ignored", data=data))
     assert parsed == Entry(kind="checkpoint", agent="", model="", id=11, waits=waits)
 
@@ -434,12 +560,16 @@ def test_a_checkpoint_row_reads_as_its_snapshot_and_round_trips_with_wait_snapsh
         pytest.param("5000", Deadline(until=None, over=False), id="a-string"),
         pytest.param(True, Deadline(until=None, over=False), id="a-boolean"),
         pytest.param(10**400, Deadline(until=None, over=False), id="an-int-too-large-for-a-float"),
-        pytest.param(-(10**400), Deadline(until=int(NOW), over=True), id="an-int-too-small-for-a-float"),
+        pytest.param(
+            -(10**400), Deadline(until=int(NOW), over=True), id="an-int-too-small-for-a-float"
+        ),
         pytest.param(math.nan, Deadline(until=None, over=False), id="nan"),
         pytest.param(math.inf, Deadline(until=None, over=False), id="inf"),
         pytest.param(0, Deadline(until=int(NOW), over=True), id="zero"),
         pytest.param(-5, Deadline(until=int(NOW), over=True), id="negative"),
-        pytest.param(MAX_INSTANT_MS, Deadline(until=None, over=False), id="past-the-largest-instant"),
+        pytest.param(
+            MAX_INSTANT_MS, Deadline(until=None, over=False), id="past-the-largest-instant"
+        ),
         pytest.param(sys.float_info.max, Deadline(until=None, over=False), id="the-largest-float"),
         pytest.param(1000, Deadline(until=int(NOW) + 1000, over=False), id="a-second"),
     ],
@@ -449,8 +579,12 @@ def test_the_deadline_rule_gives_exactly_this_deadline(stated: Any, deadline: De
 
 
 def test_a_wait_that_ends_exactly_at_the_largest_instant_is_an_instant() -> None:
-    assert wait_deadline(now_ms=MAX_INSTANT_MS - 1000, retry_after_ms=1000) == Deadline(until=MAX_INSTANT_MS, over=False)
-    assert wait_deadline(now_ms=MAX_INSTANT_MS - 1000, retry_after_ms=1000.5) == Deadline(until=None, over=False)
+    assert wait_deadline(now_ms=MAX_INSTANT_MS - 1000, retry_after_ms=1000) == Deadline(
+        until=MAX_INSTANT_MS, over=False
+    )
+    assert wait_deadline(now_ms=MAX_INSTANT_MS - 1000, retry_after_ms=1000.5) == Deadline(
+        until=None, over=False
+    )
 
 
 # --- the book, beyond lookups -----------------------------------------------------------------
@@ -463,7 +597,9 @@ def checkpoint(*waits: Wait) -> Entry:
 def test_a_set_records_its_wait_whole() -> None:
     book = WaitBook()
     assert book.apply(set_("ada", "m1", 5000, at=NOW + 3, reason="429")) == Applied(changed=True)
-    assert book.lookup("ada", "m1") == Wait(agent="ada", model="m1", until=5000, reason="429", set_at=NOW + 3, source="recorded")
+    assert book.lookup("ada", "m1") == Wait(
+        agent="ada", model="m1", until=5000, reason="429", set_at=NOW + 3, source="recorded"
+    )
     assert book.apply(set_("ada", "m1", 4000)) == Applied(changed=False)
     book.apply(set_("ada", "m2", 5000), source="pending")
     assert book.lookup("ada", "m2").source == "pending"  # type: ignore[union-attr]
@@ -482,8 +618,16 @@ def test_releasing_what_is_not_held_lifts_nothing_and_keeps_no_empty_agent() -> 
 
 
 def test_a_checkpoint_makes_unreadable_records_readable_again() -> None:
-    book = journal_reduce([row("pause", id=1), row("release", id=2, model="*"), row("release", id=3, agent="bob", model="m1")])
-    assert not book.readable and book.known_agents == {"ada"} and book.known_pairs == {("bob", "m1")}
+    book = journal_reduce(
+        [
+            row("pause", id=1),
+            row("release", id=2, model="*"),
+            row("release", id=3, agent="bob", model="m1"),
+        ]
+    )
+    assert (
+        not book.readable and book.known_agents == {"ada"} and book.known_pairs == {("bob", "m1")}
+    )
     kept = Wait(agent="cy", model="m1", until=9000, reason="r", set_at=NOW)
     assert book.apply(checkpoint(kept)) == Applied(changed=True)
     assert book.readable and book.unreadable is None
@@ -493,10 +637,20 @@ def test_a_checkpoint_makes_unreadable_records_readable_again() -> None:
 
 
 def test_pending_acts_apply_over_an_unreadable_book_keeping_what_it_knows() -> None:
-    durable = journal_reduce([row("set", id=1, model="m3", until_ms=9000), row("pause", id=2), row("release", id=3, agent="bob", model="*"),
-                              row("release", id=4, agent="cy", model="m1")])
+    durable = journal_reduce(
+        [
+            row("set", id=1, model="m3", until_ms=9000),
+            row("pause", id=2),
+            row("release", id=3, agent="bob", model="*"),
+            row("release", id=4, agent="cy", model="m1"),
+        ]
+    )
     binding = pending_overlay(durable, [release("dee", "m1")])
-    assert binding.unreadable == durable.unreadable == Unreadable(row_id=2, problem="unknown kind 'pause'")
+    assert (
+        binding.unreadable
+        == durable.unreadable
+        == Unreadable(row_id=2, problem="unknown kind 'pause'")
+    )
     assert binding.known_agents == {"bob"} and binding.known_pairs == {("cy", "m1"), ("dee", "m1")}
     assert binding.lookup("ada", "m3") == durable.lookup("ada", "m3")
     assert not binding.unknown("bob", "m9") and binding.unknown("ada", "m1")
@@ -508,10 +662,17 @@ def test_pending_acts_apply_over_an_unreadable_book_keeping_what_it_knows() -> N
 
 def test_binding_lists_every_wait_that_binds_now_and_agent_binding_one_agents() -> None:
     book = WaitBook()
-    for agent, model, until in [("ada", "m1", 5000), ("ada", "m2", None), ("ada", "m3", 4000), ("bob", "m1", 6000)]:
+    for agent, model, until in [
+        ("ada", "m1", 5000),
+        ("ada", "m2", None),
+        ("ada", "m3", 4000),
+        ("bob", "m1", 6000),
+    ]:
         book.apply(set_(agent, model, until))
+
     def pairs(waits: Any) -> list[tuple[str, str]]:
         return sorted((w.agent, w.model) for w in waits)
+
     assert pairs(book.binding(3999)) == [("ada", "m1"), ("ada", "m2"), ("ada", "m3"), ("bob", "m1")]
     assert pairs(book.binding(4000)) == [("ada", "m1"), ("ada", "m2"), ("bob", "m1")]
     assert pairs(book.binding(6000)) == [("ada", "m2")]

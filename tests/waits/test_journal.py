@@ -41,22 +41,43 @@ def framework_alerts() -> int:
 
 
 def test_a_recorded_wait_survives_a_restart_and_binds_until_its_deadline(agent: Agent) -> None:
-    result = wait_record(agent=agent, model="m1", retry_after_ms=600_000, reason="429 slow down", now_ms=NOW)
-    assert (result.binding, result.until_ms, result.changed, result.receipt) == (True, NOW + 600_000, True, "recorded")
+    result = wait_record(
+        agent=agent, model="m1", retry_after_ms=600_000, reason="429 slow down", now_ms=NOW
+    )
+    assert (result.binding, result.until_ms, result.changed, result.receipt) == (
+        True,
+        NOW + 600_000,
+        True,
+        "recorded",
+    )
     restart()
     hold = held(agent, "m1", NOW + 600_000 - 1)
-    assert hold is not None and hold.source == "recorded" and hold.until_ms == NOW + 600_000 and hold.reason == "429 slow down"
+    assert (
+        hold is not None
+        and hold.source == "recorded"
+        and hold.until_ms == NOW + 600_000
+        and hold.reason == "429 slow down"
+    )
     assert remaining_ms(hold, NOW + 600_000 - 1) == 1
     assert held(agent, "m1", NOW + 600_000) is None
     assert held(agent, "m2", NOW) is None  # another model proceeds
 
 
 def test_a_release_survives_a_restart(agent: Agent) -> None:
-    wait_record(agent=agent, model="m1", retry_after_ms=float("nan"), reason="until released", now_ms=NOW)
+    wait_record(
+        agent=agent, model="m1", retry_after_ms=float("nan"), reason="until released", now_ms=NOW
+    )
     wait_record(agent=agent, model="m2", retry_after_ms=600_000, reason="429", now_ms=NOW)
     restart()
     assert held(agent, "m1") is not None and held(agent, "m1").until_ms is None  # type: ignore[union-attr]
-    wait_release(agent="ada", model="m1", reason="provider says ok", via="api", requester="ops", now_ms=NOW + 10)
+    wait_release(
+        agent="ada",
+        model="m1",
+        reason="provider says ok",
+        via="api",
+        requester="ops",
+        now_ms=NOW + 10,
+    )
     restart()
     assert held(agent, "m1", NOW + 20) is None
     assert held(agent, "m2", NOW + 20) is not None
@@ -65,23 +86,36 @@ def test_a_release_survives_a_restart(agent: Agent) -> None:
 def test_a_shorter_wait_after_a_restart_changes_nothing_and_says_so(agent: Agent) -> None:
     wait_record(agent=agent, model="m1", retry_after_ms=600_000, reason="first", now_ms=NOW)
     restart()
-    result = wait_record(agent=agent, model="m1", retry_after_ms=1000, reason="second", now_ms=NOW + 1)
+    result = wait_record(
+        agent=agent, model="m1", retry_after_ms=1000, reason="second", now_ms=NOW + 1
+    )
     assert (result.binding, result.until_ms, result.changed) == (True, NOW + 600_000, False)
 
 
 def test_a_negative_wait_over_a_600_s_wait_records_nothing_and_leaves_it(agent: Agent) -> None:
     wait_record(agent=agent, model="m1", retry_after_ms=600_000, reason="first", now_ms=NOW)
     rows = WaitJournalEntry.objects.count()
-    result = wait_record(agent=agent, model="m1", retry_after_ms=-1, reason="retry now", now_ms=NOW + 1000)
-    assert (result.binding, result.until_ms, result.changed, result.receipt) == (True, NOW + 600_000, False, "none")
+    result = wait_record(
+        agent=agent, model="m1", retry_after_ms=-1, reason="retry now", now_ms=NOW + 1000
+    )
+    assert (result.binding, result.until_ms, result.changed, result.receipt) == (
+        True,
+        NOW + 600_000,
+        False,
+        "none",
+    )
     assert WaitJournalEntry.objects.count() == rows
     restart()
     assert held(agent, "m1", NOW + 1000).until_ms == NOW + 600_000  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("stated", [-1, -1000, 0])
-def test_a_wait_already_over_binds_nothing_before_or_after_a_restart(agent: Agent, stated: float) -> None:
-    result = wait_record(agent=agent, model="m1", retry_after_ms=stated, reason="retry now", now_ms=NOW)
+def test_a_wait_already_over_binds_nothing_before_or_after_a_restart(
+    agent: Agent, stated: float
+) -> None:
+    result = wait_record(
+        agent=agent, model="m1", retry_after_ms=stated, reason="retry now", now_ms=NOW
+    )
     assert (result.binding, result.receipt) == (False, "none")
     assert held(agent, "m1") is None
     restart()
@@ -101,7 +135,9 @@ def test_an_ephemeral_agent_records_nothing_and_is_never_held(db: None) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_separate_process_reads_the_same_binding_state(agent: Agent) -> None:
-    wait_record(agent=agent, model="m1", retry_after_ms=float("inf"), reason="until released", now_ms=NOW)
+    wait_record(
+        agent=agent, model="m1", retry_after_ms=float("inf"), reason="until released", now_ms=NOW
+    )
     wait_record(agent=agent, model="m2", retry_after_ms=600_000, reason="429", now_ms=NOW)
     wait_record(agent=agent, model="m3", retry_after_ms=600_000, reason="429", now_ms=NOW)
     wait_release(agent="ada", model="m3", reason="ok", via="api", requester="ops", now_ms=NOW + 1)
@@ -119,7 +155,11 @@ def test_a_separate_process_reads_the_same_binding_state(agent: Agent) -> None:
     )
     assert out.returncode == 0, out.stderr
     seen = json.loads(out.stdout.strip().splitlines()[-1])
-    assert seen == {"holds": {"m1": [None, "recorded"], "m2": [NOW + 600_000, "recorded"], "m3": None}, "readable": True, "models": ["m1", "m2"]}
+    assert seen == {
+        "holds": {"m1": [None, "recorded"], "m2": [NOW + 600_000, "recorded"], "m3": None},
+        "readable": True,
+        "models": ["m1", "m2"],
+    }
 
 
 @pytest.mark.django_db(transaction=True)
@@ -129,7 +169,12 @@ def test_a_release_made_in_another_process_is_honoured_here_within_a_second(agen
     out = manage("release_wait", "ada", "--model", "m1", "--reason", "from another process")
     assert out.returncode == 0, out.stderr
     released_at = clock_ms()
-    wait_for(lambda: held(agent, "m1", clock_ms()) is None, timeout=5, interval=0.01, what="the release to be honoured")
+    wait_for(
+        lambda: held(agent, "m1", clock_ms()) is None,
+        timeout=5,
+        interval=0.01,
+        what="the release to be honoured",
+    )
     assert clock_ms() - released_at < 1000
 
 
@@ -148,7 +193,9 @@ def test_the_listed_waits_read_rows_another_process_appended_at_once(agent: Agen
     assert [(w["agent"], w["model"]) for w in waits] == [("ada", "m1")]
 
 
-def test_the_steady_state_admission_check_runs_one_indexed_query_and_reads_no_row(agent: Agent) -> None:
+def test_the_steady_state_admission_check_runs_one_indexed_query_and_reads_no_row(
+    agent: Agent,
+) -> None:
     wait_record(agent=agent, model="m1", retry_after_ms=600_000, reason="429", now_ms=NOW)
     held(agent, "m1", NOW)
     with CaptureQueriesContext(connection) as steady:
@@ -156,7 +203,11 @@ def test_the_steady_state_admission_check_runs_one_indexed_query_and_reads_no_ro
             held(agent, "m1", NOW + step)
             held(agent, "m2", NOW + step)
     # Each: the newest id (an index's last entry), nothing new, no row read.
-    assert len(steady) == 200 and all(q["sql"] == 'SELECT "waits_waitjournalentry"."id" AS "id" FROM "waits_waitjournalentry" ORDER BY 1 DESC LIMIT 1' for q in steady.captured_queries), steady.captured_queries[0]
+    assert len(steady) == 200 and all(
+        q["sql"]
+        == 'SELECT "waits_waitjournalentry"."id" AS "id" FROM "waits_waitjournalentry" ORDER BY 1 DESC LIMIT 1'
+        for q in steady.captured_queries
+    ), steady.captured_queries[0]
 
 
 def test_a_checkpoint_keeps_the_binding_waits_and_a_restart_reads_from_it(agent: Agent) -> None:
@@ -198,40 +249,62 @@ def test_a_wait_whose_write_fails_binds_here_and_lands_once_writes_work(
     assert held(agent, "m1", NOW + 2 * RECHECK).until_ms == NOW + 600_000  # type: ignore[union-attr]
 
 
-def test_pending_acts_are_offered_again_in_order_at_the_next_act(agent: Agent, refuse_writes: Callable[..., None]) -> None:
+def test_pending_acts_are_offered_again_in_order_at_the_next_act(
+    agent: Agent, refuse_writes: Callable[..., None]
+) -> None:
     held(agent, "m1", NOW)
     refuse_writes()
     wait_record(agent=agent, model="m1", retry_after_ms=600_000, reason="429", now_ms=NOW)
-    receipts = wait_release(agent="ada", model="m1", reason="ok", via="api", requester="ops", now_ms=NOW + 1)
+    receipts = wait_release(
+        agent="ada", model="m1", reason="ok", via="api", requester="ops", now_ms=NOW + 1
+    )
     assert [r.release for r in receipts] == ["pending"]
     assert held(agent, "m1", NOW + 2) is None  # the pending release binds here too
     refuse_writes(None)
     result = wait_record(agent=agent, model="m2", retry_after_ms=1000, reason="429", now_ms=NOW + 3)
     assert result.receipt == "recorded"
-    assert list(WaitJournalEntry.objects.order_by("id").values_list("kind", "model")) == [("set", "m1"), ("release", "m1"), ("set", "m2")]
+    assert list(WaitJournalEntry.objects.order_by("id").values_list("kind", "model")) == [
+        ("set", "m1"),
+        ("release", "m1"),
+        ("set", "m2"),
+    ]
     assert AuditEntry.objects.filter(action="wait.release").count() == 1
     restart()
     assert held(agent, "m1", NOW + 4) is None
 
 
-def test_an_act_behind_a_pending_one_waits_its_turn(agent: Agent, refuse_writes: Callable[..., None]) -> None:
+def test_an_act_behind_a_pending_one_waits_its_turn(
+    agent: Agent, refuse_writes: Callable[..., None]
+) -> None:
     held(agent, "m1", NOW)
     refuse_writes(when="NEW.model = 'm1'")
     wait_record(agent=agent, model="m1", retry_after_ms=600_000, reason="429", now_ms=NOW)
     # m2 could be written, but not before m1: it stays pending behind it
-    second = wait_record(agent=agent, model="m2", retry_after_ms=600_000, reason="429", now_ms=NOW + 1)
+    second = wait_record(
+        agent=agent, model="m2", retry_after_ms=600_000, reason="429", now_ms=NOW + 1
+    )
     assert second.receipt == "pending"
     assert not WaitJournalEntry.objects.exists()
     refuse_writes(None)
-    third = wait_record(agent=agent, model="m3", retry_after_ms=600_000, reason="429", now_ms=NOW + 2)
+    third = wait_record(
+        agent=agent, model="m3", retry_after_ms=600_000, reason="429", now_ms=NOW + 2
+    )
     assert third.receipt == "recorded"
-    assert list(WaitJournalEntry.objects.order_by("id").values_list("model", flat=True)) == ["m1", "m2", "m3"]
+    assert list(WaitJournalEntry.objects.order_by("id").values_list("model", flat=True)) == [
+        "m1",
+        "m2",
+        "m3",
+    ]
 
 
-def test_an_act_made_inside_a_callers_transaction_stays_pending_until_it_can_commit_on_its_own(agent: Agent) -> None:
+def test_an_act_made_inside_a_callers_transaction_stays_pending_until_it_can_commit_on_its_own(
+    agent: Agent,
+) -> None:
     held(agent, "m1", NOW)
     with transaction.atomic():
-        result = wait_record(agent=agent, model="m1", retry_after_ms=600_000, reason="429", now_ms=NOW)
+        result = wait_record(
+            agent=agent, model="m1", retry_after_ms=600_000, reason="429", now_ms=NOW
+        )
     assert result.receipt == "pending"
     assert held(agent, "m1", NOW + 1).source == "pending"  # type: ignore[union-attr]
     assert not WaitJournalEntry.objects.exists()
@@ -251,7 +324,9 @@ def test_an_ambiguous_commit_replayed_does_not_apply_twice(
     # The caller saw errors, but both commits had in fact landed, the release with its audit entry.
     insert_row(kind="set", until_ms=int(NOW + 600_000), reason="429", act_id=str(first.act_id))
     insert_row(kind="release", model="m1", act_id=str(second.act_id))
-    AuditEntry.objects.create(actor="api:ops", action="wait.release", target="ada/m1", reason="ok", data={})
+    AuditEntry.objects.create(
+        actor="api:ops", action="wait.release", target="ada/m1", reason="ok", data={}
+    )
     caplog.clear()
     held(agent, "m1", NOW + 1 + RECHECK)  # the replay, offered before new rows are read
     assert "could not record" not in caplog.text  # the second insert is a no-op, not an error
@@ -263,10 +338,14 @@ def test_an_ambiguous_commit_replayed_does_not_apply_twice(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_wait_recorded_while_the_database_is_unreachable_binds_here_and_lands_once_it_is_back(agent: Agent) -> None:
+def test_a_wait_recorded_while_the_database_is_unreachable_binds_here_and_lands_once_it_is_back(
+    agent: Agent,
+) -> None:
     assert held(agent, "m1", NOW) is None
     with unreachable_database():
-        result = wait_record(agent=agent, model="m1", retry_after_ms=86_400_000, reason="429", now_ms=NOW)
+        result = wait_record(
+            agent=agent, model="m1", retry_after_ms=86_400_000, reason="429", now_ms=NOW
+        )
         assert (result.binding, result.receipt) == (True, "pending")
         hold = held(agent, "m1", NOW + JOURNAL_POLL_MS)  # the poll fails: the cached view stands
         assert hold is not None and hold.source == "pending"
@@ -287,7 +366,10 @@ def unreachable_database() -> Iterator[None]:
     close_pool()
     connection.settings_dict["PORT"] = "1"
     if connection.settings_dict["OPTIONS"].get("pool"):
-        connection.settings_dict["OPTIONS"]["pool"] = {**connection.settings_dict["OPTIONS"]["pool"], "timeout": 0.5}
+        connection.settings_dict["OPTIONS"]["pool"] = {
+            **connection.settings_dict["OPTIONS"]["pool"],
+            "timeout": 0.5,
+        }
     try:
         yield
     finally:
@@ -299,7 +381,13 @@ def unreachable_database() -> Iterator[None]:
 
 # --- unreadable records ----------------------------------------------------------------------
 
-GOOD_WAIT = {"agent": "ada", "model": "m1", "until": int(NOW + 600_000), "reason": "r", "set_at": NOW}
+GOOD_WAIT = {
+    "agent": "ada",
+    "model": "m1",
+    "until": int(NOW + 600_000),
+    "reason": "r",
+    "set_at": NOW,
+}
 MALFORMED_ROWS: dict[str, dict[str, Any]] = {
     "unknown kind": {"kind": "pause"},
     "missing agent": {"kind": "set", "agent": "", "until_ms": int(NOW + 1000)},
@@ -308,8 +396,18 @@ MALFORMED_ROWS: dict[str, dict[str, Any]] = {
     "deadline past the largest instant": {"kind": "set", "until_ms": MAX_INSTANT_MS + 1},
     "control character in the model": {"kind": "set", "model": "m\n1", "until_ms": int(NOW + 1000)},
     "checkpoint without a snapshot": {"kind": "checkpoint", "agent": "", "model": "", "data": {}},
-    "checkpoint with one (agent, model) twice": {"kind": "checkpoint", "agent": "", "model": "", "data": {"waits": [GOOD_WAIT, GOOD_WAIT]}},
-    "checkpoint wait without a deadline": {"kind": "checkpoint", "agent": "", "model": "", "data": {"waits": [{**GOOD_WAIT, "until": "later"}]}},
+    "checkpoint with one (agent, model) twice": {
+        "kind": "checkpoint",
+        "agent": "",
+        "model": "",
+        "data": {"waits": [GOOD_WAIT, GOOD_WAIT]},
+    },
+    "checkpoint wait without a deadline": {
+        "kind": "checkpoint",
+        "agent": "",
+        "model": "",
+        "data": {"waits": [{**GOOD_WAIT, "until": "later"}]},
+    },
 }
 REPAIRS: dict[str, str] = {
     "unknown kind": "kind = 'release', model = '*'",
@@ -325,13 +423,19 @@ REPAIRS: dict[str, str] = {
 
 
 @pytest.mark.parametrize("shape", MALFORMED_ROWS)
-def test_a_malformed_row_fails_closed_after_a_restart_and_opens_at_the_next_reread_once_repaired(agent: Agent, shape: str) -> None:
+def test_a_malformed_row_fails_closed_after_a_restart_and_opens_at_the_next_reread_once_repaired(
+    agent: Agent, shape: str
+) -> None:
     bob: Agent = AgentFactory.create(name="bob")
     bad = insert_row(**MALFORMED_ROWS[shape])
     restart()
     for who, model in [(agent, "m1"), (agent, "other"), (bob, "m7")]:
         hold = held(who, model, NOW)
-        assert hold is not None and (hold.model, hold.source, hold.until_ms) == ("*", "unreadable", None)
+        assert hold is not None and (hold.model, hold.source, hold.until_ms) == (
+            "*",
+            "unreadable",
+            None,
+        )
         assert str(bad) in hold.reason
     assert framework_alerts() == 1
     held(agent, "m1", NOW + 1)
@@ -340,7 +444,9 @@ def test_a_malformed_row_fails_closed_after_a_restart_and_opens_at_the_next_rere
     assert framework_alerts() == 1
 
     with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {WaitJournalEntry._meta.db_table} SET {REPAIRS[shape]} WHERE id = %s", [bad])
+        cursor.execute(
+            f"UPDATE {WaitJournalEntry._meta.db_table} SET {REPAIRS[shape]} WHERE id = %s", [bad]
+        )
     assert held(agent, "m1", NOW + RECHECK - 1) is not None  # until the next re-read
     assert held(agent, "m1", NOW + 2 + RECHECK) is None
     assert held(bob, "m7", NOW + 2 + RECHECK) is None
@@ -378,17 +484,23 @@ def test_the_framework_alert_is_raised_once_per_episode(agent: Agent) -> None:
     assert alert is not None and str(second) in alert.message and "release_wait" in alert.message
 
 
-def test_an_operator_release_during_the_episode_lifts_exactly_what_it_names_for_every_worker(agent: Agent) -> None:
+def test_an_operator_release_during_the_episode_lifts_exactly_what_it_names_for_every_worker(
+    agent: Agent,
+) -> None:
     bob: Agent = AgentFactory.create(name="bob")
     wait_record(agent=agent, model="m1", retry_after_ms=600_000, reason="429", now_ms=NOW)
     bad = insert_row(kind="pause")
     restart()
     assert held(agent, "m2", NOW) is not None
-    receipts = wait_release(agent="ada", model="m2", reason="unblock", via="api", requester="ops", now_ms=NOW + 1)
+    receipts = wait_release(
+        agent="ada", model="m2", reason="unblock", via="api", requester="ops", now_ms=NOW + 1
+    )
     assert [(r.model, r.until_ms, r.release) for r in receipts] == [("m2", None, "recorded")]
     assert held(agent, "m2", NOW + 2) is None
     assert held(agent, "m1", NOW + 2) is not None and held(bob, "m1", NOW + 2) is not None
-    receipts = wait_release(agent="bob", reason="unblock", via="api", requester="ops", now_ms=NOW + 3)
+    receipts = wait_release(
+        agent="bob", reason="unblock", via="api", requester="ops", now_ms=NOW + 3
+    )
     assert [(r.model, r.until_ms) for r in receipts] == [("*", None)]
     restart()  # another worker, reading the journal
     assert held(agent, "m2", NOW + 4) is None and held(bob, "m9", NOW + 4) is None

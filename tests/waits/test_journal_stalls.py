@@ -77,7 +77,9 @@ print(json.dumps(results))
 """
 
 
-def run_worker_process(code: str, *args: str, env: dict[str, str], timeout: float = 40) -> dict[str, Any]:
+def run_worker_process(
+    code: str, *args: str, env: dict[str, str], timeout: float = 40
+) -> dict[str, Any]:
     full_env = {
         **os.environ,
         "DATABASE_URL": _database_url(),
@@ -88,7 +90,12 @@ def run_worker_process(code: str, *args: str, env: dict[str, str], timeout: floa
     script = "import django\ndjango.setup()\n" + code
     try:
         out = subprocess.run(
-            [sys.executable, "-c", script, *args], cwd=BASE_DIR, env=full_env, capture_output=True, text=True, timeout=timeout
+            [sys.executable, "-c", script, *args],
+            cwd=BASE_DIR,
+            env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"the worker process did not answer within {timeout} s: {exc.stderr!r}")
@@ -97,7 +104,9 @@ def run_worker_process(code: str, *args: str, env: dict[str, str], timeout: floa
     return result
 
 
-def test_an_admission_check_fails_closed_within_the_pool_timeout_when_the_database_is_unreachable() -> None:
+def test_an_admission_check_fails_closed_within_the_pool_timeout_when_the_database_is_unreachable() -> (
+    None
+):
     unreachable = _database_url().rsplit("@", 1)[0] + "@127.0.0.1:1/nowhere"
     seen = run_worker_process(
         "import json, time\n"
@@ -113,11 +122,18 @@ def test_an_admission_check_fails_closed_within_the_pool_timeout_when_the_databa
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_check_behind_a_first_read_that_gets_no_connection_fails_closed_within_the_pool_timeout() -> None:
+def test_a_check_behind_a_first_read_that_gets_no_connection_fails_closed_within_the_pool_timeout() -> (
+    None
+):
     # A first read that is merely slow is waited for (up to the pool's timeout and a margin),
     # so a worker starting many turns at once does not take it for an unreadable journal; one
     # that gets no connection at all fails closed, and so does the check behind it.
-    seen = run_worker_process(STALLED_READ, str(NOW), "cold", env={"AGENTOPS_DB_POOL_SIZE": "1", "AGENTOPS_DB_POOL_TIMEOUT_MS": "1000"})
+    seen = run_worker_process(
+        STALLED_READ,
+        str(NOW),
+        "cold",
+        env={"AGENTOPS_DB_POOL_SIZE": "1", "AGENTOPS_DB_POOL_TIMEOUT_MS": "1000"},
+    )
     assert (seen["first"]["source"], seen["first"]["model"]) == ("unreadable", "*")
     assert (seen["second"]["source"], seen["second"]["model"]) == ("unreadable", "*")
     # at most the first read's two waits for a connection (its read, its alert) and its own
@@ -126,21 +142,36 @@ def test_a_check_behind_a_first_read_that_gets_no_connection_fails_closed_within
 
 @pytest.mark.django_db(transaction=True)
 def test_a_check_behind_a_slow_first_read_waits_for_it_instead_of_failing_closed() -> None:
-    stalled, slow = 'results["second"] = check(at)\ngive_back.set()', 'threading.Timer(1.5, give_back.set).start()\nresults["second"] = check(at)'
+    stalled, slow = (
+        'results["second"] = check(at)\ngive_back.set()',
+        'threading.Timer(1.5, give_back.set).start()\nresults["second"] = check(at)',
+    )
     assert stalled in STALLED_READ
     seen = run_worker_process(
-        STALLED_READ.replace(stalled, slow), str(NOW), "cold", env={"AGENTOPS_DB_POOL_SIZE": "1", "AGENTOPS_DB_POOL_TIMEOUT_MS": "30000"},
+        STALLED_READ.replace(stalled, slow),
+        str(NOW),
+        "cold",
+        env={"AGENTOPS_DB_POOL_SIZE": "1", "AGENTOPS_DB_POOL_TIMEOUT_MS": "30000"},
     )
     # the connection came back after 1.5 s: both checks read the records, neither failed closed
-    assert seen["first"]["source"] is None and seen["second"]["source"] is None and seen["after"]["source"] is None
+    assert (
+        seen["first"]["source"] is None
+        and seen["second"]["source"] is None
+        and seen["after"]["source"] is None
+    )
     assert seen["second"]["s"] >= 1.0
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_check_during_a_poll_that_waits_for_a_connection_answers_from_the_view_already_read(agent: Agent) -> None:
+def test_a_check_during_a_poll_that_waits_for_a_connection_answers_from_the_view_already_read(
+    agent: Agent,
+) -> None:
     wait_record(agent=agent, model="m1", retry_after_ms=600_000, reason="429", now_ms=NOW)
     seen = run_worker_process(
-        STALLED_READ, str(NOW), "warm", str(JOURNAL_POLL_MS),
+        STALLED_READ,
+        str(NOW),
+        "warm",
+        str(JOURNAL_POLL_MS),
         env={"AGENTOPS_DB_POOL_SIZE": "1", "AGENTOPS_DB_POOL_TIMEOUT_MS": "30000"},
     )
     assert seen["second"]["source"] == "recorded"  # the wait read before still holds

@@ -20,12 +20,16 @@ from .conftest import NOW, insert_row
 
 @pytest.mark.django_db(transaction=True)
 def test_a_check_racing_a_poll_that_sees_the_unreadable_row_refuses(agent: Agent) -> None:
-    assert admission_check(agent=agent, model="m1", now_ms=NOW) is None  # the view is read: nothing binds
+    assert (
+        admission_check(agent=agent, model="m1", now_ms=NOW) is None
+    )  # the view is read: nothing binds
     insert_row(kind="bogus")  # as a newer version, or an operator's SQL, would write it
     later = NOW + JOURNAL_POLL_MS + 1  # the next check polls
     read_rows, check_started = threading.Event(), threading.Event()
 
-    def pause_after_reading_new_rows(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
+    def pause_after_reading_new_rows(
+        execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any
+    ) -> Any:
         result = execute(sql, params, many, context)
         if '"id" > ' in sql:  # the poll's read of the rows after the view's last id
             read_rows.set()

@@ -32,7 +32,9 @@ def test_an_act_refused_for_its_data_is_dropped_with_an_alert_and_the_next_act_i
     [alert] = Alert.objects.filter(kind="journal-act-dropped")
     assert (alert.agent, alert.model) == ("ada", "m1") and "dropped" in alert.message
     assert any("was dropped" in r.getMessage() and r.levelname == "ERROR" for r in caplog.records)
-    later = wait_record(agent=agent, model="m2", retry_after_ms=600_000, reason="429", now_ms=NOW + 1)
+    later = wait_record(
+        agent=agent, model="m2", retry_after_ms=600_000, reason="429", now_ms=NOW + 1
+    )
     assert later.receipt == "recorded"
     assert list(WaitJournalEntry.objects.values_list("model", flat=True)) == ["m2"]
     assert admission_check(agent=agent, model="m2", now_ms=NOW + 2) is not None
@@ -45,20 +47,31 @@ def test_a_pending_act_that_turns_out_unstorable_stops_blocking_the_acts_behind_
     wait_record(agent=agent, model="m1", retry_after_ms=600_000, reason="429", now_ms=NOW)
     assert len(journal_pending()) == 1
     refuse_writes(UNSTORABLE, when="NEW.model = 'm1'")  # now its own data is refused
-    receipts = wait_release(agent="ada", model="m3", reason="ok", via="api", requester="ops", now_ms=NOW + 1)
+    receipts = wait_release(
+        agent="ada", model="m3", reason="ok", via="api", requester="ops", now_ms=NOW + 1
+    )
     assert [r.release for r in receipts] == []
     assert journal_pending() == []
     assert list(WaitJournalEntry.objects.values_list("kind", "model")) == [("release", "m3")]
     assert Alert.objects.filter(kind="journal-act-dropped").count() == 1
 
 
-def test_a_transient_failure_still_keeps_the_act_pending(agent: Agent, refuse_writes: Callable[..., None]) -> None:
+def test_a_transient_failure_still_keeps_the_act_pending(
+    agent: Agent, refuse_writes: Callable[..., None]
+) -> None:
     refuse_writes("40001")
     wait_record(agent=agent, model="m1", retry_after_ms=600_000, reason="429", now_ms=NOW)
-    assert len(journal_pending()) == 1 and not Alert.objects.filter(kind="journal-act-dropped").exists()
+    assert (
+        len(journal_pending()) == 1
+        and not Alert.objects.filter(kind="journal-act-dropped").exists()
+    )
 
 
-def test_a_lone_surrogate_in_a_providers_reason_is_stored_replaced_not_refused(agent: Agent) -> None:
-    result = wait_record(agent=agent, model="m1", retry_after_ms=600_000, reason="bad \ud800 text", now_ms=NOW)
+def test_a_lone_surrogate_in_a_providers_reason_is_stored_replaced_not_refused(
+    agent: Agent,
+) -> None:
+    result = wait_record(
+        agent=agent, model="m1", retry_after_ms=600_000, reason="bad \ud800 text", now_ms=NOW
+    )
     assert result.receipt == "recorded" and journal_pending() == []
     assert WaitJournalEntry.objects.get().reason == "bad \ufffd text"

@@ -13,7 +13,12 @@ from interfaces.api import errors
 from interfaces.api.auth import TokenAuth
 from interfaces.api.waits_routes import router
 
-api = NinjaAPI(title="agentops waits (tests)", version="1", auth=TokenAuth(), urls_namespace="api-v1-waits-tests")
+api = NinjaAPI(
+    title="agentops waits (tests)",
+    version="1",
+    auth=TokenAuth(),
+    urls_namespace="api-v1-waits-tests",
+)
 errors.install(api)
 api.add_router("/waits", router)
 

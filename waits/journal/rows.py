@@ -60,13 +60,17 @@ def rows_from_checkpoint() -> list[dict[str, Any]]:
     """The rows a full read reduces: from the latest checkpoint on, in id order."""
     start = (
         WaitJournalEntry.objects.filter(kind=WaitJournalEntry.Kind.CHECKPOINT)
-        .order_by("-id").values_list("id", flat=True).first()
+        .order_by("-id")
+        .values_list("id", flat=True)
+        .first()
     ) or 0
     return list(WaitJournalEntry.objects.filter(id__gte=start).order_by("id").values(*_READ_FIELDS))
 
 
 def rows_after(last_id: int) -> list[dict[str, Any]]:
-    return list(WaitJournalEntry.objects.filter(id__gt=last_id).order_by("id").values(*_READ_FIELDS))
+    return list(
+        WaitJournalEntry.objects.filter(id__gt=last_id).order_by("id").values(*_READ_FIELDS)
+    )
 
 
 def newest_id() -> int:

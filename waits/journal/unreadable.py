@@ -36,26 +36,39 @@ def framework_alert(cause: Unreadable, *, now_ms: float) -> bool:
         f"for any agent (shown as model *) until it reads again; it is re-read every {recheck_s:g} s. "
         "Inspect the row with GET /api/v1/waits/journal or the admin's provider-wait journal, then repair or "
         f"remove it in SQL (table {TABLE}); calls resume by themselves at the next re-read. To let an agent "
-        "call meanwhile, release it: POST /api/v1/waits/release {\"agent\": NAME}, the admin's Binding waits "
+        'call meanwhile, release it: POST /api/v1/waits/release {"agent": NAME}, the admin\'s Binding waits '
         "page, or python manage.py release_wait NAME --reason TEXT."
     )
     try:
         with transaction.atomic():
             with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [LOCK_CLASS, LOCK_FRAMEWORK_ALERT])
+                cursor.execute(
+                    "SELECT pg_advisory_xact_lock(%s, %s)", [LOCK_CLASS, LOCK_FRAMEWORK_ALERT]
+                )
             standing = Alert.objects.filter(
-                kind="provider-wait", agent="framework", acknowledged_at__isnull=True, data__cause=key
+                kind="provider-wait",
+                agent="framework",
+                acknowledged_at__isnull=True,
+                data__cause=key,
             ).exists()
             if not standing:
                 alert_raise(
-                    kind="provider-wait", agent="framework", model="*", message=message,
-                    data={"cause": key, "held": "every model of every agent", "since": ms_to_datetime(now_ms).isoformat()},
+                    kind="provider-wait",
+                    agent="framework",
+                    model="*",
+                    message=message,
+                    data={
+                        "cause": key,
+                        "held": "every model of every agent",
+                        "since": ms_to_datetime(now_ms).isoformat(),
+                    },
                 )
     except READ_ERRORS as exc:
         connection_recover()
         logger.error(
             "could not raise the provider-wait alert for the unreadable journal (%s: %s); retrying at the next re-read",
-            type(exc).__name__, str(exc)[:300],
+            type(exc).__name__,
+            str(exc)[:300],
         )
         return False
     return True

@@ -158,11 +158,19 @@ class Journal:
         s = self._s
         recheck_ms = settings.AGENTOPS_WAIT_RECHECK_MS
         loaded = False
-        if s.durable is None or (s.durable.unreadable is not None and _due(s.reread_at, now_ms, recheck_ms)):
+        if s.durable is None or (
+            s.durable.unreadable is not None and _due(s.reread_at, now_ms, recheck_ms)
+        ):
             self._load(now_ms)
             loaded = True
-        offered = bool(s.pending) and (for_act or _due(s.offered_at, now_ms, recheck_ms)) and self._offer(now_ms)
-        if not (loaded or offered) and (for_act or poll or _due(s.polled_at, now_ms, JOURNAL_POLL_MS)):
+        offered = (
+            bool(s.pending)
+            and (for_act or _due(s.offered_at, now_ms, recheck_ms))
+            and self._offer(now_ms)
+        )
+        if not (loaded or offered) and (
+            for_act or poll or _due(s.polled_at, now_ms, JOURNAL_POLL_MS)
+        ):
             self._poll(now_ms)
         self._episode(now_ms)
 
@@ -176,7 +184,9 @@ class Journal:
             self._read_failed(exc)
             if s.durable is None:
                 book = WaitBook()
-                book.mark_unreadable(None, f"the journal could not be read ({type(exc).__name__}: {str(exc)[:200]})")
+                book.mark_unreadable(
+                    None, f"the journal could not be read ({type(exc).__name__}: {str(exc)[:200]})"
+                )
                 self._set_durable(book, last_id=0, was_readable=True)
             return
         s.read_failing = False
@@ -215,7 +225,8 @@ class Journal:
         if not self._s.read_failing:
             logger.warning(
                 "provider-waits journal: could not read it (%s: %s); using the state read before, retrying at the next check",
-                type(exc).__name__, str(exc)[:300],
+                type(exc).__name__,
+                str(exc)[:300],
             )
         self._s.read_failing = True
         connection_recover()
@@ -228,7 +239,8 @@ class Journal:
             logger.error(
                 "provider-waits journal is unreadable (%s): no provider call is admitted for any agent "
                 "until it reads again (re-read every %g ms) or an operator releases",
-                book.unreadable.describe(), settings.AGENTOPS_WAIT_RECHECK_MS,
+                book.unreadable.describe(),
+                settings.AGENTOPS_WAIT_RECHECK_MS,
             )
         elif book.readable and not was_readable:
             logger.warning("provider-waits journal reads again: holds follow the recorded waits")
@@ -246,7 +258,9 @@ class Journal:
         if cause is None:
             s.episode_alerted, s.alert_tried_at = False, None
             return
-        if s.episode_alerted or not _due(s.alert_tried_at, now_ms, settings.AGENTOPS_WAIT_RECHECK_MS):
+        if s.episode_alerted or not _due(
+            s.alert_tried_at, now_ms, settings.AGENTOPS_WAIT_RECHECK_MS
+        ):
             return
         s.alert_tried_at = now_ms
         s.episode_alerted = framework_alert(cause, now_ms=now_ms)
@@ -270,7 +284,10 @@ class Journal:
             logger.warning(
                 "provider-waits journal: %s for agent %s model %s waits behind %d act(s) not yet recorded; "
                 "it binds in this process and is offered again in order",
-                act.entry.kind, act.entry.agent, act.entry.model, len(s.pending) - 1,
+                act.entry.kind,
+                act.entry.agent,
+                act.entry.model,
+                len(s.pending) - 1,
             )
             return False
         recorded = act_write(act, replay=False)

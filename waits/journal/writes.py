@@ -64,8 +64,15 @@ def act_write(act: Act, *, replay: bool) -> bool:
             cursor.execute(
                 INSERT_SQL,
                 [
-                    act.act_id, entry.kind, entry.agent, entry.model, entry.until, entry.reason, act.by,
-                    ms_to_datetime(entry.at), json.dumps({}),
+                    act.act_id,
+                    entry.kind,
+                    entry.agent,
+                    entry.model,
+                    entry.until,
+                    entry.reason,
+                    act.by,
+                    ms_to_datetime(entry.at),
+                    json.dumps({}),
                 ],
             )
             inserted = cursor.fetchone() is not None
@@ -81,7 +88,12 @@ def act_write(act: Act, *, replay: bool) -> bool:
         logger.warning(
             "provider-waits journal: could not record %s for agent %s model %s (attempt %d; %s: %s); "
             "it binds in this process and is offered again at the next act and within %d ms",
-            entry.kind, entry.agent, entry.model, act.attempts, type(exc).__name__, str(exc)[:300],
+            entry.kind,
+            entry.agent,
+            entry.model,
+            act.attempts,
+            type(exc).__name__,
+            str(exc)[:300],
             settings.AGENTOPS_WAIT_RECHECK_MS,
         )
         return False
@@ -93,7 +105,10 @@ def act_write(act: Act, *, replay: bool) -> bool:
     if replay:
         logger.warning(
             "provider-waits journal: recorded %s for agent %s model %s on attempt %d",
-            entry.kind, entry.agent, entry.model, act.attempts,
+            entry.kind,
+            entry.agent,
+            entry.model,
+            act.attempts,
         )
     return True
 
@@ -111,8 +126,16 @@ def _drop(act: Act, exc: BaseException) -> None:
     logger.error("provider-waits journal: %s", message)
     try:
         alert_raise(
-            kind="journal-act-dropped", agent=ascii(entry.agent)[1:-1][:100], model=ascii(entry.model)[1:-1][:200],
-            message=message, data={"kind": entry.kind, "by": ascii(act.by), "act_id": str(act.act_id), "error": problem.encode("ascii", "backslashreplace").decode()},
+            kind="journal-act-dropped",
+            agent=ascii(entry.agent)[1:-1][:100],
+            model=ascii(entry.model)[1:-1][:200],
+            message=message,
+            data={
+                "kind": entry.kind,
+                "by": ascii(act.by),
+                "act_id": str(act.act_id),
+                "error": problem.encode("ascii", "backslashreplace").decode(),
+            },
         )
     except Exception:  # the act is dropped either way; the log line above says so
         connection_recover()
@@ -134,10 +157,23 @@ def checkpoint_write(*, now_ms: float, by: str) -> int:
                 "repair that row before writing a checkpoint"
             )
         waits = sorted(book.binding(now_ms), key=lambda w: (w.agent, w.model))
-        data = {"waits": [wait_snapshot(w) for w in waits], "through": rows[-1]["id"] if rows else 0}
+        data = {
+            "waits": [wait_snapshot(w) for w in waits],
+            "through": rows[-1]["id"] if rows else 0,
+        }
         cursor.execute(
             INSERT_SQL,
-            [uuid.uuid4(), "checkpoint", "", "", None, f"{len(waits)} binding wait(s)", by, ms_to_datetime(now_ms), json.dumps(data)],
+            [
+                uuid.uuid4(),
+                "checkpoint",
+                "",
+                "",
+                None,
+                f"{len(waits)} binding wait(s)",
+                by,
+                ms_to_datetime(now_ms),
+                json.dumps(data),
+            ],
         )
         found = cursor.fetchone()
         assert found is not None  # a fresh act_id cannot conflict

@@ -24,7 +24,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("agent", help="the agent's name")
-        parser.add_argument("--model", default=None, help='the model to release; "*" or omitted: every model')
+        parser.add_argument(
+            "--model", default=None, help='the model to release; "*" or omitted: every model'
+        )
         parser.add_argument("--requester", default=None, help="who asks (default: the OS user)")
         parser.add_argument("--reason", required=True, help="why; kept in the audit entry")
 
@@ -34,22 +36,32 @@ class Command(BaseCommand):
             requester = _os_user()
         try:
             receipts = wait_release(
-                agent=options["agent"], model=options["model"], requester=requester, reason=options["reason"], via="command"
+                agent=options["agent"],
+                model=options["model"],
+                requester=requester,
+                reason=options["reason"],
+                via="command",
             )
         except AgentopsError as exc:
             raise CommandError(exc.message) from None
-        held_turns_wake(agent=options["agent"], model=options.get("model"), by=f"command:{requester}")
+        held_turns_wake(
+            agent=options["agent"], model=options.get("model"), by=f"command:{requester}"
+        )
         if journal_pending():
             raise CommandError(
                 "the release could not be recorded in the provider-waits journal (the database refused the write; "
                 "see the log). Nothing was released for the workers. Run the command again."
             )
         if not receipts:
-            self.stdout.write(f"No wait was binding for {options['agent']}; the release is recorded.")
+            self.stdout.write(
+                f"No wait was binding for {options['agent']}; the release is recorded."
+            )
         for receipt in receipts:
             until = receipt.as_json()["until"] or "until released"
             next_call = next_call_at(agent=receipt.agent, model=receipt.model).isoformat()
-            self.stdout.write(f"released {receipt.agent} model {receipt.model} (held {until}): {receipt.release}; next call at {next_call}")
+            self.stdout.write(
+                f"released {receipt.agent} model {receipt.model} (held {until}): {receipt.release}; next call at {next_call}"
+            )
 
 
 def _os_user() -> str:

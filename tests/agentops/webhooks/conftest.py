@@ -47,7 +47,9 @@ class Receiver:
     with the next scripted reply (200 once the script runs out) and records what it was sent.
     With ``tls`` it speaks https and records the server name (SNI) of each handshake."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, tls: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, tls: ssl.SSLContext | None = None
+    ) -> None:
         self.script: list[Reply] = []
         self.requests: list[Received] = []
         self.server_names: list[str | None] = []
@@ -59,7 +61,12 @@ class Receiver:
                 body = self.rfile.read(int(self.headers.get("content-length") or 0))
                 with receiver.lock:
                     receiver.requests.append(
-                        Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.monotonic())
+                        Received(
+                            self.path,
+                            {k.lower(): v for k, v in self.headers.items()},
+                            body,
+                            time.monotonic(),
+                        )
                     )
                     reply = receiver.script.pop(0) if receiver.script else Reply()
                 time.sleep(reply.delay_s)

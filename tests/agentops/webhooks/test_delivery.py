@@ -40,26 +40,45 @@ def only_delivery(**filters: Any) -> WebhookDelivery:
     return deliveries[0]
 
 
-def test_a_receiver_gets_each_alert_once_per_cooldown_key(settings: Any, receiver: Receiver, webhook_workers: WorkerPool) -> None:
+def test_a_receiver_gets_each_alert_once_per_cooldown_key(
+    settings: Any, receiver: Receiver, webhook_workers: WorkerPool
+) -> None:
     settings.AGENTOPS_ALERT_WEBHOOK_COOLDOWN_MS = 1500
     endpoint(receiver.url)
-    first = alert_raise(kind="history-kept", agent="ada", model="m1", verdict="refused", message="kept 1")
-    alert_raise(kind="history-kept", agent="ada", model="m1", verdict="refused", message="kept again")  # same key
-    other_verdict = alert_raise(kind="history-kept", agent="ada", model="m1", verdict="no-change", message="kept 2")
-    other_agent = alert_raise(kind="history-kept", agent="bob", model="m1", verdict="refused", message="kept 3")
+    first = alert_raise(
+        kind="history-kept", agent="ada", model="m1", verdict="refused", message="kept 1"
+    )
+    alert_raise(
+        kind="history-kept", agent="ada", model="m1", verdict="refused", message="kept again"
+    )  # same key
+    other_verdict = alert_raise(
+        kind="history-kept", agent="ada", model="m1", verdict="no-change", message="kept 2"
+    )
+    other_agent = alert_raise(
+        kind="history-kept", agent="bob", model="m1", verdict="refused", message="kept 3"
+    )
     wait_for(lambda: len(receiver.received()) >= 3, what="three deliveries")
     time.sleep(1.6)  # past the cooldown (1.5 s, set above)
-    after_cooldown = alert_raise(kind="history-kept", agent="ada", model="m1", verdict="refused", message="kept 4")
+    after_cooldown = alert_raise(
+        kind="history-kept", agent="ada", model="m1", verdict="refused", message="kept 4"
+    )
     wait_for(lambda: len(receiver.received()) >= 4, what="the delivery after the cooldown")
-    wait_for(lambda: not WebhookDelivery.objects.filter(status=WebhookDelivery.Status.PENDING).exists(), what="deliveries to end")
+    wait_for(
+        lambda: not WebhookDelivery.objects.filter(status=WebhookDelivery.Status.PENDING).exists(),
+        what="deliveries to end",
+    )
 
     sent = sorted(json.loads(r.body)["data"]["id"] for r in receiver.received())
     assert sent == sorted([first.pk, other_verdict.pk, other_agent.pk, after_cooldown.pk])
     assert len({r.headers["webhook-id"] for r in receiver.received()}) == 4
-    assert set(WebhookDelivery.objects.values_list("status", flat=True)) == {WebhookDelivery.Status.DELIVERED}
+    assert set(WebhookDelivery.objects.values_list("status", flat=True)) == {
+        WebhookDelivery.Status.DELIVERED
+    }
 
 
-def test_an_endpoint_receives_only_its_kinds(receiver: Receiver, webhook_workers: WorkerPool) -> None:
+def test_an_endpoint_receives_only_its_kinds(
+    receiver: Receiver, webhook_workers: WorkerPool
+) -> None:
     endpoint(receiver.url, kinds=["hard-down"])
     alert_raise(kind="provider-wait", agent="ada", model="m1", message="held")
     down = alert_raise(kind="hard-down", agent="ada", model="m1", message="down")
@@ -67,7 +86,9 @@ def test_an_endpoint_receives_only_its_kinds(receiver: Receiver, webhook_workers
     assert only_delivery().alert_id == down.pk
 
 
-def test_the_signature_verifies_with_the_standardwebhooks_package(receiver: Receiver, webhook_workers: WorkerPool) -> None:
+def test_the_signature_verifies_with_the_standardwebhooks_package(
+    receiver: Receiver, webhook_workers: WorkerPool
+) -> None:
     hook = endpoint(receiver.url)
     alert = alert_raise(kind="hard-down", agent="ada", model="m1", message="the model is down ✗")
     [request] = wait_for(receiver.received, what="the delivery")
@@ -84,7 +105,9 @@ def test_the_signature_verifies_with_the_standardwebhooks_package(receiver: Rece
         Webhook("whsec_" + "QUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFB").verify(request.body, request.headers)
 
 
-def test_a_500_then_200_receiver_gets_the_same_webhook_id_twice(receiver: Receiver, webhook_workers: WorkerPool) -> None:
+def test_a_500_then_200_receiver_gets_the_same_webhook_id_twice(
+    receiver: Receiver, webhook_workers: WorkerPool
+) -> None:
     receiver.answer(Reply(500, body=b"x" * 100_000), 200)
     hook = endpoint(receiver.url)
     alert_raise(kind="hard-down", agent="ada", model="m1", message="down")
@@ -97,9 +120,15 @@ def test_a_500_then_200_receiver_gets_the_same_webhook_id_twice(receiver: Receiv
     for request in (first, second):
         Webhook(hook.secret).verify(request.body, request.headers)
     attempts = list(WebhookAttempt.objects.filter(delivery=delivery).order_by("number"))
-    assert [(a.number, a.status_code, a.outcome) for a in attempts] == [(1, 500, "retry"), (2, 200, "delivered")]
+    assert [(a.number, a.status_code, a.outcome) for a in attempts] == [
+        (1, 500, "retry"),
+        (2, 200, "delivered"),
+    ]
     # The receiver's 100 kB error body is bounded before it is stored.
-    assert 0 < len(attempts[0].response_excerpt) <= 1000 and "characters omitted" in attempts[0].response_excerpt
+    assert (
+        0 < len(attempts[0].response_excerpt) <= 1000
+        and "characters omitted" in attempts[0].response_excerpt
+    )
     assert all(a.ended_at is not None and a.duration_ms is not None for a in attempts)
 
 
@@ -116,7 +145,9 @@ def test_a_400_is_not_retried(receiver: Receiver, webhook_workers: WorkerPool) -
     assert "HTTP 400" in delivery.last_error and "bad payload" in delivery.last_error
 
 
-def test_a_410_disables_the_endpoint_and_later_alerts_create_no_deliveries(receiver: Receiver, webhook_workers: WorkerPool) -> None:
+def test_a_410_disables_the_endpoint_and_later_alerts_create_no_deliveries(
+    receiver: Receiver, webhook_workers: WorkerPool
+) -> None:
     receiver.answer(410)
     hook = endpoint(receiver.url)
     alert_raise(kind="hard-down", agent="ada", model="m1", message="down")
@@ -130,7 +161,9 @@ def test_a_410_disables_the_endpoint_and_later_alerts_create_no_deliveries(recei
     assert len(receiver.received()) == 1
 
 
-def test_a_429_with_retry_after_is_retried_after_at_least_that_long(receiver: Receiver, webhook_workers: WorkerPool) -> None:
+def test_a_429_with_retry_after_is_retried_after_at_least_that_long(
+    receiver: Receiver, webhook_workers: WorkerPool
+) -> None:
     receiver.answer(Reply(429, headers={"retry-after": "2"}), 200)
     endpoint(receiver.url)
     alert_raise(kind="hard-down", agent="ada", model="m1", message="down")
@@ -141,17 +174,23 @@ def test_a_429_with_retry_after_is_retried_after_at_least_that_long(receiver: Re
     assert second.at - first.at >= 2.0
 
 
-def test_a_receiver_that_keeps_failing_is_given_up_after_the_max_attempts(receiver: Receiver, webhook_workers: WorkerPool) -> None:
+def test_a_receiver_that_keeps_failing_is_given_up_after_the_max_attempts(
+    receiver: Receiver, webhook_workers: WorkerPool
+) -> None:
     receiver.answer(503, 502, 500, 200)
     endpoint(receiver.url)
     alert_raise(kind="hard-down", agent="ada", model="m1", message="down")
     delivery = wait_for(lambda: finished(only_delivery()), what="the delivery to end")
     time.sleep(1.0)  # ten times the retry base: a fourth attempt would have come
 
-    assert delivery.status == WebhookDelivery.Status.GAVE_UP and delivery.attempts == 3  # the worker's max
+    assert (
+        delivery.status == WebhookDelivery.Status.GAVE_UP and delivery.attempts == 3
+    )  # the worker's max
     assert len(receiver.received()) == 3
     first, second, third = (r.at for r in receiver.received())
-    assert second - first >= 0.1 and third - second >= 0.2  # the backoff: 100 ms, then 200 ms (plus jitter)
+    assert (
+        second - first >= 0.1 and third - second >= 0.2
+    )  # the backoff: 100 ms, then 200 ms (plus jitter)
 
 
 def test_a_refused_connection_is_retried(receiver: Receiver, webhook_workers: WorkerPool) -> None:
@@ -164,7 +203,9 @@ def test_a_refused_connection_is_retried(receiver: Receiver, webhook_workers: Wo
     assert "ClientConnectorError" in delivery.last_error
 
 
-def test_the_sweep_sends_a_due_delivery_whose_task_was_lost(receiver: Receiver, webhook_workers: WorkerPool) -> None:
+def test_the_sweep_sends_a_due_delivery_whose_task_was_lost(
+    receiver: Receiver, webhook_workers: WorkerPool
+) -> None:
     from django.utils import timezone
 
     from agentops.webhooks.services import alert_payload
@@ -172,8 +213,12 @@ def test_the_sweep_sends_a_due_delivery_whose_task_was_lost(receiver: Receiver, 
     hook = endpoint(receiver.url)
     alert = AlertFactory.create(kind="hard-down", agent="ada", message="down")
     # A delivery row as the outbox writes it, but no task was ever sent for it.
-    lost = WebhookDeliveryFactory.create(endpoint=hook, alert=alert, payload=alert_payload(alert), next_attempt_at=timezone.now())
-    time.sleep(0.5)  # a chance for anything but the sweep to send it (a queued delivery goes out well within that)
+    lost = WebhookDeliveryFactory.create(
+        endpoint=hook, alert=alert, payload=alert_payload(alert), next_attempt_at=timezone.now()
+    )
+    time.sleep(
+        0.5
+    )  # a chance for anything but the sweep to send it (a queued delivery goes out well within that)
     assert receiver.received() == []
     webhooks_sweep.delay()
     delivery = wait_for(lambda: finished(lost), what="the swept delivery to end")
@@ -181,11 +226,15 @@ def test_the_sweep_sends_a_due_delivery_whose_task_was_lost(receiver: Receiver, 
     assert [r.headers["webhook-id"] for r in receiver.received()] == [lost.webhook_id]
 
 
-def test_a_delivery_to_a_loopback_url_sends_nothing_when_private_addresses_are_not_allowed(receiver: Receiver) -> None:
+def test_a_delivery_to_a_loopback_url_sends_nothing_when_private_addresses_are_not_allowed(
+    receiver: Receiver,
+) -> None:
     from .conftest import WORKER_ENV
 
     endpoint(receiver.url)  # saved while allowed; the worker below does not allow it
-    pool = WorkerPool(1, label="whpriv", extra_env={**WORKER_ENV, "AGENTOPS_WEBHOOKS_ALLOW_PRIVATE": "false"})
+    pool = WorkerPool(
+        1, label="whpriv", extra_env={**WORKER_ENV, "AGENTOPS_WEBHOOKS_ALLOW_PRIVATE": "false"}
+    )
     try:
         alert_raise(kind="hard-down", agent="ada", model="m1", message="down")
         delivery = wait_for(lambda: finished(only_delivery()), what="the delivery to end")

@@ -21,12 +21,16 @@ from .conftest import Receiver, Reply
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_a_rolled_back_alert_leaves_no_delivery_and_sends_nothing(receiver: Receiver, webhook_workers: WorkerPool) -> None:
+def test_a_rolled_back_alert_leaves_no_delivery_and_sends_nothing(
+    receiver: Receiver, webhook_workers: WorkerPool
+) -> None:
     WebhookEndpointFactory.create(url=receiver.url)
     with pytest.raises(RuntimeError), transaction.atomic():
         alert_raise(kind="hard-down", agent="ada", model="m1", message="down")
         raise RuntimeError("the caller's transaction fails")
-    time.sleep(0.5)  # a chance for a delivery to be sent anyway (a committed one reaches the receiver well within that)
+    time.sleep(
+        0.5
+    )  # a chance for a delivery to be sent anyway (a committed one reaches the receiver well within that)
     assert not Alert.objects.exists() and not WebhookDelivery.objects.exists()
     assert receiver.received() == []
     # ...and the key's cooldown went with it: the next alert is delivered.
@@ -34,17 +38,23 @@ def test_a_rolled_back_alert_leaves_no_delivery_and_sends_nothing(receiver: Rece
     wait_for(receiver.received, what="the next alert's delivery")
 
 
-def test_the_delivery_is_sent_once_the_alerts_transaction_commits(receiver: Receiver, webhook_workers: WorkerPool) -> None:
+def test_the_delivery_is_sent_once_the_alerts_transaction_commits(
+    receiver: Receiver, webhook_workers: WorkerPool
+) -> None:
     WebhookEndpointFactory.create(url=receiver.url)
     with transaction.atomic():
         alert = alert_raise(kind="hard-down", agent="ada", model="m1", message="down")
-        time.sleep(0.5)  # the caller goes on in its transaction: a delivery sent before the commit would arrive meanwhile
+        time.sleep(
+            0.5
+        )  # the caller goes on in its transaction: a delivery sent before the commit would arrive meanwhile
         assert receiver.received() == []
     [request] = wait_for(receiver.received, what="the delivery after commit")
     assert f'"id":{alert.pk},' in request.body.decode()
 
 
-def test_concurrent_alerts_of_one_key_queue_one_delivery(receiver: Receiver, webhook_workers: WorkerPool) -> None:
+def test_concurrent_alerts_of_one_key_queue_one_delivery(
+    receiver: Receiver, webhook_workers: WorkerPool
+) -> None:
     WebhookEndpointFactory.create(url=receiver.url)
     start = threading.Barrier(6)
     errors: list[BaseException] = []
@@ -91,7 +101,9 @@ def test_each_endpoint_has_its_own_cooldown(settings: Any, webhook_workers: Work
         second.close()
 
 
-def test_a_delivery_task_sent_many_times_makes_one_request(receiver: Receiver, webhook_workers: WorkerPool) -> None:
+def test_a_delivery_task_sent_many_times_makes_one_request(
+    receiver: Receiver, webhook_workers: WorkerPool
+) -> None:
     from interfaces.tasks import webhook_deliver
 
     receiver.answer(Reply(200, delay_s=0.5))
@@ -100,7 +112,10 @@ def test_a_delivery_task_sent_many_times_makes_one_request(receiver: Receiver, w
     delivery = WebhookDelivery.objects.get()
     for _ in range(8):  # redeliveries, the sweep, a countdown: all at once
         webhook_deliver.delay(delivery.pk)
-    wait_for(lambda: WebhookDelivery.objects.filter(pk=delivery.pk, status="delivered").exists(), what="the delivery")
+    wait_for(
+        lambda: WebhookDelivery.objects.filter(pk=delivery.pk, status="delivered").exists(),
+        what="the delivery",
+    )
     time.sleep(1.0)  # a chance for the other seven tasks to send again (an answer takes 0.5 s)
     assert len(receiver.received()) == 1
     assert WebhookDelivery.objects.get(pk=delivery.pk).attempts == 1

@@ -58,7 +58,10 @@ def network(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeNetwork]:
             return real_getaddrinfo(host, port, *args, **kwargs)
         fake.lookups.append(host)
         answer = fake.answers[min(len(fake.lookups), len(fake.answers)) - 1]
-        return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (a, int(port))) for a in answer]
+        return [
+            (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (a, int(port)))
+            for a in answer
+        ]
 
     async def sock_connect(loop: Any, sock: socket.socket, address: tuple[str, int]) -> None:
         fake.connections.append((address[0], address[1]))
@@ -73,7 +76,9 @@ def network(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeNetwork]:
 def queued_delivery(url: str) -> WebhookDelivery:
     endpoint = WebhookEndpointFactory.create(url=url)
     alert = AlertFactory.create(kind="hard-down", agent="ada", model="m1", message="down")
-    return WebhookDeliveryFactory.create(endpoint=endpoint, alert=alert, payload=alert_payload(alert), next_attempt_at=timezone.now())
+    return WebhookDeliveryFactory.create(
+        endpoint=endpoint, alert=alert, payload=alert_payload(alert), next_attempt_at=timezone.now()
+    )
 
 
 def test_an_attempt_connects_to_the_address_it_checked_even_if_the_name_answers_differently_later(
@@ -91,7 +96,9 @@ def test_an_attempt_connects_to_the_address_it_checked_even_if_the_name_answers_
 
         assert rebound.received() == []
         [request] = checked.received()
-        assert request.headers["host"] == f"{NAME}:{checked.port}" and request.path == "/hook?token=t"
+        assert (
+            request.headers["host"] == f"{NAME}:{checked.port}" and request.path == "/hook?token=t"
+        )
         assert network.lookups == [NAME]
         assert network.connections == [(PUBLIC, checked.port)]
         assert status == WebhookDelivery.Status.DELIVERED
@@ -100,7 +107,9 @@ def test_an_attempt_connects_to_the_address_it_checked_even_if_the_name_answers_
         rebound.close()
 
 
-def test_a_name_that_resolves_to_a_private_address_is_sent_nothing(settings: Any, network: FakeNetwork, receiver: Receiver) -> None:
+def test_a_name_that_resolves_to_a_private_address_is_sent_nothing(
+    settings: Any, network: FakeNetwork, receiver: Receiver
+) -> None:
     settings.AGENTOPS_WEBHOOKS_ALLOW_PRIVATE = False
     network.answers = [["127.0.0.1"]]
     delivery = queued_delivery(f"http://{NAME}:{receiver.port}/hook")
@@ -114,13 +123,21 @@ def test_a_name_that_resolves_to_a_private_address_is_sent_nothing(settings: Any
     assert receiver.received() == [] and network.connections == []
 
 
-def test_an_address_that_refuses_the_connection_is_passed_over_for_the_next_checked_one(network: FakeNetwork, receiver: Receiver) -> None:
+def test_an_address_that_refuses_the_connection_is_passed_over_for_the_next_checked_one(
+    network: FakeNetwork, receiver: Receiver
+) -> None:
     closed = Receiver("127.0.0.2", receiver.port)
     closed.close()  # nothing listens on 127.0.0.2 at that port now
     network.answers = [["127.0.0.2", "127.0.0.1"]]
     vetted = url_vet(f"http://{NAME}:{receiver.port}/hook", allow_private=True)
 
-    answer = post_signed(url=f"http://{NAME}:{receiver.port}/hook", addresses=vetted.addresses, headers={}, body=b"{}", timeout_s=3)
+    answer = post_signed(
+        url=f"http://{NAME}:{receiver.port}/hook",
+        addresses=vetted.addresses,
+        headers={},
+        body=b"{}",
+        timeout_s=3,
+    )
 
     assert answer.status_code == 200
     assert network.connections == [("127.0.0.2", receiver.port), ("127.0.0.1", receiver.port)]
@@ -148,11 +165,17 @@ def loopback() -> tuple[IPAddress, ...]:
     return url_vet("http://127.0.0.1/", allow_private=True).addresses
 
 
-def test_over_https_the_name_goes_in_sni_and_the_certificate_is_verified_against_it(authority: trustme.CA) -> None:
+def test_over_https_the_name_goes_in_sni_and_the_certificate_is_verified_against_it(
+    authority: trustme.CA,
+) -> None:
     receiver = tls_receiver(authority, NAME)
     try:
         answer = post_signed(
-            url=f"https://{NAME}:{receiver.port}/hook", addresses=loopback(), headers={}, body=b"{}", timeout_s=3,
+            url=f"https://{NAME}:{receiver.port}/hook",
+            addresses=loopback(),
+            headers={},
+            body=b"{}",
+            timeout_s=3,
             verify=client_trusting(authority),
         )
         assert (answer.status_code, answer.error) == (200, "")
@@ -166,7 +189,11 @@ def test_over_https_a_certificate_for_another_name_is_refused(authority: trustme
     receiver = tls_receiver(authority, "other.example.test")
     try:
         answer = post_signed(
-            url=f"https://{NAME}:{receiver.port}/hook", addresses=loopback(), headers={}, body=b"{}", timeout_s=3,
+            url=f"https://{NAME}:{receiver.port}/hook",
+            addresses=loopback(),
+            headers={},
+            body=b"{}",
+            timeout_s=3,
             verify=client_trusting(authority),
         )
         assert answer.status_code is None and "CERTIFICATE_VERIFY_FAILED" in answer.error

@@ -43,7 +43,13 @@ def staff(name: str, *codenames: str) -> Client:
 def queued_delivery(url: str, **fields: Any) -> WebhookDelivery:
     endpoint = WebhookEndpointFactory.create(url=url)
     alert = AlertFactory.create(kind="hard-down", agent="ada", model="m1", message="down")
-    return WebhookDeliveryFactory.create(endpoint=endpoint, alert=alert, payload=alert_payload(alert), next_attempt_at=timezone.now(), **fields)
+    return WebhookDeliveryFactory.create(
+        endpoint=endpoint,
+        alert=alert,
+        payload=alert_payload(alert),
+        next_attempt_at=timezone.now(),
+        **fields,
+    )
 
 
 def test_the_secret_is_shown_only_to_users_who_may_change_endpoints() -> None:
@@ -52,14 +58,19 @@ def test_the_secret_is_shown_only_to_users_who_may_change_endpoints() -> None:
 
     viewed = staff("viewer", "view_webhookendpoint").get(page)
     assert viewed.status_code == 200
-    assert endpoint.secret not in viewed.content.decode() and "hidden: shown to users who may change" in viewed.content.decode()
+    assert (
+        endpoint.secret not in viewed.content.decode()
+        and "hidden: shown to users who may change" in viewed.content.decode()
+    )
     assert "https://8.8.8.8/hook" in viewed.content.decode()  # the rest of the endpoint is there
 
     changed = staff("changer", "view_webhookendpoint", "change_webhookendpoint").get(page)
     assert changed.status_code == 200 and endpoint.secret in changed.content.decode()
 
 
-def test_a_refused_attempt_logs_the_url_without_its_credentials_or_query(settings: Any, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_refused_attempt_logs_the_url_without_its_credentials_or_query(
+    settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     settings.AGENTOPS_WEBHOOKS_ALLOW_PRIVATE = False
     delivery = queued_delivery(f"http://ops:{PASSWORD}@127.0.0.1:9/hook?token={TOKEN}")
 
@@ -75,30 +86,44 @@ def test_a_failed_attempt_logs_the_url_without_its_credentials_or_query_but_send
 ) -> None:
     receiver.answer(Reply(400, body=b"no"))
     plain = receiver.url
-    delivery = queued_delivery(plain.replace("http://", f"http://ops:{PASSWORD}@") + f"?token={TOKEN}")
+    delivery = queued_delivery(
+        plain.replace("http://", f"http://ops:{PASSWORD}@") + f"?token={TOKEN}"
+    )
 
     with caplog.at_level(logging.WARNING, logger="webhooks"):
         assert webhook_delivery_attempt(delivery_id=delivery.pk) == WebhookDelivery.Status.FAILED
 
     [request] = receiver.received()
     assert request.path == f"/hook?token={TOKEN}"
-    assert request.headers["authorization"] == "Basic " + base64.b64encode(f"ops:{PASSWORD}".encode()).decode()
+    assert (
+        request.headers["authorization"]
+        == "Basic " + base64.b64encode(f"ops:{PASSWORD}".encode()).decode()
+    )
     assert plain in caplog.text and "HTTP 400" in caplog.text
     assert PASSWORD not in caplog.text and TOKEN not in caplog.text
 
 
 def test_a_resend_audits_the_url_without_its_credentials_or_query() -> None:
-    delivery = queued_delivery(f"https://ops:{PASSWORD}@8.8.8.8:8443/hook?token={TOKEN}", status=WebhookDelivery.Status.FAILED)
+    delivery = queued_delivery(
+        f"https://ops:{PASSWORD}@8.8.8.8:8443/hook?token={TOKEN}",
+        status=WebhookDelivery.Status.FAILED,
+    )
 
     webhook_delivery_resend(delivery_id=delivery.pk, actor="admin:op", now=timezone.now())
 
     [entry] = AuditEntry.objects.filter(action="webhook.resend")
     assert entry.data["endpoint"] == "https://8.8.8.8:8443/hook"
-    assert str(delivery.endpoint) == "https://8.8.8.8:8443/hook"  # what the admin's change log records
+    assert (
+        str(delivery.endpoint) == "https://8.8.8.8:8443/hook"
+    )  # what the admin's change log records
 
 
-def test_refusing_a_resend_to_a_disabled_endpoint_names_the_url_without_its_credentials_or_query() -> None:
-    delivery = queued_delivery(f"https://ops:{PASSWORD}@8.8.8.8/hook?token={TOKEN}", status=WebhookDelivery.Status.FAILED)
+def test_refusing_a_resend_to_a_disabled_endpoint_names_the_url_without_its_credentials_or_query() -> (
+    None
+):
+    delivery = queued_delivery(
+        f"https://ops:{PASSWORD}@8.8.8.8/hook?token={TOKEN}", status=WebhookDelivery.Status.FAILED
+    )
     WebhookEndpoint.objects.filter(pk=delivery.endpoint_id).update(enabled=False)
 
     with pytest.raises(Conflict) as refused:
@@ -109,9 +134,17 @@ def test_refusing_a_resend_to_a_disabled_endpoint_names_the_url_without_its_cred
 
 
 def test_the_admin_change_log_names_the_endpoint_without_its_credentials_or_query() -> None:
-    endpoint = WebhookEndpointFactory.create(url=f"https://ops:{PASSWORD}@8.8.8.8/hook?token={TOKEN}")
+    endpoint = WebhookEndpointFactory.create(
+        url=f"https://ops:{PASSWORD}@8.8.8.8/hook?token={TOKEN}"
+    )
     client = staff("changer", "view_webhookendpoint", "change_webhookendpoint")
-    form = {"url": endpoint.url, "description": "renamed", "kinds": "", "enabled": "on", "secret": endpoint.secret}
+    form = {
+        "url": endpoint.url,
+        "description": "renamed",
+        "kinds": "",
+        "enabled": "on",
+        "secret": endpoint.secret,
+    }
 
     response = client.post(f"/admin/webhooks/webhookendpoint/{endpoint.pk}/change/", form)
 
@@ -129,7 +162,9 @@ def test_the_admin_change_log_names_the_endpoint_without_its_credentials_or_quer
         ("http://[::1/hook", "(a URL that does not parse)"),
     ],
 )
-def test_the_logged_form_of_a_url_keeps_scheme_host_port_and_path_only(url: str, logged: str) -> None:
+def test_the_logged_form_of_a_url_keeps_scheme_host_port_and_path_only(
+    url: str, logged: str
+) -> None:
     from agentops.urlsafety import url_for_log
 
     assert url_for_log(url) == logged
@@ -140,7 +175,9 @@ FRAGMENT = "fr4gtoken"
 
 
 def endpoint_with_a_token_in_its_url() -> WebhookEndpoint:
-    return WebhookEndpointFactory.create(url=f"https://ops:{PASSWORD}@8.8.8.8:8443/hook?token={TOKEN}#{FRAGMENT}")
+    return WebhookEndpointFactory.create(
+        url=f"https://ops:{PASSWORD}@8.8.8.8:8443/hook?token={TOKEN}#{FRAGMENT}"
+    )
 
 
 def test_a_user_who_may_only_view_endpoints_sees_their_urls_without_credentials_or_query() -> None:
@@ -152,7 +189,12 @@ def test_a_user_who_may_only_view_endpoints_sees_their_urls_without_credentials_
         assert response.status_code == 200, page
         html = response.content.decode()
         assert f"https://8.8.8.8:8443/hook ({URL_HIDDEN})" in html, page
-        assert PASSWORD not in html and TOKEN not in html and "ops:" not in html and FRAGMENT not in html, page
+        assert (
+            PASSWORD not in html
+            and TOKEN not in html
+            and "ops:" not in html
+            and FRAGMENT not in html
+        ), page
 
 
 def test_a_user_who_may_change_endpoints_sees_their_full_urls() -> None:
@@ -178,9 +220,16 @@ def test_a_url_without_credentials_or_query_is_shown_to_a_viewer_as_it_is() -> N
 def test_a_viewer_cannot_find_an_endpoint_or_its_deliveries_by_the_hidden_part_of_its_url() -> None:
     delivery = queued_delivery(f"https://8.8.8.8/hook?token={TOKEN}")
     viewer = staff("viewer", "view_webhookendpoint", "view_webhookdelivery")
-    changer = staff("changer", "view_webhookendpoint", "change_webhookendpoint", "view_webhookdelivery")
+    changer = staff(
+        "changer", "view_webhookendpoint", "change_webhookendpoint", "view_webhookdelivery"
+    )
 
     for listing in (ENDPOINTS, "/admin/webhooks/webhookdelivery/"):
         assert viewer.get(listing, {"q": TOKEN[:4]}).context["cl"].result_count == 0, listing
         assert changer.get(listing, {"q": TOKEN[:4]}).context["cl"].result_count == 1, listing
-    assert viewer.get("/admin/webhooks/webhookdelivery/", {"q": delivery.webhook_id}).context["cl"].result_count == 1
+    assert (
+        viewer.get("/admin/webhooks/webhookdelivery/", {"q": delivery.webhook_id})
+        .context["cl"]
+        .result_count
+        == 1
+    )

@@ -38,7 +38,9 @@ def private_refused(settings: Any) -> None:
         ("http://[::ffff:10.0.0.1]/hook", "private"),
     ],
 )
-def test_a_non_public_address_is_refused_and_the_error_names_the_url_field(private_refused: None, url: str, kind: str) -> None:
+def test_a_non_public_address_is_refused_and_the_error_names_the_url_field(
+    private_refused: None, url: str, kind: str
+) -> None:
     with pytest.raises(ValidationError) as refused:
         WebhookEndpoint(url=url).full_clean()
     assert list(refused.value.message_dict) == ["url"]
@@ -68,24 +70,37 @@ def test_a_secret_that_is_not_whsec_base64_is_refused() -> None:
     assert list(refused.value.message_dict) == ["secret"]
 
 
-def test_the_admin_form_refuses_a_loopback_url_on_the_url_field_and_saves_a_public_one(private_refused: None) -> None:
+def test_the_admin_form_refuses_a_loopback_url_on_the_url_field_and_saves_a_public_one(
+    private_refused: None,
+) -> None:
     client = Client()
     client.force_login(User.objects.create_superuser("root", password="x"))
     page = client.get("/admin/webhooks/webhookendpoint/add/")
     secret = page.context["adminform"].form["secret"].initial
     assert secret.startswith("whsec_") and secret in page.content.decode()
 
-    form = {"url": "http://127.0.0.1:8080/hook", "description": "", "kinds": "hard-down", "enabled": "on", "secret": secret}
+    form = {
+        "url": "http://127.0.0.1:8080/hook",
+        "description": "",
+        "kinds": "hard-down",
+        "enabled": "on",
+        "secret": secret,
+    }
     response = client.post("/admin/webhooks/webhookendpoint/add/", form)
     assert response.status_code == 200
     errors = response.context["adminform"].form.errors
     assert list(errors) == ["url"] and "loopback" in errors["url"][0]
     assert not WebhookEndpoint.objects.exists()
 
-    response = client.post("/admin/webhooks/webhookendpoint/add/", {**form, "url": "https://8.8.8.8/hook", "kinds": "hard-down,provider-wait"})
+    response = client.post(
+        "/admin/webhooks/webhookendpoint/add/",
+        {**form, "url": "https://8.8.8.8/hook", "kinds": "hard-down,provider-wait"},
+    )
     assert response.status_code == 302
     saved = WebhookEndpoint.objects.get()
-    assert saved.kinds == ["hard-down", "provider-wait"] and saved.secret == secret and saved.enabled
+    assert (
+        saved.kinds == ["hard-down", "provider-wait"] and saved.secret == secret and saved.enabled
+    )
 
 
 @pytest.mark.django_db(transaction=True)
@@ -112,15 +127,29 @@ def test_the_admin_looks_the_host_up_before_it_opens_its_transaction(
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
     client = Client()
     client.force_login(User.objects.create_superuser("root", password="x"))
-    secret = client.get("/admin/webhooks/webhookendpoint/add/").context["adminform"].form["secret"].initial
+    secret = (
+        client.get("/admin/webhooks/webhookendpoint/add/")
+        .context["adminform"]
+        .form["secret"]
+        .initial
+    )
 
     # No scheme: the form reads it as https, and so does the look-up ahead.
-    form = {"url": "hooks.example.test/hook", "description": "", "kinds": "", "enabled": "on", "secret": secret}
+    form = {
+        "url": "hooks.example.test/hook",
+        "description": "",
+        "kinds": "",
+        "enabled": "on",
+        "secret": secret,
+    }
     response = client.post("/admin/webhooks/webhookendpoint/add/", form)
 
     assert in_transaction == [False]  # one look-up, before the admin's transaction
     if saved:
-        assert response.status_code == 302 and WebhookEndpoint.objects.get().url == "https://hooks.example.test/hook"
+        assert (
+            response.status_code == 302
+            and WebhookEndpoint.objects.get().url == "https://hooks.example.test/hook"
+        )
     else:
         assert "10.0.0.1, a private address" in response.context["adminform"].form.errors["url"][0]
         assert not WebhookEndpoint.objects.exists()

@@ -110,6 +110,7 @@ def assert_all_closed(http: httpx.Client, within: float = 2.0) -> None:
         assert time.monotonic() < deadline, "a stand-in response outlived its client"
         time.sleep(0.02)
 
+
 def error_object(api: str, body: Any) -> dict[str, Any]:
     if api == "anthropic":
         assert body["type"] == "error"

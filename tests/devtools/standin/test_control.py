@@ -111,7 +111,8 @@ def test_signal_exits_cleanly_with_open_requests(sig: signal.Signals) -> None:
         assert process is not None
         wait_for(
             lambda: httpx.get(standin.base_url + "/_standin/open").json() == {"open": 2},
-            timeout=5, what="the hanging request and the stream both open at the stand-in",
+            timeout=5,
+            what="the hanging request and the stream both open at the stand-in",
         )
         start = time.monotonic()
         process.send_signal(sig)

@@ -15,7 +15,9 @@ from tests.devtools.standin.common import ANSWER, QUESTION, parse_sse
 pytestmark = [pytest.mark.timeout(60)]
 
 
-def events(base: str, model: str, seconds: float = 5.0, **extra: Any) -> list[tuple[str | None, dict[str, Any]]]:
+def events(
+    base: str, model: str, seconds: float = 5.0, **extra: Any
+) -> list[tuple[str | None, dict[str, Any]]]:
     body = {"model": model, "input": QUESTION, "stream": True, **extra}
     with httpx.Client(timeout=httpx.Timeout(5.0, read=seconds)) as client:
         raw = b""
@@ -61,7 +63,10 @@ def test_think_streams_a_reasoning_item_before_the_message(oai: openai.OpenAI) -
     thought = "".join(e.delta for e in seen if e.type == "response.reasoning_summary_text.delta")  # type: ignore[union-attr]
     assert thought == f"Thinking about: {QUESTION}"
     usage = seen[-1].response.usage  # type: ignore[union-attr]
-    assert usage is not None and usage.output_tokens_details.reasoning_tokens == (len(thought) + 3) // 4
+    assert (
+        usage is not None
+        and usage.output_tokens_details.reasoning_tokens == (len(thought) + 3) // 4
+    )
 
 
 def test_think_is_silent_after_the_reasoning_item_starts(base: str) -> None:
@@ -71,17 +76,30 @@ def test_think_is_silent_after_the_reasoning_item_starts(base: str) -> None:
     assert time.monotonic() - start >= 0.4
 
 
-def test_a_tool_call_streams_its_arguments_and_a_result_round_trip_answers(oai: openai.OpenAI) -> None:
-    tools: Any = [{"type": "function", "name": "search", "parameters": {"type": "object", "properties": {}}}]
+def test_a_tool_call_streams_its_arguments_and_a_result_round_trip_answers(
+    oai: openai.OpenAI,
+) -> None:
+    tools: Any = [
+        {"type": "function", "name": "search", "parameters": {"type": "object", "properties": {}}}
+    ]
     with oai.responses.stream(model="tool", input=QUESTION, tools=tools) as stream:
         final = stream.get_final_response()
     (call,) = final.output
     assert call.type == "function_call" and call.name == "search"
     assert json.loads(call.arguments) == {"query": QUESTION}
     answered = oai.responses.create(
-        model="tool", tools=tools,
-        input=[{"role": "user", "content": QUESTION}, {"type": "function_call", "call_id": call.call_id, "name": "search", "arguments": call.arguments},
-               {"type": "function_call_output", "call_id": call.call_id, "output": "42"}],
+        model="tool",
+        tools=tools,
+        input=[
+            {"role": "user", "content": QUESTION},
+            {
+                "type": "function_call",
+                "call_id": call.call_id,
+                "name": "search",
+                "arguments": call.arguments,
+            },
+            {"type": "function_call_output", "call_id": call.call_id, "output": "42"},
+        ],
     )
     assert answered.output_text == "Tool result received: 42"
 
@@ -106,11 +124,21 @@ def test_silent_sends_the_stream_start_then_nothing(base: str) -> None:
         ("retry-after-date", ("retry-after", None), None),
         ("body-ms", None, ("retry_after_ms", 2000)),
         ("body-s", None, ("retry_after", 2)),
-        ("body-retry-delay", None, ("details", [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "2s"}])),
+        (
+            "body-retry-delay",
+            None,
+            (
+                "details",
+                [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "2s"}],
+            ),
+        ),
     ],
 )
 def test_a_429_states_its_wait_in_each_form(base: str, form: str, header: Any, field: Any) -> None:
-    response = httpx.post(base + "/v1/responses", json={"model": f"error:status=429,form={form},wait_ms=2000", "input": QUESTION})
+    response = httpx.post(
+        base + "/v1/responses",
+        json={"model": f"error:status=429,form={form},wait_ms=2000", "input": QUESTION},
+    )
     assert response.status_code == 429
     error = response.json()["error"]
     assert error["code"] == "rate_limit_exceeded"
