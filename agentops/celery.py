@@ -155,17 +155,17 @@ def _on_worker_ready(sender: object = None, **kwargs: object) -> None:
 
 @worker_shutting_down.connect
 def _on_worker_shutting_down(**kwargs: object) -> None:
-    from .lifecycle import shutdown_begin
+    from .runtime import runtime
 
     _stop_announcing.set()
-    shutdown_begin()
+    runtime().begin_shutdown()
 
 
 @worker_shutdown.connect
 def _on_worker_shutdown(**kwargs: object) -> None:
     """After a warm shutdown stopped the task pool: the turns its tasks handed to the loop
     still run (a call out is left to end, a waiting turn is handed back); wait for them."""
-    from .lifecycle import wait_idle
+    from .runtime import runtime
 
-    wait_idle()
+    runtime().wait_idle()
     telemetry.telemetry_flush()

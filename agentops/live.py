@@ -7,7 +7,7 @@ on request, built by ``interfaces.dashboard``), ``alert.raised`` (``agentops.ale
 ``agentops.selectors.alert_json``), ``call.started`` and ``call.ended``
 (``calls.events``), ``hold.started`` and ``hold.ended`` (here, for ``waits``).
 Producers call one function each; the event goes out once the current transaction commits,
-from the process's background loop, so the caller never waits on Redis.
+from the runtime's loop, so the caller never waits on Redis.
 
 Sends happen after commit: a client must never see a state the database rolled back.
 """
@@ -20,8 +20,8 @@ from typing import Any
 from channels.layers import get_channel_layer
 from channels_redis.core import RedisChannelLayer
 
-from .background import background_loop
 from .rows import after_commit
+from .runtime import runtime
 from .text import bound_text
 
 logger = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ def turn_group(turn_id: int) -> str:
 
 
 async def _group_sends(sends: list[tuple[str, dict[str, Any]]]) -> None:
-    """The live events handed to the background loop one after another, in one batch."""
+    """The live events handed to the runtime's loop one after another, in one batch."""
     layer = get_channel_layer()
     if layer is None:
         return
@@ -104,8 +104,8 @@ async def _group_sends(sends: list[tuple[str, dict[str, Any]]]) -> None:
 
 def publish_turn_event(turn_id: int, event: dict[str, Any]) -> None:
     """Send ``event`` to the turn's websocket listeners now, in order with this process's other
-    live events, on its background loop. Callable from any thread; the caller never waits."""
-    background_loop().send_batched_in_order(
+    live events, on its runtime's loop. Callable from any thread; the caller never waits."""
+    runtime().send_batched_in_order(
         _group_sends, (turn_group(turn_id), {"type": "turn.event", "event": event})
     )
 
@@ -120,7 +120,7 @@ def dashboard_publish(event: dict[str, Any]) -> None:
     once the current transaction commits (at once outside one), in order with this process's
     other live events. Never blocks the caller; the one sender of the ``dashboard`` group."""
     after_commit(
-        lambda: background_loop().send_batched_in_order(
+        lambda: runtime().send_batched_in_order(
             _group_sends, (DASHBOARD_GROUP, {"type": "dashboard.event", "event": event})
         )
     )

@@ -278,7 +278,7 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-# A worker's task threads only hand turns over to the process's background loop, where each
+# A worker's task threads only hand turns over to the runtime's loop, where each
 # agent's run is a coroutine (turns.drain): a few threads take turns from the broker
 # as fast as it hands them out, and the webhooks' deliveries run beside them.
 CELERY_WORKER_POOL = "threads"
@@ -286,7 +286,7 @@ CELERY_WORKER_CONCURRENCY = env_int("AGENTOPS_WORKER_CONCURRENCY", 8, minimum=1)
 # How many agents' runs one worker process holds at once (each a coroutine, its call a socket);
 # past it, the worker takes no more turns from the broker until one ends.
 AGENTOPS_WORKER_TURNS = env_int("AGENTOPS_WORKER_TURNS", 10_000, minimum=1)
-# A worker's bookkeeping threads (the turns' blocking ORM work, agentops.background), and how much
+# A worker's bookkeeping threads (the turns' blocking ORM work, agentops.runtime), and how much
 # lower their OS priority is than the loop's (their niceness raised by this; 0 leaves it): in a
 # storm of cuts, with the cores full, the loop that times the cuts is scheduled first.
 AGENTOPS_BOOKKEEPING_THREADS = env_int("AGENTOPS_BOOKKEEPING_THREADS", 4, minimum=1)

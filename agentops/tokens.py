@@ -15,7 +15,10 @@ TOKEN_PREFIX = "ao_"
 # A token's last_used_at is written on its first use in a process and then at most once per
 # this many seconds: not one UPDATE per request.
 LAST_USED_EVERY_S = 30.0
+# When each token's last_used_at was last written by this process; cleared past
+# LAST_WRITTEN_KEPT tokens (a bound: a process seeing that many tokens writes each once more).
 _last_written: dict[int, float] = {}
+LAST_WRITTEN_KEPT = 10_000
 
 
 def _hash(token: str) -> str:
@@ -61,6 +64,8 @@ def api_token_check(token: str) -> ApiToken | None:
     now = time.monotonic()
     last = _last_written.get(row.pk)
     if last is None or now - last >= LAST_USED_EVERY_S:
+        if len(_last_written) >= LAST_WRITTEN_KEPT:
+            _last_written.clear()
         _last_written[row.pk] = now
         ApiToken.objects.filter(pk=row.pk).update(last_used_at=timezone.now())
     return row

@@ -22,7 +22,7 @@ app = Celery("tbench_bare")
 app.conf.update(json.loads(os.environ.get("TBENCH_CELERY_CONF", "{}")))
 
 # A client per pool thread, its connection kept alive between tasks (the service keeps its
-# connections alive too: agentops.background, pooled clients). One client shared by hundreds
+# connections alive too: the agentops runtime, pooled clients). One client shared by hundreds
 # of threads would measure httpcore's pool lock, not the call.
 _local = threading.local()
 _redis: dict[str, redis.Redis] = {}

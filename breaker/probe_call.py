@@ -12,9 +12,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from agentops.background import background_loop, bookkeeping
 from agentops.models import Agent, HistoryRow
-from calls.client import CallResult
+from agentops.runtime import runtime
 from calls.run import Holding, ProviderCall, Watch
 from calls.types import CompiledRequest, Message, ProviderError
 from inference.models import InferenceCall, Turn
@@ -70,27 +69,18 @@ def probe_request(failed: CompiledRequest, participant: str) -> CompiledRequest:
     return replace(failed, messages=[message], stream=False)
 
 
-def probe_send(
+async def probe_send(
     *, turn: Turn, failed: CompiledRequest, ticket: ProbeTicket, holding: Holding | None = None
 ) -> ProbeOutcome:
-    """Send the probe and wait for it (off any event loop, outside any transaction). Never
+    """Send the probe and wait for it, on the running loop (outside any transaction). Never
     retried. A held model defers it without a call. ``holding`` is the drain's lease: the
     probe is aborted if it is lost while the probe is out."""
-    agent = turn.agent
-    if admission_check(agent=agent, model=failed.model, now_ms=time.time() * 1000) is not None:
-        deferred = ProviderCall.deferred(
-            agent=agent,
-            kind=InferenceCall.Kind.PROBE,
-            model=failed.model,
-            max_tokens=failed.max_tokens,
-            turn=turn,
-        )
-        return ProbeOutcome("deferred", None, deferred.pk)
-    call = ProviderCall(
-        agent, probe_request(failed, probe_participant(agent)), InferenceCall.Kind.PROBE, turn=turn
-    )
+    call = await runtime().db(_probe_prepared, turn, failed)
+    if isinstance(call, InferenceCall):
+        return ProbeOutcome("deferred", None, call.pk)
     watch = Watch(abort_key=probe_abort_key(ticket.probe_id), holding=holding)
-    result = background_loop().submit(_probe_run(call, watch)).result()
+    result = await call.run(watch=watch)
+    await runtime().db(call.end)
     outcomes: dict[str, Literal["answered", "error", "cut", "aborted"]] = {
         "completed": "answered",
         "error": "error",
@@ -100,9 +90,16 @@ def probe_send(
     return ProbeOutcome(outcomes[result.outcome], result.error, call.row.pk)
 
 
-async def _probe_run(call: ProviderCall, watch: Watch) -> CallResult:
-    """The probe on the background loop: its row and its end in the bookkeeping pool."""
-    await bookkeeping(call.begin)
-    result = await call.perform(watch=watch)
-    await bookkeeping(call.end)
-    return result
+def _probe_prepared(turn: Turn, failed: CompiledRequest) -> ProviderCall | InferenceCall:
+    """The probe's call, or the ``deferred`` row written when a wait holds the model."""
+    agent = turn.agent
+    if admission_check(agent=agent, model=failed.model, now_ms=time.time() * 1000) is not None:
+        return ProviderCall.deferred(
+            agent=agent,
+            kind=InferenceCall.Kind.PROBE,
+            model=failed.model,
+            max_tokens=failed.max_tokens,
+            turn=turn,
+        )
+    request = probe_request(failed, probe_participant(agent))
+    return ProviderCall(agent, request, InferenceCall.Kind.PROBE, turn=turn)

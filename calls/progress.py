@@ -20,8 +20,8 @@ import redis
 import redis.asyncio
 from django.conf import settings
 
-from agentops.background import background_loop
 from agentops.live import DASHBOARD_GROUP
+from agentops.runtime import Runtime, runtime
 from calls.bounds import Deadline
 from calls.client import Timeline
 
@@ -66,10 +66,11 @@ class ProgressSource(Protocol):
 
 
 class ProgressHub:
-    """The process's progress sender, on the background loop (every method runs there)."""
+    """The process's progress sender, a part of its runtime (every method runs on its loop)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.loop = runtime.loop
         self._pending: dict[int, ProgressSource] = {}
         self._ended: set[int] = set()
         self._in_flight: set[int] = set()
@@ -108,7 +109,7 @@ class ProgressHub:
         batch, self._pending = [source.progress() for source in self._pending.values()], {}
         ended, self._ended = list(self._ended), set()
         if batch or ended:
-            background_loop().send_in_order(self._send(batch, ended))
+            self.runtime.send_in_order(self._send(batch, ended))
 
     async def _send(self, batch: list[dict[str, Any]], ended: list[int]) -> None:
         for start in range(0, max(len(batch), len(ended)), SLICE):
@@ -141,17 +142,16 @@ class ProgressHub:
             except Exception:  # best effort, as every dashboard event
                 logger.warning("could not send call.progress to the dashboard", exc_info=True)
 
-
-_hubs: dict[int, ProgressHub] = {}
+    async def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._redis is not None:
+            await self._redis.aclose()
 
 
 def progress_hub() -> ProgressHub:
-    """This process's hub (one per background loop). Call on the loop."""
-    loop = background_loop().loop
-    hub = _hubs.get(id(loop))
-    if hub is None or hub.loop is not loop:
-        hub = _hubs[id(loop)] = ProgressHub(loop)
-    return hub
+    """This process's hub, on its runtime. Call on the runtime's loop."""
+    return runtime().part(ProgressHub)
 
 
 def call_progress_read(call_ids: list[int]) -> dict[int, dict[str, Any]]:

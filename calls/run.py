@@ -2,11 +2,13 @@
 in ``turns.drain``, the breaker's probe in ``breaker.probe_call``, ``complete`` in
 ``turns.auxiliary`` and the drop-in endpoints in ``turns.dropin``).
 
-A call has three steps, and the caller decides which thread or loop runs each: ``begin`` (in a
-thread: it may resolve DNS and write the row), ``perform`` (a coroutine: the socket, the stream
-reader, the deadline timer) and ``end`` (in a thread: the row's record and the call's end
-announced). Nothing of the caller's runs inside them: each returns what happened and the caller
-decides what follows (a stated wait recorded, an answer stored, an error raised).
+Every caller composes it the same way: ``result = await call.run(...)`` (``begin`` in the
+runtime's database threads: it may resolve DNS and write the row; then ``perform`` on the
+running loop: the socket, the stream reader, the deadline timer), then ``end`` in a database
+hop of its own (the row's record and the call's end announced), after whatever it must decide
+first (a turn records a stated wait before the row). Nothing of the caller's runs inside them:
+each returns what happened and the caller decides what follows (an answer stored, an error
+raised).
 
 Its row is written in one place (``_row_write``): before the call is sent when it is shown in
 flight (``begin(in_flight=True)``: a turn's call, a probe, a streamed drop-in call), else once,
@@ -19,18 +21,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from django.utils import timezone
 
-from agentops import lifecycle, rows, telemetry
-from agentops.background import BackgroundLoop, LoopWake, background_loop
-from agentops.lifecycle import Wake
+from agentops import rows, telemetry
 from agentops.live import broadcast_turn_event, publish_turn_event
 from agentops.models import Agent
 from agentops.outbound import proxy_configured
 from agentops.providers import base_url_vet, key_env_problem, key_missing
+from agentops.runtime import Runtime, Settable, Wake, runtime
 from agentops.text import bound_text
 from agentops.urlsafety import HostUnresolved, IPAddress
 from calls.adapters import Adapter, WireRequest, build_wire
@@ -56,14 +58,14 @@ class Holding(Protocol):
     @property
     def lost(self) -> bool: ...
 
-    def wake_on_loss(self, event: Wake) -> Callable[[], None]:
+    def wake_on_loss(self, event: Settable) -> Callable[[], None]:
         """Set ``event`` once lost (at once if it is); returns the undo."""
         ...
 
 
 @dataclass(frozen=True)
 class Watch:
-    """What watches a call on the process's background loop (a turn's call, a probe): it is
+    """What watches a call on the runtime's loop (a turn's call, a probe): it is
     aborted when the Redis key ``abort_key`` appears, when ``holding`` is lost and, with
     ``abort_on_shutdown``, when the worker's warm shutdown begins (a turn's call is left to end:
     the worker waits for it); it has its entry among the dashboard's calls in flight; with
@@ -77,6 +79,8 @@ class Watch:
 
 
 OnWire = Callable[[str, Any], Awaitable[None]]
+# How a caller runs blocking work from the loop (``Runtime.db``, or a durable variant of it).
+Hop = Callable[[Callable[[], None]], Awaitable[None]]
 
 
 class ProviderCall:
@@ -146,6 +150,20 @@ class ProviderCall:
             _row_write(self.row, {"sent_at": timezone.now()})
             dashboard_call_started(call=self.row, agent=self.agent.name)
 
+    async def run(
+        self,
+        *,
+        in_flight: bool = True,
+        watch: Watch | None = None,
+        on_wire: OnWire | None = None,
+        hop: Hop | None = None,
+    ) -> CallResult:
+        """``begin`` in a database hop (``hop``: the runtime's ``db`` unless the caller waits
+        out an outage), then ``perform``. The caller ends the call (``end``) once it decided."""
+        begin = partial(self.begin, in_flight=in_flight)
+        await (hop(begin) if hop is not None else runtime().db(begin))
+        return await self.perform(watch=watch, on_wire=on_wire)
+
     async def perform(
         self, *, watch: Watch | None = None, on_wire: OnWire | None = None
     ) -> CallResult:
@@ -156,7 +174,7 @@ class ProviderCall:
         if self.refused is not None:
             self.result = self.refused
             return self.refused
-        hooks = _Hooks(background_loop(), self, watch) if watch is not None else None
+        hooks = _Hooks(runtime(), self, watch) if watch is not None else None
         try:
             self.result = await perform_call(
                 adapter=self.adapter,
@@ -264,7 +282,7 @@ class _Hooks:
         "watch",
     )
 
-    def __init__(self, engine: BackgroundLoop, call: ProviderCall, watch: Watch) -> None:
+    def __init__(self, engine: Runtime, call: ProviderCall, watch: Watch) -> None:
         self.engine, self.call, self.watch = engine, call, watch
         self.turn_id = call.row.turn_id if watch.turn_events else None
         self.call_id: int = call.row.pk  # read at every event: a model's pk is a property lookup
@@ -280,13 +298,12 @@ class _Hooks:
         if watch.abort_key is not None:
             self.undo.append(self.engine.watch_cancel(watch.abort_key, abort))
         # Woken from another thread (the renewer that found the lease taken, a warm shutdown).
-        wake = LoopWake(self.engine.loop)
+        wake = Wake(self.engine.loop)
         wake.future.add_done_callback(lambda _: abort())
         if watch.holding is not None:
             self.undo.append(watch.holding.wake_on_loss(wake))
         if watch.abort_on_shutdown:
-            lifecycle.wake_on_shutdown(wake)
-            self.undo.append(lambda: lifecycle.forget(wake))
+            self.undo.append(self.engine.wake_on_shutdown(wake))
 
     async def on_milestone(self, name: str, timeline: Timeline) -> None:
         if name == "sent" and self.turn_id is not None:

@@ -10,13 +10,13 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import redis
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from agentops.exceptions import NotFound
 from agentops.live import DASHBOARD_GROUP, turn_group
 from agentops.models import ApiToken
+from agentops.runtime import runtime
 from agentops.selectors import id_valid
 from agentops.tokens import api_token_check
 from inference.models import Turn
@@ -61,7 +61,7 @@ class TurnConsumer(ToleratesBadFrames):
 
     async def connect(self) -> None:
         query = parse_qs(self.scope.get("query_string", b"").decode(errors="replace"))
-        token = await database_sync_to_async(api_token_check)((query.get("token") or [""])[0])
+        token = await runtime().db(api_token_check, (query.get("token") or [""])[0])
         if token is None:
             await self.refuse(4401)
             return
@@ -75,7 +75,7 @@ class TurnConsumer(ToleratesBadFrames):
         self.group = turn_group(turn_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         # Another project's turn is unknown to this token, exactly as a missing one.
-        status = await database_sync_to_async(_turn_status)(turn_id, token)
+        status = await runtime().db(_turn_status, turn_id, token)
         if status is None:
             await self.refuse(4404)
             return
@@ -193,7 +193,7 @@ class DashboardConsumer(ToleratesBadFrames):
 
     async def _send_snapshot(self) -> None:
         self._last_snapshot = time.monotonic()
-        await self.send_json(await database_sync_to_async(_dashboard_snapshot)())
+        await self.send_json(await runtime().db(_dashboard_snapshot))
 
 
 def _dashboard_snapshot() -> dict[str, Any]:

@@ -12,11 +12,12 @@ from typing import Any, Literal
 from django.db import transaction
 from opentelemetry.trace import Span
 
-from agentops import lifecycle, telemetry
+from agentops import telemetry
 from agentops.models import Agent
+from agentops.runtime import runtime
 from breaker.decision import BreakerAction, probe_verdict
-from breaker.probe_call import probe_send
-from breaker.probes import breaker_probe_begin, breaker_probe_end
+from breaker.probe_call import ProbeOutcome, probe_send
+from breaker.probes import ProbeTicket, breaker_probe_begin, breaker_probe_end
 from breaker.services import breaker_note_failure
 from breaker.shedding import ShedResult, history_shed
 from calls.run import Holding
@@ -27,27 +28,30 @@ from turns.services import turn_queue_retry
 logger = logging.getLogger(__name__)
 
 
-def breaker_after_failure(
+async def breaker_after_failure(
     *, turn: Turn, error: ProviderError, failed: CompiledRequest, holding: Holding | None = None
 ) -> None:
     """Tell the breaker about a turn that ended in failure (architecture.md §7): the streak and
     hard-down, then the probe (failures that may be the history's fault), a shed and one retry.
-    Runs after the failure is recorded, outside any transaction: the probe is a network call.
-    ``holding`` is the drain's lease, for the time the probe is out. Blocks while the probe
-    is out: call it off the background loop."""
+    Runs after the failure is recorded, on the runtime's loop, outside any transaction: the
+    probe is a network call. ``holding`` is the drain's lease, for the time the probe is out."""
+    db = runtime().db
+    stopping = runtime().stopping
     agent = turn.agent
-    step = breaker_note_failure(agent=agent, failure_type=error.type, http_status=error.http_status)
+    step = await db(
+        breaker_note_failure, agent=agent, failure_type=error.type, http_status=error.http_status
+    )
     reason = f"{error.type} at HTTP {error.http_status}: the request kept being refused"
     if step.action == BreakerAction.PROBE:
-        ticket = breaker_probe_begin(agent=agent)
+        ticket = await db(breaker_probe_begin, agent=agent)
         # The probe's call, the shed and the retry's turn are this span's children.
         with _breaker_span("agentops.breaker.probe", agent) as span:
             probe = (
                 None
-                if lifecycle.stopping.is_set()
-                else probe_send(turn=turn, failed=failed, ticket=ticket, holding=holding)
+                if stopping.is_set()
+                else await probe_send(turn=turn, failed=failed, ticket=ticket, holding=holding)
             )
-            if probe is None or lifecycle.stopping.is_set():
+            if probe is None or stopping.is_set():
                 # Shutdown aborts probes: whatever came back decides nothing.
                 verdict: Literal["answered", "refused", "unclear", "aborted"] = "aborted"
                 detail = "aborted: the service is stopping" + (
@@ -64,34 +68,47 @@ def breaker_after_failure(
                 detail = f"probe call {probe.call_id}: {probe.outcome}" + (
                     f" ({probe.error.type}, HTTP {probe.error.http_status})" if probe.error else ""
                 )
-            # The shed, its marker and the retry commit together, under the locks of the move check.
-            with transaction.atomic():
-                end = breaker_probe_end(
-                    ticket=ticket, verdict=verdict, detail=detail, shed_reason=reason
-                )
-                if (
-                    probe is not None and probe.call_id is not None
-                ):  # what the probe came to (the probes metric)
-                    InferenceCall.objects.filter(pk=probe.call_id).update(probe_verdict=end.status)
-                if end.shed is not None:
-                    _retry_after_shed(turn, end.shed)
+            status = await db(_probe_settled, turn, ticket, verdict, detail, reason, probe)
             if span is not None:
                 span.set_attributes(
                     {
-                        "agentops.breaker.verdict": end.status,
+                        "agentops.breaker.verdict": status,
                         "agentops.breaker.detail": telemetry.bounded(detail),
                     }
                 )
         return
     if step.action == BreakerAction.SHED:
-        with transaction.atomic():
-            _retry_after_shed(turn, history_shed(agent=agent, reason=reason))
+        await db(_shed, turn, reason)
     elif step.action in (BreakerAction.STOP_CAP, BreakerAction.STOP_EMPTY):
         logger.warning(
             "agent %s: the breaker stops (%s); nothing more is set aside in this run",
             agent.name,
             step.action,
         )
+
+
+def _probe_settled(
+    turn: Turn,
+    ticket: ProbeTicket,
+    verdict: Literal["answered", "refused", "unclear", "aborted"],
+    detail: str,
+    reason: str,
+    probe: ProbeOutcome | None,
+) -> str:
+    """The probe's end, what it came to on its call's row (the probes metric), and the shed
+    with its marker and the retry: one transaction, under the locks of the move check."""
+    with transaction.atomic():
+        end = breaker_probe_end(ticket=ticket, verdict=verdict, detail=detail, shed_reason=reason)
+        if probe is not None and probe.call_id is not None:
+            InferenceCall.objects.filter(pk=probe.call_id).update(probe_verdict=end.status)
+        if end.shed is not None:
+            _retry_after_shed(turn, end.shed)
+    return end.status
+
+
+def _shed(turn: Turn, reason: str) -> None:
+    with transaction.atomic():
+        _retry_after_shed(turn, history_shed(agent=turn.agent, reason=reason))
 
 
 def _retry_after_shed(turn: Turn, shed: ShedResult) -> None:

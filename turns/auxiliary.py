@@ -16,12 +16,12 @@ from typing import Any
 
 from agentops.exceptions import CallTimedOut, ProviderFailed, RateLimited
 from agentops.models import Agent
+from agentops.runtime import runtime
 from calls.client import CallResult
 from calls.records import ms_to_dt
 from calls.run import ProviderCall
 from calls.types import CompiledRequest, Message
 from inference.models import InferenceCall
-from turns.on_loop import in_thread
 from waits.admission import admission_check, remaining_ms
 from waits.services import wait_record
 
@@ -100,15 +100,15 @@ async def auxiliary_complete_on_loop(
     outcome (so an auxiliary call made here is not among the dashboard's calls in flight; it
     shows as it ends)."""
     model = model or agent.model
-    await in_thread(_admit, agent, model, max_tokens)
+    db = runtime().db
+    await db(_admit, agent, model, max_tokens)
     call = ProviderCall(
         agent, _request(agent, messages, model, max_tokens), InferenceCall.Kind.AUXILIARY
     )
-    await in_thread(call.begin, in_flight=False)
-    await call.perform()
+    await call.run(in_flight=False)
     # One hop: the row, its end announced (under the request's server span: the thread runs in
     # the request's context) and what the result means.
-    return await in_thread(_ended, call)
+    return await db(_ended, call)
 
 
 def _ended(call: ProviderCall) -> dict[str, Any]:

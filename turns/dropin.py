@@ -9,7 +9,7 @@ call ends its row gets its timeline and usage, and a wait the provider stated is
 (agent, model) and holds the agent's turns too. The agent's history is not touched.
 
 No database connection is held while the provider is waited on: each piece of bookkeeping runs
-in a thread and gives its connection back when it is done.
+in the runtime's database threads (``Runtime.db``), which in the web give it back when done.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from typing import Any
 from django.conf import settings
 
 from agentops.models import Agent
+from agentops.runtime import runtime
 from calls.client import CallResult
 from calls.run import ProviderCall
 from calls.types import CompiledRequest
 from inference.models import InferenceCall
 from turns.auxiliary import Deferred, auxiliary_admit
-from turns.on_loop import in_thread
 from waits.services import wait_record
 
 # The field that bounds a reply's length in each wire format's request.
@@ -99,13 +99,12 @@ class DropinCall:
     async def _run(self) -> None:
         call = self._call
         try:
-            await in_thread(call.begin, in_flight=self.streamed)
 
             async def on_wire(kind: str, value: Any) -> None:
                 self.queue.put_nowait((kind, value))
 
-            self.result = await call.perform(on_wire=on_wire)
-            self.call = await in_thread(self._ended)
+            self.result = await call.run(in_flight=self.streamed, on_wire=on_wire)
+            self.call = await runtime().db(self._ended)
         finally:
             self.queue.put_nowait(("end", self.result))
 

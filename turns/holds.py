@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from agentops.models import Agent
+from agentops.runtime import Runtime, runtime
 from agentops.text import NOTE_TEXT_LIMIT, bound_text
 from calls.records import ms_to_dt
 from calls.types import ProviderError
@@ -49,36 +49,51 @@ def hold_if_waiting(turn: Turn) -> bool:
     return True
 
 
-# The re-check this process has scheduled for each held agent: when it is due (monotonic).
-_rechecks: dict[int, float] = {}
-_rechecks_lock = threading.Lock()
 # A scheduled re-check due later than this is still ahead; one due sooner may be the delivery
 # now running (Celery runs a countdown at its instant or after it, never before).
 RECHECK_AHEAD_S = 0.25
+# Past this many agents, the re-checks already due are forgotten (a bound, not a policy).
+RECHECKS_KEPT = 10_000
+
+
+class Rechecks:
+    """The re-check this process scheduled for each held agent, by when it is due (monotonic):
+    a part of the runtime, so every drain of a held turn (the sweep's, a release's, a duplicate
+    delivery's) does not start a chain of re-checks of its own."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._due: dict[int, float] = {}
+        self._lock = threading.Lock()  # asked from the runtime's database threads
+
+    async def stop(self) -> None:
+        pass
+
+    def ahead(self, agent_id: int, now: float, delay_s: float) -> bool:
+        """Whether a re-check of the agent's is still ahead and comes no later than ``delay_s``."""
+        with self._lock:
+            due = self._due.get(agent_id)
+        return due is not None and now + RECHECK_AHEAD_S < due <= now + delay_s + RECHECK_AHEAD_S
+
+    def scheduled(self, agent_id: int, due: float) -> None:
+        with self._lock:
+            if len(self._due) > RECHECKS_KEPT:
+                now = time.monotonic()
+                for stale in [a for a, d in self._due.items() if d < now]:
+                    del self._due[stale]
+            self._due[agent_id] = due
 
 
 def _recheck_once(agent_id: int, delay_s: float) -> None:
     """Schedule the held agent's re-check in ``delay_s``, unless one this process scheduled is
-    still ahead and comes no later. Every drain of a held turn re-checks it (the sweep's, a
-    release's, a duplicate delivery's): were each to schedule its own re-check, which schedules
-    the next, every sweep would start one more chain and a long hold would drain its agent
-    more often by the minute. Recorded when the scheduling transaction commits."""
+    still ahead and comes no later: were each drain to schedule its own re-check, which
+    schedules the next, every sweep would start one more chain and a long hold would drain its
+    agent more often by the minute. Recorded when the scheduling transaction commits."""
+    rechecks = runtime().part(Rechecks)
     now = time.monotonic()
-    with _rechecks_lock:
-        due = _rechecks.get(agent_id)
-        if due is not None and now + RECHECK_AHEAD_S < due <= now + delay_s + RECHECK_AHEAD_S:
-            return
+    if rechecks.ahead(agent_id, now, delay_s):
+        return
     schedule_drain(agent_id, delay_s)
-    transaction.on_commit(partial(_rechecked, agent_id, now + delay_s))
-
-
-def _rechecked(agent_id: int, due: float) -> None:
-    with _rechecks_lock:
-        if len(_rechecks) > 10_000:
-            now = time.monotonic()
-            for stale in [a for a, d in _rechecks.items() if d < now]:
-                del _rechecks[stale]
-        _rechecks[agent_id] = due
+    transaction.on_commit(partial(rechecks.scheduled, agent_id, now + delay_s))
 
 
 def pacing_left_ms(turn: Turn) -> float:
@@ -131,22 +146,18 @@ def record_wait(turn: Turn, error: ProviderError, now_ms: float) -> bool:
     return recorded.binding
 
 
-def stated_wait(
-    turn: Turn, error: ProviderError, now_ms: float, *, recorded: bool | None = None
-) -> float | None:
-    """What to do with a retryable failure's stated wait: None when it was recorded and binds
-    (the turn will be held), else the ms to sleep before the next call (an ephemeral run's
-    short wait, or own pacing when the wait was already over), or -1 when an ephemeral run
-    must end because the wait is longer than it sleeps. ``recorded``: the wait was already
-    handed to the journal as the call ended (whether it binds)."""
+def ephemeral_sleep_ms(error: ProviderError) -> float | None:
+    """How long an ephemeral run sleeps a stated wait before its next call (it records none:
+    architecture.md §6.9), or None when the wait is longer than it sleeps (the run ends now)."""
     wait = error.retry_after_ms if error.retry_after_ms is not None else 0.0
-    if turn.agent.kind == Agent.Kind.EPHEMERAL:
-        if math.isfinite(wait) and wait <= settings.AGENTOPS_EPHEMERAL_MAX_SLEEP_MS:
-            return max(wait, 0.0)
-        return -1
-    if recorded if recorded is not None else record_wait(turn, error, now_ms):
-        return None
-    # The stated wait was already over: pace ourselves rather than call again at once.
+    if math.isfinite(wait) and wait <= settings.AGENTOPS_EPHEMERAL_MAX_SLEEP_MS:
+        return max(wait, 0.0)
+    return None
+
+
+def own_pacing_ms(error: ProviderError) -> float:
+    """The stated wait was already over when recorded: pace ourselves rather than call again
+    at once."""
     return settings.AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS if error.type == "rate_limit" else 1000.0
 
 

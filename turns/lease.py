@@ -4,19 +4,21 @@ A claim is one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` statement, so two 
 for the same agent cannot both win, and no connection or transaction is held while the turn
 runs (a call can last 75 minutes; a held connection per call would exhaust the database).
 
-Every lease a process holds is renewed by the process's one renewer thread (``LeaseRenewer``),
-in one statement each quarter lease, whatever the number of leases, and ahead of the turns'
-bookkeeping (it never waits for the turns' bookkeeping pool). A turn asks its lease nothing
+Every lease a process holds is renewed by the runtime's one renewer (``LeaseRenewer``, a task
+on its loop), in one statement each quarter lease, whatever the number of leases, and ahead of
+the turns' bookkeeping (its statement has a thread of its own). A turn asks its lease nothing
 while its call is out: the renewer wakes it if the lease is lost (``wake_on_loss``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 from django.conf import settings
@@ -24,8 +26,7 @@ from django.db import DatabaseError, connection
 from django.utils import timezone
 
 from agentops import telemetry
-from agentops.background import PerProcess
-from agentops.lifecycle import Wake
+from agentops.runtime import Runtime, Settable, runtime
 from inference.models import AgentLease
 
 logger = logging.getLogger(__name__)
@@ -65,10 +66,10 @@ class TurnLease:
         self.lost = False
         self.failing = False  # the last renewal got no answer from the database
         self._renewed = time.monotonic()
-        self._wakes: set[Wake] = set()
+        self._wakes: set[Settable] = set()
         self._wakes_lock = threading.Lock()
 
-    def wake_on_loss(self, event: Wake) -> Callable[[], None]:
+    def wake_on_loss(self, event: Settable) -> Callable[[], None]:
         """Set ``event`` when the lease is lost (at once if it is); returns the undo."""
         with self._wakes_lock:
             self._wakes.add(event)
@@ -190,23 +191,32 @@ def lease_claim(agent_id: int) -> TurnLease | None:
 
 class LeaseRenewer:
     """Renews every lease this process holds, in one statement each quarter lease (or every
-    ``RENEW_RETRY_S`` while the database does not answer), on a thread of its own.
+    ``RENEW_RETRY_S`` while the database does not answer): a task on the runtime's loop, its
+    statement on a thread of its own (never queued behind the turns' database threads).
 
     A renewal that fails because the database is down loses no lease, even past its deadline
     (nobody can claim it while the database is down); the next try renews it by owner as soon
     as the database answers. A lease whose row the statement does not find (another owner took
     it, after this process failed to renew it in time) is lost, and its waiting call woken."""
 
-    def __init__(self) -> None:
+    def __init__(self, runtime: Runtime) -> None:
         self._leases: set[TurnLease] = set()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # keep and forget come from the database threads
         self._failing = False
-        self._kick = threading.Event()
         self.rounds = 0  # rounds tried, each one statement (for the process's metrics and tests)
-        self._thread = threading.Thread(
-            target=self._run, name="agentops-lease-renewer", daemon=True
-        )
-        self._thread.start()
+        self._statements = ThreadPoolExecutor(1, thread_name_prefix="agentops-lease")
+        self._loop = runtime.loop
+        self._kick = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        runtime.loop.call_soon_threadsafe(self._start)
+
+    def _start(self) -> None:
+        self._task = self._loop.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        self._statements.shutdown(wait=False)
 
     def keep(self, lease: TurnLease) -> None:
         with self._lock:
@@ -218,17 +228,19 @@ class LeaseRenewer:
 
     def renew_now(self) -> None:
         """Wake the renewer for a round now (the next one follows a quarter lease after it)."""
-        self._kick.set()
+        self._loop.call_soon_threadsafe(self._kick.set)
 
-    def _run(self) -> None:
+    async def _run(self) -> None:
         while True:
-            self._kick.wait(
-                RENEW_RETRY_S if self._failing else settings.AGENTOPS_TURN_LEASE_MS / 4000
-            )
+            interval = RENEW_RETRY_S if self._failing else settings.AGENTOPS_TURN_LEASE_MS / 4000
+            try:
+                await asyncio.wait_for(self._kick.wait(), interval)
+            except TimeoutError:
+                pass
             self._kick.clear()
             try:
-                self.renew_all()
-            except Exception:  # the thread must outlive anything one round meets
+                await self._loop.run_in_executor(self._statements, self.renew_all)
+            except Exception:  # the task must outlive anything one round meets
                 logger.exception("the turn lease renewer failed a round; it goes on")
                 self._failing = True
 
@@ -271,5 +283,6 @@ class LeaseRenewer:
                 lease._lose()
 
 
-# This process's renewer, started on first use.
-lease_renewer = PerProcess(LeaseRenewer)
+def lease_renewer() -> LeaseRenewer:
+    """This process's renewer, on its runtime."""
+    return runtime().part(LeaseRenewer)

@@ -314,6 +314,12 @@ def turn_claim(*, turn_id: int, owner: str, now: datetime) -> bool:
     return claimed
 
 
+# The last hold logged per turn, so a re-check that holds it again logs nothing (cleared past
+# HOLDS_LOGGED_KEPT: a bound, not a policy).
+_HOLDS_LOGGED: dict[int, tuple[datetime | None, str]] = {}
+HOLDS_LOGGED_KEPT = 10_000
+
+
 def turn_hold(*, turn: Turn, until: datetime | None, reason: str) -> bool:
     """Hold a running or held turn by a provider wait until ``until`` (None: until released);
     no failure is counted and no note written (architecture.md §6.6). False if it moved meanwhile."""
@@ -334,7 +340,7 @@ def turn_hold(*, turn: Turn, until: datetime | None, reason: str) -> bool:
         # The drain claims a held turn at each re-check and holds it again: one line per hold,
         # not one per re-check (the same end and reason is the same hold).
         if _HOLDS_LOGGED.get(turn.pk) != (until, reason):
-            if len(_HOLDS_LOGGED) > 10_000:
+            if len(_HOLDS_LOGGED) > HOLDS_LOGGED_KEPT:
                 _HOLDS_LOGGED.clear()
             _HOLDS_LOGGED[turn.pk] = (until, reason)
             logger.info(
@@ -346,9 +352,6 @@ def turn_hold(*, turn: Turn, until: datetime | None, reason: str) -> bool:
             )
         _announce(turn.pk, Status.HELD, held_until=until.isoformat() if until else None)
     return held
-
-
-_HOLDS_LOGGED: dict[int, tuple[datetime | None, str]] = {}
 
 
 def turn_hand_back(*, turn: Turn) -> bool:

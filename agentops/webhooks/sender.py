@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from agentops.background import background_loop
 from agentops.outbound import outbound
+from agentops.runtime import runtime
 from agentops.text import bound_text, untrusted_text
 from agentops.urlsafety import IPAddress
 
@@ -44,7 +44,7 @@ def post_signed(
 ) -> Answer:
     """POST ``body`` to ``url``'s host at one of ``addresses`` (what the host resolved to when
     it was checked; tried in turn while they refuse the connection), on the process's
-    background loop (``agentops.outbound``); the calling thread waits. The name is never
+    runtime's loop (``agentops.outbound``); the calling thread waits. The name is never
     resolved again: the request carries it in the Host header and, over https, in TLS SNI, and
     the certificate is verified against it. No redirects followed, no proxies from the
     environment (the URL was checked, not wherever a redirect or proxy would take it).
@@ -63,7 +63,7 @@ def post_signed(
         url=url, addresses=addresses, headers=headers, body=body, timeout_s=timeout_s, verify=verify
     )
     try:
-        status, retry_after, excerpt = background_loop().submit(attempt).result()
+        status, retry_after, excerpt = runtime().submit(attempt).result()
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
         what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         if isinstance(exc, TimeoutError):

@@ -2,13 +2,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from asgiref.sync import sync_to_async
-from django.db import connection
 from django.http import HttpRequest
 from ninja.security import HttpBearer
 
 from agentops.exceptions import Forbidden
 from agentops.models import ApiToken
+from agentops.runtime import runtime
 from agentops.tokens import api_token_check
 
 
@@ -17,21 +16,13 @@ class TokenAuth(HttpBearer):
         return api_token_check(token)
 
 
-def _check_and_give_back(token: str) -> ApiToken | None:
-    try:
-        return api_token_check(token)
-    finally:
-        if not connection.in_atomic_block:
-            connection.close()  # not held for the rest of the request
-
-
 class AsyncTokenAuth(HttpBearer):
     """The same check for async operations, whose code runs on the event loop. The check's
     connection goes back to the pool at once: an async request may then wait on a provider
     for minutes without holding one."""
 
     async def authenticate(self, request: HttpRequest, token: str) -> Any:
-        return await sync_to_async(_check_and_give_back)(token)
+        return await runtime().db(api_token_check, token)
 
 
 def require_operator(request: HttpRequest) -> ApiToken:

@@ -13,6 +13,7 @@ from ninja.pagination import LimitOffsetPagination, paginate
 from agentops import services
 from agentops.exceptions import bad_field
 from agentops.models import ApiToken, HistoryRow, Provider
+from agentops.runtime import runtime
 from agentops.selectors import agent_for, history_row_out
 from interfaces import selectors as turn_selectors
 from interfaces.api import errors
@@ -40,7 +41,6 @@ from interfaces.api.schemas import (
 from interfaces.api.waits_routes import router as waits_router
 from turns import services as turn_services
 from turns.auxiliary import AuxMessage, auxiliary_complete_on_loop
-from turns.on_loop import in_thread
 
 api = NinjaAPI(
     title="agentops",
@@ -213,7 +213,7 @@ def turn_cancel(request: HttpRequest, turn_id: int) -> dict:
 async def agent_complete(request: HttpRequest, name: str, payload: CompleteIn) -> dict:
     # Async, and the call runs on the request's own event loop: a long provider call holds no
     # thread and no database connection (each read or write gives its connection back).
-    agent = await in_thread(agent_for, token=_token(request), name=name)
+    agent = await runtime().db(agent_for, token=_token(request), name=name)
     messages = [AuxMessage(participant=m.participant, content=m.content) for m in payload.messages]
     done = await auxiliary_complete_on_loop(
         agent=agent, messages=messages, model=payload.model, max_tokens=payload.max_tokens

@@ -32,6 +32,7 @@ from django.views.decorators.csrf import csrf_exempt
 from agentops import selectors
 from agentops.exceptions import NotFound
 from agentops.models import Agent, ApiToken
+from agentops.runtime import runtime
 from agentops.text import bound_text, untrusted_json, untrusted_json_text
 from agentops.tokens import api_token_check
 from agentops.validation import PASS_ON_DEPTH_LIMIT, json_loads, number_problem, sendable_problem
@@ -49,7 +50,6 @@ from interfaces.dropin.formats import (
 from interfaces.dropin.listing import asked_format, models_response
 from turns.auxiliary import Deferred
 from turns.dropin import DropinCall, wait_headers
-from turns.on_loop import in_thread
 
 # A provider's error body up to this size is passed through as it came; a larger one is
 # replaced by the format's error with the classified (bounded) message.
@@ -84,7 +84,7 @@ async def models(request: HttpRequest, model_id: str | None = None) -> HttpRespo
         return error(
             asked_format(request), 405, f"method {request.method} is not allowed here: use GET"
         )
-    return await in_thread(models_response, request, presented_token(request), model_id)
+    return await runtime().db(models_response, request, presented_token(request), model_id)
 
 
 @csrf_exempt
@@ -211,7 +211,7 @@ async def serve(request: HttpRequest, fmt: Format) -> HttpResponseBase:
         return error(fmt, 405, f"method {request.method} is not allowed here: use POST {fmt.path}")
     body, problem = parse(request)
     headers = {k.lower(): v for k, v in request.headers.items()}
-    looked = await in_thread(look_up, presented_token(request), body, fmt, headers)
+    looked = await runtime().db(look_up, presented_token(request), body, fmt, headers)
     if looked.token is None:
         return error(
             fmt,

@@ -5,6 +5,7 @@ on how the project's urls are wired."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -207,6 +208,7 @@ def test_probes_are_counted_by_verdict_with_pending_for_a_probe_not_yet_read(age
     assert sum(v for (name, _), v in samples.items() if name == "agentops_probes_total") == 4
 
 
+@pytest.mark.django_db(transaction=True)  # the probe reads in the runtime's database threads
 def test_a_probe_deferred_by_a_provider_wait_gets_its_row_and_is_counted(agent: Agent) -> None:
     HistoryRowFactory.create(agent=agent, seq=1, participant="alice", content="hello")
     failed = compile_request(agent, HistoryRow.objects.filter(agent=agent).order_by("seq"))
@@ -214,7 +216,8 @@ def test_a_probe_deferred_by_a_provider_wait_gets_its_row_and_is_counted(agent: 
         agent=agent, model="m1", retry_after_ms=600_000, reason="429 slow down", now_ms=clock_ms()
     )
     turn = TurnFactory.create(agent=agent, status=Turn.Status.RUNNING)
-    outcome = probe_send(turn=turn, failed=failed, ticket=breaker_probe_begin(agent=agent))
+    ticket = breaker_probe_begin(agent=agent)
+    outcome = asyncio.run(probe_send(turn=turn, failed=failed, ticket=ticket))
     assert outcome.outcome == "deferred" and outcome.call_id is not None
     row = InferenceCall.objects.get(pk=outcome.call_id)
     assert (row.kind, row.outcome, row.turn_id, row.model) == ("probe", "deferred", turn.pk, "m1")

@@ -12,8 +12,16 @@ from typing import Any
 import redis
 from django.conf import settings
 
+from agentops.runtime import Runtime
 from calls.client import Timeline
 from calls.progress import PER_CALL_S, PROGRESS_KEY, SLICE, ProgressHub, progress_entry
+
+
+def _hub_on_this_loop() -> ProgressHub:
+    """A hub whose runtime is the test's own loop (not started: its sends go on this loop)."""
+    here = Runtime(keep_connections=False)
+    here.loop = asyncio.get_running_loop()
+    return ProgressHub(here)
 
 
 def _entry(call_id: int) -> dict[str, Any]:
@@ -45,7 +53,7 @@ async def test_a_flush_of_many_calls_lets_the_loop_run_between_its_slices_and_st
 
     watcher = asyncio.create_task(meanwhile())
     try:
-        await ProgressHub(asyncio.get_running_loop())._send([_entry(i) for i in ids], [])
+        await _hub_on_this_loop()._send([_entry(i) for i in ids], [])
     finally:
         flushing = False
         await watcher
@@ -54,7 +62,7 @@ async def test_a_flush_of_many_calls_lets_the_loop_run_between_its_slices_and_st
     # The loop ran between slices: it saw some slices stored and not yet the rest.
     assert any(0 < n < len(ids) for n in stored_while_flushing), stored_while_flushing
 
-    await ProgressHub(asyncio.get_running_loop())._send([], ids)  # ended: dropped, in slices too
+    await _hub_on_this_loop()._send([], ids)  # ended: dropped, in slices too
     assert store.hmget(PROGRESS_KEY, fields) == [None] * len(ids)
 
 
@@ -88,7 +96,7 @@ async def _stored_keepalives(
 
 async def test_the_more_calls_in_flight_the_less_often_their_progress_goes_out() -> None:
     store = redis.Redis.from_url(settings.REDIS_URL)
-    hub = ProgressHub(asyncio.get_running_loop())
+    hub = _hub_on_this_loop()
     calls = [
         _Call(9_100_000 + i) for i in range(1000)
     ]  # in flight: one flush every 1000 * PER_CALL_S

@@ -10,6 +10,7 @@ import pytest
 from django.test import Client
 
 from agentops.models import Agent, HistoryRow
+from agentops.runtime import runtime
 from inference.models import InferenceCall, Turn
 from interfaces.tasks import agent_drain
 from tests.conftest import wait_for
@@ -147,7 +148,8 @@ def test_a_turn_submitted_as_a_run_ends_runs_once_that_run_releases_the_lease(
         1.0
     )  # delivered: the worker took the task and found the lease held; were it free, the turn would have run by now
     assert api.get(f"/api/v1/turns/{accepted['id']}").json()["status"] == "queued"
-    run_end(ending, idle=True)
+    made = runtime()
+    made.submit(run_end(made, ending, idle=True)).result(10)
     assert wait_turn(api, accepted["id"], timeout=10)["status"] == "succeeded"
 
 

@@ -1,5 +1,6 @@
-"""The background loop: the coroutines started on it (``BackgroundLoop.start``) nobody waits on,
-and the live events handed to it in order (``send_in_order``, ``send_batched_in_order``)."""
+"""The runtime: the coroutines spawned on its loop (``Runtime.spawn``) nobody waits on, the live
+events handed to it in order (``send_in_order``, ``send_batched_in_order``), its database
+threads (``db``, ``db_durably``) and its warm shutdown."""
 
 from __future__ import annotations
 
@@ -9,13 +10,13 @@ import queue
 import threading
 from typing import Any
 
-from agentops.background import BackgroundLoop
+from agentops.runtime import Runtime
 
 
 def test_a_started_coroutine_runs_to_its_end_and_its_task_is_handed_to_on_done_on_the_loop() -> (
     None
 ):
-    engine = BackgroundLoop()
+    engine = _started()
     ended: queue.Queue[tuple[asyncio.Task[str], bool]] = queue.Queue()
 
     async def work(fail: bool) -> str:
@@ -27,8 +28,8 @@ def test_a_started_coroutine_runs_to_its_end_and_its_task_is_handed_to_on_done_o
     def on_done(task: asyncio.Task[str]) -> None:
         ended.put((task, threading.current_thread() is engine.thread))
 
-    engine.start(work(False), on_done)
-    engine.start(work(True), on_done)
+    engine.spawn(work(False), on_done)
+    engine.spawn(work(True), on_done)
     outcomes = {}
     for _ in range(2):
         task, on_loop = ended.get(timeout=5)
@@ -56,7 +57,7 @@ async def _other_batch(items: list[str]) -> None:
 def test_items_handed_while_a_send_is_out_go_together_in_order_and_a_coroutine_keeps_its_place() -> (
     None
 ):
-    engine = BackgroundLoop()
+    engine = _started()
     _batches.clear()
     _gate.clear()
     _out.clear()
@@ -88,7 +89,7 @@ def test_items_handed_while_a_send_is_out_go_together_in_order_and_a_coroutine_k
 
 
 def test_items_handed_over_within_a_few_milliseconds_go_in_one_batch() -> None:
-    engine = BackgroundLoop()
+    engine = _started()
     _batches.clear()
 
     async def handed() -> None:
@@ -116,13 +117,19 @@ def test_the_bookkeeping_threads_yield_the_cpu_to_the_loop_that_times_the_cuts(
     the bookkeeping threads run at a lower priority (their niceness raised), the loop at the
     process's own."""
     settings.AGENTOPS_BOOKKEEPING_NICE = 7
-    engine = BackgroundLoop()
+    engine = _started()
     own = _niceness()
     assert own < 19, (
         "the suite runs at the lowest priority already: nothing to lower, nothing tested"
     )
-    assert engine.bookkeeping_pool.submit(_niceness).result(timeout=5) == min(own + 7, 19)
+    assert engine.pool.submit(_niceness).result(timeout=5) == min(own + 7, 19)
     assert (
         asyncio.run_coroutine_threadsafe(_niceness_on_loop(), engine.loop).result(timeout=5) == own
     )
     assert _niceness() == own  # the calling thread, and so the process, is untouched
+
+
+def _started(*, keep_connections: bool = True) -> Runtime:
+    engine = Runtime(keep_connections=keep_connections)
+    engine.start()
+    return engine

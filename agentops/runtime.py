@@ -1,0 +1,423 @@
+"""The process's runtime: one object that owns what runs beside the code (architecture.md §2,
+"The runtime").
+
+A worker runs each agent's turns as coroutines on one asyncio loop in a thread of its own; the
+web process uses the same loop for live events, progress and cancels. Everything that outlives
+one call of a function lives on the one ``Runtime`` of the process: the loop and its thread,
+the database pool (the one way the loop reaches the ORM: ``db`` and ``db_durably``), the outbox
+of live events, the cancel watcher, the warm shutdown (its flag, its wakes and the count of runs
+it waits for) and the parts that higher floors hang on it (``part``: the lease renewer, the run
+slots, the progress hub, the hold re-checks). ``start`` and ``stop`` are explicit; ``runtime()``
+gives the process's one, started on first use and made again after a fork.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import collections
+import contextvars
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, ParamSpec, Protocol, TypeVar
+
+import uvloop
+from django.conf import settings
+from django.db import InterfaceError, OperationalError, connection
+
+from . import telemetry
+from .cancels import AbortWatcher
+from .outbound import outbound_close
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+P = ParamSpec("P")
+PartT = TypeVar("PartT", bound="Part")
+
+# How long a process that is exiting waits for its live events to go out.
+EXIT_FLUSH_S = 2.0
+# Live events handed over within this long of one another go out together (one round trip
+# for their groups' question, ``agentops.live``): a few milliseconds nobody watching sees.
+OUTBOX_GATHER_S = 0.005
+# Errors that mean "the database did not answer", not "the query is wrong": ``db_durably``
+# tries again after a backoff growing from the first to the last of these.
+UNREACHABLE = (OperationalError, InterfaceError)
+BACKOFF_FIRST_S = 0.05
+BACKOFF_MAX_S = 0.25
+
+
+class LeaseLost(Exception):
+    """What ``db_durably`` waited on is no longer this process's (its lease was taken over
+    while the database did not answer)."""
+
+
+class Part(Protocol):
+    """What a higher floor keeps on the runtime (``Runtime.part``): made once per runtime with
+    it, stopped with it."""
+
+    def __init__(self, runtime: Runtime) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class Settable(Protocol):
+    """What a thread sets to wake whoever waits: a ``threading.Event``, or a ``Wake``."""
+
+    def set(self) -> None: ...
+
+
+class Wake:
+    """What a thread sets to wake a coroutine on the loop: ``set()`` from any thread (the lease
+    renewer, a warm shutdown, a cancel) resolves ``future``, which the coroutine awaits."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self.future: asyncio.Future[None] = loop.create_future()
+
+    def set(self) -> None:
+        self._loop.call_soon_threadsafe(self._resolve)
+
+    def _resolve(self) -> None:
+        if not self.future.done():
+            self.future.set_result(None)
+
+
+def backoff_delays() -> Iterator[float]:
+    delay = BACKOFF_FIRST_S
+    while True:
+        yield delay
+        delay = min(delay * 2, BACKOFF_MAX_S)
+
+
+class Runtime:
+    """One per process (``runtime()``). ``keep_connections``: the database threads keep their
+    connection from one piece of work to the next (a worker: taking one from the pool costs a
+    round trip for its health check each time); else each gives it back when done (the web,
+    whose requests need the pool's connections too)."""
+
+    def __init__(self, *, keep_connections: bool) -> None:
+        self.keep_connections = keep_connections
+        self.loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+        self.thread = threading.Thread(target=self._run, name="agentops-loop", daemon=True)
+        self.pool = ThreadPoolExecutor(
+            max_workers=settings.AGENTOPS_BOOKKEEPING_THREADS,
+            thread_name_prefix="agentops-db",
+            initializer=_yield_to_the_loop,
+        )
+        self.stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._wakes: set[Settable] = set()
+        self._running = 0
+        self._idle = threading.Condition(self._lock)
+        self._parts: dict[type[Any], Any] = {}
+        self._outbox: collections.deque[Coroutine[Any, Any, None] | _Batched] = collections.deque()
+        self._sender: asyncio.Task[None] | None = None
+        self._started: set[asyncio.Task[Any]] = set()  # the loop keeps only weak references
+        self._aborts: AbortWatcher | None = None
+
+    # --- start and stop ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the loop's thread (once)."""
+        if self.thread.is_alive():
+            return
+        ready = threading.Event()
+        self.loop.call_soon(ready.set)
+        self.thread.start()
+        ready.wait()
+
+    def _run(self) -> None:
+        # Hand the GIL over more often than the default 5 ms, so the loop that times cuts
+        # gets it back quickly from threads doing bookkeeping.
+        sys.setswitchinterval(0.001)
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def stop(self, timeout: float = EXIT_FLUSH_S) -> None:
+        """Send what is in the outbox, stop the parts, close the cancel watcher and the kept
+        provider connections; best effort within ``timeout`` (a process on its way out)."""
+        if not self.thread.is_alive():
+            return
+        try:
+            self.submit(self._stop()).result(timeout)
+        except Exception:  # best effort, at exit
+            logger.debug("the runtime did not stop cleanly", exc_info=True)
+
+    async def _stop(self) -> None:
+        await self._outbox_drained()
+        for part in list(self._parts.values()):
+            await part.stop()
+        if self._aborts is not None:
+            await self._aborts.aclose()
+        await outbound_close()
+
+    # --- from threads to the loop -----------------------------------------------------------
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
+        """Schedule ``coro`` on the loop; the calling thread waits on the returned future."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def spawn(
+        self, coro: Coroutine[Any, Any, T], on_done: Callable[[asyncio.Task[T]], None]
+    ) -> None:
+        """Run ``coro`` as a task on the loop, from any thread, and call ``on_done`` with it on
+        the loop when it ends; for work nobody waits on (an agent's run). No thread-side future
+        is chained to it: that costs about a kilobyte on every call a worker holds."""
+        self.loop.call_soon_threadsafe(self._spawn, coro, on_done)
+
+    def _spawn(
+        self, coro: Coroutine[Any, Any, T], on_done: Callable[[asyncio.Task[T]], None]
+    ) -> None:
+        task = self.loop.create_task(coro)
+        self._started.add(task)
+        task.add_done_callback(self._started.discard)
+        task.add_done_callback(on_done)
+
+    # --- from the loop to the database ------------------------------------------------------
+
+    async def db(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run ``fn`` (blocking ORM work) in the runtime's database threads and await it, from
+        any running loop. A connection whose work failed on it is dropped, so a dead one is
+        never used twice."""
+        work = partial(self._in_thread, fn, *args, **kwargs)
+        if telemetry.enabled:  # the thread's spans and log lines belong to the coroutine's turn
+            work = partial(contextvars.copy_context().run, work)
+        return await asyncio.get_running_loop().run_in_executor(self.pool, work)
+
+    def _in_thread(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException:
+            connection.close()
+            raise
+        if not self.keep_connections and not connection.in_atomic_block:
+            connection.close()
+        return result
+
+    async def db_durably(
+        self,
+        fn: Callable[[], T],
+        *,
+        what: str,
+        still_ours: Callable[[], bool] | None = None,
+        recovered: Callable[[], object] | None = None,
+    ) -> T:
+        """``db(fn)`` until the database answers it: for bookkeeping that must not be lost (a
+        call's row once the call was made, an answer received). ``fn`` must be safe to run
+        again. While the database does not answer, it is tried again after a backoff of at most
+        ``BACKOFF_MAX_S``, without a thread waiting meanwhile; ``still_ours`` (the lease's
+        renewal) is asked at each try and raises ``LeaseLost`` once it says no. ``recovered``
+        runs once it answered after an outage (pending journal acts offered)."""
+        failed_at: float | None = None
+        delays = backoff_delays()
+        while True:
+            try:
+                result = await self.db(fn)
+            except UNREACHABLE as exc:
+                if failed_at is None:
+                    failed_at = time.monotonic()
+                    logger.warning(
+                        "%s: the database did not answer (%s: %s); trying again until it does",
+                        what,
+                        type(exc).__name__,
+                        str(exc)[:200],
+                    )
+                await asyncio.sleep(next(delays))
+                if still_ours is not None and not await self.db(still_ours):
+                    raise LeaseLost(what) from exc
+                continue
+            if failed_at is not None:
+                logger.warning(
+                    "%s: done after the database came back (%.1f s)",
+                    what,
+                    time.monotonic() - failed_at,
+                )
+                if recovered is not None:
+                    await self.db(recovered)
+            return result
+
+    # --- parts of higher floors -------------------------------------------------------------
+
+    def part(self, kind: type[PartT]) -> PartT:
+        """This runtime's one ``kind`` (made with the runtime on first use, from any thread)."""
+        made = self._parts.get(kind)
+        if made is None:
+            with self._lock:
+                made = self._parts.get(kind)
+                if made is None:
+                    made = self._parts[kind] = kind(self)
+        return made  # type: ignore[no-any-return]
+
+    # --- warm shutdown ----------------------------------------------------------------------
+
+    def begin_shutdown(self) -> None:
+        """A worker's warm shutdown began: every registered wake is set (a waiting turn is
+        handed back at once) and no new run is taken."""
+        self.stopping.set()
+        with self._lock:
+            for wake in self._wakes:
+                wake.set()
+
+    def wake_on_shutdown(self, wake: Settable) -> Callable[[], None]:
+        """Set ``wake`` when the warm shutdown begins (at once if it has); returns the undo."""
+        with self._lock:
+            self._wakes.add(wake)
+        if self.stopping.is_set():
+            wake.set()
+        return partial(self._forget_wake, wake)
+
+    def _forget_wake(self, wake: Settable) -> None:
+        with self._lock:
+            self._wakes.discard(wake)
+
+    def work_started(self) -> None:
+        """Count a piece of work (an agent's run) the process finishes before it exits."""
+        with self._lock:
+            self._running += 1
+
+    def work_ended(self) -> None:
+        with self._lock:
+            self._running -= 1
+            if self._running == 0:
+                self._idle.notify_all()
+
+    def wait_idle(self) -> None:
+        """Return once no counted work is left. Call before the process begins to exit: the
+        interpreter's exit stops the thread pools that work needs."""
+        with self._lock:
+            self._idle.wait_for(lambda: self._running == 0)
+
+    # --- live events ------------------------------------------------------------------------
+
+    def send_in_order(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` after every coroutine handed here before it (from any thread): live
+        events go out in the order they happened. Fire and forget."""
+        self._hand(coro)
+
+    def send_batched_in_order(
+        self, send: Callable[[list[Any]], Coroutine[Any, Any, None]], item: Any
+    ) -> None:
+        """Like ``send_in_order`` for ``send([item])``, except that the items handed here one
+        after another for the same ``send`` (a module-level function) while the one before
+        them went out reach it together, in order, in one list: a burst of live events costs
+        one round trip, not one each."""
+        self._hand(_Batched(send, item))
+
+    def _hand(self, entry: Coroutine[Any, Any, None] | _Batched) -> None:
+        # On the loop's own thread no wake-up is needed (every send from this thread takes
+        # this path, so their order holds).
+        if threading.get_ident() == self.thread.ident:
+            self._enqueue(entry)
+        else:
+            self.loop.call_soon_threadsafe(self._enqueue, entry)
+
+    def _enqueue(self, entry: Coroutine[Any, Any, None] | _Batched) -> None:
+        self._outbox.append(entry)
+        if self._sender is None or self._sender.done():
+            self._sender = self.loop.create_task(self._drain_outbox())
+
+    async def _drain_outbox(self) -> None:
+        outbox = self._outbox
+        await asyncio.sleep(OUTBOX_GATHER_S)
+        while outbox:
+            entry = outbox.popleft()
+            if not isinstance(entry, _Batched):
+                await entry
+                continue
+            items = [entry.item]
+            while (
+                outbox
+                and isinstance(following := outbox[0], _Batched)
+                and following.send is entry.send
+            ):
+                items.append(following.item)
+                outbox.popleft()
+            await entry.send(items)
+
+    async def _outbox_drained(self) -> None:
+        while self._sender is not None and not self._sender.done():
+            await asyncio.shield(self._sender)
+
+    def flush(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds until every coroutine handed to ``send_in_order``
+        so far has run (a short-lived process at exit: the loop's thread is a daemon)."""
+        try:
+            self.submit(self._outbox_drained()).result(timeout)
+        except Exception:  # best effort, like the events themselves
+            pass
+
+    # --- cancels ----------------------------------------------------------------------------
+
+    def watch_cancel(self, key: str, abort: Callable[[], None]) -> Callable[[], None]:
+        """Call ``abort`` (on the loop) once the Redis key ``key`` exists, set before or after
+        this call; returns an unwatch. The key must be set with ``agentops.cancels.abort_signal``,
+        which also publishes it: the runtime's one subscription hears it at once. Call from
+        the loop."""
+        if self._aborts is None:
+            self._aborts = AbortWatcher(self.loop, lambda: str(settings.REDIS_URL))
+        return self._aborts.watch(key, abort)
+
+
+@dataclass(frozen=True, slots=True)
+class _Batched:
+    """An item for ``send``, in the outbox (``Runtime.send_batched_in_order``)."""
+
+    send: Callable[[list[Any]], Coroutine[Any, Any, None]]
+    item: Any
+
+
+def _yield_to_the_loop() -> None:
+    """In a database thread as it starts: raise its niceness by ``AGENTOPS_BOOKKEEPING_NICE``
+    (Linux schedules each thread on its own), so where the cores are full the loop that times
+    every call's cuts gets one before the bookkeeping does. Raising one's niceness needs no
+    privilege; the loop and the rest of the process keep theirs."""
+    nice = settings.AGENTOPS_BOOKKEEPING_NICE
+    if nice and sys.platform.startswith("linux"):
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(os.getpriority(os.PRIO_PROCESS, tid) + nice, 19))
+
+
+class _ProcessRuntime:
+    """The process's one runtime: made and started on first use, and again after a fork (a
+    child makes its own: threads and loops do not survive a fork)."""
+
+    def __init__(self) -> None:
+        self._made: Runtime | None = None
+        self._pid: int | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self) -> Runtime:
+        made = self._made
+        if made is not None and self._pid == os.getpid():
+            return made
+        with self._lock:
+            if self._made is None or self._pid != os.getpid():
+                # A worker keeps its database threads' connections; the web and commands give
+                # them back after each piece of work.
+                made = Runtime(keep_connections=telemetry.process_identity()["worker"] != "")
+                made.start()
+                self._made, self._pid = made, os.getpid()
+            return self._made
+
+    def made(self) -> Runtime | None:
+        """This process's runtime if it was made, without making it."""
+        return self._made if self._pid == os.getpid() else None
+
+
+runtime = _ProcessRuntime()
+
+
+def _stop_at_exit() -> None:
+    if (made := runtime.made()) is not None:
+        made.stop(EXIT_FLUSH_S)
+
+
+atexit.register(_stop_at_exit)

@@ -1,0 +1,197 @@
+"""What a turn's steps read and write (``turns.turn_run``): blocking ORM work, each function
+one hop through the runtime's database threads."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from dataclasses import dataclass
+from functools import cache
+from types import SimpleNamespace
+from typing import Final
+
+from django.db import connection
+from django.utils import timezone
+
+from agentops import rows, telemetry
+from agentops.models import Agent, HistoryRow, Provider
+from calls.client import CallResult, Timeline
+from calls.compile import compile_request
+from calls.run import ProviderCall
+from calls.tracing import attempt_traced
+from calls.types import CompiledRequest, ProviderError
+from inference.models import InferenceCall, Turn
+from turns.durable import pace, paced_left_ms
+from turns.holds import hold_if_waiting, pacing_left_ms
+from turns.lease import TurnLease
+from turns.services import turn_claim
+from turns.tracing import held_since_ns, turn_held_recorded, turn_noted, turn_traced
+
+logger = logging.getLogger(__name__)
+
+STOPPED_MID_CALL: Final = ProviderError(
+    type="aborted", message="the worker making this call stopped before it ended"
+)
+
+
+class Outcome(enum.Enum):
+    """How a run left its turn: ended (or re-armed) by it, held by a provider wait (the turns
+    behind it wait with it), or stopped for another reason its status tells (cancelled,
+    handed back, not this run's, the lease lost)."""
+
+    ENDED = "ended"
+    HELD = "held"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True)
+class Ready:
+    """A turn ready for its call: the turn as loaded, its request and its call (not begun)."""
+
+    turn: Turn
+    request: CompiledRequest
+    call: ProviderCall
+
+
+def turn_start(turn_id: int, status: str, lease: TurnLease) -> Turn | Outcome:
+    """Claim the turn for this run (a held one only once its wait is over), and close what a
+    stopped worker left open: the claimed turn, or why it is not this run's to go on with."""
+    now = timezone.now()
+    held = (
+        Turn.objects.select_related("agent").filter(pk=turn_id, status=Turn.Status.HELD).first()
+        if status == Turn.Status.HELD
+        else None
+    )
+    if held is not None and hold_if_waiting(held):
+        return Outcome.HELD
+    # A turn left running was another run's: the worker that ran it died, or lost its lease.
+    lost_by = (
+        Turn.objects.filter(pk=turn_id).values_list("claimed_by", flat=True).first()
+        if status == Turn.Status.RUNNING
+        else None
+    )
+    if not turn_claim(turn_id=turn_id, owner=lease.owner, now=now):
+        return Outcome.STOPPED
+    # A call still "in flight" now belonged to a worker that stopped mid-call (this run holds
+    # the lease, so no one else is calling): record it as aborted, not leave it open forever.
+    # Only a turn left running has one (a queued or held turn's calls all ended).
+    stopped: list[InferenceCall] = []
+    aborted = 0
+    taken_over = bool(lost_by) and lost_by != lease.owner
+    if status == Turn.Status.RUNNING:
+        open_calls = InferenceCall.objects.filter(turn_id=turn_id, outcome__isnull=True)
+        if telemetry.enabled:
+            stopped = list(open_calls)
+        aborted = open_calls.update(
+            outcome=InferenceCall.Outcome.ABORTED, ended_at=now, error=STOPPED_MID_CALL.as_dict()
+        )
+        if taken_over:
+            turn_noted(
+                turn_id,
+                "agentops.turn.taken_over",
+                {"agentops.lease.lost_by": lost_by, "agentops.lease.taken_by": lease.owner},
+            )
+    turn = _turn_loaded(turn_id)
+    if taken_over:
+        _taken_over(turn, str(lost_by), lease.owner, aborted, stopped)
+    if held is not None:
+        _resumed(turn, held)
+        if (release_pacing_ms := pacing_left_ms(turn)) > paced_left_ms(turn):
+            # A release lifted a 429's wait: the next call still keeps the 429's own pacing.
+            pace(turn, delay_ms=release_pacing_ms, reason="pacing after a 429")
+    return turn
+
+
+def turn_ready(turn_id: int) -> Ready | Outcome:
+    """The running turn, its request compiled from its presented rows and its call made ready,
+    at the last moment before the call; or why not: it is no longer running (``STOPPED``), or
+    the admission check holds it (``HELD``)."""
+    turn = _turn_loaded(turn_id)
+    if turn.status != Turn.Status.RUNNING:
+        return Outcome.STOPPED
+    if hold_if_waiting(turn):
+        return Outcome.HELD
+    presented = rows.instances(
+        _sql().presented, [turn.agent_id, HistoryRow.State.PRESENTED.value], HistoryRow
+    )
+    request = compile_request(turn.agent, presented)
+    return Ready(
+        turn, request, ProviderCall(turn.agent, request, InferenceCall.Kind.PRIMARY, turn=turn)
+    )
+
+
+def _taken_over(
+    turn: Turn, lost_by: str, taken_by: str, aborted: int, stopped: list[InferenceCall]
+) -> None:
+    """Say that this run took the turn over from the run ``lost_by``, whose lease lapsed and
+    which left ``aborted`` calls in flight, and trace those (``stopped``: their rows, when
+    telemetry is exported) as aborted: their ends were never recorded."""
+    with turn_traced(turn):
+        logger.warning(
+            "agent %s turn %s taken over: %s runs it now; %s left it running and its lease lapsed "
+            "(that worker died, lost the database, or its run stopped on an error); %d call(s) it "
+            "left in flight recorded as aborted",
+            turn.agent.name,
+            turn.pk,
+            taken_by,
+            lost_by,
+            aborted,
+        )
+        now_ms = time.time() * 1000
+        for call in stopped:
+            sent_ms = call.sent_at.timestamp() * 1000 if call.sent_at is not None else now_ms
+            result = CallResult(
+                outcome="aborted",
+                timeline=Timeline(sent=sent_ms, ended=now_ms),
+                error=STOPPED_MID_CALL,
+            )
+            attempt_traced(agent=turn.agent, call=call, result=result)
+
+
+def _resumed(turn: Turn, held: Turn) -> None:
+    """A held turn claimed to run: how long it was held, on its span and in the held-time metric."""
+    since = held_since_ns(held) if telemetry.enabled else None
+    if since is None:
+        return
+    held_s = max(time.time_ns() - since, 0) / 1e9
+    turn_noted(turn.pk, "agentops.turn.resumed", {"agentops.held_ms": round(held_s * 1000)})
+    turn_held_recorded(turn.agent, held_s)
+
+
+@cache
+def _sql() -> SimpleNamespace:
+    """The statements of a turn's start, hand-written (``agentops.rows``)."""
+    return SimpleNamespace(
+        turn=f"""
+            SELECT {rows.columns(Turn, "t")}, {rows.columns(Agent, "a")}, {rows.columns(Provider, "p")}
+            FROM {Turn._meta.db_table} t
+            JOIN {Agent._meta.db_table} a ON a.id = t.agent_id
+            JOIN {Provider._meta.db_table} p ON p.id = a.provider_id
+            WHERE t.id = %s""",
+        presented=f"""
+            SELECT {rows.columns(HistoryRow, "h")} FROM {HistoryRow._meta.db_table} h
+            WHERE h.agent_id = %s AND h.state = %s ORDER BY h.seq""",
+        status=f"SELECT status FROM {Turn._meta.db_table} WHERE id = %s",
+    )
+
+
+def _turn_loaded(turn_id: int) -> Turn:
+    """The turn with its agent and the agent's provider, in one statement."""
+    found = rows.fetch(_sql().turn, [turn_id], Turn, Agent, Provider)
+    if not found:
+        raise Turn.DoesNotExist(f"turn {turn_id}")
+    turn, agent, provider = found[0]
+    assert isinstance(turn, Turn) and isinstance(agent, Agent) and isinstance(provider, Provider)
+    agent.provider = provider
+    turn.agent = agent
+    return turn
+
+
+def turn_status(turn_id: int) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute(_sql().status, [turn_id])
+        found = cursor.fetchone()
+    if found is None:
+        raise Turn.DoesNotExist(f"turn {turn_id}")
+    return str(found[0])

@@ -1,0 +1,316 @@
+"""One turn's run, as explicit steps (architecture.md §2, "One turn through the runtime").
+
+``TurnRun.run`` goes from step to step until the turn ends, is held or stops:
+
+- ``START``: claim the turn for this run (a held one only once its wait is over) and close what
+  a stopped worker left open; then the pacing kept on the turn, if any (``WAIT``).
+- ``ADMIT``: at the last moment before the call, the admission check (a binding provider wait
+  holds the turn: ``HELD``), and the request compiled from the presented history.
+- ``CALL``: the call, on the loop, aborted by a cancel or the lease's loss.
+- ``SETTLE``: a stated wait recorded first, then the call's row; an answer stored, or the
+  failure decided by the retry policy: pace and ``WAIT``, hold (``ADMIT`` holds it), or end.
+- ``WAIT``: sleep before the next call, woken by a cancel, the lease's loss or a warm shutdown.
+
+Each step is one method on the runtime's loop; each touches the database in hops through the
+runtime (``_durably``: retried while the database is down and the lease is this run's). Run
+only while holding the agent's turn lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Final, TypeVar
+
+from django.conf import settings
+
+from agentops.models import Agent
+from agentops.runtime import Runtime, Wake
+from calls.records import UNSTORABLE
+from calls.run import ProviderCall, Watch
+from calls.types import CallOutput, CompiledRequest, ProviderError
+from inference.models import InferenceCall, Turn
+from turns.after_failure import breaker_after_failure
+from turns.durable import offer_pending_waits, pace, paced_left_ms, retry_reason
+from turns.holds import (
+    ephemeral_sleep_ms,
+    ephemeral_wait_error,
+    own_pacing_ms,
+    record_wait,
+)
+from turns.lease import TurnLease
+from turns.policy import Action, PolicySettings, RetryState, decide
+from turns.services import (
+    cancel_key,
+    turn_complete,
+    turn_fail,
+    turn_fail_unstorable,
+    turn_hand_back,
+    turn_rearm,
+)
+from turns.tracing import turn_traced
+from turns.turn_rows import Outcome, turn_ready, turn_start, turn_status
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+EMPTY_LENGTH_STOP: Final = ProviderError(
+    type="unknown",
+    provider_code="empty_length_stop",
+    message="the model stopped at its output limit with no text and no tool call; "
+    "the same request would run away again",
+)
+
+
+class Step(enum.Enum):
+    START = "start"
+    ADMIT = "admit"
+    CALL = "call"
+    SETTLE = "settle"
+    WAIT = "wait"
+    END = "end"
+
+
+class TurnRun:
+    def __init__(self, runtime: Runtime, lease: TurnLease, turn_id: int, status: str) -> None:
+        self.runtime, self.lease = runtime, lease
+        self.turn_id, self.found_status = turn_id, status
+        self.outcome = Outcome.STOPPED
+        self.turn: Turn
+        self.request: CompiledRequest
+        self.call: ProviderCall
+        self.delay_s = 0.0  # WAIT's sleep
+        self.binding: bool | None = None  # whether the call's stated wait binds (None: none)
+        self.retry = RetryState()
+        self._steps: dict[Step, Callable[[], Awaitable[Step]]] = {
+            Step.ADMIT: self.admit,
+            Step.CALL: self.make_call,
+            Step.SETTLE: self.settle,
+            Step.WAIT: self.wait,
+        }
+
+    async def run(self) -> Outcome:
+        """Run the turn's steps until it ends, is held or stops."""
+        step = await self.start()
+        if step is Step.END:
+            return self.outcome
+        with turn_traced(self.turn):
+            while step is not Step.END:
+                step = await self._steps[step]()
+        return self.outcome
+
+    def _end(self, outcome: Outcome) -> Step:
+        self.outcome = outcome
+        return Step.END
+
+    async def _durably(self, what: str, fn: Callable[[], T]) -> T:
+        return await self.runtime.db_durably(
+            fn,
+            what=f"turn {self.turn_id}: {what}",
+            still_ours=self.lease.renew_if_due,
+            recovered=offer_pending_waits,
+        )
+
+    async def start(self) -> Step:
+        started = await self._durably(
+            "claim it", partial(turn_start, self.turn_id, self.found_status, self.lease)
+        )
+        if isinstance(started, Outcome):
+            return self._end(started)
+        self.turn = started
+        # The count of consecutive cuts starts at zero with each turn, except that a re-armed
+        # turn gets no fresh call for a cut before one of its rounds has run (§5.7).
+        self.retry = RetryState(consecutive_cuts=1 if started.rearms else 0)
+        # The pacing kept on the turn (a 429's, a retry delay, a re-arm) binds whichever worker
+        # runs it, after a hand-back, a crash or a release.
+        self.delay_s = paced_left_ms(started) / 1000
+        return Step.WAIT if self.delay_s > 0 else Step.ADMIT
+
+    async def admit(self) -> Step:
+        ready = await self._durably("ready its call", partial(turn_ready, self.turn_id))
+        if isinstance(ready, Outcome):
+            return self._end(ready)
+        self.turn, self.request, self.call = ready.turn, ready.request, ready.call
+        return Step.CALL
+
+    async def make_call(self) -> Step:
+        watch = Watch(
+            abort_key=cancel_key(self.turn),
+            holding=self.lease,
+            abort_on_shutdown=False,
+            turn_events=True,
+        )
+        await self.call.run(watch=watch, hop=partial(self._durably, "begin its call"))
+        return Step.SETTLE
+
+    async def settle(self) -> Step:
+        """Decide before you write: a stated wait goes to the journal first (a failed write is
+        a pending act that binds in this process at once), then the call's row."""
+        turn, call, lease = self.turn, self.call, self.lease
+        result = call.result
+        assert result is not None
+        error = result.error
+        self.binding = None
+        if error is not None and error.retry_after_ms is not None:
+            if turn.agent.kind != Agent.Kind.EPHEMERAL:
+                self.binding = await self.runtime.db(record_wait, turn, error, time.time() * 1000)
+        await self._durably("record its call", call.end)
+        output = result.output
+        completed = result.outcome == "completed" and output is not None
+        if completed and output is not None and not lease.lost and _storable(output):
+            try:
+                await self._durably(
+                    "store the answer", partial(turn_complete, turn=turn, output=output)
+                )
+            except UNSTORABLE as exc:  # never a call again for this answer
+                await self._durably(
+                    "end, its answer unstorable",
+                    partial(turn_fail_unstorable, turn=turn, call_id=call.row.pk, exc=exc),
+                )
+            return self._end(Outcome.ENDED)
+        if lease.lost:
+            return self._end(Outcome.STOPPED)
+        # A turn cancelled while the call was out is never turned into a retry.
+        if not completed and await self._durably(
+            "read its status", partial(turn_status, turn.pk)
+        ) != (Turn.Status.RUNNING):
+            return self._end(Outcome.STOPPED)
+        if completed:  # but no answer to store: the model ran out at its limit
+            await self._durably(
+                "record the empty stop",
+                partial(
+                    InferenceCall.objects.filter(pk=call.row.pk).update,
+                    outcome=InferenceCall.Outcome.ERROR,
+                    error=EMPTY_LENGTH_STOP.as_dict(),
+                ),
+            )
+            return await self._fail(EMPTY_LENGTH_STOP, Turn.Status.FAILED, timed_out_again=False)
+        return await self._decide(
+            error or ProviderError(type="unknown", message="the call failed without an error")
+        )
+
+    async def _decide(self, error: ProviderError) -> Step:
+        """A failed call: the retry policy's answer carried out."""
+        turn = self.turn
+        now_ms = time.time() * 1000
+        policy = _policy_settings()
+        decision, self.retry = decide(
+            error, self.retry, now_ms=now_ms, settings=policy, jitter=random.random()
+        )
+        if decision.action is Action.HOLD:
+            if turn.agent.kind == Agent.Kind.EPHEMERAL:
+                sleep_ms = ephemeral_sleep_ms(error)
+                if sleep_ms is None:  # longer than an ephemeral run sleeps: it ends now
+                    return await self._fail(
+                        ephemeral_wait_error(error),
+                        Turn.Status.EXHAUSTED,
+                        timed_out_again=False,
+                        breaker=False,
+                    )
+            else:
+                if self.binding is None:
+                    self.binding = await self.runtime.db(record_wait, turn, error, now_ms)
+                if self.binding:
+                    return Step.ADMIT  # its admission check holds the turn
+                sleep_ms = own_pacing_ms(error)
+            why = (
+                "pacing after a 429" if error.type == "rate_limit" else "the provider's stated wait"
+            )
+            return await self._paced(error, sleep_ms, why)
+        if decision.action is Action.RETRY:
+            return await self._paced(
+                error, decision.delay_ms, retry_reason(error, self.retry, policy)
+            )
+        if error.retry_after_ms is not None and self.binding is None:
+            # A terminal failure keeps its disposition; the wait it stated binds what follows.
+            await self.runtime.db(record_wait, turn, error, now_ms)
+        if (
+            decision.action is Action.EXHAUST
+            and error.type != "timeout"
+            and await self._durably("re-arm", partial(turn_rearm, turn=turn, error=error))
+        ):
+            return self._end(Outcome.ENDED)
+        status = Turn.Status.EXHAUSTED if decision.action is Action.EXHAUST else Turn.Status.FAILED
+        return await self._fail(error, status, timed_out_again=decision.timed_out_again)
+
+    async def _paced(self, error: ProviderError, delay_ms: float, why: str) -> Step:
+        logger.info(
+            "agent %s turn %s: %s (%s); calling again in %.0f ms",
+            self.turn.agent.name,
+            self.turn_id,
+            error.type,
+            error.message[:200],
+            delay_ms,
+        )
+        # Kept on the turn before the wait: a worker that runs it next honours it too.
+        await self._durably(
+            "keep its next call's earliest instant",
+            partial(pace, self.turn, delay_ms=delay_ms, reason=why),
+        )
+        self.delay_s = delay_ms / 1000
+        return Step.WAIT
+
+    async def _fail(
+        self, error: ProviderError, status: str, *, timed_out_again: bool, breaker: bool = True
+    ) -> Step:
+        """End the turn failed; the breaker hears of it when this run ended it."""
+        ended = await self._durably(
+            "end",
+            partial(
+                turn_fail,
+                turn=self.turn,
+                error=error,
+                status=status,
+                timed_out_again=timed_out_again,
+            ),
+        )
+        if ended and breaker:
+            await breaker_after_failure(
+                turn=self.turn, error=error, failed=self.request, holding=self.lease
+            )
+        return self._end(Outcome.ENDED)
+
+    async def wait(self) -> Step:
+        """Sleep ``delay_s`` before the next call (the runtime's renewer keeps the lease). A
+        cancel is heard through the runtime's one abort subscription and a lost lease from the
+        renewer, not by polling from every waiting turn."""
+        runtime, lease = self.runtime, self.lease
+        woken = Wake(runtime.loop)
+        undo = [
+            runtime.watch_cancel(cancel_key(self.turn), woken.set),
+            runtime.wake_on_shutdown(woken),
+            lease.wake_on_loss(woken),
+        ]
+        try:
+            await asyncio.wait([woken.future], timeout=self.delay_s)
+        finally:
+            for step in undo:
+                step()
+        if runtime.stopping.is_set():
+            # Warm shutdown: hand the turn back without a call; the next worker takes it, not
+            # before the pacing kept on the turn.
+            await self._durably("hand back", partial(turn_hand_back, turn=self.turn))
+            return self._end(Outcome.STOPPED)
+        if lease.lost:
+            return self._end(Outcome.STOPPED)
+        # Whether it was cancelled meanwhile is read where its next call starts (ADMIT).
+        return Step.ADMIT
+
+
+def _storable(output: CallOutput) -> bool:
+    """An answer worth storing: text, a tool call, or a stop that is not the output limit."""
+    return bool(output.text or output.tool_calls or output.stop_reason != "max_tokens")
+
+
+def _policy_settings() -> PolicySettings:
+    return PolicySettings(
+        deadline_retry_delay_ms=settings.AGENTOPS_DEADLINE_RETRY_DELAY_MS,
+        pacing_floor_ms=settings.AGENTOPS_RATE_LIMIT_PACING_FLOOR_MS,
+        retry_episode_ms=settings.AGENTOPS_RETRY_EPISODE_MS,
+    )
