@@ -9,6 +9,7 @@ COPY waits waits
 COPY breaker breaker
 COPY turns turns
 COPY interfaces interfaces
+COPY templates templates
 COPY devtools devtools
 COPY manage.py ./
 RUN pip install .

@@ -78,7 +78,9 @@ ASGI_APPLICATION = "interfaces.asgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "interfaces" / "templates"],
+        # Project-level templates: DIRS are searched before the apps' own, so the admin's
+        # overrides (templates/admin/) win over django.contrib.admin's templates.
+        "DIRS": [BASE_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [

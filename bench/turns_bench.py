@@ -3,9 +3,10 @@
 The targets, for short turns on 200 agents, submit to ``succeeded`` end to end, each rate
 measured in the same run as its baseline's (targets, not results: a run's ratios say where
 it stands):
-- non-streamed turns: at least the rate (1.0x) of the ORM task (``bench/turns_bench_orm.py``),
-  what a user would write instead: a Celery task that makes the same direct call to the
-  stand-in and writes the same rows with the Django ORM (the turn's status, the call row, the
+- non-streamed turns: at least the rate (1.0x) of the ORM view and task, what a user would
+  write instead: a plain Django view that takes the turn over HTTP (``bench/turns_bench_web.py``)
+  and a Celery task that makes the same direct call to the stand-in and writes the same rows
+  with the Django ORM (``bench/turns_bench_orm.py``: the turn's status, the call row, the
   answer in the history, a lease);
 - streamed turns: at least half the rate (0.5x) of the bare task (``bench/turns_bench_bare.py``),
   a Celery task that makes the same call and writes nothing;
@@ -20,8 +21,9 @@ the ASGI app), ONE service worker and beat, started as ``devtools.launcher`` sta
 ``make run``'s launcher passes ``-c 2``), the bare worker (``bench/turns_bench_bare.py``: the
 service's Celery settings, hence the same pool and concurrency, on a queue of its own) and
 the ORM worker (``bench/turns_bench_orm.py``: the same, with Django on the bench database);
-the bench checks the three workers' banners agree. The provider policy allows loopback for
-the stand-in. Every process stops when the bench ends, fails or is killed.
+the bench checks the three workers' banners agree. After the warm-up it starts the ORM view's
+web app (``bench/turns_bench_web.py``) with the web app's uvicorn options. The provider policy
+allows loopback for the stand-in. Every process stops when the bench ends, fails or is killed.
 
 Each repeat measures, for streamed and non-streamed agents (the agent's ``stream``), with the
 stand-in's ``answer`` scenario (three short text deltas):
@@ -39,6 +41,11 @@ stand-in's ``answer`` scenario (three short text deltas):
   outside the timed span, with beat stopped (SIGSTOP) until they have ended, lest its sweep
   hand them to the service's worker. The ORM worker's CPU a task, and the bench database's
   PostgreSQL backends';
+- ORM view: one short turn submitted to each of N agents at once, as in the turns burst but
+  to the ORM view's web app, which writes the turn and sends the ORM task on commit (beat
+  stopped as for the ORM tasks); turns/s = N / (last turn's ``ended_at`` - first submit), the
+  baseline of the API burst's non-streamed target, and per turn the view's, the ORM worker's
+  and PostgreSQL's CPU;
 - turns: one short turn submitted to each of N agents, concurrently, through
   ``POST /api/v1/agents/{name}/turns``; turns/s = N / (last turn's ``ended_at`` - first submit,
   taken just before its POST; a 503, the web app's answer when its database pool is busy, is
@@ -64,7 +71,8 @@ stand-in's ``answer`` scenario (three short text deltas):
   poll every 10 ms) are reported beside them.
 It then prints each run's values, the medians of the runs and the ratios turns/s : bare
 tasks/s and turns/s : ORM tasks/s (API burst, the issue's numbers, and worker burst:
-``ratio_turns_to_bare``, ``ratio_worker_turns_to_bare``, ``turns_to_orm``, ``worker_to_orm``),
+``ratio_turns_to_bare``, ``ratio_worker_turns_to_bare``, ``turns_to_orm``, ``worker_to_orm``)
+and API burst turns/s : ORM view turns/s (``turns_to_web_orm``, both paying an intake),
 the machine's CPU a turn may use at the target (its cores' time over the mode's target rate)
 against what a turn of the API burst used (every process, and the rest of the machine: Redis
 is there), says whether the stand-in was the
@@ -119,8 +127,8 @@ BURST_POLL_S = 0.25  # one count query per poll: the bench must not load the ser
 STANDIN_LIMIT_UTIL = 0.8  # of one core: the stand-in is one process with one event loop
 # The targets (the module's docstring): per mode, the baseline's rate the API burst's turns/s
 # is held to, and the share of it; a lone turn's time beyond its call, p50.
-TARGETS = {"streamed": ("bare", 0.5), "non_streamed": ("orm", 1.0)}
-BASELINE_NAMES = {"bare": "bare", "orm": "ORM"}
+TARGETS = {"streamed": ("bare", 0.5), "non_streamed": ("web_orm", 1.0)}
+BASELINE_NAMES = {"bare": "bare tasks", "orm": "ORM tasks", "web_orm": "ORM view and task"}
 LONE_TARGET_MS = 20
 TAG = f"tbench-{os.getpid()}"
 T = TypeVar("T")
@@ -255,9 +263,26 @@ def wait_until(
         time.sleep(every)
 
 
+def uvicorn_command(app: str, port: int) -> list[str]:
+    """The web app's command (devtools/launcher.py, run); the ORM view's web app runs with the
+    same options."""
+    return [
+        PY,
+        "-m",
+        "uvicorn",
+        app,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
+
+
 class Service:
     """The stand-in, the web app, the service's worker and beat, the bare worker and the ORM
-    worker."""
+    worker; after the warm-up, the ORM view's web app (``start_web_orm``)."""
 
     def __init__(
         self,
@@ -267,6 +292,7 @@ class Service:
         orm_conf: dict[str, Any],
     ) -> None:
         self.children = children
+        self.orm_conf = orm_conf
         env = dict(
             os.environ,
             DATABASE_URL=bench_database_url(),
@@ -292,22 +318,7 @@ class Service:
         self.standin_url = line.removeprefix("standin listening on ")
         port = free_port()
         self.base = f"http://127.0.0.1:{port}"
-        self.web = children.start(
-            "web",
-            [
-                PY,
-                "-m",
-                "uvicorn",
-                "interfaces.asgi:application",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--log-level",
-                "warning",
-            ],
-            env,
-        )
+        self.web = children.start("web", uvicorn_command("interfaces.asgi:application", port), env)
         self.worker_name = f"{TAG}@bench"
         self.worker = children.start(
             "worker",
@@ -371,6 +382,7 @@ class Service:
             orm_env,
         )
         self.standin = standin
+        self.env = env
         wait_until(
             "the web app answering /health", lambda: _http_ok(f"{self.base}/health"), 60, children
         )
@@ -398,16 +410,44 @@ class Service:
             "orm_worker": self.orm.pid,
         }
 
+    def start_web_orm(self, wires: dict[str, dict[str, Any]], results_key: str) -> None:
+        """The ORM view's web app, on the bench database, sending the ORM task to the ORM
+        worker's queue with the wire requests the warm-up recorded."""
+        port = free_port()
+        self.web_orm_base = f"http://127.0.0.1:{port}"
+        self.web_orm_key = results_key
+        env = dict(
+            self.env,
+            TBENCH_CELERY_CONF=json.dumps(self.orm_conf),
+            TBENCH_WIRES=json.dumps(wires),
+            TBENCH_RESULTS_KEY=results_key,
+        )
+        self.web_orm = self.children.start(
+            "web-orm", uvicorn_command("bench.turns_bench_web:application", port), env
+        )
+        # The view answers only POST: a 405 to a GET says it is up.
+        wait_until(
+            "the ORM view's web app answering",
+            lambda: _http_status(f"{self.web_orm_base}/api/v1/agents/x/turns") == 405,
+            60,
+            self.children,
+        )
+        self.processes["web_orm"] = self.web_orm.pid
+
 
 def _pings(app: Any, name: str) -> bool:
     return bool(app.control.ping(destination=[name], timeout=0.5))
 
 
 def _http_ok(url: str) -> bool:
+    return _http_status(url) == 200
+
+
+def _http_status(url: str) -> int | None:
     try:
-        return httpx.get(url, timeout=2).status_code == 200
+        return httpx.get(url, timeout=2).status_code
     except httpx.HTTPError:
-        return False
+        return None
 
 
 def _banner(log: Path) -> str:
@@ -795,6 +835,54 @@ def turns_burst(
     }
 
 
+def web_orm_burst(
+    service: Service, token: str, names: Sequence[str], timeout: float
+) -> dict[str, float]:
+    """One turn to each agent through the ORM view, all at once, as the API burst submits them:
+    the view writes each turn and sends the ORM task on commit. Beat is stopped (SIGSTOP)
+    until the turns have ended, as for the ORM tasks: its sweep would hand their queued turns
+    to the service's worker."""
+    import redis
+
+    from agentops.models import Agent
+
+    agent_ids = list(Agent.objects.filter(name__in=names).values_list("id", flat=True))
+    beat = psutil.Process(service.beat.pid)
+    beat.suspend()
+    try:
+        time.sleep(0.5)  # a sweep beat sent just before runs now, before the turns exist
+        cpu = Cpu(service.processes)
+        cpu.start()
+        submitted, post_latency, retries = _phase(
+            "the ORM view's submits",
+            lambda: asyncio.run(_submit_all(service.web_orm_base, token, names, timeout)),
+        )
+        first = min(submitted.values())
+        rows, wall, values = _burst_end(service, "ORM view burst", submitted, first, timeout)
+        used = cpu.stop(wall, ["standin", "orm_worker", "web_orm", "bench", "postgres"])
+    finally:
+        beat.resume()
+    redis.Redis.from_url(bench_redis_url()).delete(service.web_orm_key)
+    _orm_rows_check(service, list(submitted), agent_ids)
+    return {
+        "web_orm_per_s": len(rows) / wall,
+        "web_orm_submit_to_succeeded_p50_ms": values["submit_to_succeeded"]["p50"],
+        "web_orm_submit_to_created_p50_ms": values["submit_to_created"]["p50"],
+        "web_orm_created_to_sent_p50_ms": values["created_to_sent"]["p50"],
+        "web_orm_call_end_to_turn_end_p50_ms": values["call_end_to_turn_end"]["p50"],
+        "web_orm_submit_span_s": max(r["created"] for r in rows.values()) - first,
+        "web_orm_submit_post_p50_ms": statistics.median(post_latency) * 1000,
+        "web_orm_submit_503_retries": retries,
+        "web_orm_cpu_web_per_turn_ms": used["cpu_web_orm_s"] / len(rows) * 1000,
+        "web_orm_cpu_worker_per_turn_ms": used["cpu_orm_worker_s"] / len(rows) * 1000,
+        "web_orm_cpu_postgres_per_turn_ms": used["cpu_postgres_s"] / len(rows) * 1000,
+        "web_orm_cpu_per_turn_ms": sum(v for k, v in used.items() if k.endswith("_s"))
+        / len(rows)
+        * 1000,
+        **{f"web_orm_{k}": v for k, v in used.items()},
+    }
+
+
 def worker_burst(service: Service, names: Sequence[str], timeout: float) -> dict[str, float]:
     """One turn to each agent queued in a single commit, by the service function the API calls
     (``turn_submit``: its drains are enqueued on commit, all at once): the worker's own rate
@@ -1147,6 +1235,7 @@ def one_mode(
     worker_names = [f"{prefix}-w{i}" for i in range(args.agents)]
     intake_names = [f"{prefix}-i{i}" for i in range(args.agents)]
     orm_names = [f"{prefix}-o{i}" for i in range(args.agents)]
+    web_orm_names = [f"{prefix}-v{i}" for i in range(args.agents)]
     lone_name = f"{prefix}-lone"
 
     def create() -> dict[str, float]:
@@ -1154,7 +1243,10 @@ def one_mode(
             service.base,
             token,
             "/agents",
-            agent_bodies([*names, *worker_names, *intake_names, *orm_names, lone_name], stream),
+            agent_bodies(
+                [*names, *worker_names, *intake_names, *orm_names, *web_orm_names, lone_name],
+                stream,
+            ),
             args.timeout,
         )
         return {}
@@ -1174,6 +1266,7 @@ def one_mode(
                 service, wire, orm_names, f"{TAG}:{prefix}:orm", queues.orm, args.timeout
             ),
         ),
+        ("ORM view", lambda: web_orm_burst(service, token, web_orm_names, args.timeout)),
         ("API burst", lambda: turns_burst(service, token, names, args.timeout)),
         ("worker burst", lambda: worker_burst(service, worker_names, args.timeout)),
         ("intake alone", lambda: intake_alone(service, token, intake_names, args.timeout)),
@@ -1189,6 +1282,7 @@ def one_mode(
     values["ratio_worker_turns_to_bare"] = values["worker_turns_per_s"] / values["bare_per_s"]
     values["ratio_intake_to_bare"] = values["intake_per_s"] / values["bare_per_s"]
     values["turns_to_orm"] = values["turns_per_s"] / values["orm_per_s"]
+    values["turns_to_web_orm"] = values["turns_per_s"] / values["web_orm_per_s"]
     values["worker_to_orm"] = values["worker_turns_per_s"] / values["orm_per_s"]
     values["turns_to_direct"] = values["turns_per_s"] / values["direct_per_s"]
     # The target rate (TARGETS: a share of the bare or of the ORM tasks' rate), the machine's
@@ -1284,18 +1378,18 @@ def main() -> None:
         )
         DOING[0] = "warming up"
         wires = warm_up(service, token, args.timeout)
-        for (
-            mode,
-            stream,
-        ) in (
-            MODES.items()
-        ):  # the bare and ORM workers' and this process's first calls, not measured
+        service.start_web_orm(wires, f"{TAG}:web-orm")
+        # The bare and ORM workers', the ORM view's and this process's first calls, not measured.
+        for mode, stream in MODES.items():
             bare_burst(service, wires[mode], 10, f"{TAG}:warm:{mode}", queues.bare, args.timeout)
             warm_orm = [f"warm-orm-{mode}-{i}" for i in range(10)]
             api_create(service.base, token, "/agents", agent_bodies(warm_orm, stream), args.timeout)
             orm_burst(
                 service, wires[mode], warm_orm, f"{TAG}:warm:{mode}:orm", queues.orm, args.timeout
             )
+            warm_web = [f"warm-web-{mode}-{i}" for i in range(10)]
+            api_create(service.base, token, "/agents", agent_bodies(warm_web, stream), args.timeout)
+            web_orm_burst(service, token, warm_web, args.timeout)
             direct(service.processes, wires[mode], 10, args.timeout)
         for run in range(args.repeat):
             values = one_run(service, token, wires, run, args, queues)
@@ -1358,10 +1452,14 @@ def report(
     median = {k: statistics.median(r[k] for r in results) for k in results[0]}
     verdicts = standin_verdict(median)
     summary = {
-        "what": "issue 15, turn throughput: turns/s vs a bare Celery task's calls/s and an ORM Celery task's turns/s in the same run; a lone turn beyond its call",
+        "what": (
+            "issue 15, turn throughput: turns/s vs a bare Celery task's calls/s, an ORM Celery "
+            "task's turns/s and turns/s through an ORM view in front of it, in the same run; "
+            "a lone turn beyond its call"
+        ),
         "targets": {
             **{
-                mode: f"API burst turns/s >= {share} x the {BASELINE_NAMES[baseline]} tasks/s"
+                mode: f"API burst turns/s >= {share} x the rate of the {BASELINE_NAMES[baseline]}"
                 for mode, (baseline, share) in TARGETS.items()
             },
             "lone": f"a lone turn beyond its call p50 <= {LONE_TARGET_MS} ms",
@@ -1387,14 +1485,24 @@ def report(
         def runs(key: str, mode: str = mode, digits: int = 1) -> str:
             return ", ".join(f"{r[f'{mode}.{key}']:.{digits}f}" for r in results)
 
+        def at(key: str, mode: str = mode, digits: int = 1) -> str:
+            return f"{median[f'{mode}.{key}']:.{digits}f}"
+
         baseline, share = TARGETS[mode]
         print(
             f"{mode}: turns through the API {m[f'{mode}.turns_per_s']:.1f}/s ({runs('turns_per_s')}), bare tasks {m[f'{mode}.bare_per_s']:.1f}/s "
-            f"({runs('bare_per_s')}), ORM tasks {m[f'{mode}.orm_per_s']:.1f}/s ({runs('orm_per_s')}), direct calls {m[f'{mode}.direct_per_s']:.1f}/s ({runs('direct_per_s')}); "
-            f"target: turns >= {share:g} x the {BASELINE_NAMES[baseline]} tasks, {m[f'{mode}.target_turns_per_s']:.1f}/s"
+            f"({runs('bare_per_s')}), ORM tasks {at('orm_per_s')}/s ({runs('orm_per_s')}), "
+            f"turns through the ORM view {at('web_orm_per_s')}/s ({runs('web_orm_per_s')}), "
+            f"direct calls {at('direct_per_s')}/s ({runs('direct_per_s')}); "
+            f"target: turns >= {share:g} x the rate of the {BASELINE_NAMES[baseline]}, "
+            f"{at('target_turns_per_s')}/s"
         )
         print(
-            f"  turns/bare {m[f'{mode}.ratio_turns_to_bare']:.2f} ({runs('ratio_turns_to_bare', digits=2)}), turns/ORM {m[f'{mode}.turns_to_orm']:.2f} ({runs('turns_to_orm', digits=2)}); "
+            f"  turns/bare {at('ratio_turns_to_bare', digits=2)} "
+            f"({runs('ratio_turns_to_bare', digits=2)}), "
+            f"turns/ORM {at('turns_to_orm', digits=2)} ({runs('turns_to_orm', digits=2)}), "
+            f"turns/ORM view {at('turns_to_web_orm', digits=2)} "
+            f"({runs('turns_to_web_orm', digits=2)}); "
             f"turns queued in one commit {m[f'{mode}.worker_turns_per_s']:.1f}/s ({runs('worker_turns_per_s')}), /bare {m[f'{mode}.ratio_worker_turns_to_bare']:.2f} "
             f"({runs('ratio_worker_turns_to_bare', digits=2)}), /ORM {m[f'{mode}.worker_to_orm']:.2f} ({runs('worker_to_orm', digits=2)})"
         )
@@ -1414,6 +1522,16 @@ def report(
             f"  ORM tasks: ORM worker CPU {m[f'{mode}.orm_cpu_per_task_ms']:.1f} ms a task ({runs('orm_cpu_per_task_ms')}), postgres (bench db) "
             f"{m[f'{mode}.orm_cpu_postgres_per_task_ms']:.1f} ms a task; task p50 {m[f'{mode}.orm_task_p50_ms']:.1f} ms, its call p50 {m[f'{mode}.orm_call_p50_ms']:.1f} ms, "
             f"call end to turn end p50 {m[f'{mode}.orm_call_end_to_turn_end_p50_ms']:.1f} ms"
+        )
+        print(
+            f"  ORM view: submit to succeeded p50 "
+            f"{at('web_orm_submit_to_succeeded_p50_ms', digits=0)} ms, submit to created p50 "
+            f"{at('web_orm_submit_to_created_p50_ms', digits=0)} ms "
+            f"(all taken in {at('web_orm_submit_span_s')} s); CPU a turn: its web app "
+            f"{at('web_orm_cpu_web_per_turn_ms')} ms, the ORM worker "
+            f"{at('web_orm_cpu_worker_per_turn_ms')} ms, postgres "
+            f"{at('web_orm_cpu_postgres_per_turn_ms')} ms, every process "
+            f"{at('web_orm_cpu_per_turn_ms')} ms ({runs('web_orm_cpu_per_turn_ms')})"
         )
         print(
             f"  the web app alone (worker stopped): {m[f'{mode}.intake_per_s']:.1f} turns accepted/s ({runs('intake_per_s')}), "

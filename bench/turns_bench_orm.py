@@ -6,8 +6,9 @@ It writes the rows the service writes for a short turn, with nothing but the ORM
 service's models (no hand-written SQL, none of the service's own code): it takes the agent's
 lease, marks the turn running, creates the call row before the call and completes it after,
 appends the answer to the agent's history, marks the turn succeeded and lets the lease go.
-The bench creates the queued turns (a user message in the history, the turn, its trigger
-link) before the burst, and hands each task a turn id and the wire request the service sent.
+The queued turns (a user message in the history, the turn, its trigger link) are created
+before the ORM burst by the bench, or one by one by the ORM view (``bench/turns_bench_web.py``);
+each task gets a turn id and the wire request the service sent.
 
 Its worker is started by the bench as the bare worker is, with the service's Celery settings
 in ``TBENCH_CELERY_CONF`` and a queue of its own, and with Django set up on the bench
