@@ -98,19 +98,20 @@ def backoff_delays() -> Iterator[float]:
 
 
 class Runtime:
-    """One per process (``runtime()``). ``keep_connections``: the database threads keep their
-    connection from one piece of work to the next (a worker: taking one from the pool costs a
-    round trip for its health check each time); else each gives it back when done (the web,
-    whose requests need the pool's connections too)."""
+    """One per process (``runtime()``), started with what the process needs. In a ``worker``
+    the database threads keep their connection from one piece of work to the next (taking one
+    from the pool costs a round trip for its health check each time) and run at a lower OS
+    priority than the loop that times every call's cuts; in the web and in commands each gives
+    its connection back when done (the requests need the pool's connections too)."""
 
-    def __init__(self, *, keep_connections: bool) -> None:
-        self.keep_connections = keep_connections
+    def __init__(self, *, worker: bool) -> None:
+        self.worker = worker
         self.loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
         self.thread = threading.Thread(target=self._run, name="agentops-loop", daemon=True)
         self.pool = ThreadPoolExecutor(
             max_workers=settings.AGENTOPS_BOOKKEEPING_THREADS,
             thread_name_prefix="agentops-db",
-            initializer=_yield_to_the_loop,
+            initializer=_yield_to_the_loop if worker else None,
         )
         self.stopping = threading.Event()
         self._lock = threading.Lock()
@@ -198,7 +199,7 @@ class Runtime:
         except BaseException:
             connection.close()
             raise
-        if not self.keep_connections and not connection.in_atomic_block:
+        if not self.worker and not connection.in_atomic_block:
             connection.close()
         return result
 
@@ -400,9 +401,8 @@ class _ProcessRuntime:
             return made
         with self._lock:
             if self._made is None or self._pid != os.getpid():
-                # A worker keeps its database threads' connections; the web and commands give
-                # them back after each piece of work.
-                made = Runtime(keep_connections=telemetry.process_identity()["worker"] != "")
+                # Celery names a worker process before anything runs in it.
+                made = Runtime(worker=telemetry.process_identity()["worker"] != "")
                 made.start()
                 self._made, self._pid = made, os.getpid()
             return self._made

@@ -10,7 +10,10 @@ import queue
 import threading
 from typing import Any
 
-from agentops.runtime import Runtime
+import pytest
+from django.db import IntegrityError, OperationalError
+
+from agentops.runtime import LeaseLost, Runtime
 
 
 def test_a_started_coroutine_runs_to_its_end_and_its_task_is_handed_to_on_done_on_the_loop() -> (
@@ -129,7 +132,73 @@ def test_the_bookkeeping_threads_yield_the_cpu_to_the_loop_that_times_the_cuts(
     assert _niceness() == own  # the calling thread, and so the process, is untouched
 
 
-def _started(*, keep_connections: bool = True) -> Runtime:
-    engine = Runtime(keep_connections=keep_connections)
+def _started(*, worker: bool = True) -> Runtime:
+    engine = Runtime(worker=worker)
     engine.start()
     return engine
+
+
+def test_db_durably_tries_again_while_the_database_does_not_answer_and_offers_what_waited() -> None:
+    engine = _started()
+    tries: list[str] = []
+    recovered: list[bool] = []
+
+    def write() -> str:
+        tries.append(threading.current_thread().name)
+        if len(tries) < 3:
+            raise OperationalError("the database did not answer")
+        return "written"
+
+    done = engine.submit(
+        engine.db_durably(write, what="a test write", recovered=lambda: recovered.append(True))
+    ).result(10)
+    assert done == "written" and len(tries) == 3
+    assert all(name.startswith("agentops-db") for name in tries)  # never on the loop's thread
+    assert recovered == [True]  # once, after the outage
+
+
+def test_db_durably_stops_once_what_it_waited_for_is_no_longer_its_own() -> None:
+    engine = _started()
+    tries: list[int] = []
+
+    def write() -> None:
+        tries.append(1)
+        raise OperationalError("the database did not answer")
+
+    with pytest.raises(LeaseLost):
+        engine.submit(
+            engine.db_durably(write, what="a test write", still_ours=lambda: False)
+        ).result(10)
+    assert len(tries) == 1  # asked after the first failure, and not tried again
+
+
+def test_a_query_error_is_not_taken_for_an_outage() -> None:
+    engine = _started()
+    tries: list[int] = []
+
+    def write() -> None:
+        tries.append(1)
+        raise IntegrityError("a row that breaks a constraint")
+
+    with pytest.raises(IntegrityError):
+        engine.submit(engine.db_durably(write, what="a test write")).result(10)
+    assert len(tries) == 1
+
+
+def test_the_warm_shutdown_sets_every_wake_and_waits_for_the_counted_work() -> None:
+    engine = _started()
+    early, late = threading.Event(), threading.Event()
+    engine.wake_on_shutdown(early)
+    forgotten = threading.Event()
+    engine.wake_on_shutdown(forgotten)()  # undone: not set
+    engine.work_started()
+    idle = threading.Thread(target=engine.wait_idle)
+    idle.start()
+    engine.begin_shutdown()
+    engine.wake_on_shutdown(late)  # after it began: set at once
+    assert early.is_set() and late.is_set() and not forgotten.is_set()
+    idle.join(0.2)
+    assert idle.is_alive()  # the counted work still runs
+    engine.work_ended()
+    idle.join(5)
+    assert not idle.is_alive()

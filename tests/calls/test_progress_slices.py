@@ -19,7 +19,7 @@ from calls.progress import PER_CALL_S, PROGRESS_KEY, SLICE, ProgressHub, progres
 
 def _hub_on_this_loop() -> ProgressHub:
     """A hub whose runtime is the test's own loop (not started: its sends go on this loop)."""
-    here = Runtime(keep_connections=False)
+    here = Runtime(worker=False)
     here.loop = asyncio.get_running_loop()
     return ProgressHub(here)
 
