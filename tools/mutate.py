@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import time
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -39,9 +40,13 @@ ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "mutants"
 EQUIVALENTS = ROOT / "tools" / "mutate_equivalents.md"
 THRESHOLD = 0.90
-# What the tests import: the four packages, the tests themselves, the templates Django is set up with.
-LINKED = ("agentops", "inference", "waits", "breaker", "tests", "templates")
-SOURCE_PATHS = ("agentops", "inference", "waits", "breaker")
+
+
+def floors() -> tuple[str, ...]:
+    """The project's packages: the import contract's root packages (pyproject.toml), read each run
+    so a package added or a core moved between floors is copied and mutated without an edit here."""
+    with (ROOT / "pyproject.toml").open("rb") as config:
+        return tuple(tomllib.load(config)["tool"]["importlinter"]["root_packages"])
 
 
 @dataclass(frozen=True)
@@ -132,11 +137,17 @@ def stage(core: Core) -> Path:
     if here.exists():
         shutil.rmtree(here)
     here.mkdir(parents=True)
-    for name in LINKED:
-        if (ROOT / name).exists():
-            (here / name).symlink_to(ROOT / name, target_is_directory=True)
+    # mutmut copies every source path into mutants/ and puts that first on sys.path. A package
+    # left out would be imported from the real tree (the editable install) beside the copies of
+    # the others, and a core in it would never run mutated: "0 files mutated".
+    packages = floors()
+    top = core.module.split("/", 1)[0]
+    if top not in packages:
+        raise SystemExit(f"{core.module} is in no package of the import contract: {packages}")
+    for name in (*packages, "tests"):
+        (here / name).symlink_to(ROOT / name, target_is_directory=True)
     config = {
-        "source_paths": list(SOURCE_PATHS),
+        "source_paths": list(packages),
         "only_mutate": [core.module],
         "pytest_add_cli_args_test_selection": list(core.tests),
         "use_git_change_detection": False,

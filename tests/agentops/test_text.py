@@ -1,4 +1,5 @@
-"""Bounding failure text (architecture.md §5.6) and cleaning a release's requester (architecture.md §6.8)."""
+"""Bounding failure text (architecture.md §5.6), cleaning a release's requester (architecture.md
+§6.8), and making text and JSON from outside storable (architecture.md §15)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from agentops.text import (
     bound_data,
     bound_text,
     clean_requester,
+    untrusted_json,
+    untrusted_json_text,
+    untrusted_text,
 )
 
 MARKER = re.compile(r" …\[(\d+) of (\d+) characters omitted\]… ")
@@ -352,3 +356,78 @@ def test_bounded_data_keeps_exactly_100_entries_whole() -> None:
     data = {f"k{i}": i for i in range(DATA_ITEMS_LIMIT)}
     assert bound_data(data) == data
     assert bound_data(list(range(DATA_ITEMS_LIMIT))) == list(range(DATA_ITEMS_LIMIT))
+
+
+@pytest.mark.parametrize(
+    ("value", "cleaned"),
+    [
+        ("ops\ud800team", "ops\ufffdteam"),
+        ("ops\udfffteam", "ops\ufffdteam"),
+        ("\udbff\udc00", "\ufffd\ufffd"),  # a pair as two code points is still not storable
+        ("ops\ud7ffteam", "ops\ud7ffteam"),  # the code points either side are not surrogates
+        ("ops\ue000team", "ops\ue000team"),
+    ],
+)
+def test_a_lone_surrogate_in_a_requester_becomes_a_replacement_character(
+    value: str, cleaned: str
+) -> None:
+    assert clean_requester(value) == cleaned
+
+
+# --- text and JSON from outside (a provider's answer, error or header) ------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "safe"),
+    [
+        ("plain ascii text", "plain ascii text"),
+        ("a\x00b", "a\ufffdb"),
+        ("caf\u00e9 \ud800 x", "caf\u00e9 \ufffd x"),
+        ("\udfff", "\ufffd"),
+        ("\ud7ff\ue000 caf\u00e9 " + GRINNING, "\ud7ff\ue000 caf\u00e9 " + GRINNING),
+    ],
+    ids=["ascii", "nul", "lone-high-surrogate", "lone-low-surrogate", "storable-non-ascii"],
+)
+def test_text_from_outside_has_each_nul_and_lone_surrogate_replaced(text: str, safe: str) -> None:
+    assert untrusted_text(text) == safe
+
+
+def test_json_from_outside_is_parsed_with_every_escaped_nul_and_surrogate_replaced() -> None:
+    raw = r'{"k\u0000": ["a\ud800", {"b": "\u0000", "c": [1, "ok", ["\udfff"]]}], "plain": "x"}'
+    assert untrusted_json(raw) == {
+        "k\ufffd": ["a\ufffd", {"b": "\ufffd", "c": [1, "ok", ["\ufffd"]]}],
+        "plain": "x",
+    }
+    assert untrusted_json(r'"\u0000 alone"') == "\ufffd alone"
+    assert untrusted_json('{"a": [1, "caf\u00e9"]}') == {"a": [1, "caf\u00e9"]}
+
+
+def test_json_bytes_from_outside_are_read_as_utf8_with_an_invalid_byte_replaced() -> None:
+    assert untrusted_json(b'{"a": "x\xffy \xc3\xa9"}') == {"a": "x\ufffdy \u00e9"}
+
+
+def test_json_nested_too_deep_for_the_parser_is_a_value_error() -> None:
+    with pytest.raises(ValueError) as caught:
+        untrusted_json("[" * 100_000 + "]" * 100_000)
+    assert str(caught.value) == "the JSON nests too deep to read"
+    with pytest.raises(ValueError):
+        untrusted_json("not json")
+
+
+@pytest.mark.parametrize(
+    ("raw", "relayed"),
+    [
+        # Without an escape of NUL or a surrogate the text is relayed as it came, spacing and all.
+        ('{"a":1,  "b":"caf\u00e9"}', '{"a":1,  "b":"caf\u00e9"}'),
+        ('{"a": "caf\u00e9 \\u0000"}', '{"a": "caf\u00e9 \ufffd"}'),
+        ('{"a": ["\\ud800"]}', '{"a": ["\ufffd"]}'),
+        # Not JSON: made safe as text, its escapes left as they are.
+        ("broken \\u0000 \x00 {", "broken \\u0000 \ufffd {"),
+        ("not json \x00", "not json \ufffd"),
+    ],
+    ids=["clean", "escaped-nul", "escaped-surrogate", "escape-in-broken-json", "broken-json"],
+)
+def test_json_text_from_outside_is_relayed_unchanged_unless_it_escapes_a_nul_or_a_surrogate(
+    raw: str, relayed: str
+) -> None:
+    assert untrusted_json_text(raw) == relayed

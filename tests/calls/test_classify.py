@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import ssl
 from datetime import UTC, datetime
 from email.utils import format_datetime
 from typing import Any
@@ -732,6 +733,18 @@ def test_a_stream_error_frame_classifies_like_the_same_failure_over_http(
     )
 
 
+def _certificate_refused(verify_message: str | None) -> aiohttp.ClientConnectorCertificateError:
+    """The error aiohttp raises when TLS refuses the provider's certificate. OpenSSL's own
+    error carries ``verify_message``; one raised by other code may not."""
+    refused = ssl.SSLCertVerificationError(
+        1, "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed (_ssl.c:1000)"
+    )
+    if verify_message is not None:
+        refused.verify_message = verify_message
+    key = ConnectionKey("api.example.test", 443, True, True, None, None, None)
+    return aiohttp.ClientConnectorCertificateError(key, refused)
+
+
 CONNECTION_FAILURES = [
     # (the exception, what its message says after the class name)
     (
@@ -751,11 +764,43 @@ CONNECTION_FAILURES = [
     ),
     (
         aiohttp.ConnectionTimeoutError("Connection timeout to host http://api.example.test"),
-        "no connection to the provider within the connect timeout",
+        "no connection to the provider within the connect timeout"
+        " (AGENTOPS_PROVIDER_CONNECT_TIMEOUT_MS)",
     ),
     (
         ConnectionResetError(104, "Connection reset by peer"),
         "the connection failed: Connection reset by peer",
+    ),
+    # An error with neither an errno's words nor a message of its own is named by its class.
+    (OSError(), "the connection failed: OSError"),
+    (
+        aiohttp.ClientProxyConnectionError(
+            ConnectionKey("api.example.test", 443, True, True, None, None, None),
+            ConnectionRefusedError(111, "Connection refused"),
+        ),
+        "no connection to the proxy: Connection refused",
+    ),
+    (
+        aiohttp.ClientHttpProxyError(
+            None,  # type: ignore[arg-type]
+            (),
+            status=407,
+            message="Proxy Authentication Required",
+        ),
+        "the proxy refused to carry the request (HTTP 407)",
+    ),
+    (
+        _certificate_refused("self-signed certificate"),
+        "the provider's TLS certificate was refused: self-signed certificate",
+    ),
+    (
+        _certificate_refused(None),
+        "the provider's TLS certificate was refused: [SSL: CERTIFICATE_VERIFY_FAILED]"
+        " certificate verify failed (_ssl.c:1000)",
+    ),
+    (
+        RuntimeError("the request to api.example.test at 203.0.113.7 was dropped"),
+        "the request failed: the request to the provider's host at an address was dropped",
     ),
 ]
 
@@ -776,9 +821,9 @@ def test_an_answer_whose_head_breaks_a_limit_is_a_server_error_naming_the_limits
     exc = aiohttp.ClientResponseError(None, (), status=400, message="Too many headers received")  # type: ignore[arg-type]
     error = classify_exception(exc)
     assert (error.type, error.provider_code, error.retryable) == ("server", "bad_response", True)
-    assert (
-        "Too many headers received" in error.message
-        and "AGENTOPS_PROVIDER_MAX_HEADERS" in error.message
+    assert error.message == (
+        "the provider's answer was refused: Too many headers received (header limits: "
+        "AGENTOPS_PROVIDER_MAX_HEADERS, AGENTOPS_PROVIDER_MAX_HEADER_BYTES)"
     )
 
 
@@ -860,6 +905,7 @@ GATEWAY_WAITS = [
         id="a-non-finite-gateway-wait-outlasts",
     ),
     pytest.param({"llm_provider-retry-after": "-5"}, 0.0, id="negative-is-0"),
+    pytest.param({"llm_provider-retry-after": http_date(30)}, 30_000.0, id="litellm-http-date"),
 ]
 
 
@@ -908,3 +954,20 @@ def test_a_gateways_rewritten_rate_limit_body_is_a_rate_limit_whatever_status_ca
 def test_a_gateways_rewritten_rate_limit_frame_is_a_rate_limit(frame: dict[str, Any]) -> None:
     error = classify_frame(frame, NOW)
     assert (error.type, error.retryable) == ("rate_limit", True)
+
+
+@pytest.mark.parametrize("status", [500, 400])
+@pytest.mark.parametrize(
+    "error",
+    [
+        {"message": "slow down", "code": "429"},
+        {"message": "slow down", "code": 429},
+        {"message": "slow down", "code": "rate_limit_exceeded"},
+    ],
+    ids=["code-429-as-text", "code-429-as-a-number", "code-rate_limit_exceeded"],
+)
+def test_a_body_whose_code_alone_says_rate_limited_is_a_rate_limit_whatever_status_carries_it(
+    error: dict[str, Any], status: int
+) -> None:
+    got = classify_http(status, {}, json.dumps({"error": error}), NOW)
+    assert (got.type, got.retryable, got.http_status) == ("rate_limit", True, status)

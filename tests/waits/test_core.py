@@ -459,6 +459,14 @@ def test_a_usable_name_has_no_problem(value: str) -> None:
     assert name_problem(value, limit=100) is None
 
 
+@pytest.mark.parametrize("value", ["a\ud800da", "\udfff", "ada\udc80"])
+def test_a_name_with_a_lone_surrogate_is_not_valid_unicode_text(value: str) -> None:
+    # A JSON body may decode to one ("\\ud800"); PostgreSQL would refuse to store it.
+    problem = "must not contain lone surrogates (not valid Unicode text)"
+    assert name_problem(value, limit=100) == problem
+    assert name_problem(value, limit=100, every_model=True) == problem
+
+
 def test_every_model_is_a_name_only_where_it_means_every_model() -> None:
     assert name_problem("*", limit=100) == '"*" is not a name here'
     assert name_problem("*", limit=100, every_model=True) is None
