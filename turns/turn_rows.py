@@ -20,12 +20,12 @@ from calls.client import CallResult, Timeline
 from calls.compile import compile_request
 from calls.run import ProviderCall
 from calls.tracing import attempt_traced
-from calls.types import CompiledRequest, ProviderError
+from calls.types import CallOutput, CompiledRequest, ProviderError
 from inference.models import InferenceCall, Turn
 from turns.durable import pace, paced_left_ms
 from turns.holds import hold_if_waiting, pacing_left_ms
 from turns.lease import TurnLease
-from turns.services import turn_claim
+from turns.services import turn_claim, turn_complete
 from turns.tracing import held_since_ns, turn_held_recorded, turn_noted, turn_traced
 
 logger = logging.getLogger(__name__)
@@ -101,6 +101,18 @@ def turn_start(turn_id: int, status: str, lease: TurnLease) -> Turn | Outcome:
             # A release lifted a 429's wait: the next call still keeps the 429's own pacing.
             pace(turn, delay_ms=release_pacing_ms, reason="pacing after a 429")
     return turn
+
+
+def call_settled(call: ProviderCall, turn: Turn, *, answer: CallOutput | None) -> str | None:
+    """The call's row written and its end announced, then its answer stored (the turn ends if
+    it may still move: ``turn_complete`` checks under the row's lock), or with no answer the
+    turn's status read. Safe to run again. Raises what ``calls.records.UNSTORABLE`` names when
+    the answer cannot be stored."""
+    call.end()
+    if answer is None:
+        return turn_status(turn.pk)
+    turn_complete(turn=turn, output=answer)
+    return None
 
 
 def turn_ready(turn_id: int) -> Ready | Outcome:

@@ -47,14 +47,13 @@ from turns.lease import TurnLease
 from turns.policy import Action, PolicySettings, RetryState, decide
 from turns.services import (
     cancel_key,
-    turn_complete,
     turn_fail,
     turn_fail_unstorable,
     turn_hand_back,
     turn_rearm,
 )
 from turns.tracing import turn_traced
-from turns.turn_rows import Outcome, turn_ready, turn_start, turn_status
+from turns.turn_rows import Outcome, call_settled, turn_ready, turn_start
 
 logger = logging.getLogger(__name__)
 
@@ -151,7 +150,8 @@ class TurnRun:
 
     async def settle(self) -> Step:
         """Decide before you write: a stated wait goes to the journal first (a failed write is
-        a pending act that binds in this process at once), then the call's row."""
+        a pending act that binds in this process at once), then in one hop the call's row and
+        the answer stored (or the turn's status read)."""
         turn, call, lease = self.turn, self.call, self.lease
         result = call.result
         assert result is not None
@@ -160,26 +160,27 @@ class TurnRun:
         if error is not None and error.retry_after_ms is not None:
             if turn.agent.kind != Agent.Kind.EPHEMERAL:
                 self.binding = await self.runtime.db(record_wait, turn, error, time.time() * 1000)
-        await self._durably("record its call", call.end)
         output = result.output
         completed = result.outcome == "completed" and output is not None
-        if completed and output is not None and not lease.lost and _storable(output):
-            try:
-                await self._durably(
-                    "store the answer", partial(turn_complete, turn=turn, output=output)
-                )
-            except UNSTORABLE as exc:  # never a call again for this answer
-                await self._durably(
-                    "end, its answer unstorable",
-                    partial(turn_fail_unstorable, turn=turn, call_id=call.row.pk, exc=exc),
-                )
+        answer = output if completed and output is not None and _storable(output) else None
+        if lease.lost:
+            answer = None  # the turn is no longer this run's to end
+        try:
+            status = await self._durably(
+                "record its call", partial(call_settled, call, self.turn, answer=answer)
+            )
+        except UNSTORABLE as exc:  # never a call again for this answer
+            await self._durably(
+                "end, its answer unstorable",
+                partial(turn_fail_unstorable, turn=turn, call_id=call.row.pk, exc=exc),
+            )
+            return self._end(Outcome.ENDED)
+        if answer is not None:
             return self._end(Outcome.ENDED)
         if lease.lost:
             return self._end(Outcome.STOPPED)
         # A turn cancelled while the call was out is never turned into a retry.
-        if not completed and await self._durably(
-            "read its status", partial(turn_status, turn.pk)
-        ) != (Turn.Status.RUNNING):
+        if not completed and status != Turn.Status.RUNNING:
             return self._end(Outcome.STOPPED)
         if completed:  # but no answer to store: the model ran out at its limit
             await self._durably(
