@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from agentops.webhooks.models import WebhookAttempt
-from tests.conftest import WorkerPool, worker_pool
+from tests.conftest import WorkerPool, poll_until, worker_pool
 
 # Worker settings for webhook tests: fast retries, few attempts, the loopback receiver allowed.
 WORKER_ENV = {
@@ -69,7 +69,7 @@ class Receiver:
                         )
                     )
                     reply = receiver.script.pop(0) if receiver.script else Reply()
-                time.sleep(reply.delay_s)
+                time.sleep(reply.delay_s)  # a slow receiver: the answer itself takes this long
                 self.send_response(reply.status)
                 for name, value in reply.headers.items():
                     self.send_header(name, value)
@@ -125,6 +125,6 @@ def webhook_workers(webhook_session_workers: WorkerPool) -> Iterator[WorkerPool]
     """A real worker with the webhook test settings; tasks sent now go to it. Afterwards, wait
     until it has no attempt under way, so the flush between tests does not race it."""
     yield webhook_session_workers.routed()
-    end = time.monotonic() + 10
-    while WebhookAttempt.objects.filter(ended_at__isnull=True).exists() and time.monotonic() < end:
-        time.sleep(0.05)
+    poll_until(
+        lambda: not WebhookAttempt.objects.filter(ended_at__isnull=True).exists(), timeout=10
+    )
