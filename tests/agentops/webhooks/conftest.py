@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
+from agentops.alerts import alert_raise
 from agentops.webhooks.models import WebhookAttempt
-from tests.conftest import WorkerPool, poll_until, worker_pool
+from tests.conftest import WorkerPool, poll_until, wait_for, worker_pool
+from tests.factories import WebhookEndpointFactory
 
 # Worker settings for webhook tests: fast retries, few attempts, the loopback receiver allowed.
 WORKER_ENV = {
@@ -24,6 +26,11 @@ WORKER_ENV = {
     "AGENTOPS_WEBHOOK_MAX_ATTEMPTS": "3",
     "AGENTOPS_WEBHOOK_TIMEOUT_MS": "3000",
 }
+
+
+# The kind of the alert ``worker_had_its_chance`` raises: an endpoint a test watches for what
+# must not arrive is set to other kinds, so the probe never reaches it.
+PROBE_KIND = "journal-act-dropped"
 
 
 @dataclass
@@ -100,6 +107,24 @@ class Receiver:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def worker_had_its_chance(*, retried_after_s: int | None = None) -> None:
+    """Return once the webhook worker has sent an alert raised now (of ``PROBE_KIND``, to a
+    receiver of its own) and, with ``retried_after_s``, sent it again that long after a 503:
+    so it has taken every task queued before this call (it takes them in queue order), and run
+    every countdown due before that retry. The evidence a test needs before it asserts that
+    something was not sent."""
+    probe = Receiver()
+    try:
+        if retried_after_s is not None:
+            probe.answer(Reply(503, headers={"retry-after": str(retried_after_s)}))
+        WebhookEndpointFactory.create(url=probe.url, kinds=[PROBE_KIND])
+        alert_raise(kind=PROBE_KIND, agent="probe", message="the worker's turn came")
+        sends = 1 if retried_after_s is None else 2
+        wait_for(lambda: len(probe.received()) >= sends, what="the probe alert's delivery")
+    finally:
+        probe.close()
 
 
 @pytest.fixture
