@@ -136,9 +136,10 @@ def test_one_statement_renews_every_lease_the_process_holds_each_quarter_lease()
         )
         # Every row renewed by one transaction, and so after each round that follows.
         assert _xmins(ids) == 1
-        time.sleep(
-            1.0
-        )  # about five more 200 ms rounds: a round writing in more than one transaction would show
+        # Five more rounds (200 ms each): a round writing in more than one transaction would show.
+        wait_for(
+            lambda: renewer.rounds - statements_before >= 6, timeout=5, what="five more rounds"
+        )
         assert _xmins(ids) == 1
         rounds = renewer.rounds - statements_before
         elapsed = time.monotonic() - started
@@ -197,7 +198,9 @@ renewer = lease_renewer()
 lease = TurnLease(agent_id=1, owner="w1")
 renewer.keep(lease)
 renewer.renew_now()
-time.sleep(2.0)  # 2 s unanswered: several rounds, were it to retry within a fraction of a second
+# A span of time is what is measured: in 2 s unanswered, several tries if it tries again
+# within a fraction of a second (a quarter lease here is 15 s).
+time.sleep(2.0)
 print(json.dumps({"tries": renewer.rounds, "lost": lease.lost, "failing": lease.failing}))
 """
 
