@@ -122,9 +122,10 @@ def test_the_drain_keeps_renewing_its_turn_lease_while_a_slow_probe_is_out_and_t
     lease = lease_of(agent)
     assert lease is not None
     owner, first_until = lease.owner, lease.until
-    time.sleep(
-        LEASE_MS * 1.5 / 1000
-    )  # one and a half leases: an unrenewed lease would have lapsed by now (the probe is out for 3)
+    # Past the end of the lease as first read (the probe is out for 3 leases): unrenewed, it
+    # would have lapsed.
+    lapsed = first_until + timedelta(milliseconds=LEASE_MS / 4)
+    wait_for(lambda: timezone.now() > lapsed, timeout=LEASE_MS * 2 / 1000, what="the lease's end")
     assert probes(agent).get().outcome is None, "the probe must still be out"
     lease = lease_of(agent)
     assert lease is not None and lease.owner == owner
