@@ -117,10 +117,15 @@ def test_a_warm_shutdown_during_a_429_pacing_wait_keeps_the_pacing(
         ),
         what="the 429 to be recorded",
     )
+    # The shutdown comes during the 8 s pacing, once the worker has kept it on the turn, not
+    # as the call ends.
+    wait_for(
+        lambda: faults.sql(
+            "SELECT 1 FROM inference_turn WHERE id = %s AND not_before IS NOT NULL", turn
+        ),
+        what="the 429's pacing to be kept on the turn",
+    )
     first = provider_calls(standin, model)[0]["received_at"]
-    time.sleep(
-        0.5
-    )  # on from the recorded 429: the shutdown comes during the 8 s pacing, not as the call ends
     faults.stop_process("w1", signal.SIGTERM)  # warm shutdown: the turn is handed back
     faults.start_worker("w2", pacing)
     done = wait_turn(faults, turn, ("succeeded", "failed", "exhausted"), timeout=40)
