@@ -26,7 +26,9 @@ kept = [Node() for _ in range(20_000)]  # live past a young collection
 a, b = Node(), Node()
 a.other, b.other = b, a  # a cycle that outlives a young collection, then is dropped
 cycle = weakref.ref(a)
-for _ in range(100):  # the worker's young collections, by time (20,000 objects are too few to count)
+# The worker's young collections come by time (20,000 objects are too few to count): time has
+# to pass, polled for what it brings, within 10 s.
+for _ in range(100):
     time.sleep(0.1)
     if gc.get_freeze_count() - before >= 20_000:
         break

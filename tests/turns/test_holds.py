@@ -138,7 +138,8 @@ def test_an_unreadable_journal_holds_every_turn_and_a_repair_resumes_it_without_
     bad = WaitJournalEntry.objects.create(act_id=uuid.uuid4(), kind="pause", at=timezone.now())
     # A worker reads new rows at most every JOURNAL_POLL_MS: one that read the journal just
     # before the row appeared (another test's held turn re-checking) would let the turn run.
-    # After one poll interval, every worker's next admission check reads the row.
+    # After one poll interval, every worker's next admission check reads the row (nothing
+    # outside a worker shows when it last read the journal).
     time.sleep(JOURNAL_POLL_MS / 1000 + 0.1)
     agent = make_agent(model="answer")
     turn_id = submit(api, agent.name, ("alice", "hello"))["id"]

@@ -68,7 +68,7 @@ reader.start()
 deadline = time.monotonic() + 10
 while connection.pool.get_stats().get("requests_waiting", 0) < 1:  # first waits for a connection
     assert time.monotonic() < deadline, "the first check never asked the pool for a connection"
-    time.sleep(0.01)
+    time.sleep(0.01)  # a poll, with the deadline above: the pool signals no waiting request
 results["second"] = check(at)
 give_back.set()
 reader.join()
