@@ -1,4 +1,5 @@
-"""Bounding failure text (architecture.md §5.6) and cleaning a release's requester (architecture.md §6.8)."""
+"""Bounding failure text (architecture.md §5.6) and cleaning a release's requester
+(architecture.md §6.8)."""
 
 from __future__ import annotations
 
