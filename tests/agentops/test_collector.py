@@ -40,8 +40,13 @@ gc.collect(2)
 kept_by_collections = cycle() is not None
 looked_at, found, took_ms = collector.sweep()  # looked_at: the objects that were frozen
 print(json.dumps({
-    "frozen": frozen, "threshold": gc.get_threshold()[0], "kept_by_collections": kept_by_collections,
-    "freed_by_sweep": cycle() is None, "found": found, "looked_at": looked_at, "frozen_after_sweep": gc.get_freeze_count() >= 20_000,
+    "frozen": frozen,
+    "threshold": gc.get_threshold()[0],
+    "kept_by_collections": kept_by_collections,
+    "freed_by_sweep": cycle() is None,
+    "found": found,
+    "looked_at": looked_at,
+    "frozen_after_sweep": gc.get_freeze_count() >= 20_000,
 }))
 """
 
