@@ -1,5 +1,5 @@
-"""The drop-in endpoints (architecture.md §14) through the official ``openai`` and ``anthropic`` SDKs,
-pointed at the service running as a real ASGI server (uvicorn, its own process, the pooled
+"""The drop-in endpoints (architecture.md §14) through the official ``openai`` and ``anthropic``
+SDKs, pointed at the service running as a real ASGI server (uvicorn, its own process, the pooled
 settings) with an agentops token as the SDK's key."""
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ BOUNDS = {
     "absolute_ms": 4000,
 }
 BEFORE_CONTENT = (
-    "no content for 600 ms after the request was sent (before-content bound; the setting for this bound: "
-    "AGENTOPS_INFERENCE_BOUNDS.progress_bounds.before_content_ms)"
+    "no content for 600 ms after the request was sent (before-content bound; "
+    "the setting for this bound: AGENTOPS_INFERENCE_BOUNDS.progress_bounds.before_content_ms)"
 )
 USER: Any = [{"role": "user", "content": "hi"}]
 
@@ -126,7 +126,8 @@ def test_a_tool_call_comes_through(oai: openai.OpenAI, make_agent: Any) -> None:
     choice = completion.choices[0]
     assert choice.finish_reason == "tool_calls" and choice.message.tool_calls is not None
     call = choice.message.tool_calls[0]
-    assert call.function.name == "search" and json.loads(call.function.arguments) == {"query": "hi"}  # type: ignore[union-attr]
+    function = call.function  # type: ignore[union-attr]
+    assert function.name == "search" and json.loads(function.arguments) == {"query": "hi"}
 
 
 def test_anthropic_messages_non_streamed_and_streamed(
