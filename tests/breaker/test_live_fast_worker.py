@@ -1,4 +1,5 @@
-"""The breaker through a real worker whose retries, bounds and turn lease are short (architecture.md §7).
+"""The breaker through a real worker whose retries, bounds and turn lease are short
+(architecture.md §7).
 
 Server errors and cuts are retried and re-armed before a turn fails, minutes with the default
 settings; this module's worker does it in seconds, so a failure that may not shed can be driven
@@ -186,6 +187,7 @@ def test_a_probe_whose_drain_lost_its_turn_lease_is_aborted_and_sheds_nothing(
             what="the history-kept alert",
         )
         assert alert.verdict == "unclear"
-        assert lease_of(agent) is not None and lease_of(agent).owner == "thief"  # type: ignore[union-attr]
+        lease = lease_of(agent)
+        assert lease is not None and lease.owner == "thief"
     finally:
         AgentLease.objects.filter(agent=agent, owner="thief").delete()

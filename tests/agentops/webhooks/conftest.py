@@ -91,7 +91,8 @@ class Receiver:
         self.port = int(self.server.server_address[1])
         self.url = f"http://{host}:{self.port}/hook"
         if tls is not None:
-            tls.sni_callback = lambda _sock, name, _ctx: self.server_names.append(name)  # type: ignore[assignment]
+            names = self.server_names
+            tls.sni_callback = lambda _sock, name, _ctx: names.append(name)  # type: ignore[assignment]
             self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
