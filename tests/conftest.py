@@ -359,5 +359,6 @@ def _drop_stray_connections(django_db_setup: None, django_db_blocker: Any) -> It
 
     with django_db_blocker.unblock(), connection.cursor() as cursor:
         cursor.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )
