@@ -42,7 +42,8 @@ def test_a_stated_wait_while_postgres_is_down_is_held_at_once_and_lands_in_the_j
         what="the stated wait to land in the journal",
     )
     print(
-        f"measure 1: the stated wait landed in the journal {time.monotonic() - back:.2f} s after PostgreSQL was back"
+        f"measure 1: the stated wait landed in the journal {time.monotonic() - back:.2f} s "
+        "after PostgreSQL was back"
     )
     assert len(rows) == 1
     # Decided when the answer arrived, not when the database came back.
@@ -135,7 +136,8 @@ def test_a_warm_shutdown_during_a_429_pacing_wait_keeps_the_pacing(
     calls = provider_calls(standin, model)
     assert len(calls) == 2
     print(
-        f"measure 3: next call {calls[1]['received_at'] - first:.2f} s after the 429 (floor {floor_s:g} s)"
+        f"measure 3: next call {calls[1]['received_at'] - first:.2f} s after the 429 "
+        f"(floor {floor_s:g} s)"
     )
     assert calls[1]["received_at"] - first >= floor_s, (
         "the next worker called before the 429's pacing floor"
@@ -179,7 +181,8 @@ def test_a_worker_killed_during_a_429_pacing_wait_leaves_the_pacing_to_the_worke
     calls = provider_calls(standin, model)
     assert len(calls) == 2
     print(
-        f"measure 3: after a kill -9, next call {calls[1]['received_at'] - first:.2f} s after the 429 (floor {floor_s:g} s)"
+        f"measure 3: after a kill -9, next call {calls[1]['received_at'] - first:.2f} s "
+        f"after the 429 (floor {floor_s:g} s)"
     )
     assert calls[1]["received_at"] - first >= floor_s, (
         "the worker that took the turn over called before the 429's pacing floor"
@@ -197,7 +200,9 @@ from agentops.live import broadcast_turn_event, turn_group
 
 def send():
     try:
-        broadcast_turn_event(TURN, {"type": "call.ended", "turn": TURN, "call": 1, "outcome": "completed"})
+        broadcast_turn_event(
+            TURN, {"type": "call.ended", "turn": TURN, "call": 1, "outcome": "completed"}
+        )
         return "published"
     except Exception as exc:
         return type(exc).__name__
