@@ -1,4 +1,5 @@
-"""Provider waits through a real worker: holds, joins, release, ephemeral runs (architecture.md §6.6, §6.9)."""
+"""Provider waits through a real worker: holds, joins, release, ephemeral runs
+(architecture.md §6.6, §6.9)."""
 
 from __future__ import annotations
 
@@ -97,8 +98,8 @@ def test_an_ephemeral_run_ends_at_once_on_a_wait_it_does_not_sleep(
     turn = wait_turn(api, submit(api, agent.name, ("alice", "hi"))["id"], timeout=15)
     assert turn["status"] == "exhausted"
     assert (
-        f"the provider asked to wait {asked}; an ephemeral run doesn't sleep a stated wait longer than 600 s, so it ends now"
-        in turn["error"]["message"]
+        f"the provider asked to wait {asked}; an ephemeral run doesn't sleep a stated wait "
+        "longer than 600 s, so it ends now" in turn["error"]["message"]
     )
     assert InferenceCall.objects.filter(agent=agent).count() == 1
 
