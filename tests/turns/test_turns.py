@@ -1,4 +1,5 @@
-"""Turns through real Celery workers and the stand-in provider over sockets (architecture.md §5.1)."""
+"""Turns through real Celery workers and the stand-in provider over sockets
+(architecture.md §5.1)."""
 
 from __future__ import annotations
 
