@@ -36,7 +36,13 @@ while_valid = lease.renew_if_due()
 lost_while_valid = lease.lost
 lease._renewed = time.monotonic() - whole  # not renewed for a whole lease
 after_expiry = lease.renew_if_due()
-print(json.dumps({"while_valid": while_valid, "lost_while_valid": lost_while_valid, "after_expiry": after_expiry, "lost": lease.lost, "failing": lease.failing}))
+print(json.dumps({
+    "while_valid": while_valid,
+    "lost_while_valid": lost_while_valid,
+    "after_expiry": after_expiry,
+    "lost": lease.lost,
+    "failing": lease.failing,
+}))
 """
 
 
@@ -83,7 +89,8 @@ def test_once_the_database_answers_a_lease_that_could_not_be_renewed_is_renewed_
     lease.failing = True
     assert not lease.renew_if_due() and lease.lost
     assert AgentLease.objects.get(agent=agent).owner == "another-worker"
-    AgentLease.objects.all().delete()  # no live lease left for the settling between tests to wait on
+    # No live lease left for the settling between tests to wait on.
+    AgentLease.objects.all().delete()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -157,7 +164,8 @@ def _xmins(agent_ids: list[int]) -> int:
     """How many transactions last wrote these lease rows (PostgreSQL's own record)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT count(DISTINCT xmin::text) FROM {AgentLease._meta.db_table} WHERE agent_id = ANY(%s)",
+            f"SELECT count(DISTINCT xmin::text) FROM {AgentLease._meta.db_table} "
+            "WHERE agent_id = ANY(%s)",
             [agent_ids],
         )
         row = cursor.fetchone()
