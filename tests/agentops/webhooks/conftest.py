@@ -92,7 +92,11 @@ class Receiver:
         self.url = f"http://{host}:{self.port}/hook"
         if tls is not None:
             names = self.server_names
-            tls.sni_callback = lambda _sock, name, _ctx: names.append(name)  # type: ignore[assignment]
+
+            def sni(_sock: ssl.SSLObject, name: str | None, _ctx: ssl.SSLContext) -> None:
+                names.append(name)
+
+            tls.sni_callback = sni
             self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
