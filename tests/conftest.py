@@ -45,6 +45,18 @@ def fresh_process_view(tmp_path: Path) -> Iterator[None]:
     journal_forget_process_state()
 
 
+def poll_until(predicate: Callable[[], Any], *, timeout: float, interval: float = 0.05) -> Any:
+    """Poll ``predicate`` until it returns something truthy, and return that; once ``timeout``
+    has passed, return its last (falsy) value instead. For waits whose end is not a failure."""
+    end = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > end:
+            return value
+        # A poll: what the tests wait on (rows, another process's state) sends no event.
+        time.sleep(interval)
+
+
 def wait_for(
     predicate: Callable[[], Any],
     *,
@@ -53,14 +65,10 @@ def wait_for(
     what: str = "condition",
 ) -> Any:
     """Poll ``predicate`` until it returns something truthy; fail the test after ``timeout``."""
-    end = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > end:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
+    value = poll_until(predicate, timeout=timeout, interval=interval)
+    if not value:
+        pytest.fail(f"timed out after {timeout} s waiting for {what}")
+    return value
 
 
 async def refused_with(communicator: Any) -> int | None:
@@ -293,9 +301,7 @@ def _workers_settle(request: pytest.FixtureRequest) -> Iterator[None]:
         return
     from inference.models import AgentLease
 
-    end = time.monotonic() + 15
-    while AgentLease.objects.exists() and time.monotonic() < end:
-        time.sleep(0.05)
+    poll_until(lambda: not AgentLease.objects.exists(), timeout=15)
 
 
 def scraper() -> Client:
@@ -353,5 +359,6 @@ def _drop_stray_connections(django_db_setup: None, django_db_blocker: Any) -> It
 
     with django_db_blocker.unblock(), connection.cursor() as cursor:
         cursor.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )

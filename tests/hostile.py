@@ -234,7 +234,10 @@ async def respond(model: str, streamed: bool, writer: asyncio.StreamWriter) -> b
         )
         return True
     if model == "html-error":
-        page = b"<html><head><title>502 Bad Gateway</title></head><body><h1>Bad Gateway</h1></body></html>"
+        page = (
+            b"<html><head><title>502 Bad Gateway</title></head>"
+            b"<body><h1>Bad Gateway</h1></body></html>"
+        )
         writer.write(whole("502 Bad Gateway", page, content_type="text/html"))
         return True
     if model == "two-responses":

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gzip
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,6 +23,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as SpanProto
 from opentelemetry.proto.trace.v1.trace_pb2 import Status as StatusProto
+
+from tests.conftest import poll_until
 
 
 def _value(value: AnyValue) -> Any:
@@ -217,19 +218,17 @@ class Receiver:
         what: str = "spans",
     ) -> list[Span]:
         """At least ``count`` spans matching ``predicate``, once they have arrived."""
-        end = time.monotonic() + timeout
-        while True:
-            found = self.spans(predicate)
-            if len(found) >= count:
-                return found
-            if time.monotonic() > end:
-                names = sorted(
-                    {(s.name, s.attributes.get("agentops.agent")) for s in self.spans()}, key=str
-                )
-                pytest.fail(
-                    f"timed out after {timeout} s waiting for {count} {what}; got {len(found)}. Spans received: {names}"
-                )
-            time.sleep(0.05)
+        enough = poll_until(lambda: len(self.spans(predicate)) >= count, timeout=timeout)
+        found = self.spans(predicate)
+        if not enough:
+            names = sorted(
+                {(s.name, s.attributes.get("agentops.agent")) for s in self.spans()}, key=str
+            )
+            pytest.fail(
+                f"timed out after {timeout} s waiting for {count} {what}; got {len(found)}. "
+                f"Spans received: {names}"
+            )
+        return found
 
     def points(
         self, metric: str, predicate: Callable[[Point], bool] = lambda p: True
@@ -244,18 +243,15 @@ class Receiver:
         *,
         timeout: float = 20.0,
     ) -> list[Point]:
-        end = time.monotonic() + timeout
-        while True:
-            found = self.points(metric, predicate)
-            if found:
-                return found
-            if time.monotonic() > end:
-                with self.lock:
-                    names = sorted({p.metric for p in self.received.points})
-                pytest.fail(
-                    f"timed out after {timeout} s waiting for metric {metric}; metrics received: {names}"
-                )
-            time.sleep(0.05)
+        found: list[Point] = poll_until(lambda: self.points(metric, predicate), timeout=timeout)
+        if not found:
+            with self.lock:
+                names = sorted({p.metric for p in self.received.points})
+            pytest.fail(
+                f"timed out after {timeout} s waiting for metric {metric}; "
+                f"metrics received: {names}"
+            )
+        return found
 
 
 def by_agent(agent: str) -> Callable[[Span], bool]:

@@ -30,7 +30,8 @@ REFUSED = [
     ),
     (
         {"AGENTOPS_INFERENCE_BOUNDS": '{"progress_bounds": {"before_contnet_ms": 5000}}'},
-        "AGENTOPS_INFERENCE_BOUNDS.progress_bounds.before_contnet_ms is not a setting (did you mean before_content_ms?",
+        "AGENTOPS_INFERENCE_BOUNDS.progress_bounds.before_contnet_ms is not a setting "
+        "(did you mean before_content_ms?",
     ),
 ]
 
@@ -111,5 +112,6 @@ def test_the_launcher_says_at_once_that_its_port_is_taken() -> None:
         done = launcher({"AGENTOPS_PORT": str(port)})
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == (
-        f"agentops: configuration error: AGENTOPS_PORT {port} is in use by another process: stop it, or set AGENTOPS_PORT to a free port"
+        f"agentops: configuration error: AGENTOPS_PORT {port} is in use by another process: "
+        "stop it, or set AGENTOPS_PORT to a free port"
     )

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from devtools.embedded import (
     start_redis,
     stop_all,
 )
+from tests.conftest import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -39,21 +39,22 @@ def var_dir() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def _dead(pid: int) -> bool:
+    try:
+        reaped, _ = os.waitpid(pid, os.WNOHANG)
+        if reaped == pid:
+            return True
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
 def _wait_dead(pid: int, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            reaped, _ = os.waitpid(pid, os.WNOHANG)
-            if reaped == pid:
-                return
-        except ChildProcessError:
-            pass
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"pid {pid} still alive")
+    wait_for(lambda: _dead(pid), timeout=timeout, what=f"pid {pid} to exit")
 
 
 def _notes(service: EmbeddedService) -> list[str]:

@@ -1,5 +1,5 @@
-"""The layer contract (pyproject.toml, ``[tool.importlinter]``, architecture.md §2) covers the whole tree:
-every module outside migrations stands in exactly one layer, so a new module cannot slip past
+"""The layer contract (pyproject.toml, ``[tool.importlinter]``, architecture.md §2) covers the whole
+tree: every module outside migrations stands in exactly one layer, so a new module cannot slip past
 ``lint-imports`` by being in none."""
 
 from __future__ import annotations
@@ -49,7 +49,9 @@ def test_every_module_stands_in_exactly_one_layer() -> None:
     for module in _modules():
         homes = _homes(module, layers)
         if not homes and any(name.startswith(module + ".") for name in names):
-            continue  # a package that holds layers (``agentops``, ``inference``): its __init__ hands names on
+            # A package that holds layers (``agentops``, ``inference``): its __init__ hands
+            # names on.
+            continue
         if not homes:
             homeless.append(module)
         elif len(homes) > 1:

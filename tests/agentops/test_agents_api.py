@@ -124,11 +124,8 @@ def test_get_agents_shows_a_client_only_its_projects_agents_and_filters_by_proje
 
     billing = Project.objects.create(name="billing")
     AgentFactory.create(name="invoicer", provider=agents["ada"].provider, project=billing)
-    client = Client(
-        headers={
-            "Authorization": f"Bearer {api_token_create(name='billing-bot', operator=False, project='billing')[1]}"
-        }
-    )
+    token = api_token_create(name="billing-bot", operator=False, project="billing")[1]
+    client = Client(headers={"Authorization": f"Bearer {token}"})
     mine = client.get("/api/v1/agents").json()
     assert (mine["count"], [a["name"] for a in mine["items"]]) == (1, ["invoicer"])
     assert client.get("/api/v1/agents", {"project": "default"}).json() == {"items": [], "count": 0}

@@ -1,5 +1,5 @@
-"""The alert service (architecture.md §8): what one ``alert_raise`` writes and sends, and that its data is
-bounded once for every consumer: the row, the failures.log line, the dashboard event and the
+"""The alert service (architecture.md §8): what one ``alert_raise`` writes and sends, and that its
+data is bounded once for every consumer: the row, the failures.log line, the dashboard event and the
 webhook body."""
 
 from __future__ import annotations

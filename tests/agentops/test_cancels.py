@@ -215,7 +215,8 @@ async def a_restart_loses_no_cancel(
     await asyncio.to_thread(servers[-1].stop)  # type: ignore[attr-defined]
     servers.append(await asyncio.to_thread(start_redis, var))
     assert servers[-1].url == url  # type: ignore[attr-defined]
-    # At once, before the watcher has subscribed again: nobody hears the message, only the key stays.
+    # At once, before the watcher has subscribed again: nobody hears the message, only the key
+    # stays.
     await asyncio.to_thread(abort_signal, url, key)
     assert await fired.within(SWEEP_S / 2), "the cancel sent across the restart was lost"
     # And the watcher listens again afterwards.

@@ -26,7 +26,9 @@ kept = [Node() for _ in range(20_000)]  # live past a young collection
 a, b = Node(), Node()
 a.other, b.other = b, a  # a cycle that outlives a young collection, then is dropped
 cycle = weakref.ref(a)
-for _ in range(100):  # the worker's young collections, by time (20,000 objects are too few to count)
+# The worker's young collections come by time (20,000 objects are too few to count): time has
+# to pass, polled for what it brings, within 10 s.
+for _ in range(100):
     time.sleep(0.1)
     if gc.get_freeze_count() - before >= 20_000:
         break
@@ -38,8 +40,13 @@ gc.collect(2)
 kept_by_collections = cycle() is not None
 looked_at, found, took_ms = collector.sweep()  # looked_at: the objects that were frozen
 print(json.dumps({
-    "frozen": frozen, "threshold": gc.get_threshold()[0], "kept_by_collections": kept_by_collections,
-    "freed_by_sweep": cycle() is None, "found": found, "looked_at": looked_at, "frozen_after_sweep": gc.get_freeze_count() >= 20_000,
+    "frozen": frozen,
+    "threshold": gc.get_threshold()[0],
+    "kept_by_collections": kept_by_collections,
+    "freed_by_sweep": cycle() is None,
+    "found": found,
+    "looked_at": looked_at,
+    "frozen_after_sweep": gc.get_freeze_count() >= 20_000,
 }))
 """
 

@@ -1,6 +1,6 @@
-"""The operator console (architecture.md §9): agents with status, streak, holds and current turn; turns
-with their calls inline, each with its timeline; audit entries nobody can add, change or delete
-through the admin; release, restore and acknowledge each behind a permission of its own."""
+"""The operator console (architecture.md §9): agents with status, streak, holds and current turn;
+turns with their calls inline, each with its timeline; audit entries nobody can add, change or
+delete through the admin; release, restore and acknowledge each behind a permission of its own."""
 
 from __future__ import annotations
 

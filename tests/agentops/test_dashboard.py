@@ -337,7 +337,8 @@ T = 1_800_000_000_000.0
         # The flat bound ties with the before-content one at send (5 s each): the tie goes to the
         # bound listed first. An absolute bound shorter than the rest is both nearest and final.
         (
-            '{"progress_bounds": {"before_content_ms": 5000, "between_events_ms": 1000}, "flat_minimum_ms": 3000}',
+            '{"progress_bounds": {"before_content_ms": 5000, "between_events_ms": 1000}, '
+            '"flat_minimum_ms": 3000}',
             True,
             None,
             (T + 5000, "before_content", T + 4_500_000, "absolute"),

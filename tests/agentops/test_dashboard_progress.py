@@ -119,7 +119,9 @@ def test_get_turn_shows_an_in_flight_calls_live_counts_and_next_deadline(
     )
 
 
-async def test_an_idle_dashboard_socket_outlives_the_redis_socket_timeout(staff: User) -> None:  # noqa: F811
+async def test_an_idle_dashboard_socket_outlives_the_redis_socket_timeout(
+    staff: User,  # noqa: F811
+) -> None:
     ws, connected, _ = await dashboard_socket(staff)
     assert connected
     assert (await ws.receive_json_from(timeout=10))["type"] == "snapshot"

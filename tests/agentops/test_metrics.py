@@ -45,7 +45,8 @@ def agent() -> Agent:
 
 
 def scrape(client: Client | None = None) -> tuple[Scrape, dict[str, str]]:
-    """GET /metrics as Prometheus scrapes it; (every sample by (name, labels), each family's type)."""
+    """GET /metrics as Prometheus scrapes it; (every sample by (name, labels), each family's
+    type)."""
     response = (client or scraper()).get("/metrics")
     assert response.status_code == 200
     assert response["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"

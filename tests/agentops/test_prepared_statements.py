@@ -41,8 +41,10 @@ def test_the_setting_turns_server_side_binding_and_preparing_on_or_off(
         AGENTOPS_DB_PREPARED_STATEMENTS=value,
     )
     probe = (
-        "import json, django; django.setup(); from django.conf import settings; o = settings.DATABASES['default']['OPTIONS'];"
-        "print(json.dumps({k: o[k] for k in ('server_side_binding', 'prepare_threshold') if k in o}))"
+        "import json, django; django.setup(); from django.conf import settings; "
+        "o = settings.DATABASES['default']['OPTIONS'];"
+        "print(json.dumps({k: o[k] for k in ('server_side_binding', 'prepare_threshold') "
+        "if k in o}))"
     )
     out = subprocess.run(
         [sys.executable, "-c", probe],

@@ -264,7 +264,8 @@ def refused_rows() -> Iterator[Callable[[str, str], None]]:
                 f"RAISE EXCEPTION 'refused by the test' USING ERRCODE = '22000'; END $$"
             )
             cursor.execute(
-                f"CREATE TRIGGER {name} BEFORE INSERT OR UPDATE ON {table} FOR EACH ROW WHEN ({when}) EXECUTE FUNCTION {name}()"
+                f"CREATE TRIGGER {name} BEFORE INSERT OR UPDATE ON {table} FOR EACH ROW "
+                f"WHEN ({when}) EXECUTE FUNCTION {name}()"
             )
         made.append(f"{table}:{name}")
 

@@ -48,7 +48,8 @@ def test_a_row_read_by_hand_equals_the_orm_s_instance() -> None:
         error={"type": "network", "n": 1.5},
     )
     ((read_turn, read_agent),) = rows.fetch(
-        f"SELECT {rows.columns(Turn, 't')}, {rows.columns(Agent, 'a')} FROM inference_turn t JOIN agentops_agent a ON a.id = t.agent_id WHERE t.id = %s",
+        f"SELECT {rows.columns(Turn, 't')}, {rows.columns(Agent, 'a')} FROM inference_turn t "
+        "JOIN agentops_agent a ON a.id = t.agent_id WHERE t.id = %s",
         [turn.pk],
         Turn,
         Agent,

@@ -1,7 +1,7 @@
-"""What ``telemetry_setup`` installs from the standard environment (architecture.md §16): each case in a
-process of its own, as a web process, a worker or beat starts (the SDK's providers are set
-once per process). The exporters point at a loopback port nobody listens on: nothing here
-waits for an export."""
+"""What ``telemetry_setup`` installs from the standard environment (architecture.md §16): each case
+in a process of its own, as a web process, a worker or beat starts (the SDK's providers are set once
+per process). The exporters point at a loopback port nobody listens on: nothing here waits for an
+export."""
 
 from __future__ import annotations
 
@@ -25,13 +25,16 @@ from opentelemetry import metrics, trace
 from agentops import telemetry
 on = telemetry.telemetry_setup(role="worker", worker="w1@example")
 out = {"enabled": on, "tracer_provider": type(trace.get_tracer_provider()).__name__,
-       "meter_provider": type(metrics.get_meter_provider()).__name__, "sdk_loaded": "opentelemetry.sdk.trace" in sys.modules}
+       "meter_provider": type(metrics.get_meter_provider()).__name__,
+       "sdk_loaded": "opentelemetry.sdk.trace" in sys.modules}
 provider = trace.get_tracer_provider()
 if hasattr(provider, "resource"):
     processors = provider._active_span_processor._span_processors
-    out.update(resource=dict(provider.resource.attributes), sampler=provider.sampler.get_description(),
+    out.update(resource=dict(provider.resource.attributes),
+               sampler=provider.sampler.get_description(),
                processors=[type(p).__name__ for p in processors],
-               exporters=[(type(p.span_exporter).__name__, p.span_exporter._endpoint) for p in processors])
+               exporters=[(type(p.span_exporter).__name__, p.span_exporter._endpoint)
+                          for p in processors])
 print(json.dumps(out))
 """
 

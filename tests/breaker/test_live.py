@@ -51,7 +51,8 @@ def test_a_request_refused_without_its_history_too_keeps_the_history(
     agent = make_agent(
         model="refuse", system="Be brief.", max_tokens=321, thinking_budget=1024, tools=TOOLS
     )
-    kept = lambda i: alerts(agent, "history-kept") == max(i - 1, 0)  # noqa: E731 (probes from the 3rd)
+    # Probes from the 3rd failure on.
+    kept = lambda i: alerts(agent, "history-kept") == max(i - 1, 0)  # noqa: E731
     fail_in_a_row(api, agent, 3, settled=kept)
     probes = InferenceCall.objects.filter(agent=agent, kind="probe")
     assert probes.count() == 1

@@ -1,4 +1,5 @@
-"""The breaker through a real worker whose retries, bounds and turn lease are short (architecture.md §7).
+"""The breaker through a real worker whose retries, bounds and turn lease are short
+(architecture.md §7).
 
 Server errors and cuts are retried and re-armed before a turn fails, minutes with the default
 settings; this module's worker does it in seconds, so a failure that may not shed can be driven
@@ -122,9 +123,10 @@ def test_the_drain_keeps_renewing_its_turn_lease_while_a_slow_probe_is_out_and_t
     lease = lease_of(agent)
     assert lease is not None
     owner, first_until = lease.owner, lease.until
-    time.sleep(
-        LEASE_MS * 1.5 / 1000
-    )  # one and a half leases: an unrenewed lease would have lapsed by now (the probe is out for 3)
+    # Past the end of the lease as first read (the probe is out for 3 leases): unrenewed, it
+    # would have lapsed.
+    lapsed = first_until + timedelta(milliseconds=LEASE_MS / 4)
+    wait_for(lambda: timezone.now() > lapsed, timeout=LEASE_MS * 2 / 1000, what="the lease's end")
     assert probes(agent).get().outcome is None, "the probe must still be out"
     lease = lease_of(agent)
     assert lease is not None and lease.owner == owner
@@ -185,6 +187,7 @@ def test_a_probe_whose_drain_lost_its_turn_lease_is_aborted_and_sheds_nothing(
             what="the history-kept alert",
         )
         assert alert.verdict == "unclear"
-        assert lease_of(agent) is not None and lease_of(agent).owner == "thief"  # type: ignore[union-attr]
+        lease = lease_of(agent)
+        assert lease is not None and lease.owner == "thief"
     finally:
         AgentLease.objects.filter(agent=agent, owner="thief").delete()

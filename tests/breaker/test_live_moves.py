@@ -1,6 +1,6 @@
-"""Things that move while the probe is out, through a real worker and the stand-in (architecture.md §7.3):
-the probe's answer is set aside, nothing is shed, no retry is queued, and the next failure
-probes again.
+"""Things that move while the probe is out, through a real worker and the stand-in
+(architecture.md §7.3): the probe's answer is set aside, nothing is shed, no retry is queued, and
+the next failure probes again.
 
 The stand-in plays a sequence per agent: three refused requests, then the probe, answered
 slowly so the test can move something while it is out, then refusals again (so the next

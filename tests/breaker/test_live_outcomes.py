@@ -1,7 +1,7 @@
-"""The probe's outcomes through a real worker and the stand-in (architecture.md §7.3): a probe that fails
-any other way than the failure did (a 429, another status, a cut, an abort by shutdown) sheds
-nothing and queues no retry, and a ``history-kept`` alert says it couldn't tell; an answer
-that comes back a minute later still sheds when nothing moved."""
+"""The probe's outcomes through a real worker and the stand-in (architecture.md §7.3): a probe that
+fails any other way than the failure did (a 429, another status, a cut, an abort by shutdown) sheds
+nothing and queues no retry, and a ``history-kept`` alert says it couldn't tell; an answer that
+comes back a minute later still sheds when nothing moved."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The probe's request (architecture.md §7.3): every field of the failed request but its messages."""
+"""The probe's request (architecture.md §7.3): every field of the failed request but its
+messages."""
 
 from __future__ import annotations
 

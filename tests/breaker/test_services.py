@@ -136,7 +136,8 @@ def test_a_shed_sets_aside_the_newest_row_and_writes_one_marker_that_never_quote
     (marker,) = marker_rows(agent)
     assert marker.participant == "agentops" and marker.state == "presented"
     assert marker.content.startswith(
-        "[refusal-rewind] The 1 most recent turn(s) were set aside because the model API kept refusing the requests that carried them"
+        "[refusal-rewind] The 1 most recent turn(s) were set aside because the model API kept "
+        "refusing the requests that carried them"
     )
     assert "secret poison" not in marker.content
     assert state(agent).sheds_this_run == 1 and state(agent).marker_row_id == marker.pk

@@ -38,7 +38,10 @@ def chromium_problem() -> str | None:
     """Why the browser tests cannot run here, or None."""
     for path, package in ((CHROMIUM, "chromium"), (CHROMEDRIVER, "chromium-driver")):
         if not (os.path.exists(path) or shutil.which(path)):
-            return f"{path} is missing: apt-get install -y chromium chromium-driver (Debian package {package})"
+            return (
+                f"{path} is missing: apt-get install -y chromium chromium-driver "
+                f"(Debian package {package})"
+            )
     try:
         import selenium  # noqa: F401
     except ImportError:

@@ -151,8 +151,10 @@ def test_the_admin_lists_fit_a_1400_px_window(
     ):
         browser.get(f"{live_server.url}{path}")
         wide = browser.execute_script(
-            "const t = document.querySelector('#result_list'); const c = t && t.closest('.results');"
-            "return [document.documentElement.scrollWidth, window.innerWidth, t ? t.scrollWidth : 0, c ? c.clientWidth : 0];"
+            "const t = document.querySelector('#result_list'); "
+            "const c = t && t.closest('.results');"
+            "return [document.documentElement.scrollWidth, window.innerWidth, "
+            "t ? t.scrollWidth : 0, c ? c.clientWidth : 0];"
         )
         page_width, window_width, table_width, box_width = wide
         assert page_width <= window_width, (path, wide)
@@ -162,10 +164,13 @@ def test_the_admin_lists_fit_a_1400_px_window(
         broken = browser.execute_script(
             "return [...document.querySelectorAll('#result_list thead th')].map(th => {"
             "  const text = th.innerText.trim(); if (!text) return null;"
-            "  const walker = document.createTreeWalker(th, NodeFilter.SHOW_TEXT); const tops = new Set();"
-            "  for (let node = walker.nextNode(); node; node = walker.nextNode()) { if (!node.textContent.trim()) continue;"
+            "  const walker = document.createTreeWalker(th, NodeFilter.SHOW_TEXT); "
+            "const tops = new Set();"
+            "  for (let node = walker.nextNode(); node; node = walker.nextNode()) { "
+            "if (!node.textContent.trim()) continue;"
             "    const range = document.createRange(); range.selectNodeContents(node);"
-            "    for (const r of range.getClientRects()) if (r.width > 0) tops.add(Math.round(r.top)); }"
+            "    for (const r of range.getClientRects()) "
+            "if (r.width > 0) tops.add(Math.round(r.top)); }"
             "  const lines = tops.size;"
             "  return lines > text.split(/\\s+/).length ? text : null; }).filter(Boolean);"
         )

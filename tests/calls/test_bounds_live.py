@@ -66,8 +66,8 @@ def calls_of(turn: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 BEFORE_CONTENT_MESSAGE = (
-    "no content for 500 ms after the request was sent (before-content bound; the setting for this bound: "
-    "AGENTOPS_INFERENCE_BOUNDS.progress_bounds.before_content_ms)"
+    "no content for 500 ms after the request was sent (before-content bound; "
+    "the setting for this bound: AGENTOPS_INFERENCE_BOUNDS.progress_bounds.before_content_ms)"
 )
 
 
@@ -93,7 +93,8 @@ def test_a_keepalive_only_stream_is_cut_before_content(
         assert 0 <= call["cut_lateness_ms"] < 300
     assert turn["note"] == (
         f"[inference-failed] The model call timed out: {BEFORE_CONTENT_MESSAGE}. "
-        "The call was made again, and it timed out again. If a reply is still owed from that turn, you can give it now."
+        "The call was made again, and it timed out again. "
+        "If a reply is still owed from that turn, you can give it now."
     )
 
 

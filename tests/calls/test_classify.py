@@ -818,7 +818,12 @@ def test_a_connection_error_is_a_retryable_network_failure_that_names_neither_ho
 
 
 def test_an_answer_whose_head_breaks_a_limit_is_a_server_error_naming_the_limits() -> None:
-    exc = aiohttp.ClientResponseError(None, (), status=400, message="Too many headers received")  # type: ignore[arg-type]
+    exc = aiohttp.ClientResponseError(
+        None,  # type: ignore[arg-type]
+        (),
+        status=400,
+        message="Too many headers received",
+    )
     error = classify_exception(exc)
     assert (error.type, error.provider_code, error.retryable) == ("server", "bad_response", True)
     assert error.message == (

@@ -1,4 +1,5 @@
-"""AGENTOPS_INFERENCE_BOUNDS: parsing and the startup system check agentops.E001 (architecture.md §5.4)."""
+"""AGENTOPS_INFERENCE_BOUNDS: parsing and the startup system check agentops.E001
+(architecture.md §5.4)."""
 
 from __future__ import annotations
 
@@ -157,7 +158,8 @@ def test_a_bad_value_in_the_environment_json_is_refused_naming_the_field(
     with pytest.raises(BoundsConfigError) as refused:
         parse_bounds(text)
     assert str(refused.value) == (
-        f"{PREFIX}.progress_bounds.before_content_ms must be a positive number of milliseconds, not {shown}"
+        f"{PREFIX}.progress_bounds.before_content_ms must be a positive number of milliseconds, "
+        f"not {shown}"
     )
 
 

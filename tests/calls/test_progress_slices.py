@@ -82,7 +82,8 @@ class _Call:
 async def _stored_keepalives(
     store: redis.Redis, call_id: int, *, wanted: int, within_s: float
 ) -> float:
-    """Seconds until the stored entry of ``call_id`` shows ``wanted`` keepalives (fails past ``within_s``)."""
+    """Seconds until the stored entry of ``call_id`` shows ``wanted`` keepalives (fails past
+    ``within_s``)."""
     started = time.monotonic()
     while time.monotonic() - started < within_s:
         raw = store.hget(PROGRESS_KEY, str(call_id))

@@ -1,5 +1,5 @@
-"""A provider down (architecture.md §15): calls that all fail with network, TLS, auth or 5xx errors for
-``AGENTOPS_PROVIDER_DOWN_AFTER_MS`` raise one ``provider-down`` alert per episode (the row, the
+"""A provider down (architecture.md §15): calls that all fail with network, TLS, auth or 5xx errors
+for ``AGENTOPS_PROVIDER_DOWN_AFTER_MS`` raise one ``provider-down`` alert per episode (the row, the
 dashboard's snapshot), and the first completed call ends the episode and says so."""
 
 from __future__ import annotations
@@ -67,8 +67,8 @@ def test_answers_that_say_the_provider_is_up_start_no_episode(
     agent = make_agent(model=model)
     for _ in range(2):
         complete(api, agent.name)
-        time.sleep(
-            0.01
-        )  # past the 1 ms setting: were these failures an episode, the second call would raise its alert
+        # Past the 1 ms setting, a span of time: were these failures an episode, the second call
+        # would raise its alert.
+        time.sleep(0.01)
     assert not Alert.objects.filter(kind="provider-down").exists()
     assert Provider.objects.get(pk=agent.provider_id).failing_since is None

@@ -269,8 +269,9 @@ def test_stored_marks_with_an_unknown_bound_field_and_an_unknown_bound_name_stil
     assert picture.events == (40, 140) and picture.events_omitted == 0
     [note] = picture.notes
     assert note == (
-        "recorded bounds left out: between_keepalives_ms, flat_minimum_ms, think_tokens_per_second; "
-        "defaults used for absolute_ms, flat_minimum_ms, think_tokens_per_second"
+        "recorded bounds left out: between_keepalives_ms, flat_minimum_ms, "
+        "think_tokens_per_second; defaults used for absolute_ms, flat_minimum_ms, "
+        "think_tokens_per_second"
     )
     assert "between-keepalives deadline" in call_timeline_svg(call)
 

@@ -47,7 +47,9 @@ SETUP = """
 import json
 from agentops.models import Provider
 from agentops.tokens import api_token_create
-Provider.objects.get_or_create(name="standin-openai", defaults={"kind": "openai", "base_url": STANDIN + "/v1"})
+Provider.objects.get_or_create(
+    name="standin-openai", defaults={"kind": "openai", "base_url": STANDIN + "/v1"}
+)
 print(json.dumps({"token": api_token_create(name="faults", operator=True)[1]}))
 """
 
@@ -105,7 +107,8 @@ class FaultStack:
 
     def start_web(self) -> None:
         port = free_port(None)
-        # The web process at the default pool timeout (10 s): its own short wait must make 503s fast.
+        # The web process at the default pool timeout (10 s): its own short wait must make 503s
+        # fast.
         web_env = {k: v for k, v in self.env.items() if k != "AGENTOPS_DB_POOL_TIMEOUT_MS"}
         self._spawn(
             "web",
@@ -252,7 +255,8 @@ class FaultStack:
     def reset(self) -> None:
         """Between tests: no open turn is left to a later test's workers."""
         self.sql(
-            "UPDATE inference_turn SET status = 'cancelled' WHERE status IN ('queued', 'running', 'held', 'requires_action')"
+            "UPDATE inference_turn SET status = 'cancelled' "
+            "WHERE status IN ('queued', 'running', 'held', 'requires_action')"
         )
         self.sql("DELETE FROM inference_agentlease")
 

@@ -1,4 +1,5 @@
-"""The API during a PostgreSQL outage (issue 12, test 4): a fast 503 a client can tell from a bug."""
+"""The API during a PostgreSQL outage (issue 12, test 4): a fast 503 a client can tell from a
+bug."""
 
 from __future__ import annotations
 

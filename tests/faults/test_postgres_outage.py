@@ -42,17 +42,18 @@ def test_a_stated_wait_while_postgres_is_down_is_held_at_once_and_lands_in_the_j
         what="the stated wait to land in the journal",
     )
     print(
-        f"measure 1: the stated wait landed in the journal {time.monotonic() - back:.2f} s after PostgreSQL was back"
+        f"measure 1: the stated wait landed in the journal {time.monotonic() - back:.2f} s "
+        "after PostgreSQL was back"
     )
     assert len(rows) == 1
     # Decided when the answer arrived, not when the database came back.
     assert abs(rows[0]["until_ms"] / 1000 - (answered_at + 7200)) < 3
     held = wait_turn(faults, turn, ("held",), timeout=15)
     assert held["hold_until"] is not None and held["hold_until"].timestamp() > time.time() + 7000
-    # Past the lease and several sweeps: nothing calls the provider before the wait's end.
-    time.sleep(
-        LEASE_S + 3
-    )  # a lapsed lease and the sweeps after it: a second call would have gone out by now
+    # Past the lease and several sweeps: nothing calls the provider before the wait's end. A
+    # lapsed lease and the sweeps after it would have sent a second call by now; a sweep that
+    # finds nothing to do leaves no mark to wait for.
+    time.sleep(LEASE_S + 3)
     assert len(provider_calls(standin, model)) == 1
     print(f"measure 1: provider calls {len(provider_calls(standin, model))}")
     assert (
@@ -91,7 +92,9 @@ def test_an_answer_received_while_postgres_is_down_is_stored_after_recovery_with
     print(
         f"measure 2: both answers stored {time.monotonic() - back:.2f} s after PostgreSQL was back"
     )
-    time.sleep(LEASE_S + 2)  # a second run of either turn would have called by now
+    # A lapsed lease's takeover would have run either turn again and called by now; the sweeps
+    # that find nothing to do leave no mark to wait for.
+    time.sleep(LEASE_S + 2)
     assert [len(provider_calls(standin, m)) for m in models] == [1, 1]
     print("measure 2: provider calls 2 for 2 turns")
     calls = faults.sql(
@@ -117,10 +120,15 @@ def test_a_warm_shutdown_during_a_429_pacing_wait_keeps_the_pacing(
         ),
         what="the 429 to be recorded",
     )
+    # The shutdown comes during the 8 s pacing, once the worker has kept it on the turn, not
+    # as the call ends.
+    wait_for(
+        lambda: faults.sql(
+            "SELECT 1 FROM inference_turn WHERE id = %s AND not_before IS NOT NULL", turn
+        ),
+        what="the 429's pacing to be kept on the turn",
+    )
     first = provider_calls(standin, model)[0]["received_at"]
-    time.sleep(
-        0.5
-    )  # on from the recorded 429: the shutdown comes during the 8 s pacing, not as the call ends
     faults.stop_process("w1", signal.SIGTERM)  # warm shutdown: the turn is handed back
     faults.start_worker("w2", pacing)
     done = wait_turn(faults, turn, ("succeeded", "failed", "exhausted"), timeout=40)
@@ -128,7 +136,8 @@ def test_a_warm_shutdown_during_a_429_pacing_wait_keeps_the_pacing(
     calls = provider_calls(standin, model)
     assert len(calls) == 2
     print(
-        f"measure 3: next call {calls[1]['received_at'] - first:.2f} s after the 429 (floor {floor_s:g} s)"
+        f"measure 3: next call {calls[1]['received_at'] - first:.2f} s after the 429 "
+        f"(floor {floor_s:g} s)"
     )
     assert calls[1]["received_at"] - first >= floor_s, (
         "the next worker called before the 429's pacing floor"
@@ -172,7 +181,8 @@ def test_a_worker_killed_during_a_429_pacing_wait_leaves_the_pacing_to_the_worke
     calls = provider_calls(standin, model)
     assert len(calls) == 2
     print(
-        f"measure 3: after a kill -9, next call {calls[1]['received_at'] - first:.2f} s after the 429 (floor {floor_s:g} s)"
+        f"measure 3: after a kill -9, next call {calls[1]['received_at'] - first:.2f} s "
+        f"after the 429 (floor {floor_s:g} s)"
     )
     assert calls[1]["received_at"] - first >= floor_s, (
         "the worker that took the turn over called before the 429's pacing floor"
@@ -190,7 +200,9 @@ from agentops.live import broadcast_turn_event, turn_group
 
 def send():
     try:
-        broadcast_turn_event(TURN, {"type": "call.ended", "turn": TURN, "call": 1, "outcome": "completed"})
+        broadcast_turn_event(
+            TURN, {"type": "call.ended", "turn": TURN, "call": 1, "outcome": "completed"}
+        )
         return "published"
     except Exception as exc:
         return type(exc).__name__

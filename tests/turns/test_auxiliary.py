@@ -77,7 +77,9 @@ def test_a_wait_recorded_by_an_auxiliary_call_holds_the_primary_turn(
         data=json.dumps({"model": "error:status=429,form=retry-after-ms,wait_ms=60000"}),
         content_type="application/json",
     )
-    time.sleep(1.0)  # every worker honours a wait recorded elsewhere within 1 s (its journal poll)
+    # Every worker honours a wait recorded elsewhere within 1 s (its journal poll), and nothing
+    # outside a worker shows when it last read the journal.
+    time.sleep(1.0)
     turn_id = submit(api, agent.name, ("alice", "hi"))["id"]
     held = wait_turn(api, turn_id, {"held"}, timeout=10)
     assert held["calls"] == []  # held before any call

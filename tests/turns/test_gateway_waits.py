@@ -1,6 +1,6 @@
-"""Waits and rate limits as gateways and vendors state them (architecture.md §15), form by form, through
-a turn on a real worker and through ``POST /agents/{name}/complete``: LiteLLM's proxy passes a
-provider's wait on only as ``llm_provider-retry-after(-ms)`` and rewrites the error to
+"""Waits and rate limits as gateways and vendors state them (architecture.md §15), form by form,
+through a turn on a real worker and through ``POST /agents/{name}/complete``: LiteLLM's proxy passes
+a provider's wait on only as ``llm_provider-retry-after(-ms)`` and rewrites the error to
 ``{"type": "throttling_error", "code": "429"}``; Azure OpenAI states ``x-ms-retry-after-ms``."""
 
 from __future__ import annotations

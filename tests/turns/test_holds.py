@@ -1,4 +1,5 @@
-"""Provider waits through a real worker: holds, joins, release, ephemeral runs (architecture.md §6.6, §6.9)."""
+"""Provider waits through a real worker: holds, joins, release, ephemeral runs
+(architecture.md §6.6, §6.9)."""
 
 from __future__ import annotations
 
@@ -97,8 +98,8 @@ def test_an_ephemeral_run_ends_at_once_on_a_wait_it_does_not_sleep(
     turn = wait_turn(api, submit(api, agent.name, ("alice", "hi"))["id"], timeout=15)
     assert turn["status"] == "exhausted"
     assert (
-        f"the provider asked to wait {asked}; an ephemeral run doesn't sleep a stated wait longer than 600 s, so it ends now"
-        in turn["error"]["message"]
+        f"the provider asked to wait {asked}; an ephemeral run doesn't sleep a stated wait "
+        "longer than 600 s, so it ends now" in turn["error"]["message"]
     )
     assert InferenceCall.objects.filter(agent=agent).count() == 1
 
@@ -138,7 +139,8 @@ def test_an_unreadable_journal_holds_every_turn_and_a_repair_resumes_it_without_
     bad = WaitJournalEntry.objects.create(act_id=uuid.uuid4(), kind="pause", at=timezone.now())
     # A worker reads new rows at most every JOURNAL_POLL_MS: one that read the journal just
     # before the row appeared (another test's held turn re-checking) would let the turn run.
-    # After one poll interval, every worker's next admission check reads the row.
+    # After one poll interval, every worker's next admission check reads the row (nothing
+    # outside a worker shows when it last read the journal).
     time.sleep(JOURNAL_POLL_MS / 1000 + 0.1)
     agent = make_agent(model="answer")
     turn_id = submit(api, agent.name, ("alice", "hello"))["id"]

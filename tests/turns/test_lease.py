@@ -36,7 +36,13 @@ while_valid = lease.renew_if_due()
 lost_while_valid = lease.lost
 lease._renewed = time.monotonic() - whole  # not renewed for a whole lease
 after_expiry = lease.renew_if_due()
-print(json.dumps({"while_valid": while_valid, "lost_while_valid": lost_while_valid, "after_expiry": after_expiry, "lost": lease.lost, "failing": lease.failing}))
+print(json.dumps({
+    "while_valid": while_valid,
+    "lost_while_valid": lost_while_valid,
+    "after_expiry": after_expiry,
+    "lost": lease.lost,
+    "failing": lease.failing,
+}))
 """
 
 
@@ -83,7 +89,8 @@ def test_once_the_database_answers_a_lease_that_could_not_be_renewed_is_renewed_
     lease.failing = True
     assert not lease.renew_if_due() and lease.lost
     assert AgentLease.objects.get(agent=agent).owner == "another-worker"
-    AgentLease.objects.all().delete()  # no live lease left for the settling between tests to wait on
+    # No live lease left for the settling between tests to wait on.
+    AgentLease.objects.all().delete()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -136,9 +143,10 @@ def test_one_statement_renews_every_lease_the_process_holds_each_quarter_lease()
         )
         # Every row renewed by one transaction, and so after each round that follows.
         assert _xmins(ids) == 1
-        time.sleep(
-            1.0
-        )  # about five more 200 ms rounds: a round writing in more than one transaction would show
+        # Five more rounds (200 ms each): a round writing in more than one transaction would show.
+        wait_for(
+            lambda: renewer.rounds - statements_before >= 6, timeout=5, what="five more rounds"
+        )
         assert _xmins(ids) == 1
         rounds = renewer.rounds - statements_before
         elapsed = time.monotonic() - started
@@ -156,7 +164,8 @@ def _xmins(agent_ids: list[int]) -> int:
     """How many transactions last wrote these lease rows (PostgreSQL's own record)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT count(DISTINCT xmin::text) FROM {AgentLease._meta.db_table} WHERE agent_id = ANY(%s)",
+            f"SELECT count(DISTINCT xmin::text) FROM {AgentLease._meta.db_table} "
+            "WHERE agent_id = ANY(%s)",
             [agent_ids],
         )
         row = cursor.fetchone()
@@ -197,7 +206,9 @@ renewer = lease_renewer()
 lease = TurnLease(agent_id=1, owner="w1")
 renewer.keep(lease)
 renewer.renew_now()
-time.sleep(2.0)  # 2 s unanswered: several rounds, were it to retry within a fraction of a second
+# A span of time is what is measured: in 2 s unanswered, several tries if it tries again
+# within a fraction of a second (a quarter lease here is 15 s).
+time.sleep(2.0)
 print(json.dumps({"tries": renewer.rounds, "lost": lease.lost, "failing": lease.failing}))
 """
 

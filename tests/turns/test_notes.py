@@ -66,7 +66,8 @@ def test_a_408_is_a_timeout_note_too() -> None:
         ),
         (
             ProviderError(type="auth", message="Incorrect API key provided", http_status=401),
-            "[inference-failed] The model call failed (auth, HTTP 401): Incorrect API key provided. "
+            "[inference-failed] The model call failed (auth, HTTP 401): "
+            "Incorrect API key provided. "
             "If a reply is still owed from that turn, you can give it now.",
         ),
         (
@@ -75,8 +76,9 @@ def test_a_408_is_a_timeout_note_too() -> None:
                 message="prompt is too long: 201873 tokens > 200000 maximum",
                 http_status=400,
             ),
-            "[inference-failed] The model call failed (context_length, HTTP 400): prompt is too long: "
-            "201873 tokens > 200000 maximum. If a reply is still owed from that turn, you can give it now.",
+            "[inference-failed] The model call failed (context_length, HTTP 400): "
+            "prompt is too long: 201873 tokens > 200000 maximum. "
+            "If a reply is still owed from that turn, you can give it now.",
         ),
         (
             ProviderError(
@@ -98,8 +100,9 @@ def test_a_408_is_a_timeout_note_too() -> None:
                 message="the model stopped at its output limit with no text",
                 provider_code="empty_length_stop",
             ),
-            "[inference-failed] The model call failed (unknown): the model stopped at its output limit "
-            "with no text. If a reply is still owed from that turn, you can give it now.",
+            "[inference-failed] The model call failed (unknown): "
+            "the model stopped at its output limit with no text. "
+            "If a reply is still owed from that turn, you can give it now.",
         ),
     ],
     ids=[

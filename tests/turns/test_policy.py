@@ -1,4 +1,5 @@
-"""The error policy as a pure decision (architecture.md §5.7): explicit ``now_ms`` and ``jitter``."""
+"""The error policy as a pure decision (architecture.md §5.7): explicit ``now_ms`` and
+``jitter``."""
 
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ def run(
     jitter: float = 0.0,
     settings: PolicySettings = SETTINGS,
 ) -> tuple[list[Decision], RetryState]:
-    """Feed failures one after another (``step_ms`` apart); return each decision and the end state."""
+    """Feed failures one after another (``step_ms`` apart); return each decision and the end
+    state."""
     state = state if state is not None else RetryState()
     decisions = []
     for i, error in enumerate(errors):

@@ -1,4 +1,5 @@
-"""Turns through real Celery workers and the stand-in provider over sockets (architecture.md §5.1)."""
+"""Turns through real Celery workers and the stand-in provider over sockets
+(architecture.md §5.1)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,20 @@ def wait_turn(
         timeout=timeout,
         what=f"turn {turn_id} to reach {sorted(statuses)}",
     )
+
+
+def workers_had_their_chance(api: Client, make_agent: Any) -> None:
+    """Return once another agent's turn, submitted now, has succeeded: the workers have taken
+    every task queued before it (they take them in queue order) and had as long as a call takes
+    to act on them. The evidence a test needs before it asserts that something did not run."""
+    probe = make_agent(model="answer:delay_ms=300")
+    assert wait_turn(api, submit(api, probe.name, ("probe", "hi"))["id"])["status"] == "succeeded"
+
+
+def content_flowing(api: Client, turn_id: int) -> bool:
+    """The turn's call is out and its content has begun to arrive (as GET /turns shows it)."""
+    calls = api.get(f"/api/v1/turns/{turn_id}").json()["calls"]
+    return bool(calls) and calls[-1]["first_content_at"] is not None
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
@@ -98,9 +113,7 @@ def test_a_task_delivered_twice_stores_one_assistant_row(api: Client, make_agent
         lambda: not Turn.objects.filter(agent=agent, status__in=Turn.OPEN).exists(),
         what="agent idle",
     )
-    time.sleep(
-        0.5
-    )  # a chance for the late deliveries to run a second call (an idle agent's drain takes milliseconds)
+    workers_had_their_chance(api, make_agent)  # the late deliveries, to run a second call
     assert HistoryRow.objects.filter(agent=agent, role="assistant").count() == 1
     assert InferenceCall.objects.filter(agent=agent).count() == 1
 
@@ -144,9 +157,9 @@ def test_a_turn_submitted_as_a_run_ends_runs_once_that_run_releases_the_lease(
     ending = lease_claim(agent.pk)  # the ending run's lease, held here in the test process
     assert ending is not None
     accepted = submit(api, agent.name, ("alice", "Hello"))
-    time.sleep(
-        1.0
-    )  # delivered: the worker took the task and found the lease held; were it free, the turn would have run by now
+    # Delivered: a worker took the task and found the lease held (were it free, the turn would
+    # have run as the probe's did).
+    workers_had_their_chance(api, make_agent)
     assert api.get(f"/api/v1/turns/{accepted['id']}").json()["status"] == "queued"
     made = runtime()
     made.submit(run_end(made, ending, idle=True)).result(10)
@@ -199,9 +212,8 @@ def test_a_running_turn_is_cancelled_and_not_retried(
     agent = make_agent(model="endless:interval_ms=20")
     accepted = submit(api, agent.name, ("alice", "go on forever"))
     wait_for(standin_requests, what="the call to reach the provider")
-    time.sleep(
-        0.3
-    )  # content flowing: some 15 events of the 20 ms stream, so the cancel lands mid-call
+    # Content flowing, so the cancel lands mid-call.
+    wait_for(lambda: content_flowing(api, accepted["id"]), what="the call's first content")
     response = api.post(f"/api/v1/turns/{accepted['id']}/cancel")
     assert response.status_code == 200 and response.json()["status"] == "cancelled"
     wait_for(
@@ -223,9 +235,8 @@ def test_a_cancel_reaches_the_running_call_within_a_short_bound(
     agent = make_agent(model="endless:interval_ms=20")
     accepted = submit(api, agent.name, ("alice", "go on forever"))
     wait_for(standin_requests, what="the call to reach the provider")
-    time.sleep(
-        0.3
-    )  # content flowing: some 15 events of the 20 ms stream, so the cancel lands mid-call
+    # Content flowing, so the cancel lands mid-call.
+    wait_for(lambda: content_flowing(api, accepted["id"]), what="the call's first content")
     asked = time.time()
     assert api.post(f"/api/v1/turns/{accepted['id']}/cancel").status_code == 200
     call = wait_for(

@@ -121,15 +121,23 @@ def test_drains_of_a_held_turn_do_not_multiply_its_rechecks(
     for _ in range(6):
         agent_drain.delay(agent.pk)
         time.sleep(0.3)  # apart in time, as sweeps send them: each drain is a run of its own
-    time.sleep(
-        RECHECK_MS / 1000
-    )  # one re-check interval: time for an extra re-check chain to start
+    # The worker has run the six drains once a turn submitted after them has run.
+    probe = make_agent(model="answer")
+    probe_id = api.post(
+        f"/api/v1/agents/{probe.name}/turns",
+        {"messages": [{"participant": "alice", "content": "Hi"}]},
+        content_type="application/json",
+    ).json()["id"]
+    wait_for(
+        lambda: Turn.objects.filter(pk=probe_id, status=Turn.Status.SUCCEEDED).exists(),
+        what="a turn submitted after the drains to run",
+    )
     counts = []
     for _ in range(5):
         counts.append(_scheduled_drains(pacing_pool, agent.pk))
-        time.sleep(
-            0.5
-        )  # sampled over 2.5 s, past two re-check intervals: a chain per drain would show
+        # Sampled over 2.5 s, past two re-check intervals: a chain per drain would show. (The
+        # count at an instant is what is measured: no event marks a chain starting.)
+        time.sleep(0.5)
     assert Turn.objects.get(pk=turn_id).status == Turn.Status.HELD
     assert 1 <= max(counts) <= 2, (
         f"scheduled re-checks of the held agent, sampled every 0.5 s: {counts}"

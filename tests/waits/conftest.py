@@ -56,7 +56,8 @@ def insert_row(
     with connection.cursor() as cursor:
         cursor.execute(
             f'INSERT INTO {TABLE} (act_id, kind, agent, model, until_ms, reason, "by", at, data) '
-            "VALUES (COALESCE(%s::uuid, gen_random_uuid()), %s, %s, %s, %s, %s, %s, %s, %s::jsonb) RETURNING id",
+            "VALUES (COALESCE(%s::uuid, gen_random_uuid()), %s, %s, %s, %s, %s, %s, %s, %s::jsonb) "
+            "RETURNING id",
             [
                 act_id,
                 kind,
@@ -87,11 +88,13 @@ def refuse_writes(db: None) -> Iterator[Callable[..., None]]:
                 return
             cursor.execute(
                 "CREATE OR REPLACE FUNCTION waits_test_refuse() RETURNS trigger AS $$ BEGIN "
-                f"IF {when} THEN RAISE EXCEPTION 'journal writes are refused by the test' USING ERRCODE = '{sqlstate}'; END IF; "
+                f"IF {when} THEN RAISE EXCEPTION 'journal writes are refused by the test' "
+                f"USING ERRCODE = '{sqlstate}'; END IF; "
                 "RETURN NEW; END $$ LANGUAGE plpgsql"
             )
             cursor.execute(
-                f"CREATE TRIGGER waits_test_refuse BEFORE INSERT ON {TABLE} FOR EACH ROW EXECUTE FUNCTION waits_test_refuse()"
+                f"CREATE TRIGGER waits_test_refuse BEFORE INSERT ON {TABLE} FOR EACH ROW "
+                "EXECUTE FUNCTION waits_test_refuse()"
             )
 
     yield set_refusal
@@ -101,8 +104,9 @@ def refuse_writes(db: None) -> Iterator[Callable[..., None]]:
 def run_in_another_process(code: str, *args: str) -> subprocess.CompletedProcess[str]:
     """Run Python ``code`` (after django.setup()) in a separate process on the test database."""
     script = (
-        "import django, os\nos.environ.setdefault('DJANGO_SETTINGS_MODULE', 'agentops.settings')\ndjango.setup()\n"
-        + code
+        "import django, os\n"
+        "os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'agentops.settings')\n"
+        "django.setup()\n" + code
     )
     env = dict(
         os.environ,

@@ -326,6 +326,7 @@ def test_a_release_after_an_unreadable_row_makes_exactly_what_it_names_certain_a
 # field, and in a checkpoint which listed wait, so the row can be repaired.
 
 LONG = "x" * 400  # a value whose problem is cut to 300 characters
+NO_SNAPSHOT = "a checkpoint without a snapshot (data.waits is not a list)"
 
 PROBLEMS: dict[str, tuple[dict[str, Any], str]] = {
     **{
@@ -341,15 +342,19 @@ PROBLEMS: dict[str, tuple[dict[str, Any], str]] = {
             "model with a control character": "model must not contain control characters",
             "until missing": "until is missing",
             "until negative": "until is not null or an instant in range: -5",
-            "until past the largest instant": f"until is not null or an instant in range: {MAX_INSTANT_MS + 1}",
+            "until past the largest instant": (
+                f"until is not null or an instant in range: {MAX_INSTANT_MS + 1}"
+            ),
             "until a string": "until is not null or an instant in range: 'soon'",
             "reason missing": "reason is missing",
             "at missing": "at is missing or out of range",
-            "checkpoint without a snapshot": "a checkpoint without a snapshot (data.waits is not a list)",
-            "checkpoint snapshot not a list": "a checkpoint without a snapshot (data.waits is not a list)",
+            "checkpoint without a snapshot": NO_SNAPSHOT,
+            "checkpoint snapshot not a list": NO_SNAPSHOT,
             "checkpoint with one wait twice": "snapshot wait 1: ('ada', 'm1') is listed twice",
             "checkpoint wait missing until": "snapshot wait 0: until is missing",
-            "checkpoint wait with a bad deadline": "snapshot wait 0: until is not null or an instant in range: 'NaN'",
+            "checkpoint wait with a bad deadline": (
+                "snapshot wait 0: until is not null or an instant in range: 'NaN'"
+            ),
             "checkpoint wait missing set_at": "snapshot wait 0: set_at is missing or out of range",
         }.items()
     },

@@ -1,4 +1,5 @@
-"""Durable, pending and binding (architecture.md §6.4) and unreadable records (§6.5), on real PostgreSQL."""
+"""Durable, pending and binding (architecture.md §6.4) and unreadable records (§6.5), on real
+PostgreSQL."""
 
 from __future__ import annotations
 
@@ -69,7 +70,8 @@ def test_a_release_survives_a_restart(agent: Agent) -> None:
     )
     wait_record(agent=agent, model="m2", retry_after_ms=600_000, reason="429", now_ms=NOW)
     restart()
-    assert held(agent, "m1") is not None and held(agent, "m1").until_ms is None  # type: ignore[union-attr]
+    hold = held(agent, "m1")
+    assert hold is not None and hold.until_ms is None
     wait_release(
         agent="ada",
         model="m1",
@@ -148,9 +150,11 @@ def test_a_separate_process_reads_the_same_binding_state(agent: Agent) -> None:
         "from waits.selectors import binding_waits\n"
         "now = float(sys.argv[1])\n"
         "ada = Agent.objects.get(name='ada')\n"
-        "holds = {m: (h.until_ms, h.source) if h else None for m in ('m1', 'm2', 'm3') for h in [admission_check(agent=ada, model=m, now_ms=now)]}\n"
+        "holds = {m: (h.until_ms, h.source) if h else None for m in ('m1', 'm2', 'm3') "
+        "for h in [admission_check(agent=ada, model=m, now_ms=now)]}\n"
         "readable, waits = binding_waits(now_ms=now)\n"
-        "print(json.dumps({'holds': holds, 'readable': readable, 'models': [w['model'] for w in waits]}))\n",
+        "print(json.dumps({'holds': holds, 'readable': readable, "
+        "'models': [w['model'] for w in waits]}))\n",
         str(NOW + 2),
     )
     assert out.returncode == 0, out.stderr
@@ -204,8 +208,8 @@ def test_the_steady_state_admission_check_runs_one_indexed_query_and_reads_no_ro
             held(agent, "m2", NOW + step)
     # Each: the newest id (an index's last entry), nothing new, no row read.
     assert len(steady) == 200 and all(
-        q["sql"]
-        == 'SELECT "waits_waitjournalentry"."id" AS "id" FROM "waits_waitjournalentry" ORDER BY 1 DESC LIMIT 1'
+        q["sql"] == 'SELECT "waits_waitjournalentry"."id" AS "id" FROM "waits_waitjournalentry" '
+        "ORDER BY 1 DESC LIMIT 1"
         for q in steady.captured_queries
     ), steady.captured_queries[0]
 
@@ -246,7 +250,8 @@ def test_a_wait_whose_write_fails_binds_here_and_lands_once_writes_work(
     assert journal_pending() == []
     assert WaitJournalEntry.objects.filter(kind="set").count() == 1
     restart()
-    assert held(agent, "m1", NOW + 2 * RECHECK).until_ms == NOW + 600_000  # type: ignore[union-attr]
+    hold = held(agent, "m1", NOW + 2 * RECHECK)
+    assert hold is not None and hold.until_ms == NOW + 600_000
 
 
 def test_pending_acts_are_offered_again_in_order_at_the_next_act(

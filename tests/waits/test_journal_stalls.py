@@ -1,5 +1,5 @@
-"""A database that does not answer, seen from a worker process (architecture.md §6.5): admission checks
-fail closed promptly, or answer from the view already read, instead of queueing behind a read
+"""A database that does not answer, seen from a worker process (architecture.md §6.5): admission
+checks fail closed promptly, or answer from the view already read, instead of queueing behind a read
 that waits for a connection.
 
 The pytest process runs without a connection pool (``agentops.settings_test``), so these run a
@@ -42,7 +42,11 @@ ada = Agent(name="ada", kind=Agent.Kind.RESIDENT)
 def check(at):
     started = time.monotonic()
     hold = admission_check(agent=ada, model="m1", now_ms=at)
-    return {"source": hold.source if hold else None, "model": hold.model if hold else None, "s": time.monotonic() - started}
+    return {
+        "source": hold.source if hold else None,
+        "model": hold.model if hold else None,
+        "s": time.monotonic() - started,
+    }
 
 at = now
 if warm:
@@ -68,7 +72,7 @@ reader.start()
 deadline = time.monotonic() + 10
 while connection.pool.get_stats().get("requests_waiting", 0) < 1:  # first waits for a connection
     assert time.monotonic() < deadline, "the first check never asked the pool for a connection"
-    time.sleep(0.01)
+    time.sleep(0.01)  # a poll, with the deadline above: the pool signals no waiting request
 results["second"] = check(at)
 give_back.set()
 reader.join()
@@ -113,8 +117,11 @@ def test_an_admission_check_fails_closed_within_the_pool_timeout_when_the_databa
         "from agentops.models import Agent\n"
         "from waits.admission import admission_check\n"
         "started = time.monotonic()\n"
-        "hold = admission_check(agent=Agent(name='ada', kind=Agent.Kind.RESIDENT), model='m1', now_ms=1.8e12)\n"
-        "print(json.dumps({'source': hold and hold.source, 'model': hold and hold.model, 's': time.monotonic() - started}))\n",
+        "hold = admission_check(\n"
+        "    agent=Agent(name='ada', kind=Agent.Kind.RESIDENT), model='m1', now_ms=1.8e12\n"
+        ")\n"
+        "print(json.dumps({'source': hold and hold.source, 'model': hold and hold.model,\n"
+        "                  's': time.monotonic() - started}))\n",
         env={"DATABASE_URL": unreachable, "AGENTOPS_DB_POOL_TIMEOUT_MS": "1000"},
     )
     assert (seen["source"], seen["model"]) == ("unreadable", "*")

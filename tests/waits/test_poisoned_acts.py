@@ -1,6 +1,6 @@
-"""A pending act can never poison the journal (architecture.md §6.5): an act the database refuses for
-its own data (not because the database is failing) is dropped with a log line and an alert,
-and the acts behind it are recorded as usual, in the same process."""
+"""A pending act can never poison the journal (architecture.md §6.5): an act the database refuses
+for its own data (not because the database is failing) is dropped with a log line and an alert, and
+the acts behind it are recorded as usual, in the same process."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The write services: the provider-wait alert (architecture.md §6.7) and the release service (§6.8)."""
+"""The write services: the provider-wait alert (architecture.md §6.7) and the release service
+(§6.8)."""
 
 from __future__ import annotations
 

@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
+from agentops.alerts import alert_raise
 from agentops.webhooks.models import WebhookAttempt
-from tests.conftest import WorkerPool, worker_pool
+from tests.conftest import WorkerPool, poll_until, wait_for, worker_pool
+from tests.factories import WebhookEndpointFactory
 
 # Worker settings for webhook tests: fast retries, few attempts, the loopback receiver allowed.
 WORKER_ENV = {
@@ -24,6 +26,11 @@ WORKER_ENV = {
     "AGENTOPS_WEBHOOK_MAX_ATTEMPTS": "3",
     "AGENTOPS_WEBHOOK_TIMEOUT_MS": "3000",
 }
+
+
+# The kind of the alert ``worker_had_its_chance`` raises: an endpoint a test watches for what
+# must not arrive is set to other kinds, so the probe never reaches it.
+PROBE_KIND = "journal-act-dropped"
 
 
 @dataclass
@@ -69,7 +76,7 @@ class Receiver:
                         )
                     )
                     reply = receiver.script.pop(0) if receiver.script else Reply()
-                time.sleep(reply.delay_s)
+                time.sleep(reply.delay_s)  # a slow receiver: the answer itself takes this long
                 self.send_response(reply.status)
                 for name, value in reply.headers.items():
                     self.send_header(name, value)
@@ -84,7 +91,12 @@ class Receiver:
         self.port = int(self.server.server_address[1])
         self.url = f"http://{host}:{self.port}/hook"
         if tls is not None:
-            tls.sni_callback = lambda _sock, name, _ctx: self.server_names.append(name)  # type: ignore[assignment]
+            names = self.server_names
+
+            def sni(_sock: ssl.SSLObject, name: str | None, _ctx: ssl.SSLContext) -> None:
+                names.append(name)
+
+            tls.sni_callback = sni
             self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
@@ -100,6 +112,24 @@ class Receiver:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def worker_had_its_chance(*, retried_after_s: int | None = None) -> None:
+    """Return once the webhook worker has sent an alert raised now (of ``PROBE_KIND``, to a
+    receiver of its own) and, with ``retried_after_s``, sent it again that long after a 503:
+    so it has taken every task queued before this call (it takes them in queue order), and run
+    every countdown due before that retry. The evidence a test needs before it asserts that
+    something was not sent."""
+    probe = Receiver()
+    try:
+        if retried_after_s is not None:
+            probe.answer(Reply(503, headers={"retry-after": str(retried_after_s)}))
+        WebhookEndpointFactory.create(url=probe.url, kinds=[PROBE_KIND])
+        alert_raise(kind=PROBE_KIND, agent="probe", message="the worker's turn came")
+        sends = 1 if retried_after_s is None else 2
+        wait_for(lambda: len(probe.received()) >= sends, what="the probe alert's delivery")
+    finally:
+        probe.close()
 
 
 @pytest.fixture
@@ -125,6 +155,6 @@ def webhook_workers(webhook_session_workers: WorkerPool) -> Iterator[WorkerPool]
     """A real worker with the webhook test settings; tasks sent now go to it. Afterwards, wait
     until it has no attempt under way, so the flush between tests does not race it."""
     yield webhook_session_workers.routed()
-    end = time.monotonic() + 10
-    while WebhookAttempt.objects.filter(ended_at__isnull=True).exists() and time.monotonic() < end:
-        time.sleep(0.05)
+    poll_until(
+        lambda: not WebhookAttempt.objects.filter(ended_at__isnull=True).exists(), timeout=10
+    )

@@ -46,6 +46,7 @@ def test_a_key_queued_within_the_cooldown_is_not_queued_again_even_while_its_del
     assert (
         len(raised(t0 + timedelta(milliseconds=COOLDOWN_MS - 1), agent="bob")) == 1
     )  # another key
-    # The alert left out at cooldown - 1 ms did not restart the cooldown: at the cooldown, it queues.
+    # The alert left out at cooldown - 1 ms did not restart the cooldown: at the cooldown, it
+    # queues.
     assert len(raised(t0 + timedelta(milliseconds=COOLDOWN_MS))) == 1
     assert WebhookDelivery.objects.filter(alert__agent="ada").count() == 2

@@ -17,7 +17,7 @@ from interfaces.tasks import webhooks_sweep
 from tests.conftest import WorkerPool, wait_for
 from tests.factories import AlertFactory, WebhookDeliveryFactory
 
-from .conftest import Receiver, Reply
+from .conftest import Receiver, Reply, worker_had_its_chance
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -58,7 +58,7 @@ def test_a_receiver_gets_each_alert_once_per_cooldown_key(
         kind="history-kept", agent="bob", model="m1", verdict="refused", message="kept 3"
     )
     wait_for(lambda: len(receiver.received()) >= 3, what="three deliveries")
-    time.sleep(1.6)  # past the cooldown (1.5 s, set above)
+    time.sleep(1.6)  # past the cooldown (1.5 s, set above): its end is a time, not an event
     after_cooldown = alert_raise(
         kind="history-kept", agent="ada", model="m1", verdict="refused", message="kept 4"
     )
@@ -134,10 +134,11 @@ def test_a_500_then_200_receiver_gets_the_same_webhook_id_twice(
 
 def test_a_400_is_not_retried(receiver: Receiver, webhook_workers: WorkerPool) -> None:
     receiver.answer(Reply(400, body=b"bad payload"), 200)
-    endpoint(receiver.url)
+    endpoint(receiver.url, kinds=["hard-down"])
     alert_raise(kind="hard-down", agent="ada", model="m1", message="down")
     delivery = wait_for(lambda: finished(only_delivery()), what="the delivery to end")
-    time.sleep(1.0)  # ten times the retry base: a retry would have come
+    # A retry would be due within 150 ms (the retry base and its jitter); the probe's after 1 s.
+    worker_had_its_chance(retried_after_s=1)
 
     assert delivery.status == WebhookDelivery.Status.FAILED
     assert len(receiver.received()) == 1
@@ -178,10 +179,11 @@ def test_a_receiver_that_keeps_failing_is_given_up_after_the_max_attempts(
     receiver: Receiver, webhook_workers: WorkerPool
 ) -> None:
     receiver.answer(503, 502, 500, 200)
-    endpoint(receiver.url)
+    endpoint(receiver.url, kinds=["hard-down"])
     alert_raise(kind="hard-down", agent="ada", model="m1", message="down")
     delivery = wait_for(lambda: finished(only_delivery()), what="the delivery to end")
-    time.sleep(1.0)  # ten times the retry base: a fourth attempt would have come
+    # A fourth attempt would be due within 600 ms (the third backoff and its jitter).
+    worker_had_its_chance(retried_after_s=1)
 
     assert (
         delivery.status == WebhookDelivery.Status.GAVE_UP and delivery.attempts == 3
@@ -210,15 +212,14 @@ def test_the_sweep_sends_a_due_delivery_whose_task_was_lost(
 
     from agentops.webhooks.services import alert_payload
 
-    hook = endpoint(receiver.url)
+    hook = endpoint(receiver.url, kinds=["hard-down"])
     alert = AlertFactory.create(kind="hard-down", agent="ada", message="down")
     # A delivery row as the outbox writes it, but no task was ever sent for it.
     lost = WebhookDeliveryFactory.create(
         endpoint=hook, alert=alert, payload=alert_payload(alert), next_attempt_at=timezone.now()
     )
-    time.sleep(
-        0.5
-    )  # a chance for anything but the sweep to send it (a queued delivery goes out well within that)
+    # Had a task been queued for it, the worker would have taken it before the probe's.
+    worker_had_its_chance()
     assert receiver.received() == []
     webhooks_sweep.delay()
     delivery = wait_for(lambda: finished(lost), what="the swept delivery to end")
@@ -238,7 +239,9 @@ def test_a_delivery_to_a_loopback_url_sends_nothing_when_private_addresses_are_n
     try:
         alert_raise(kind="hard-down", agent="ada", model="m1", message="down")
         delivery = wait_for(lambda: finished(only_delivery()), what="the delivery to end")
-        time.sleep(0.5)  # five times the retry base: a retry would have come
+        # No probe can show this worker had its chance (it sends nothing to loopback, and a
+        # refusal is never retried): five times the retry base, a retry would have come.
+        time.sleep(0.5)
     finally:
         pool.stop()
         celery_app.conf.task_default_queue = pool.previous_queue

@@ -3,8 +3,10 @@ the cooldown holds when many processes raise the same key at once."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -16,37 +18,58 @@ from agentops.webhooks.models import WebhookDelivery
 from tests.conftest import WorkerPool, wait_for
 from tests.factories import WebhookEndpointFactory
 
-from .conftest import Receiver, Reply
+from .conftest import Receiver, Reply, worker_had_its_chance
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def elsewhere(work: Callable[[], None]) -> None:
+    """Run ``work`` in a thread on a database connection of its own: what it writes commits
+    whatever transaction the caller is in."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=60)
+    assert not thread.is_alive(), "the work elsewhere did not end"
+    if errors:
+        raise errors[0]
 
 
 def test_a_rolled_back_alert_leaves_no_delivery_and_sends_nothing(
     receiver: Receiver, webhook_workers: WorkerPool
 ) -> None:
-    WebhookEndpointFactory.create(url=receiver.url)
+    WebhookEndpointFactory.create(url=receiver.url, kinds=["hard-down"])
     with pytest.raises(RuntimeError), transaction.atomic():
         alert_raise(kind="hard-down", agent="ada", model="m1", message="down")
         raise RuntimeError("the caller's transaction fails")
-    time.sleep(
-        0.5
-    )  # a chance for a delivery to be sent anyway (a committed one reaches the receiver well within that)
     assert not Alert.objects.exists() and not WebhookDelivery.objects.exists()
     assert receiver.received() == []
-    # ...and the key's cooldown went with it: the next alert is delivered.
+    # ...and the key's cooldown went with it: the next alert is delivered, and only it (a task
+    # for the first, had one been sent, would have been queued before the probe's).
     alert_raise(kind="hard-down", agent="ada", model="m1", message="down again")
     wait_for(receiver.received, what="the next alert's delivery")
+    worker_had_its_chance()
+    assert [json.loads(r.body)["data"]["message"] for r in receiver.received()] == ["down again"]
 
 
 def test_the_delivery_is_sent_once_the_alerts_transaction_commits(
     receiver: Receiver, webhook_workers: WorkerPool
 ) -> None:
-    WebhookEndpointFactory.create(url=receiver.url)
+    WebhookEndpointFactory.create(url=receiver.url, kinds=["hard-down"])
     with transaction.atomic():
         alert = alert_raise(kind="hard-down", agent="ada", model="m1", message="down")
-        time.sleep(
-            0.5
-        )  # the caller goes on in its transaction: a delivery sent before the commit would arrive meanwhile
+        # The caller goes on in its transaction while the worker sends an alert raised elsewhere:
+        # a delivery sent before this commit would have arrived by then.
+        elsewhere(worker_had_its_chance)
         assert receiver.received() == []
     [request] = wait_for(receiver.received, what="the delivery after commit")
     assert f'"id":{alert.pk},' in request.body.decode()
@@ -55,7 +78,7 @@ def test_the_delivery_is_sent_once_the_alerts_transaction_commits(
 def test_concurrent_alerts_of_one_key_queue_one_delivery(
     receiver: Receiver, webhook_workers: WorkerPool
 ) -> None:
-    WebhookEndpointFactory.create(url=receiver.url)
+    WebhookEndpointFactory.create(url=receiver.url, kinds=["hard-down"])
     start = threading.Barrier(6)
     errors: list[BaseException] = []
 
@@ -64,7 +87,9 @@ def test_concurrent_alerts_of_one_key_queue_one_delivery(
             start.wait()
             with transaction.atomic():
                 alert_raise(kind="hard-down", agent="ada", model="m1", message=f"down {i}")
-                time.sleep(0.2)  # hold the transaction open: the others raise meanwhile
+                # Held open while the others raise: they block on its cooldown row, and
+                # nothing signals that all five have.
+                time.sleep(0.2)
         except BaseException as exc:
             errors.append(exc)
         finally:
@@ -80,7 +105,7 @@ def test_concurrent_alerts_of_one_key_queue_one_delivery(
     assert Alert.objects.count() == 6
     assert WebhookDelivery.objects.count() == 1
     wait_for(receiver.received, what="the one delivery")
-    time.sleep(0.5)  # a chance for a second delivery to arrive (the first came within that)
+    worker_had_its_chance()
     assert len(receiver.received()) == 1
 
 
@@ -89,12 +114,12 @@ def test_each_endpoint_has_its_own_cooldown(settings: Any, webhook_workers: Work
 
     first, second = Made(), Made()
     try:
-        WebhookEndpointFactory.create(url=first.url)
+        WebhookEndpointFactory.create(url=first.url, kinds=["hard-down"])
         alert_raise(kind="hard-down", agent="ada", model="m1", message="down")
-        WebhookEndpointFactory.create(url=second.url)  # added after the first alert
+        WebhookEndpointFactory.create(url=second.url, kinds=["hard-down"])  # after the first alert
         alert_raise(kind="hard-down", agent="ada", model="m1", message="still down")
         wait_for(lambda: first.received() and second.received(), what="one delivery to each")
-        time.sleep(0.3)  # a chance for a second delivery to either endpoint to arrive
+        worker_had_its_chance()
         assert len(first.received()) == len(second.received()) == 1
     finally:
         first.close()
@@ -107,7 +132,7 @@ def test_a_delivery_task_sent_many_times_makes_one_request(
     from interfaces.tasks import webhook_deliver
 
     receiver.answer(Reply(200, delay_s=0.5))
-    WebhookEndpointFactory.create(url=receiver.url)
+    WebhookEndpointFactory.create(url=receiver.url, kinds=["hard-down"])
     alert_raise(kind="hard-down", agent="ada", model="m1", message="down")
     delivery = WebhookDelivery.objects.get()
     for _ in range(8):  # redeliveries, the sweep, a countdown: all at once
@@ -116,6 +141,6 @@ def test_a_delivery_task_sent_many_times_makes_one_request(
         lambda: WebhookDelivery.objects.filter(pk=delivery.pk, status="delivered").exists(),
         what="the delivery",
     )
-    time.sleep(1.0)  # a chance for the other seven tasks to send again (an answer takes 0.5 s)
+    worker_had_its_chance()  # taken after the other seven tasks: they had their chance to send
     assert len(receiver.received()) == 1
     assert WebhookDelivery.objects.get(pk=delivery.pk).attempts == 1

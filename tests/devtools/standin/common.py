@@ -11,6 +11,8 @@ import anthropic
 import httpx
 import openai
 
+from tests.conftest import wait_for
+
 QUESTION = "hello there"
 ANSWER = f"Stand-in answer to: {QUESTION}"
 USER: Any = [{"role": "user", "content": QUESTION}]
@@ -105,10 +107,12 @@ def anthropic_text(message: anthropic.types.Message) -> str:
 
 def assert_all_closed(http: httpx.Client, within: float = 2.0) -> None:
     """The stand-in notices that its clients left and stops serving them promptly."""
-    deadline = time.monotonic() + within
-    while http.get("/_standin/open").json() != {"open": 0}:
-        assert time.monotonic() < deadline, "a stand-in response outlived its client"
-        time.sleep(0.02)
+    wait_for(
+        lambda: http.get("/_standin/open").json() == {"open": 0},
+        timeout=within,
+        interval=0.02,
+        what="the stand-in to end the responses its clients left",
+    )
 
 
 def error_object(api: str, body: Any) -> dict[str, Any]:

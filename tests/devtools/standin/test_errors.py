@@ -1,4 +1,5 @@
-"""Errors in every form (status, stated waits, frames), refusals, poisoned histories, empty length stops."""
+"""Errors in every form (status, stated waits, frames), refusals, poisoned histories, empty length
+stops."""
 
 from __future__ import annotations
 

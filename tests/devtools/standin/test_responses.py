@@ -58,9 +58,17 @@ def test_a_streamed_answer_is_text_deltas_then_completed(oai: openai.OpenAI) -> 
 
 def test_think_streams_a_reasoning_item_before_the_message(oai: openai.OpenAI) -> None:
     seen = list(oai.responses.create(model="think", input=QUESTION, stream=True))
-    added = [e.item.type for e in seen if e.type == "response.output_item.added"]  # type: ignore[union-attr]
+    added = [
+        e.item.type  # type: ignore[union-attr]
+        for e in seen
+        if e.type == "response.output_item.added"
+    ]
     assert added == ["reasoning", "message"]
-    thought = "".join(e.delta for e in seen if e.type == "response.reasoning_summary_text.delta")  # type: ignore[union-attr]
+    thought = "".join(
+        e.delta  # type: ignore[union-attr]
+        for e in seen
+        if e.type == "response.reasoning_summary_text.delta"
+    )
     assert thought == f"Thinking about: {QUESTION}"
     usage = seen[-1].response.usage  # type: ignore[union-attr]
     assert (

@@ -1,4 +1,5 @@
-"""Keepalive-only, silent, trickling and endless streams: what the progress bounds are tested against."""
+"""Keepalive-only, silent, trickling and endless streams: what the progress bounds are tested
+against."""
 
 from __future__ import annotations
 
