@@ -83,7 +83,8 @@ def alert_acknowledge(*, alert_id: int, actor: str, now: datetime) -> Alert:
         if not changed:
             assert alert.acknowledged_at is not None
             raise Conflict(
-                f"alert {alert_id} was already acknowledged by {alert.acknowledged_by or 'someone'} at {alert.acknowledged_at.isoformat()}",
+                f"alert {alert_id} was already acknowledged by "
+                f"{alert.acknowledged_by or 'someone'} at {alert.acknowledged_at.isoformat()}",
                 data={
                     "acknowledged_at": alert.acknowledged_at,
                     "acknowledged_by": alert.acknowledged_by,

@@ -4,8 +4,8 @@ kombu's Redis channel builds a new ``redis.Redis`` for every publish, and for ea
 acknowledgement bookkeeping (its place among the unacknowledged, taken and given back), for a
 client that only wraps the channel's connection pool (redis-py builds its table of response
 callbacks anew with each one): a worker paid it twice per task and the web app once per submit
-(docs/performance.md, "The broker's client kept"). The client is thread-safe (each command takes a connection
-from the pool), so a channel keeps one for as long as it keeps that pool.
+(docs/performance.md, "The broker's client kept"). The client is thread-safe (each command takes
+a connection from the pool), so a channel keeps one for as long as it keeps that pool.
 
 Selected by ``CELERY_BROKER_TRANSPORT``; the broker URL stays a ``redis://`` one.
 """

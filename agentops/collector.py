@@ -70,7 +70,8 @@ def _collecting(sweep_every_s: float) -> None:
             frozen, found, took_ms = sweep()
             swept = time.monotonic()
             logger.info(
-                "collector sweep: %d objects, %d unreachable freed, the process stopped for %.0f ms",
+                "collector sweep: %d objects, %d unreachable freed, "
+                "the process stopped for %.0f ms",
                 frozen,
                 found,
                 took_ms,

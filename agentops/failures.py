@@ -38,7 +38,8 @@ def failures_log_write(
             "model": model,
             "message": message,
             **fields,
-            # Where it was written (failures.log is per host) and, while a span is current, its trace.
+            # Where it was written (failures.log is per host) and, while a span is current, its
+            # trace.
             **process_identity(),
             **trace_ids(),
         }

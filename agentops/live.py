@@ -126,7 +126,7 @@ def dashboard_publish(event: dict[str, Any]) -> None:
     )
 
 
-# --- holds (architecture.md §6) ---------------------------------------------------------------------
+# --- holds (architecture.md §6) -------------------------------------------------------------------
 
 
 def hold_out(

@@ -1,5 +1,5 @@
-"""Outbound HTTP (provider calls, webhook deliveries) on aiohttp (architecture.md §15): one session per
-event loop, connecting only to addresses a policy checked, every answer bounded.
+"""Outbound HTTP (provider calls, webhook deliveries) on aiohttp (architecture.md §15): one session
+per event loop, connecting only to addresses a policy checked, every answer bounded.
 
 - Addresses: the session's resolver answers a host name only with the addresses its policy
   check resolved just before the request (``pin``); a name nobody checked does not resolve,
@@ -65,7 +65,9 @@ class CheckedResolver(AbstractResolver):
     def pin(self, host: str, addresses: Sequence[IPAddress]) -> None:
         self._pinned[host.lower().rstrip(".")] = tuple(addresses)
 
-    async def resolve(self, host: str, port: int = 0, family: int = 0) -> list[ResolveResult]:  # type: ignore[override]
+    async def resolve(  # type: ignore[override]
+        self, host: str, port: int = 0, family: int = 0
+    ) -> list[ResolveResult]:
         name = host.lower().rstrip(".")
         addresses = self._pinned.get(name)
         if addresses:
@@ -196,7 +198,8 @@ async def read_capped(
                 break
             raise ResponseRefused(
                 "response_too_large",
-                f"{what} was larger than {limit} bytes, so it was not read further (the limit: {setting})",
+                f"{what} was larger than {limit} bytes, so it was not read further "
+                f"(the limit: {setting})",
             )
         chunks.append(chunk)
     return b"".join(chunks)
@@ -245,8 +248,8 @@ async def lines(
         if len(buffer) > line_limit:
             raise ResponseRefused(
                 "line_too_long",
-                f"a line of the stream was longer than {line_limit} bytes, so it was not read further "
-                "(the limit: AGENTOPS_PROVIDER_MAX_LINE_BYTES)",
+                f"a line of the stream was longer than {line_limit} bytes, "
+                "so it was not read further (the limit: AGENTOPS_PROVIDER_MAX_LINE_BYTES)",
             )
     if buffer:
         yield buffer.decode("utf-8", "replace")

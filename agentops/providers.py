@@ -84,7 +84,10 @@ def key_missing(name: str) -> str | None:
     """Why the variable ``name`` gives no key now (unset or empty), or None ("" asks for none)."""
     if not name or os.environ.get(name):
         return None
-    return f"{name} is not set in the service's environment (set it where the service runs, or leave api_key_env empty for a provider that takes no key)"
+    return (
+        f"{name} is not set in the service's environment (set it where the service runs, "
+        "or leave api_key_env empty for a provider that takes no key)"
+    )
 
 
 def provider_problem(*, base_url: str, api_key_env: str) -> tuple[str, str] | None:

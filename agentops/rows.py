@@ -2,9 +2,9 @@
 
 The ORM builds each query anew, at several times the CPU of the statement itself, and a turn
 makes a dozen statements (docs/performance.md, "Hand-written statements"), so the statements on
-that path are written by hand and their rows turned into model instances here. The column lists come from the models' own fields (cached per
-model), and values go through the fields' own conversions both ways, so a field added to a
-model is read and written here as by the ORM.
+that path are written by hand and their rows turned into model instances here. The column lists
+come from the models' own fields (cached per model), and values go through the fields' own
+conversions both ways, so a field added to a model is read and written here as by the ORM.
 """
 
 from __future__ import annotations
@@ -118,7 +118,10 @@ def insert(obj: M, *, computed: dict[str, tuple[str, list[Any]]] | None = None) 
     returning = ", ".join(
         connection.ops.quote_name(_by_attname(model)[name].column) for name in back
     )
-    sql = f"INSERT INTO {model._meta.db_table} ({', '.join(names)}) VALUES ({', '.join(values)}) RETURNING {returning}"
+    sql = (
+        f"INSERT INTO {model._meta.db_table} ({', '.join(names)}) "
+        f"VALUES ({', '.join(values)}) RETURNING {returning}"
+    )
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         got = cursor.fetchone()

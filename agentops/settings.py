@@ -27,8 +27,9 @@ SECRET_KEY = env_str("DJANGO_SECRET_KEY", "")
 if not SECRET_KEY.strip() or SECRET_KEY.strip() in ("change-me", "agentops-dev-only-not-secret"):
     raise ConfigError(
         "DJANGO_SECRET_KEY must be set to a long random value, not "
-        f"{'left empty' if not SECRET_KEY.strip() else repr(SECRET_KEY)} (admin sessions are signed with it); "
-        "make one with: python -c 'import secrets; print(secrets.token_urlsafe(50))' (agentops.E002)"
+        f"{'left empty' if not SECRET_KEY.strip() else repr(SECRET_KEY)} "
+        "(admin sessions are signed with it); make one with: "
+        "python -c 'import secrets; print(secrets.token_urlsafe(50))' (agentops.E002)"
     )
 DEBUG = env_bool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = [
@@ -232,9 +233,9 @@ AGENTOPS_PROVIDERS_ALLOW_PRIVATE = env_bool("AGENTOPS_PROVIDERS_ALLOW_PRIVATE", 
 # Comma-separated patterns (fnmatch) of the environment variables a provider may read its key
 # from; unset or empty: names ending in _API_KEY.
 AGENTOPS_PROVIDER_KEY_ENVS = env_str("AGENTOPS_PROVIDER_KEY_ENVS", "*_API_KEY")
-# The provider edge (architecture.md §15): what is read of a provider's answer, in bytes after decoding.
-# Past a limit the call fails as a provider error naming it; an error body past its limit is
-# read no further (only a bounded part of it is kept anyway).
+# The provider edge (architecture.md §15): what is read of a provider's answer, in bytes after
+# decoding. Past a limit the call fails as a provider error naming it; an error body past its
+# limit is read no further (only a bounded part of it is kept anyway).
 AGENTOPS_PROVIDER_MAX_BODY_BYTES = env_int(
     "AGENTOPS_PROVIDER_MAX_BODY_BYTES", 16 * 1024 * 1024, minimum=1024
 )
@@ -259,7 +260,8 @@ AGENTOPS_PROVIDER_DOWN_AFTER_MS = env_ms("AGENTOPS_PROVIDER_DOWN_AFTER_MS", 300_
 # A drop-in 429 for a wait longer than this tells the client's SDK not to retry
 # (x-should-retry: false): it raises at once with the wait in retry-after, instead of sleeping.
 AGENTOPS_DROPIN_CLIENT_RETRY_MAX_MS = env_ms("AGENTOPS_DROPIN_CLIENT_RETRY_MAX_MS", 60_000)
-# A streamed drop-in answer sends the client a keepalive whenever nothing else went to it for this long.
+# A streamed drop-in answer sends the client a keepalive whenever nothing else went to it for
+# this long.
 AGENTOPS_DROPIN_KEEPALIVE_MS = env_ms("AGENTOPS_DROPIN_KEEPALIVE_MS", 15_000)
 # Provider calls go through the proxy HTTPS_PROXY / HTTP_PROXY name (NO_PROXY honoured).
 AGENTOPS_PROVIDER_PROXY_FROM_ENV = env_bool("AGENTOPS_PROVIDER_PROXY_FROM_ENV", True)

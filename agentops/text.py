@@ -105,8 +105,9 @@ def untrusted_text(text: str) -> str:
 
 def untrusted_json(raw: str | bytes) -> Any:
     """A provider's JSON (bytes are read as UTF-8, an invalid byte as U+FFFD), parsed, its
-    strings and keys passed through ``untrusted_text``. Raises ValueError for what is not JSON, nesting too deep for the parser among it (never a
-    RecursionError). Only a value whose text holds an escape of NUL or a surrogate is walked."""
+    strings and keys passed through ``untrusted_text``. Raises ValueError for what is not JSON,
+    nesting too deep for the parser among it (never a RecursionError). Only a value whose text
+    holds an escape of NUL or a surrogate is walked."""
     text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
     try:
         value = json.loads(text)

@@ -120,7 +120,10 @@ def _address_refusal(
     if kind in policy.always_refused:
         return f"{what}, a {kind} address; {policy.who} never go to one"
     if kind and not allow_private:
-        return f"{what}, a {kind} address; {policy.who} go to public addresses only (set {policy.setting}=true to allow private ones)"
+        return (
+            f"{what}, a {kind} address; {policy.who} go to public addresses only "
+            f"(set {policy.setting}=true to allow private ones)"
+        )
     return None
 
 

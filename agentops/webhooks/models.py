@@ -49,8 +49,8 @@ class WebhookEndpoint(models.Model):
         blank=True,
         default=list,
         help_text=(
-            "Alert kinds to send, comma-separated (provider-wait, hard-down, history-kept, turn-exhausted, "
-            "provider-down, provider-up, journal-act-dropped). Empty: every kind."
+            "Alert kinds to send, comma-separated (provider-wait, hard-down, history-kept, "
+            "turn-exhausted, provider-down, provider-up, journal-act-dropped). Empty: every kind."
         ),
     )
     secret = models.CharField(

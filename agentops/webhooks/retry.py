@@ -1,5 +1,5 @@
-"""What an attempt's answer means for its delivery (architecture.md §8): a pure function of the answer,
-the attempt count, the settings and ``now``. No I/O, no clock reads.
+"""What an attempt's answer means for its delivery (architecture.md §8): a pure function of the
+answer, the attempt count, the settings and ``now``. No I/O, no clock reads.
 
 2xx delivers. 410 Gone fails and disables the endpoint. Other 4xx (but 408 and 429) fail for
 good: the receiver has said the message itself is wrong, so sending it again cannot help. 5xx,

@@ -1,5 +1,5 @@
-"""Webhook services (architecture.md §8): queue deliveries in the alert's transaction, make attempts,
-resend.
+"""Webhook services (architecture.md §8): queue deliveries in the alert's transaction, make
+attempts, resend.
 
 The life of a delivery: ``pending`` (next attempt due at ``next_attempt_at``) until an attempt
 ends it as ``delivered``, ``failed`` (refused for good) or ``gave_up`` (attempts ran out). A
@@ -251,7 +251,8 @@ def _attempt_refused(
             last_error=bound_text(reason, 1000),
         )
     logger.warning(
-        "webhook %s for alert %s to endpoint %s (%s): %s. Fix or re-enable the endpoint in the admin, then resend.",
+        "webhook %s for alert %s to endpoint %s (%s): %s. "
+        "Fix or re-enable the endpoint in the admin, then resend.",
         delivery.webhook_id,
         delivery.alert_id,
         delivery.endpoint_id,
@@ -345,8 +346,9 @@ def webhook_delivery_resend(*, delivery_id: int, actor: str, now: datetime) -> W
             )
         if not delivery.endpoint.enabled:
             raise Conflict(
-                f"webhook {delivery.webhook_id}: endpoint {url_for_log(delivery.endpoint.url)} is disabled "
-                f"({delivery.endpoint.disabled_reason or 'by an operator'}); enable it before resending"
+                f"webhook {delivery.webhook_id}: endpoint {url_for_log(delivery.endpoint.url)} "
+                f"is disabled ({delivery.endpoint.disabled_reason or 'by an operator'}); "
+                "enable it before resending"
             )
         previous = delivery.status
         WebhookDelivery.objects.filter(pk=delivery_id).update(
