@@ -1,5 +1,5 @@
-"""The breaker's pure decision core (architecture.md §7): plain values in, plain values out. No ORM, no
-clock, no I/O; the services read the state, call these, and act on the answer."""
+"""The breaker's pure decision core (architecture.md §7): plain values in, plain values out. No ORM,
+no clock, no I/O; the services read the state, call these, and act on the answer."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ class BreakerAction(enum.StrEnum):
 
 
 def failure_may_shed(*, failure_type: str, http_status: int | None) -> bool:
-    """True only for an ``invalid_request`` at HTTP 400 or 422, or with no status (architecture.md §7.2).
-    Auth, context length, rate limits, server errors, timeouts, 404s and unclassified failures
-    are never the history's fault."""
+    """True only for an ``invalid_request`` at HTTP 400 or 422, or with no status
+    (architecture.md §7.2). Auth, context length, rate limits, server errors, timeouts, 404s and
+    unclassified failures are never the history's fault."""
     return failure_type == SHEDDABLE_TYPE and http_status in SHEDDABLE_STATUSES
 
 

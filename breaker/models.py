@@ -1,5 +1,5 @@
-"""The breaker's per-agent state (architecture.md §7): the failure streak, this run's sheds and marker
-note, and the probe that may be out."""
+"""The breaker's per-agent state (architecture.md §7): the failure streak, this run's sheds and
+marker note, and the probe that may be out."""
 
 from __future__ import annotations
 

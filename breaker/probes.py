@@ -1,5 +1,5 @@
-"""The probe's life on the breaker's side (architecture.md §7.3): mark it out with a snapshot of what
-must not move, read its verdict, and either shed (under the same locks as the move check, so
+"""The probe's life on the breaker's side (architecture.md §7.3): mark it out with a snapshot of
+what must not move, read its verdict, and either shed (under the same locks as the move check, so
 nothing can move between the two) or set its answer aside. The call itself is
 ``breaker.probe_call``'s.
 
@@ -135,7 +135,10 @@ def _moved(ticket: ProbeTicket, state: BreakerState | None) -> str | None:
     if state is None or not Agent.objects.filter(pk=ticket.agent_id).exists():
         return "the agent was removed"
     if state.probe_id != ticket.probe_id or state.probe_status != BreakerState.ProbeStatus.OUT:
-        return "the probe was withdrawn (a later failure, a completed call or the agent's removal ended it)"
+        return (
+            "the probe was withdrawn "
+            "(a later failure, a completed call or the agent's removal ended it)"
+        )
     now = _snapshot(ticket.agent_id, state.streak_version)
     for key, reason in _MOVES:
         if now.get(key) != ticket.snapshot.get(key):
@@ -144,7 +147,8 @@ def _moved(ticket: ProbeTicket, state: BreakerState | None) -> str | None:
 
 
 def breaker_probe_moved(*, ticket: ProbeTicket) -> str | None:
-    """A human reason when anything moved while the probe was out (architecture.md §7.3), else None."""
+    """A human reason when anything moved while the probe was out (architecture.md §7.3), else
+    None."""
     return _moved(ticket, BreakerState.objects.filter(agent_id=ticket.agent_id).first())
 
 
@@ -208,14 +212,16 @@ def breaker_probe_end(
 def _raise_history_kept(*, agent: Agent, refused: bool, detail: str) -> None:
     if refused:
         message = (
-            f"Agent {agent.name} (model {agent.model}) kept its history: the request fails without its history too "
-            f"({detail}), so none of the history was shed. No retry was queued, so the agent tries again only when "
-            "something next wakes it. Check the agent's configuration (model, max_tokens, tools) against the provider."
+            f"Agent {agent.name} (model {agent.model}) kept its history: "
+            f"the request fails without its history too ({detail}), so none of the history was shed. "
+            "No retry was queued, so the agent tries again only when something next wakes it. "
+            "Check the agent's configuration (model, max_tokens, tools) against the provider."
         )
     else:
         message = (
-            f"Agent {agent.name} (model {agent.model}) kept its history: the probe couldn't tell whether the history "
-            f"is the cause ({detail}). Nothing was shed and no retry was queued, so the agent tries again only when "
+            f"Agent {agent.name} (model {agent.model}) kept its history: "
+            f"the probe couldn't tell whether the history is the cause ({detail}). "
+            "Nothing was shed and no retry was queued, so the agent tries again only when "
             "something next wakes it. Check the provider and the failures log."
         )
     # On commit: the line says what the committed state is, not what a rollback undid.

@@ -55,14 +55,28 @@ def _failure_text(failure_type: str, http_status: int | None) -> str:
 
 def _hard_down_message(*, agent: Agent, streak: int, failure: str, action: BreakerAction) -> str:
     what = {
-        BreakerAction.NOTHING: "This failure is not one that shedding history can help, so nothing was set aside.",
-        BreakerAction.PROBE: "The breaker is sending the failed request without its history to see whether the history is the cause.",
-        BreakerAction.SHED: "Its history is implicated (a probe without it was answered in this run), so the newest turn is being set aside.",
-        BreakerAction.STOP_CAP: f"The breaker already set aside {shed_cap()} turn(s) in this run, its cap, and stops shedding.",
-        BreakerAction.STOP_EMPTY: "Nothing presented is left to set aside, so the breaker stops shedding.",
+        BreakerAction.NOTHING: (
+            "This failure is not one that shedding history can help, so nothing was set aside."
+        ),
+        BreakerAction.PROBE: (
+            "The breaker is sending the failed request without its history "
+            "to see whether the history is the cause."
+        ),
+        BreakerAction.SHED: (
+            "Its history is implicated (a probe without it was answered in this run), "
+            "so the newest turn is being set aside."
+        ),
+        BreakerAction.STOP_CAP: (
+            f"The breaker already set aside {shed_cap()} turn(s) in this run, its cap, "
+            "and stops shedding."
+        ),
+        BreakerAction.STOP_EMPTY: (
+            "Nothing presented is left to set aside, so the breaker stops shedding."
+        ),
     }[action]
     return (
-        f"Agent {agent.name} (model {agent.model}) failed {streak} turns in a row; the last failed with {failure}. "
+        f"Agent {agent.name} (model {agent.model}) failed {streak} turns in a row; "
+        f"the last failed with {failure}. "
         f"{what} Check the provider and the agent's configuration and the failures log; "
         f"GET /agents/{agent.name}/breaker shows the breaker and any rows it set aside."
     )
@@ -128,7 +142,8 @@ def breaker_note_success(*, agent: Agent) -> None:
     with transaction.atomic(savepoint=False):
         # Hand-written (``agentops.rows``): every completed turn reads it, most find no row.
         found = rows.instances(
-            f"SELECT {rows.columns(BreakerState, 'b')} FROM {BreakerState._meta.db_table} b WHERE b.agent_id = %s FOR UPDATE",
+            f"SELECT {rows.columns(BreakerState, 'b')} FROM {BreakerState._meta.db_table} b "
+            "WHERE b.agent_id = %s FOR UPDATE",
             [agent.pk],
             BreakerState,
         )
@@ -156,7 +171,8 @@ def _signal_abort(probe_id: uuid.UUID) -> None:
     try:
         abort_signal(settings.REDIS_URL, probe_abort_key(probe_id))
     except redis.RedisError:
-        # The probe's end still finds it withdrawn and ignores its answer; this only ends the call sooner.
+        # The probe's end still finds it withdrawn and ignores its answer; this only ends the call
+        # sooner.
         logger.warning(
             "breaker: could not signal the withdrawal of probe %s to its call",
             probe_id,
@@ -177,8 +193,8 @@ def _withdraw_locked(state: BreakerState, reason: str) -> bool:
 
 
 def breaker_probe_withdraw(*, agent: Agent, reason: str) -> bool:
-    """Withdraw the agent's probe still out (architecture.md §7.3), e.g. when the agent is removed; True
-    if there was one. Its answer is then set aside whatever it is, and its call is aborted."""
+    """Withdraw the agent's probe still out (architecture.md §7.3), e.g. when the agent is removed;
+    True if there was one. Its answer is then set aside whatever it is, and its call is aborted."""
     with transaction.atomic():
         state = BreakerState.objects.select_for_update().filter(agent_id=agent.pk).first()
         if state is None or not _withdraw_locked(state, reason):

@@ -1,5 +1,5 @@
-"""Shedding (architecture.md §7.4): set aside the newest presented turn under one ``[refusal-rewind]``
-marker note per run of failures, at most ``breaker_shed_cap`` times a run.
+"""Shedding (architecture.md §7.4): set aside the newest presented turn under one
+``[refusal-rewind]`` marker note per run of failures, at most ``breaker_shed_cap`` times a run.
 
 Lock order, everywhere: the agent row first (history writers hold it, see
 ``agentops.services.history_append``), then the breaker state row."""
@@ -55,8 +55,10 @@ def sheddable_rows(agent: Agent) -> Any:
 
 def _marker_text(count: int) -> str:
     return (
-        f"{MARKER_PREFIX} The {count} most recent turn(s) were set aside because the model API kept refusing "
-        "the requests that carried them. Their content is not repeated here. They stay in the record; an operator can restore them."
+        f"{MARKER_PREFIX} The {count} most recent turn(s) were set aside "
+        "because the model API kept refusing the requests that carried them. "
+        "Their content is not repeated here. "
+        "They stay in the record; an operator can restore them."
     )
 
 
@@ -87,7 +89,8 @@ def shed_locked(*, agent: Agent, state: BreakerState, reason: str) -> ShedResult
     if state.sheds_this_run >= cap:
         transaction.on_commit(
             lambda: logger.warning(
-                "breaker: agent %s model %s: not shedding, %d turn(s) already set aside in this run of failures (the cap); "
+                "breaker: agent %s model %s: not shedding, "
+                "%d turn(s) already set aside in this run of failures (the cap); "
                 "the history stays as it is until an operator looks (GET /agents/%s/breaker)",
                 agent.name,
                 agent.model,
@@ -133,7 +136,8 @@ def shed_locked(*, agent: Agent, state: BreakerState, reason: str) -> ShedResult
     sheds = state.sheds_this_run
     transaction.on_commit(
         lambda: logger.warning(
-            "[inference-rewind] agent %s model %s: set aside row(s) %s (%s); %d of %d shed(s) in this run",
+            "[inference-rewind] agent %s model %s: set aside row(s) %s (%s); "
+            "%d of %d shed(s) in this run",
             agent.name,
             agent.model,
             ", ".join(f"#{r.seq}" for r in rows),
@@ -146,8 +150,8 @@ def shed_locked(*, agent: Agent, state: BreakerState, reason: str) -> ShedResult
 
 
 def history_shed(*, agent: Agent, reason: str) -> ShedResult:
-    """Set aside the newest turn (architecture.md §7.4) and write or update the run's marker note, for a
-    failure of a run whose history a probe already implicated.
+    """Set aside the newest turn (architecture.md §7.4) and write or update the run's marker note,
+    for a failure of a run whose history a probe already implicated.
 
     Stops, sets nothing aside and logs why at ``shed_cap`` sheds in this run or with nothing
     presented left to shed. The caller queues the one retry on a non-stopped result, in the
