@@ -1,4 +1,5 @@
-"""The progress bounds: a pure function from a call's state to its next deadline (architecture.md §5.3).
+"""The progress bounds: a pure function from a call's state to its next deadline
+(architecture.md §5.3).
 
 All instants are milliseconds on one clock; ``now`` is never read here.
 """
@@ -69,8 +70,8 @@ class Deadline:
 
 
 def bound_deadlines(state: CallState, settings: BoundsSettings) -> list[Deadline]:
-    """Every bound's deadline for ``state``, in the order architecture.md §5.3 lists the bounds: for a
-    streamed call its progress bound (before content, or between events after it), the flat
+    """Every bound's deadline for ``state``, in the order architecture.md §5.3 lists the bounds: for
+    a streamed call its progress bound (before content, or between events after it), the flat
     and the absolute bound; for a non-streamed call the whole-call bound alone."""
     allowance = settings.allowance_ms(state.max_tokens)
     if not state.streamed:
@@ -103,8 +104,8 @@ def bound_deadlines(state: CallState, settings: BoundsSettings) -> list[Deadline
 def next_deadline(state: CallState, settings: BoundsSettings | None) -> Deadline | None:
     """The earliest deadline that applies to ``state``, or None when bounds are off.
 
-    Ties go to the bound listed first in architecture.md §5.3 (``min`` keeps the first of equals, and
-    ``bound_deadlines`` lists them in that order)."""
+    Ties go to the bound listed first in architecture.md §5.3 (``min`` keeps the first of equals,
+    and ``bound_deadlines`` lists them in that order)."""
     if settings is None:
         return None
     return min(bound_deadlines(state, settings), key=_at)
@@ -146,4 +147,7 @@ def describe_cut(
     else:
         what = f"no complete response for {deadline.at - state.sent:.0f} ms"
     label = bound.value.replace("_", "-")
-    return f"{what} ({label} bound; the setting for this bound: {bound_setting(bound, state, settings)})"
+    return (
+        f"{what} ({label} bound; "
+        f"the setting for this bound: {bound_setting(bound, state, settings)})"
+    )

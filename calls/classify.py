@@ -220,8 +220,8 @@ def _classify(
 
 
 def protocol_error(code: str, message: str) -> ProviderError:
-    """An answer that breaks HTTP or a limit of ours (architecture.md §15): the provider misbehaved, as
-    a server error does, and the call may be made again."""
+    """An answer that breaks HTTP or a limit of ours (architecture.md §15): the provider misbehaved,
+    as a server error does, and the call may be made again."""
     return ProviderError(
         type="server", provider_code=code, message=bound_text(message), retryable=True
     )
@@ -249,11 +249,17 @@ def classify_exception(exc: BaseException, *, host: str | None = None) -> Provid
     elif isinstance(exc, aiohttp.ClientConnectorError):
         what = f"no connection to the provider: {_os_reason(exc.os_error)}"
     elif isinstance(exc, TimeoutError):
-        what = "no connection to the provider within the connect timeout (AGENTOPS_PROVIDER_CONNECT_TIMEOUT_MS)"
+        what = (
+            "no connection to the provider within the connect timeout "
+            "(AGENTOPS_PROVIDER_CONNECT_TIMEOUT_MS)"
+        )
     elif isinstance(exc, aiohttp.ServerDisconnectedError):
         what = "the provider closed the connection before its answer's end"
     elif isinstance(exc, aiohttp.ClientPayloadError):
-        what = "the provider's answer was cut short (its body ended before its stated length or last chunk)"
+        what = (
+            "the provider's answer was cut short "
+            "(its body ended before its stated length or last chunk)"
+        )
     elif isinstance(exc, OSError):
         what = f"the connection failed: {_os_reason(exc)}"
     else:

@@ -1,5 +1,5 @@
-"""Whether a provider is down (architecture.md §15): an episode begins with a call that fails so that
-the provider itself looks unreachable or broken (a network or TLS error, an auth refusal, a
+"""Whether a provider is down (architecture.md §15): an episode begins with a call that fails so
+that the provider itself looks unreachable or broken (a network or TLS error, an auth refusal, a
 5xx) and ends with its first completed call. An episode that lasts
 ``AGENTOPS_PROVIDER_DOWN_AFTER_MS`` raises one ``provider-down`` alert naming the provider and
 its last error (its ``agent`` is ``provider:<name>``, so each provider has its own webhook
@@ -76,9 +76,11 @@ def _failed(provider_id: int, error: dict[str, object], now: datetime) -> None:
                 agent=f"provider:{row.name}",
                 model="*",
                 message=(
-                    f"provider {row.name}: every call for {minutes:.0f} min has failed ({error.get('type')}, HTTP "
-                    f"{error.get('http_status')}): {error.get('message')}. Check its base_url, its key "
-                    f"({row.api_key_env or 'none'}) and the network; its next successful call ends this."
+                    f"provider {row.name}: every call for {minutes:.0f} min has failed "
+                    f"({error.get('type')}, HTTP {error.get('http_status')}): "
+                    f"{error.get('message')}. Check its base_url, its key "
+                    f"({row.api_key_env or 'none'}) and the network; "
+                    "its next successful call ends this."
                 ),
                 data={
                     "provider": row.name,
@@ -102,7 +104,10 @@ def _recovered(provider_id: int, now: datetime) -> None:
                 kind="provider-up",
                 agent=f"provider:{row.name}",
                 model="*",
-                message=f"provider {row.name} answers again: a call completed after {minutes:.0f} min of failures",
+                message=(
+                    f"provider {row.name} answers again: "
+                    f"a call completed after {minutes:.0f} min of failures"
+                ),
                 data={
                     "provider": row.name,
                     "failing_since": began.isoformat(),

@@ -1,5 +1,5 @@
-"""Live progress of in-flight calls (architecture.md §9): first event, first content, model-event and
-keepalive counts, and the nearest deadline with its bound, as the call is read.
+"""Live progress of in-flight calls (architecture.md §9): first event, first content, model-event
+and keepalive counts, and the nearest deadline with its bound, as the call is read.
 
 ``perform_call`` reports each item it applies (``on_progress``); the process's one
 ``ProgressHub`` keeps the latest state per call and, at most every

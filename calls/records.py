@@ -91,7 +91,10 @@ T = TypeVar("T")
 def unstorable_fields(result: CallResult, exc: BaseException) -> dict[str, Any]:
     """What a call's row records when its result could not be stored: the timeline and the
     outcome, and an error naming why (the usage, the stop reason and the picture left out)."""
-    why = f"the call's record could not be stored ({type(exc).__name__}: {exc}); its usage and details are not kept"
+    why = (
+        f"the call's record could not be stored ({type(exc).__name__}: {exc}); "
+        "its usage and details are not kept"
+    )
     was = result.error or ProviderError(type="unknown", message="")
     error = dataclasses.replace(
         was,

@@ -237,7 +237,8 @@ class ProviderCall:
         *, agent: Agent, kind: str, model: str, max_tokens: int | None, turn: Turn | None = None
     ) -> InferenceCall:
         """The row of an auxiliary call or probe that a binding wait refused without a call
-        (architecture.md §6.6, outcome ``deferred``): every such call has its row, as a made call does."""
+        (architecture.md §6.6, outcome ``deferred``): every such call has its row, as a made call
+        does."""
         now = timezone.now()
         row = InferenceCall(
             turn=turn,
@@ -395,7 +396,8 @@ def _provider_check(agent: Agent) -> ProviderError | tuple[IPAddress, ...] | Non
             retryable=False,
             message=bound_text(
                 redacted(
-                    f"provider {provider.name!r} is refused by the service's provider policy, so no call was made: {problem}",
+                    f"provider {provider.name!r} is refused by the service's provider policy, "
+                    f"so no call was made: {problem}",
                     host,
                 )
             ),

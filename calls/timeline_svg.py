@@ -113,7 +113,8 @@ def render_svg(p: CallPicture, *, small: bool = False) -> str:
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="call-timeline{" small" if small else ""}" '
         f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
-        f'aria-label="{escape(summary)}" font-family="sans-serif" font-size="{9 if small else 11}">',
+        f'aria-label="{escape(summary)}" font-family="sans-serif" '
+        f'font-size="{9 if small else 11}">',
         _title(
             summary + f"; {len(p.events) + len(p.events_tail) + p.events_omitted} model events, "
             f"{len(p.keepalives) + len(p.keepalives_tail) + p.keepalives_omitted} keepalives"
@@ -129,14 +130,16 @@ def render_svg(p: CallPicture, *, small: bool = False) -> str:
                 f'<line x1="{x(t)}" y1="{bottom}" x2="{x(t)}" y2="{bottom + 3}" stroke="#999999"/>'
             )
             parts.append(
-                f'<text x="{x(t)}" y="{bottom + 13}" text-anchor="middle" fill="#666666">{escape(fmt_ms(t))}</text>'
+                f'<text x="{x(t)}" y="{bottom + 13}" text-anchor="middle" fill="#666666">'
+                f"{escape(fmt_ms(t))}</text>"
             )
 
     def ticks(times: tuple[float, ...], lane: int, colour: str, cls: str, what: str) -> None:
         half = 4 if small else 8
         for t in times:
             parts.append(
-                f'<line class="{cls}" x1="{x(t)}" y1="{lane - half}" x2="{x(t)}" y2="{lane + half}" '
+                f'<line class="{cls}" x1="{x(t)}" y1="{lane - half}" '
+                f'x2="{x(t)}" y2="{lane + half}" '
                 f'stroke="{colour}" stroke-width="1.2">{_title(f"{what} at {fmt_ms(t)}")}</line>'
             )
 
@@ -158,13 +161,15 @@ def render_svg(p: CallPicture, *, small: bool = False) -> str:
             gap_from = times[-1] if times else 0.0
             gap_to = tail[0] if tail else gap_from
             parts.append(
-                f'<text class="omitted" x="{(x(gap_from) + x(gap_to)) / 2}" y="{lane - (6 if small else 10)}" '
+                f'<text class="omitted" x="{(x(gap_from) + x(gap_to)) / 2}" '
+                f'y="{lane - (6 if small else 10)}" '
                 f'text-anchor="middle" fill="{colour}">{escape(f"… {omitted} more …")}</text>'
             )
 
     for i, m in enumerate(p.milestones):
         parts.append(
-            f'<line class="milestone" x1="{x(m.at)}" y1="{top}" x2="{x(m.at)}" y2="{bottom}" stroke="{MILESTONE}" '
+            f'<line class="milestone" x1="{x(m.at)}" y1="{top}" x2="{x(m.at)}" y2="{bottom}" '
+            f'stroke="{MILESTONE}" '
             f'stroke-width="1">{_title(f"{m.label} at {fmt_ms(m.at)}")}</line>'
         )
         if label_rows:
@@ -180,14 +185,16 @@ def render_svg(p: CallPicture, *, small: bool = False) -> str:
         text = f"{bound_label(d.bound)} deadline {fmt_ms(d.at)} ({state})"
         if d.at <= span:
             parts.append(
-                f'<line class="deadline deadline-{escape(d.bound)}" x1="{x(d.at)}" y1="{top}" x2="{x(d.at)}" '
-                f'y2="{bottom}" stroke="{colour}" stroke-width="1.5" stroke-dasharray="4 3">{_title(text)}</line>'
+                f'<line class="deadline deadline-{escape(d.bound)}" '
+                f'x1="{x(d.at)}" y1="{top}" x2="{x(d.at)}" y2="{bottom}" '
+                f'stroke="{colour}" stroke-width="1.5" stroke-dasharray="4 3">{_title(text)}</line>'
             )
         else:
             text += ", off the chart"
         if legend_y:
             parts.append(
-                f'<text class="deadline-legend" x="{left}" y="{legend_y}" fill="{colour}">{escape(text)}</text>'
+                f'<text class="deadline-legend" x="{left}" y="{legend_y}" fill="{colour}">'
+                f"{escape(text)}</text>"
             )
             legend_y += 14
 
@@ -199,7 +206,8 @@ def render_svg(p: CallPicture, *, small: bool = False) -> str:
         )
         text = f"cut at {fmt_ms(p.cut_at)}{late}"
         parts.append(
-            f'<line class="cut" x1="{x(p.cut_at)}" y1="{top}" x2="{x(p.cut_at)}" y2="{bottom}" stroke="{CUT}" '
+            f'<line class="cut" x1="{x(p.cut_at)}" y1="{top}" x2="{x(p.cut_at)}" y2="{bottom}" '
+            f'stroke="{CUT}" '
             f'stroke-width="{2 if small else 3}">{_title(text)}</line>'
         )
         if not small:
@@ -208,11 +216,13 @@ def render_svg(p: CallPicture, *, small: bool = False) -> str:
                 ("end", x(p.cut_at) - 5) if x(p.cut_at) > width / 2 else ("start", x(p.cut_at) + 5)
             )
             parts.append(
-                f'<text x="{at_x}" y="{top + 2}" text-anchor="{anchor}" fill="{CUT}" font-weight="bold">{escape(text)}</text>'
+                f'<text x="{at_x}" y="{top + 2}" text-anchor="{anchor}" fill="{CUT}" '
+                f'font-weight="bold">{escape(text)}</text>'
             )
     elif p.end is not None:
         parts.append(
-            f'<line class="end" x1="{x(p.end)}" y1="{top}" x2="{x(p.end)}" y2="{bottom}" stroke="{MILESTONE}" '
+            f'<line class="end" x1="{x(p.end)}" y1="{top}" x2="{x(p.end)}" y2="{bottom}" '
+            f'stroke="{MILESTONE}" '
             f'stroke-width="2">{_title(f"ended ({p.outcome}) at {fmt_ms(p.end)}")}</line>'
         )
     if not small:

@@ -82,7 +82,9 @@ def _instruments() -> Any:
         meter.create_histogram(
             "agentops.call.cut.lateness",
             unit="s",
-            description="How long after its deadline a progress bound cut a call (architecture.md §5.3).",
+            description=(
+                "How long after its deadline a progress bound cut a call (architecture.md §5.3)."
+            ),
             explicit_bucket_boundaries_advisory=LATENESS_BUCKETS,
         ),
     )
