@@ -43,7 +43,10 @@ def admission_check(*, agent: Agent, model: str, now_ms: float) -> Hold | None:
         cause = book.unreadable
         return Hold(
             until_ms=None,
-            reason=f"the provider-waits journal cannot be read ({cause.describe()}); every model is held until it reads again or an operator releases",
+            reason=(
+                f"the provider-waits journal cannot be read ({cause.describe()}); "
+                "every model is held until it reads again or an operator releases"
+            ),
             model=EVERY_MODEL,
             source="unreadable",
         )

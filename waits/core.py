@@ -1,4 +1,5 @@
-"""The pure core of provider waits (architecture.md §6.2, §6.3, §6.5): plain values and an explicit ``now``.
+"""The pure core of provider waits (architecture.md §6.2, §6.3, §6.5): plain values and an explicit
+``now``.
 
 No ORM, no I/O, no clock reads. Times are milliseconds since the Unix epoch (UTC).
 

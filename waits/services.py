@@ -107,7 +107,8 @@ def wait_record(
     stated = _stated_text(retry_after_ms)
     if agent.kind == Agent.Kind.EPHEMERAL:
         logger.info(
-            "agent %s (ephemeral) model %s: the provider asked to wait %s; an ephemeral run records no wait",
+            "agent %s (ephemeral) model %s: the provider asked to wait %s; "
+            "an ephemeral run records no wait",
             agent.name,
             model,
             stated,
@@ -227,8 +228,10 @@ def _until_text(until: int | None, now_ms: float) -> str:
 
 def _release_how(agent: str, model: str) -> str:
     return (
-        f'release it with POST /api/v1/waits/release {{"agent": "{agent}", "model": "{model}", "reason": ...}}, '
-        f"the admin's Binding waits page, or python manage.py release_wait {agent} --model {model} --reason TEXT"
+        "release it with POST /api/v1/waits/release "
+        f'{{"agent": "{agent}", "model": "{model}", "reason": ...}}, '
+        "the admin's Binding waits page, "
+        f"or python manage.py release_wait {agent} --model {model} --reason TEXT"
     )
 
 
@@ -236,8 +239,9 @@ def _wait_alert_message(
     *, agent: str, model: str, until: int | None, stated: str, reason: str, now_ms: float
 ) -> str:
     return (
-        f"Agent {agent} is held on model {model} {_until_text(until, now_ms)}: the provider asked to wait {stated} "
-        f"({bound_text(reason, 300)}). No call to {model} is made for {agent} until then; {_release_how(agent, model)}."
+        f"Agent {agent} is held on model {model} {_until_text(until, now_ms)}: "
+        f"the provider asked to wait {stated} ({bound_text(reason, 300)}). "
+        f"No call to {model} is made for {agent} until then; {_release_how(agent, model)}."
     )
 
 
@@ -393,7 +397,8 @@ def wait_release(
             why=f"released by {by}" + (f": {reason}" if reason else ""),
         )
     logger.warning(
-        "provider wait released: agent %s model %s by %s (%s): %d wait(s) lifted; the release is %s%s",
+        "provider wait released: agent %s model %s by %s (%s): %d wait(s) lifted; "
+        "the release is %s%s",
         agent,
         model,
         by,

@@ -27,8 +27,10 @@ READ_ERRORS: Final = (DatabaseError, TransactionManagementError)
 TABLE = WaitJournalEntry._meta.db_table
 _COLUMNS = ("act_id", "kind", "agent", "model", "until_ms", "reason", "by", "at", "data")
 INSERT_SQL = (
-    f"INSERT INTO {connection.ops.quote_name(TABLE)} ({', '.join(connection.ops.quote_name(c) for c in _COLUMNS)}) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb) ON CONFLICT (act_id) DO NOTHING RETURNING id"
+    f"INSERT INTO {connection.ops.quote_name(TABLE)} "
+    f"({', '.join(connection.ops.quote_name(c) for c in _COLUMNS)}) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb) "
+    "ON CONFLICT (act_id) DO NOTHING RETURNING id"
 )
 _READ_FIELDS = ("id", "act_id", "kind", "agent", "model", "until_ms", "reason", "by", "at", "data")
 

@@ -1,5 +1,5 @@
-"""Unreadable records fail closed (architecture.md §6.5): the framework alert, raised once per episode
-and shared by every worker."""
+"""Unreadable records fail closed (architecture.md §6.5): the framework alert, raised once per
+episode and shared by every worker."""
 
 from __future__ import annotations
 
@@ -32,12 +32,14 @@ def framework_alert(cause: Unreadable, *, now_ms: float) -> bool:
     key = {"row": cause.row_id, "problem": cause.problem}
     recheck_s = settings.AGENTOPS_WAIT_RECHECK_MS / 1000
     message = (
-        f"The provider-waits journal cannot be read ({cause.describe()}). No provider call is admitted "
-        f"for any agent (shown as model *) until it reads again; it is re-read every {recheck_s:g} s. "
-        "Inspect the row with GET /api/v1/waits/journal or the admin's provider-wait journal, then repair or "
-        f"remove it in SQL (table {TABLE}); calls resume by themselves at the next re-read. To let an agent "
-        'call meanwhile, release it: POST /api/v1/waits/release {"agent": NAME}, the admin\'s Binding waits '
-        "page, or python manage.py release_wait NAME --reason TEXT."
+        f"The provider-waits journal cannot be read ({cause.describe()}). "
+        "No provider call is admitted for any agent (shown as model *) until it reads again; "
+        f"it is re-read every {recheck_s:g} s. "
+        "Inspect the row with GET /api/v1/waits/journal or the admin's provider-wait journal, "
+        f"then repair or remove it in SQL (table {TABLE}); "
+        "calls resume by themselves at the next re-read. To let an agent call meanwhile, "
+        'release it: POST /api/v1/waits/release {"agent": NAME}, '
+        "the admin's Binding waits page, or python manage.py release_wait NAME --reason TEXT."
     )
     try:
         with transaction.atomic():
@@ -66,7 +68,8 @@ def framework_alert(cause: Unreadable, *, now_ms: float) -> bool:
     except READ_ERRORS as exc:
         connection_recover()
         logger.error(
-            "could not raise the provider-wait alert for the unreadable journal (%s: %s); retrying at the next re-read",
+            "could not raise the provider-wait alert for the unreadable journal (%s: %s); "
+            "retrying at the next re-read",
             type(exc).__name__,
             str(exc)[:300],
         )

@@ -224,7 +224,8 @@ class Journal:
     def _read_failed(self, exc: BaseException) -> None:
         if not self._s.read_failing:
             logger.warning(
-                "provider-waits journal: could not read it (%s: %s); using the state read before, retrying at the next check",
+                "provider-waits journal: could not read it (%s: %s); "
+                "using the state read before, retrying at the next check",
                 type(exc).__name__,
                 str(exc)[:300],
             )
@@ -237,7 +238,8 @@ class Journal:
         self._changed()
         if book.unreadable is not None and was_readable:
             logger.error(
-                "provider-waits journal is unreadable (%s): no provider call is admitted for any agent "
+                "provider-waits journal is unreadable (%s): "
+                "no provider call is admitted for any agent "
                 "until it reads again (re-read every %g ms) or an operator releases",
                 book.unreadable.describe(),
                 settings.AGENTOPS_WAIT_RECHECK_MS,
@@ -282,7 +284,8 @@ class Journal:
         self._changed()  # before the write: a check meanwhile must see the act
         if any(not a.written for a in s.pending.values() if a is not act):
             logger.warning(
-                "provider-waits journal: %s for agent %s model %s waits behind %d act(s) not yet recorded; "
+                "provider-waits journal: %s for agent %s model %s "
+                "waits behind %d act(s) not yet recorded; "
                 "it binds in this process and is offered again in order",
                 act.entry.kind,
                 act.entry.agent,

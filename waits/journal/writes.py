@@ -86,7 +86,8 @@ def act_write(act: Act, *, replay: bool) -> bool:
     except WRITE_ERRORS as exc:
         connection_recover()
         logger.warning(
-            "provider-waits journal: could not record %s for agent %s model %s (attempt %d; %s: %s); "
+            "provider-waits journal: could not record %s for agent %s model %s "
+            "(attempt %d; %s: %s); "
             "it binds in this process and is offered again at the next act and within %d ms",
             entry.kind,
             entry.agent,
@@ -120,8 +121,9 @@ def _drop(act: Act, exc: BaseException) -> None:
     act.dropped = True
     problem = f"{type(exc).__name__}: {str(exc)[:300]}"
     message = (
-        f"A provider-waits act ({entry.kind} for agent {entry.agent!a} model {entry.model!a}) could not be recorded "
-        f"and was dropped: the database refused its data ({problem!a}). Acts after it are recorded as usual."
+        f"A provider-waits act ({entry.kind} for agent {entry.agent!a} model {entry.model!a}) "
+        f"could not be recorded and was dropped: the database refused its data ({problem!a}). "
+        "Acts after it are recorded as usual."
     )
     logger.error("provider-waits journal: %s", message)
     try:
