@@ -1,5 +1,5 @@
-"""What the drain does after a turn ended in failure (architecture.md §7): tell the breaker, and act on
-its answer: probe the failed request without its history, shed the newest turn, queue the one
+"""What the drain does after a turn ended in failure (architecture.md §7): tell the breaker, and act
+on its answer: probe the failed request without its history, shed the newest turn, queue the one
 retry. The breaker decides; this module carries its decisions out for the turn."""
 
 from __future__ import annotations

@@ -62,7 +62,10 @@ def auxiliary_admit(*, agent: Agent, model: str, max_tokens: int | None) -> Defe
         agent=agent, kind=InferenceCall.Kind.AUXILIARY, model=model, max_tokens=max_tokens
     )
     return Deferred(
-        message=f"{agent.name} / {hold.model} is held by a provider wait ({hold.reason}); no call was made",
+        message=(
+            f"{agent.name} / {hold.model} is held by a provider wait ({hold.reason}); "
+            "no call was made"
+        ),
         retry_after_ms=remaining_ms(hold, now_ms),
         until=ms_to_dt(hold.until_ms),
     )

@@ -166,8 +166,8 @@ def ephemeral_wait_error(error: ProviderError) -> ProviderError:
     wait = error.retry_after_ms if error.retry_after_ms is not None else math.nan
     asked = f"{wait / 1000:.0f} s" if math.isfinite(wait) else "longer than can be represented"
     message = (
-        f"{error.message[:300]} (the provider asked to wait {asked}; an ephemeral run doesn't sleep a "
-        f"stated wait longer than {limit_s:.0f} s, so it ends now)"
+        f"{error.message[:300]} (the provider asked to wait {asked}; "
+        f"an ephemeral run doesn't sleep a stated wait longer than {limit_s:.0f} s, so it ends now)"
     )
     return ProviderError(
         type=error.type,

@@ -18,6 +18,9 @@ def failure_note_text(error: ProviderError, *, timed_out_again: bool = False) ->
         parts.append(CLOSING)
         return " ".join(parts)
     if error.provider_code == "answer_unstorable":
-        return f"[inference-failed] The model answered, but its answer could not be stored: {reason}. {CLOSING}"
+        return (
+            "[inference-failed] The model answered, but its answer could not be stored: "
+            f"{reason}. {CLOSING}"
+        )
     cause = error.type if error.http_status is None else f"{error.type}, HTTP {error.http_status}"
     return f"[inference-failed] The model call failed ({cause}): {reason}. {CLOSING}"

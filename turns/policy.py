@@ -1,4 +1,5 @@
-"""The error policy (architecture.md §5.7): a pure decision from a failure, the retry state and ``now``.
+"""The error policy (architecture.md §5.7): a pure decision from a failure, the retry state and
+``now``.
 
 The caller reads the clock once and passes ``now_ms``; randomness comes in as ``jitter``
 (a number in [0, 1)), so every branch is testable at its edges.
@@ -45,8 +46,8 @@ class Action(StrEnum):
     RETRY = "retry"
     FAIL = "fail"
     EXHAUST = "exhaust"
-    # A retryable failure that stated a wait: provider waits decide (architecture.md §6.6). The turn is
-    # held (residents, conversations) or sleeps it (ephemeral runs); no failure is counted.
+    # A retryable failure that stated a wait: provider waits decide (architecture.md §6.6). The turn
+    # is held (residents, conversations) or sleeps it (ephemeral runs); no failure is counted.
     HOLD = "hold"
 
 

@@ -148,8 +148,10 @@ def turn_submit(*, agent_id: int, messages: list[IncomingMessage]) -> tuple[Turn
             held = turn.trigger_rows.count()
             if held + len(messages) > TURN_MESSAGES_LIMIT:
                 raise Conflict(
-                    f"messages: turn {turn.pk} already has {held} message(s); joining {len(messages)} more would pass "
-                    f"the limit of {TURN_MESSAGES_LIMIT} per turn (wait for it to start, then submit a new turn)",
+                    f"messages: turn {turn.pk} already has {held} message(s); "
+                    f"joining {len(messages)} more would pass "
+                    f"the limit of {TURN_MESSAGES_LIMIT} per turn "
+                    "(wait for it to start, then submit a new turn)",
                     data={
                         "field": "messages",
                         "turn": turn.pk,
@@ -184,12 +186,24 @@ def turn_submit(*, agent_id: int, messages: list[IncomingMessage]) -> tuple[Turn
 def _submit_sql() -> SimpleNamespace:
     """``turn_submit``'s statements, hand-written (``agentops.rows``): every submit makes them."""
     through = Turn.trigger_rows.through._meta
-    turn_column, row_column = (through.get_field(name).column for name in ("turn", "historyrow"))  # type: ignore[union-attr]
+    turn_column, row_column = (
+        through.get_field(name).column  # type: ignore[union-attr]
+        for name in ("turn", "historyrow")
+    )
     return SimpleNamespace(
-        agent=f"SELECT {rows.columns(Agent, 'a')} FROM {Agent._meta.db_table} a WHERE a.id = %s AND a.disposed_at IS NULL FOR UPDATE",
-        joinable=f"SELECT {rows.columns(Turn, 't')} FROM {Turn._meta.db_table} t WHERE t.agent_id = %s AND t.status = ANY(%s) ORDER BY t.id LIMIT 1",
+        agent=(
+            f"SELECT {rows.columns(Agent, 'a')} FROM {Agent._meta.db_table} a "
+            "WHERE a.id = %s AND a.disposed_at IS NULL FOR UPDATE"
+        ),
+        joinable=(
+            f"SELECT {rows.columns(Turn, 't')} FROM {Turn._meta.db_table} t "
+            "WHERE t.agent_id = %s AND t.status = ANY(%s) ORDER BY t.id LIMIT 1"
+        ),
         # As ``trigger_rows.add``: a row already there is left as it is.
-        trigger=f"INSERT INTO {through.db_table} ({turn_column}, {row_column}) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+        trigger=(
+            f"INSERT INTO {through.db_table} ({turn_column}, {row_column}) "
+            "VALUES (%s, %s) ON CONFLICT DO NOTHING"
+        ),
     )
 
 
@@ -281,7 +295,8 @@ def agent_dispose(*, agent: Agent, actor: str) -> None:
         for turn in open_turns:
             turn_trace_end(turn, agent=agent, status=Status.CANCELLED)
         AuditEntry.objects.create(actor=actor, action="agent.dispose", target=f"agent:{agent.name}")
-        # A probe still out is withdrawn (architecture.md §7.3): its answer is set aside and its call aborted.
+        # A probe still out is withdrawn (architecture.md §7.3): its answer is set aside and its call
+        # aborted.
         breaker_probe_withdraw(agent=agent, reason="the agent was removed while it was out")
     for turn in open_turns:
         _signal_cancel(turn)
@@ -322,7 +337,8 @@ HOLDS_LOGGED_KEPT = 10_000
 
 def turn_hold(*, turn: Turn, until: datetime | None, reason: str) -> bool:
     """Hold a running or held turn by a provider wait until ``until`` (None: until released);
-    no failure is counted and no note written (architecture.md §6.6). False if it moved meanwhile."""
+    no failure is counted and no note written (architecture.md §6.6). False if it moved
+    meanwhile."""
     # A held turn held again at its re-check is the same hold: its span has the event already.
     event = (
         {}
@@ -458,7 +474,10 @@ def turn_rearm(*, turn: Turn, error: ProviderError) -> bool:
         not_before=not_before,
         waiting_reason="re-armed",
         error=error.as_dict(),
-        hold_reason=f"re-armed after {error.type}: sent again at {not_before:%H:%M:%S} UTC ({turn.rearms + 1} of {len(ladder)})",
+        hold_reason=(
+            f"re-armed after {error.type}: sent again at {not_before:%H:%M:%S} UTC "
+            f"({turn.rearms + 1} of {len(ladder)})"
+        ),
         **turn_event(
             "agentops.turn.rearmed",
             {
@@ -520,8 +539,8 @@ def turn_fail(*, turn: Turn, error: ProviderError, status: str, timed_out_again:
             error.http_status,
         )
         # The incident record, in this transaction: a rolled-back ending leaves none. An exhausted
-        # turn is an alert (architecture.md §8: row, failures.log line, dashboard, webhooks); a failed one
-        # is only logged (its note and the breaker's streak tell the rest).
+        # turn is an alert (architecture.md §8: row, failures.log line, dashboard, webhooks); a
+        # failed one is only logged (its note and the breaker's streak tell the rest).
         message = f"turn {turn.pk} {status}: {error.message}"
         incident = {"turn": turn.pk, "rearms": locked.rearms, "error": error.as_dict()}
         if status == Status.EXHAUSTED:
@@ -552,7 +571,8 @@ def turn_fail_unstorable(*, turn: Turn, call_id: int, exc: BaseException) -> Non
         type="unknown",
         provider_code="answer_unstorable",
         message=bound_text(
-            f"the model's answer arrived but could not be stored ({type(exc).__name__}: {exc}); it was not requested again"
+            f"the model's answer arrived but could not be stored ({type(exc).__name__}: {exc}); "
+            "it was not requested again"
         ),
     )
     InferenceCall.objects.filter(pk=call_id).update(error=error.as_dict())
@@ -587,8 +607,8 @@ def turn_fail_unstorable(*, turn: Turn, call_id: int, exc: BaseException) -> Non
 
 
 def turn_queue_retry(*, agent: Agent, set_aside: list[int] | None = None) -> None:
-    """Queue one retry after a shed (architecture.md §7.4): a new turn over the history with the newest
-    turn set aside, unless one is already queued or held (it will run over that history too).
+    """Queue one retry after a shed (architecture.md §7.4): a new turn over the history with the
+    newest turn set aside, unless one is already queued or held (it will run over that history too).
     ``set_aside``: the sequence numbers of the rows the shed set aside (an event of the retry's
     span). Call inside the shed's transaction, so both commit or neither."""
     Agent.objects.select_for_update().get(pk=agent.pk)

@@ -1,5 +1,5 @@
-"""A turn's span, ``agentops.turn``, from its submit to its end across processes (architecture.md §16,
-docs/observability.md).
+"""A turn's span, ``agentops.turn``, from its submit to its end across processes
+(architecture.md §16, docs/observability.md).
 
 The submit starts it under the request's context and stores it on the turn's row
 (``turn_trace_begin``, ``agentops.telemetry.span_stored``). What happens to the turn on the way
@@ -37,8 +37,11 @@ SPAN_NAME: Final = "agentops.turn"
 # Append to one of the stored span's lists (events, links) in the UPDATE that changes the turn,
 # up to its limit; a turn stored with no span (telemetry was off at its submit) stays null.
 _APPEND_SQL = (
-    "CASE WHEN trace_context IS NULL OR jsonb_array_length(COALESCE(trace_context->'{key}', '[]'::jsonb)) >= %s "
-    "THEN trace_context ELSE jsonb_set(trace_context, '{{{key}}}', COALESCE(trace_context->'{key}', '[]'::jsonb) || %s::jsonb) END"
+    "CASE WHEN trace_context IS NULL "
+    "OR jsonb_array_length(COALESCE(trace_context->'{key}', '[]'::jsonb)) >= %s "
+    "THEN trace_context "
+    "ELSE jsonb_set(trace_context, '{{{key}}}', "
+    "COALESCE(trace_context->'{key}', '[]'::jsonb) || %s::jsonb) END"
 )
 
 
@@ -63,7 +66,8 @@ def turn_event(name: str, attributes: dict[str, Any]) -> dict[str, Any]:
 
 def turn_link() -> dict[str, Any]:
     """The fields that link the turn's span to the current span (a request that joined the
-    turn), for an ``update()`` of the turn: ``{}`` when nothing is exported or no span is current."""
+    turn), for an ``update()`` of the turn: ``{}`` when nothing is exported or no span is
+    current."""
     link = telemetry.stored_link() if telemetry.enabled else None
     if link is None:
         return {}
@@ -130,7 +134,9 @@ def _held_duration() -> Any:
     return telemetry.meter().create_histogram(
         "agentops.turn.held.duration",
         unit="s",
-        description="How long a turn was held by a provider wait before it ran again (architecture.md §6.6).",
+        description=(
+            "How long a turn was held by a provider wait before it ran again (architecture.md §6.6)."
+        ),
         explicit_bucket_boundaries_advisory=HELD_BUCKETS,
     )
 
