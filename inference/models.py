@@ -36,12 +36,12 @@ class Turn(models.Model):
     note = models.ForeignKey(
         HistoryRow, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    # Re-arm (architecture.md §5.7): how many times the turn was sent again after it was exhausted, and
-    # when a queued turn may run next. A queued turn is not run before ``not_before``.
+    # Re-arm (architecture.md §5.7): how many times the turn was sent again after it was exhausted,
+    # and when a queued turn may run next. A queued turn is not run before ``not_before``.
     rearms = models.PositiveIntegerField(default=0)
     not_before = models.DateTimeField(null=True, blank=True)
-    # Why the turn's next call may not go before ``not_before`` (architecture.md §5.7, §6.8): "pacing
-    # after a 429", "retry 2 of 3 after server error", "re-armed". Kept with the instant, so
+    # Why the turn's next call may not go before ``not_before`` (architecture.md §5.7, §6.8):
+    # "pacing after a 429", "retry 2 of 3 after server error", "re-armed". Kept with the instant, so
     # whichever worker runs the turn next (after a hand-back, a crash, a release) honours it.
     waiting_reason = models.CharField(max_length=200, blank=True, default="")
     claimed_by = models.CharField(max_length=200, blank=True, default="")
@@ -99,10 +99,14 @@ class InferenceCall(models.Model):
     model_events = models.PositiveIntegerField(default=0)
     keepalives = models.PositiveIntegerField(default=0)
     # Null while the call is in flight (the API shows null), distinct from any outcome.
-    outcome = models.CharField(max_length=20, choices=Outcome.choices, null=True, blank=True)  # noqa: DJ001
+    outcome = models.CharField(  # noqa: DJ001
+        max_length=20, choices=Outcome.choices, null=True, blank=True
+    )
     stop_reason = models.CharField(max_length=50, blank=True, default="")
     # Null when no bound cut the call (the API shows null).
-    bound = models.CharField(max_length=20, choices=Bound.choices, null=True, blank=True)  # noqa: DJ001
+    bound = models.CharField(  # noqa: DJ001
+        max_length=20, choices=Bound.choices, null=True, blank=True
+    )
     bound_deadline = models.DateTimeField(null=True, blank=True)
     cut_lateness_ms = models.FloatField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
