@@ -216,7 +216,8 @@ class LoopCsrfViewMiddleware(_OnLoop, CsrfViewMiddleware):
     def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
         if settings.CSRF_USE_SESSIONS:
             raise ImproperlyConfigured(
-                "interfaces.edge.LoopCsrfViewMiddleware keeps the CSRF token in its cookie: CSRF_USE_SESSIONS must be off"
+                "interfaces.edge.LoopCsrfViewMiddleware keeps the CSRF token in its cookie: "
+                "CSRF_USE_SESSIONS must be off"
             )
         super().__init__(get_response)
         # Django leaves a process_view that is a coroutine function on the loop and runs a plain

@@ -63,7 +63,8 @@ class DatabaseCollector(Collector):
     def _calls(self) -> Iterator[CounterMetricFamily]:
         calls = CounterMetricFamily(
             "agentops_calls",
-            "Inference calls by kind, outcome (in_flight while running) and the bound that cut them (none if no bound did).",
+            "Inference calls by kind, outcome (in_flight while running) "
+            "and the bound that cut them (none if no bound did).",
             labels=["kind", "outcome", "bound"],
         )
         deferred = 0
@@ -82,7 +83,8 @@ class DatabaseCollector(Collector):
     def _tokens(self) -> CounterMetricFamily:
         tokens = CounterMetricFamily(
             "agentops_tokens",
-            "Tokens the providers reported, by agent, model, call kind and type (input, output, reasoning, cached_input); calls that reported none add nothing.",
+            "Tokens the providers reported, by agent, model, call kind and type "
+            "(input, output, reasoning, cached_input); calls that reported none add nothing.",
             labels=["agent", "model", "kind", "type"],
         )
         sums = {kind: Sum(f"{kind}_tokens") for kind in TOKEN_TYPES}
@@ -102,7 +104,8 @@ class DatabaseCollector(Collector):
     def _probes(self) -> CounterMetricFamily:
         probes = CounterMetricFamily(
             "agentops_probes",
-            "Breaker probes by verdict (answered, refused, unclear, set_aside, withdrawn, aborted; pending until read).",
+            "Breaker probes by verdict "
+            "(answered, refused, unclear, set_aside, withdrawn, aborted; pending until read).",
             labels=["verdict"],
         )
         rows = (
@@ -138,12 +141,14 @@ class DatabaseCollector(Collector):
         readable, waits = binding_waits(now_ms=self.now_ms, fresh=False)
         yield GaugeMetricFamily(
             "agentops_holds_binding",
-            "Provider waits binding now (while the journal is unreadable, one per agent held on model *).",
+            "Provider waits binding now "
+            "(while the journal is unreadable, one per agent held on model *).",
             value=len(waits),
         )
         yield GaugeMetricFamily(
             "agentops_journal_readable",
-            "1 if the provider-waits journal reads, 0 if it does not (no provider call is admitted then).",
+            "1 if the provider-waits journal reads, 0 if it does not "
+            "(no provider call is admitted then).",
             value=1 if readable else 0,
         )
 
@@ -183,7 +188,8 @@ class DatabaseCollector(Collector):
             results[WEBHOOK_RESULT_OF_OUTCOME[outcome]] += n
         finished = CounterMetricFamily(
             "agentops_webhook_deliveries",
-            "Webhook delivery rounds that ended (a resend starts another), by result (delivered, failed, gave_up).",
+            "Webhook delivery rounds that ended (a resend starts another), "
+            "by result (delivered, failed, gave_up).",
             labels=["result"],
         )
         for result, n in results.items():
@@ -221,5 +227,6 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
             return refused
     registry = CollectorRegistry(auto_describe=False)
     registry.register(DatabaseCollector(now_ms=clock_ms()))
-    # The classic text format, which every Prometheus reads (our names need none of 1.0.0's escaping).
+    # The classic text format, which every Prometheus reads (our names need none of 1.0.0's
+    # escaping).
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_PLAIN_0_0_4)

@@ -1,5 +1,5 @@
-"""Server spans for the web process's HTTP requests (architecture.md §16): the ASGI instrumentation of
-OpenTelemetry around Django's handler, continuing a client's ``traceparent``. Each span is
+"""Server spans for the web process's HTTP requests (architecture.md §16): the ASGI instrumentation
+of OpenTelemetry around Django's handler, continuing a client's ``traceparent``. Each span is
 named after the Django route that answers (``POST api/v1/agents/<name>/turns``), not the path,
 so names stay few; a streamed response's span ends when its last event is sent. Health probes,
 metric scrapes and static files are not traced unless ``OTEL_PYTHON_ASGI_EXCLUDED_URLS`` (or

@@ -1,5 +1,6 @@
-"""What every app's admin pages share (architecture.md §9), kept apart from ``interfaces.admin.core`` (the core
-records' pages, which read from every app) so that any app's admin can use it."""
+"""What every app's admin pages share (architecture.md §9), kept apart from
+``interfaces.admin.core`` (the core records' pages, which read from every app) so that any app's
+admin can use it."""
 
 from __future__ import annotations
 

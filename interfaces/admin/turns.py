@@ -118,7 +118,8 @@ class TurnAdmin(ReadOnlyAdmin):
 
 @admin.register(InferenceCall)
 class InferenceCallAdmin(ReadOnlyAdmin):
-    # "streamed" is a filter, not a column: with it the titles' whole words overflow a 1,400 px window.
+    # "streamed" is a filter, not a column: with it the titles' whole words overflow a 1,400 px
+    # window.
     list_display = (
         "id",
         "agent",

@@ -180,7 +180,8 @@ class BindingWaitAdmin(ReadOnlyAdmin):
                     )
                     lifted = (
                         ", ".join(
-                            f"{r.model} ({r.release}; next call at {next_call_at(agent=r.agent, model=r.model):%H:%M:%S} UTC)"
+                            f"{r.model} ({r.release}; next call at "
+                            f"{next_call_at(agent=r.agent, model=r.model):%H:%M:%S} UTC)"
                             for r in receipts
                         )
                         or "no wait was binding"

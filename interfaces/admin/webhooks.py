@@ -1,5 +1,5 @@
-"""Admin for webhooks (architecture.md §9): endpoints are edited here; deliveries and their attempts are
-records, read-only, with a Resend action behind the ``webhooks.resend_webhookdelivery``
+"""Admin for webhooks (architecture.md §9): endpoints are edited here; deliveries and their attempts
+are records, read-only, with a Resend action behind the ``webhooks.resend_webhookdelivery``
 permission (audited)."""
 
 from __future__ import annotations

@@ -45,7 +45,10 @@ from turns.auxiliary import AuxMessage, auxiliary_complete_on_loop
 api = NinjaAPI(
     title="agentops",
     version="1",
-    description="Runs LLM agents' model calls under progress bounds, durable provider waits and a poison-history breaker.",
+    description=(
+        "Runs LLM agents' model calls under progress bounds, durable provider waits "
+        "and a poison-history breaker."
+    ),
     auth=TokenAuth(),
     urls_namespace="api-v1",
 )

@@ -76,7 +76,9 @@ class ReleaseIn(Schema):
             Line,
             Field(
                 max_length=200,
-                description="Who asked for the release (free text, kept in the audit entry's data).",
+                description=(
+                    "Who asked for the release (free text, kept in the audit entry's data)."
+                ),
             ),
         ]
         | None
@@ -91,7 +93,10 @@ class ReceiptOut(Schema):
     release: Literal["recorded", "pending", "in-process override"]
     next_call_at: datetime | None = Field(
         None,
-        description="When the next call for (agent, model) may go: now, or after the pacing a lifted 429 still keeps.",
+        description=(
+            "When the next call for (agent, model) may go: "
+            "now, or after the pacing a lifted 429 still keeps."
+        ),
     )
 
 
@@ -145,7 +150,8 @@ def waits_release(request: HttpRequest) -> dict[str, Any]:
     if "model" in body and body["model"] is None:
         raise bad_field(
             "model",
-            'must be a non-empty string, not null (omit model, or send "*", to release every model)',
+            "must be a non-empty string, not null "
+            '(omit model, or send "*", to release every model)',
         )
     # What could not be stored, or would mislead a reader, is refused before the act exists.
     optional_line(body, "requester", limit=REQUESTER_LIMIT)

@@ -16,7 +16,10 @@ from interfaces.api.schemas import ProviderIn
 
 
 class Command(BaseCommand):
-    help = "Add a provider (its key is read from the environment variable --key-env names, never stored)."
+    help = (
+        "Add a provider (its key is read from the environment variable --key-env names, "
+        "never stored)."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name")

@@ -22,7 +22,10 @@ class Command(BaseCommand):
         parser.add_argument(
             "--project",
             default=DEFAULT_PROJECT,
-            help="the project whose agents the token sees and acts on (created if new; default: %(default)s)",
+            help=(
+                "the project whose agents the token sees and acts on "
+                "(created if new; default: %(default)s)"
+            ),
         )
 
     def handle(self, *args: Any, **options: Any) -> None:

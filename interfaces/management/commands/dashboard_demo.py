@@ -32,7 +32,10 @@ REFUSALS = 3  # the breaker's default threshold
 
 
 class Command(BaseCommand):
-    help = "Run demo turns that fill the live dashboard (/dashboard/) with calls, holds, a breaker and alerts."
+    help = (
+        "Run demo turns that fill the live dashboard (/dashboard/) "
+        "with calls, holds, a breaker and alerts."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(

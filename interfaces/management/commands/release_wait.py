@@ -1,4 +1,5 @@
-"""``python manage.py release_wait AGENT [--model M] [--requester R] --reason TEXT`` (architecture.md §6.8).
+"""``python manage.py release_wait AGENT [--model M] [--requester R] --reason TEXT``
+(architecture.md §6.8).
 
 The same release service as the API and the admin. A refused release exits non-zero with the
 service's message and changes nothing. This process ends with the command, so a release it
@@ -49,8 +50,9 @@ class Command(BaseCommand):
         )
         if journal_pending():
             raise CommandError(
-                "the release could not be recorded in the provider-waits journal (the database refused the write; "
-                "see the log). Nothing was released for the workers. Run the command again."
+                "the release could not be recorded in the provider-waits journal "
+                "(the database refused the write; see the log). "
+                "Nothing was released for the workers. Run the command again."
             )
         if not receipts:
             self.stdout.write(
@@ -60,7 +62,8 @@ class Command(BaseCommand):
             until = receipt.as_json()["until"] or "until released"
             next_call = next_call_at(agent=receipt.agent, model=receipt.model).isoformat()
             self.stdout.write(
-                f"released {receipt.agent} model {receipt.model} (held {until}): {receipt.release}; next call at {next_call}"
+                f"released {receipt.agent} model {receipt.model} (held {until}): "
+                f"{receipt.release}; next call at {next_call}"
             )
 
 

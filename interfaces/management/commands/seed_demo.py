@@ -108,7 +108,8 @@ class Command(BaseCommand):
                 },
             )
             self.stdout.write(
-                f"{key_env} is set: provider {name!r} ({base_url}) with agent {agent_name!r} on {model} (the model: {model_setting})"
+                f"{key_env} is set: provider {name!r} ({base_url}) "
+                f"with agent {agent_name!r} on {model} (the model: {model_setting})"
             )
         path = Path(options["credentials"])
         creds: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
