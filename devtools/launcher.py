@@ -40,7 +40,8 @@ def _services(env: dict[str, str]) -> list[EmbeddedService]:
     if not env.get("DATABASE_URL"):
         pg = start_postgres(VAR_DIR)
         _say(
-            f"DATABASE_URL is not set: {_verb(pg)} the embedded PostgreSQL under var/postgres ({pg.url})"
+            f"DATABASE_URL is not set: {_verb(pg)} the embedded PostgreSQL "
+            f"under var/postgres ({pg.url})"
         )
         started.append(pg)
         env["DATABASE_URL"] = pg.url
@@ -58,7 +59,8 @@ def _services(env: dict[str, str]) -> list[EmbeddedService]:
 
 
 def _say(message: str) -> None:
-    """The launcher's own messages go to stderr: stdout is the command's (``TOKEN=$(make token)``)."""
+    """The launcher's own messages go to stderr: stdout is the command's
+    (``TOKEN=$(make token)``)."""
     print(message, file=sys.stderr, flush=True)
 
 
@@ -101,7 +103,8 @@ def run(env: dict[str, str]) -> int:
     )
     if _port_taken(port):
         raise ConfigError(
-            f"AGENTOPS_PORT {port} is in use by another process: stop it, or set AGENTOPS_PORT to a free port"
+            f"AGENTOPS_PORT {port} is in use by another process: "
+            "stop it, or set AGENTOPS_PORT to a free port"
         )
     # The first process to load the settings: a refused one says so in one line and ends the run.
     migrated = subprocess.run(
@@ -182,17 +185,30 @@ def run(env: dict[str, str]) -> int:
                     "",
                     "agentops is running. Ctrl-C stops everything this command started.",
                     f"  API:        {base}/api/v1/   (docs: {base}/api/v1/docs)",
-                    f"  admin:      {base}/admin/    (user {creds['admin_user']}, password {creds['admin_password']})",
-                    f"  dashboard:  {base}/dashboard/ (live; log in as the admin user; the README's Dashboard section fills it with demo turns)",
+                    (
+                        f"  admin:      {base}/admin/    "
+                        f"(user {creds['admin_user']}, password {creds['admin_password']})"
+                    ),
+                    (
+                        f"  dashboard:  {base}/dashboard/ (live; log in as the admin user; "
+                        "the README's Dashboard section fills it with demo turns)"
+                    ),
                     f"  stand-in:   {standin_url}",
                     f"  API token:  {token}   (operator; kept in var/demo-credentials.json)",
                     "",
                     "Submit a turn to the demo agent:",
-                    f"  curl -s -X POST {base}/api/v1/agents/demo/turns -H 'Authorization: Bearer {token}' "
-                    '-H \'Content-Type: application/json\' -d \'{"messages": [{"participant": "alice", "content": "Hello there"}]}\'',
+                    (
+                        f"  curl -s -X POST {base}/api/v1/agents/demo/turns "
+                        f"-H 'Authorization: Bearer {token}' "
+                        "-H 'Content-Type: application/json' "
+                        '-d \'{"messages": [{"participant": "alice", "content": "Hello there"}]}\''
+                    ),
                     "Then read the answer (use the id it printed):",
                     f"  curl -s {base}/api/v1/turns/ID -H 'Authorization: Bearer {token}'",
-                    f"  curl -s {base}/api/v1/agents/demo/history -H 'Authorization: Bearer {token}'",
+                    (
+                        f"  curl -s {base}/api/v1/agents/demo/history "
+                        f"-H 'Authorization: Bearer {token}'"
+                    ),
                     "",
                 ]
             ),
@@ -203,7 +219,11 @@ def run(env: dict[str, str]) -> int:
         # A Ctrl-C reaches every process of the terminal at once: a child may be seen gone
         # before this process's own interrupt is handled. Give it a moment to arrive.
         time.sleep(1.0)
-        failed = [" ".join(map(str, c.args)) for c in children if c.poll() is not None]  # type: ignore[arg-type]
+        failed = [
+            " ".join(map(str, c.args))  # type: ignore[arg-type]
+            for c in children
+            if c.poll() is not None
+        ]
         _say(f"a process of the service stopped on its own ({failed[0]}); stopping the rest")
         return 1
     except KeyboardInterrupt:

@@ -132,8 +132,8 @@ def test_dashboard_png(
 ) -> None:
     """docs/dashboard.png: the live dashboard as an operator sees it while `dashboard_demo`
     runs, a minute in: a stalled stream just cut at its before-content deadline and its fresh
-    call counting down, a long answer counting down to its absolute deadline, a 2-hour hold and its alert,
-    an agent hard down on its breaker with its probe refused, and the alerts."""
+    call counting down, a long answer counting down to its absolute deadline, a 2-hour hold and its
+    alert, an agent hard down on its breaker with its probe refused, and the alerts."""
     from selenium.webdriver.common.by import By
 
     # The demo's agents use the stand-in providers by the names `providers` gives them.

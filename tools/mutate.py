@@ -197,7 +197,8 @@ def run(
     meta = here / "mutants" / (core.module + ".meta")
     if code != 0 or not meta.exists():
         print(
-            f"mutmut failed on {core.module} (exit {code}); its output is in {log.relative_to(ROOT)}"
+            f"mutmut failed on {core.module} (exit {code}); "
+            f"its output is in {log.relative_to(ROOT)}"
         )
         return None
     codes: dict[str, int | None] = json.loads(meta.read_text())["exit_code_by_key"]
@@ -296,7 +297,8 @@ def main(argv: list[str]) -> int:
     for s in scores:
         if s.stale:
             print(
-                f"\n{s.core.name}: listed as equivalent but not surviving (update {EQUIVALENTS.relative_to(ROOT)}):"
+                f"\n{s.core.name}: listed as equivalent but not surviving "
+                f"(update {EQUIVALENTS.relative_to(ROOT)}):"
             )
             print("\n".join(f"  {name}" for name in s.stale))
         left = [name for name in s.survivors if name not in s.equivalent]

@@ -1,4 +1,5 @@
-"""``python -m devtools.embedded up|down VAR_DIR`` (for Makefiles / shell scripts), and ``stop_all``.
+"""``python -m devtools.embedded up|down VAR_DIR`` (for Makefiles / shell scripts), and
+``stop_all``.
 
 ::
 
