@@ -213,7 +213,8 @@ def _raise_history_kept(*, agent: Agent, refused: bool, detail: str) -> None:
     if refused:
         message = (
             f"Agent {agent.name} (model {agent.model}) kept its history: "
-            f"the request fails without its history too ({detail}), so none of the history was shed. "
+            f"the request fails without its history too ({detail}), "
+            "so none of the history was shed. "
             "No retry was queued, so the agent tries again only when something next wakes it. "
             "Check the agent's configuration (model, max_tokens, tools) against the provider."
         )

@@ -295,8 +295,8 @@ def agent_dispose(*, agent: Agent, actor: str) -> None:
         for turn in open_turns:
             turn_trace_end(turn, agent=agent, status=Status.CANCELLED)
         AuditEntry.objects.create(actor=actor, action="agent.dispose", target=f"agent:{agent.name}")
-        # A probe still out is withdrawn (architecture.md §7.3): its answer is set aside and its call
-        # aborted.
+        # A probe still out is withdrawn (architecture.md §7.3): its answer is set aside and its
+        # call aborted.
         breaker_probe_withdraw(agent=agent, reason="the agent was removed while it was out")
     for turn in open_turns:
         _signal_cancel(turn)

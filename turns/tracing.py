@@ -135,7 +135,8 @@ def _held_duration() -> Any:
         "agentops.turn.held.duration",
         unit="s",
         description=(
-            "How long a turn was held by a provider wait before it ran again (architecture.md §6.6)."
+            "How long a turn was held by a provider wait before it ran again "
+            "(architecture.md §6.6)."
         ),
         explicit_bucket_boundaries_advisory=HELD_BUCKETS,
     )

@@ -1,5 +1,5 @@
-"""One provider-wait alert per hold (architecture.md §6.7): whether a new long hold of (agent, model)
-is the one an operator was already told about.
+"""One provider-wait alert per hold (architecture.md §6.7): whether a new long hold of
+(agent, model) is the one an operator was already told about.
 
 A re-hold whose end is earlier than, or within a second of, the end of the last alerted hold
 raises no new alert. A hold that ends later, or one after the last alerted hold ended or was
