@@ -275,8 +275,6 @@ AGENTOPS_TURN_LEASE_GRACE_MS = env_ms("AGENTOPS_TURN_LEASE_GRACE_MS", 3_000)
 
 # --- Celery -----------------------------------------------------------------
 CELERY_BROKER_URL = REDIS_URL
-# kombu's Redis transport, whose channels keep their client (agentops.broker).
-CELERY_BROKER_TRANSPORT = "agentops.broker:Transport"
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
