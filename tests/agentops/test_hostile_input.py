@@ -70,6 +70,7 @@ PATHS = [
 ]
 
 
+@pytest.mark.django_db(transaction=True)  # async views read in the runtime's own threads
 @pytest.mark.parametrize("who", ["operator", "user"])
 @pytest.mark.parametrize(("method", "url", "body"), PATHS)
 def test_a_path_that_names_nothing_storable_is_a_4xx_with_any_token(
@@ -130,6 +131,7 @@ def test_a_tool_with_nul_or_a_lone_surrogate_is_a_400_and_no_agent(
     assert not Agent.objects.filter(name="t1").exists()
 
 
+@pytest.mark.django_db(transaction=True)  # async views read in the runtime's own threads
 @pytest.mark.parametrize(
     ("bad", "words"),
     [

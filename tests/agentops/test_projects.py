@@ -87,6 +87,7 @@ AGENT_OPERATIONS = [
 ]
 
 
+@pytest.mark.django_db(transaction=True)  # async views read in the runtime's own threads
 @pytest.mark.parametrize(("method", "url", "body"), AGENT_OPERATIONS)
 def test_another_projects_agent_answers_exactly_as_an_unknown_one_and_nothing_changes(
     tokens: dict[str, str], agents: dict[str, int], method: str, url: str, body: Any
