@@ -5,6 +5,7 @@ second."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -162,3 +163,32 @@ def test_a_cancel_mid_flood_stops_the_turns_reading_within_a_second(
     (call,) = InferenceCall.objects.filter(agent=agent)
     assert call.outcome == "aborted"
     assert hostile_requests() == [{"model": model, "stream": True}]
+
+
+def test_a_drop_in_event_past_its_bound_ends_the_stream_with_an_error_naming_it(
+    web: str, user_token: str, hostile_agent: Any, hostile_requests: Any
+) -> None:
+    agent = hostile_agent("data-no-blank")
+    with Watch([SERVER_PIDS[web]], web) as watch:
+        response = httpx.post(
+            f"{web}/v1/chat/completions",
+            json={
+                "model": agent.name,
+                "messages": [{"role": "user", "content": "hi"}],
+                "stream": True,
+            },
+            headers={"Authorization": f"Bearer {user_token}"},
+            timeout=60,
+        )
+    assert response.status_code == 200
+    last = response.text.strip().rsplit("\n\n", 1)[-1]
+    error = json.loads(last.removeprefix("data: "))["error"]
+    assert error["code"] == "event_too_large", error
+    assert "AGENTOPS_PROVIDER_MAX_EVENT_BYTES" in error["message"], error
+    assert watch.grown < 100 * MiB, f"the web process grew by {watch.grown / MiB:.0f} MiB"
+    assert hostile_requests() == [{"model": "data-no-blank", "stream": True}]
+    call = wait_for(
+        lambda: InferenceCall.objects.filter(agent=agent, outcome__isnull=False).first(),
+        what="the call's row",
+    )
+    assert call.outcome == "error" and (call.error or {})["provider_code"] == "event_too_large"
