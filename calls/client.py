@@ -36,7 +36,7 @@ MARKS_HEAD, MARKS_TAIL = 200, 50
 # A stream whose bytes are always there is read about this many lines at a time, the loop's
 # other work (health checks, other calls, timers, a cancel) run between: aiohttp hands over
 # what it buffered without a pause, so a fast provider would otherwise hold the loop.
-LINES_PER_YIELD: Final = 64
+LINES_PER_YIELD: Final = 16
 
 
 @dataclass(frozen=True)
