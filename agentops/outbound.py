@@ -8,8 +8,8 @@ per event loop, connecting only to addresses a policy checked, every answer boun
   the URL's host name as usual.
 - Bounds: aiohttp's own on the header section (``max_headers``, ``max_field_size``,
   ``max_line_size``); ours on what is read of a body (``read_capped``) and on each line of a
-  stream (``lines``), both after decoding: aiohttp decompresses in bounded steps, so a small
-  compressed answer cannot inflate past them.
+  stream (``line_batches``), both after decoding: aiohttp decompresses in bounded steps, so a
+  small compressed answer cannot inflate past them.
 - Proxies: ``HTTPS_PROXY``/``HTTP_PROXY``/``NO_PROXY`` for provider calls
   (``AGENTOPS_PROVIDER_PROXY_FROM_ENV``), read once per session; a proxy's own host resolves
   normally (it was configured, not sent to us). Webhook deliveries never use a proxy.
@@ -205,11 +205,13 @@ async def read_capped(
     return b"".join(chunks)
 
 
-async def lines(
-    response: aiohttp.ClientResponse, *, line_limit: int, total_limit: int
-) -> AsyncIterator[str]:
+async def line_batches(
+    response: aiohttp.ClientResponse, *, line_limit: int, total_limit: int, most: int
+) -> AsyncIterator[list[str]]:
     """The body as lines of UTF-8 text (an invalid byte becomes U+FFFD), split at CR, LF and
-    CRLF as server-sent events are, without their line ends. A line longer than
+    CRLF as server-sent events are, without their line ends, in lists of at most ``most``: a
+    list ends where a read's bytes are used up (the next may wait for bytes) or at ``most``
+    lines (a large read is split no further than its reader has got). A line longer than
     ``line_limit`` bytes, or more than ``total_limit`` bytes in all, raises ResponseRefused.
     Each byte is scanned once however a line arrives."""
     buffer = bytearray()
@@ -224,17 +226,29 @@ async def lines(
                 "(the limit: AGENTOPS_PROVIDER_MAX_STREAM_BYTES)",
             )
         buffer += chunk
+        batch: list[str] = []
         start = 0
         if cr_pending and buffer[:1] == b"\n":
             start = 1
         cr_pending = False
         scanned = max(scanned, start)
+        # Where the next CR and the next LF are, at or past ``scanned`` (-1: none in the
+        # buffer, -2: not looked for): each is looked for again only once passed, so a chunk
+        # of many lines is not searched to its end for a CR at every line.
+        cr = lf = -2
         while True:
-            end = _line_end(buffer, scanned)
+            if cr != -1 and cr < scanned:
+                cr = buffer.find(b"\r", scanned)
+            if lf != -1 and lf < scanned:
+                lf = buffer.find(b"\n", scanned)
+            end = lf if cr == -1 or (lf != -1 and lf < cr) else cr
             if end == -1:
                 scanned = len(buffer)
                 break
-            yield buffer[start:end].decode("utf-8", "replace")
+            batch.append(buffer[start:end].decode("utf-8", "replace"))
+            if len(batch) == most:
+                yield batch
+                batch = []
             if buffer[end] == 0x0D:
                 if end + 1 < len(buffer):
                     start = end + 2 if buffer[end + 1] == 0x0A else end + 1
@@ -245,6 +259,8 @@ async def lines(
             scanned = start
         del buffer[:start]
         scanned -= start
+        if batch:
+            yield batch
         if len(buffer) > line_limit:
             raise ResponseRefused(
                 "line_too_long",
@@ -252,14 +268,7 @@ async def lines(
                 "so it was not read further (the limit: AGENTOPS_PROVIDER_MAX_LINE_BYTES)",
             )
     if buffer:
-        yield buffer.decode("utf-8", "replace")
-
-
-def _line_end(buffer: bytearray, start: int) -> int:
-    cr, lf = buffer.find(b"\r", start), buffer.find(b"\n", start)
-    if cr == -1:
-        return lf
-    return cr if lf == -1 or cr < lf else lf
+        yield [buffer.decode("utf-8", "replace")]
 
 
 def json_bytes(value: Any) -> bytes:

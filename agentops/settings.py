@@ -245,6 +245,11 @@ AGENTOPS_PROVIDER_MAX_STREAM_BYTES = env_int(
 AGENTOPS_PROVIDER_MAX_LINE_BYTES = env_int(
     "AGENTOPS_PROVIDER_MAX_LINE_BYTES", 1024 * 1024, minimum=1024
 )
+# One event of a stream: its ``data:`` lines together (a stream of them with no blank line
+# between is one event that never ends).
+AGENTOPS_PROVIDER_MAX_EVENT_BYTES = env_int(
+    "AGENTOPS_PROVIDER_MAX_EVENT_BYTES", 1024 * 1024, minimum=1024
+)
 AGENTOPS_PROVIDER_MAX_ERROR_BODY_BYTES = env_int(
     "AGENTOPS_PROVIDER_MAX_ERROR_BODY_BYTES", 4 * 1024 * 1024, minimum=1024
 )

@@ -20,7 +20,7 @@ import aiohttp
 from django.conf import settings
 from yarl import URL
 
-from agentops.outbound import ResponseRefused, json_bytes, lines, outbound, read_capped
+from agentops.outbound import ResponseRefused, json_bytes, line_batches, outbound, read_capped
 from agentops.text import bound_text, untrusted_json, untrusted_text
 from calls.adapters import Adapter, WireRequest
 from calls.bounds import Bound, BoundsSettings, CallState, Deadline, describe_cut, next_deadline
@@ -33,17 +33,23 @@ logger = logging.getLogger(__name__)
 # The admin's picture of a call keeps when the first MARKS_HEAD and the last MARKS_TAIL model
 # events (and keepalives) arrived: a bounded record however long the stream runs.
 MARKS_HEAD, MARKS_TAIL = 200, 50
+# A stream whose bytes are always there is read about this many lines at a time, the loop's
+# other work (health checks, other calls, timers, a cancel) run between: aiohttp hands over
+# what it buffered without a pause, so a fast provider would otherwise hold the loop.
+LINES_PER_YIELD: Final = 16
 
 
 @dataclass(frozen=True)
 class EdgeLimits:
     """How much of an answer is read (architecture.md §15), in bytes after decoding: a non-streamed
-    answer, a stream in all and one of its lines (past them the call fails, naming the limit),
-    and an error body (past it the rest is not read: only a bounded part is kept)."""
+    answer, a stream in all, one of its lines and one of its events (past them the call fails,
+    naming the limit), and an error body (past it the rest is not read: only a bounded part is
+    kept)."""
 
     body: int
     stream: int
     line: int
+    event: int
     error_body: int
 
 
@@ -52,6 +58,7 @@ def edge_limits() -> EdgeLimits:
         body=settings.AGENTOPS_PROVIDER_MAX_BODY_BYTES,
         stream=settings.AGENTOPS_PROVIDER_MAX_STREAM_BYTES,
         line=settings.AGENTOPS_PROVIDER_MAX_LINE_BYTES,
+        event=settings.AGENTOPS_PROVIDER_MAX_EVENT_BYTES,
         error_body=settings.AGENTOPS_PROVIDER_MAX_ERROR_BODY_BYTES,
     )
 
@@ -129,6 +136,8 @@ class CallResult:
     usage: TokenUsage = field(default_factory=TokenUsage)
 
 
+# Gets the text of the deltas that arrived together (read from the same bytes): a flood of
+# tiny deltas costs a call of the hook per read, not one each.
 DeltaHook = Callable[[str], Awaitable[None]]
 # perform_call hands its caller an ``abort()`` to call, on the engine's loop, to end the call
 # (a cancel, a lost lease, a shutdown). The watcher sleeps until the next deadline or item.
@@ -175,6 +184,7 @@ class _Reading:
         "armed",
         "bounds",
         "deadline",
+        "deltas",
         "done",
         "loop",
         "max_tokens",
@@ -225,6 +235,8 @@ class _Reading:
         self.pumped = (
             False  # the stream's own reading ended the call (not a deadline, not an abort)
         )
+        # Text deltas not yet handed to ``on_delta`` (None: nobody asked for them).
+        self.deltas: list[str] | None = [] if on_delta is not None else None
 
     async def run(self, on_abortable: AbortHook | None) -> CallResult:
         if on_abortable is not None:
@@ -322,10 +334,9 @@ class _Reading:
             return True
         timeline = self.timeline
         events, had_content = timeline.model_events, timeline.first_content is not None
-        result = await _handle(
-            item, self.adapter, self.reader, timeline, self.streamed, self.on_delta
-        )
+        result = _handle(item, self.adapter, self.reader, timeline, self.deltas)
         if result is not None:
+            await self.flush_deltas()
             self.pumped = not self.done.done()
             self.finish(result)
             return True
@@ -336,6 +347,12 @@ class _Reading:
         if self.on_progress is not None:
             self.on_progress(timeline, self.deadline)
         return False
+
+    async def flush_deltas(self) -> None:
+        if self.deltas and self.on_delta is not None and not self.done.done():
+            text = "".join(self.deltas)
+            self.deltas.clear()
+            await self.on_delta(text)
 
     async def pump(self) -> None:
         wire, on_wire = self.wire, self.on_wire
@@ -387,19 +404,29 @@ class _Reading:
                         await on_wire("error_body", (status, headers, body))
                     await self.handle(("error_body", status, headers, body))
                 elif self.streamed:
-                    parser = SseParser()
-                    async for line in lines(
-                        resp, line_limit=limits.line, total_limit=limits.stream
+                    parser = SseParser(limits.event)
+                    left = LINES_PER_YIELD
+                    async for batch in line_batches(
+                        resp,
+                        line_limit=limits.line,
+                        total_limit=limits.stream,
+                        most=LINES_PER_YIELD,
                     ):
-                        event = parser.feed_line(line)
-                        if event is None:
-                            continue
-                        if self.done.done():
-                            return
-                        if on_wire is not None:
-                            await on_wire("sse", event)
-                        if await self.handle(("sse", event)):
-                            return
+                        for line in batch:
+                            event = parser.feed_line(line)
+                            if event is None:
+                                continue
+                            if self.done.done():
+                                return
+                            if on_wire is not None:
+                                await on_wire("sse", event)
+                            if await self.handle(("sse", event)):
+                                return
+                        await self.flush_deltas()
+                        left -= len(batch)
+                        if left <= 0:
+                            left = LINES_PER_YIELD
+                            await asyncio.sleep(0)
                     await self.handle(("eof",))
                 else:
                     data = await read_capped(
@@ -424,15 +451,15 @@ class _Reading:
 PUMP_CLOSE_S: Final = 1.0
 
 
-async def _handle(
+def _handle(
     item: tuple[Any, ...],
     adapter: Adapter,
     reader: Any,
     timeline: Timeline,
-    streamed: bool,
-    on_delta: DeltaHook | None,
+    deltas: list[str] | None,
 ) -> CallResult | None:
-    """Apply one queue item to the timeline; return a result when the call is over."""
+    """Apply one item to the timeline, its text deltas added to ``deltas``; return a result
+    when the call is over."""
     now = now_ms()
     kind = item[0]
     if kind == "headers":
@@ -504,8 +531,8 @@ async def _handle(
                 timeline.first_content = now
         else:
             timeline.mark_keepalive(now)
-        if progress.text_delta and on_delta is not None:
-            await on_delta(progress.text_delta)
+        if progress.text_delta and deltas is not None:
+            deltas.append(progress.text_delta)
         if progress.done:
             output = reader.output()
             return CallResult(outcome="completed", timeline=timeline, output=output)

@@ -15,10 +15,15 @@ misbehaviour:
 - ``two-responses``: two answers in one write (only the first was asked for);
 - ``close-mid-chunk``: a stream cut off inside a chunk;
 - ``big-usage``: an answer reporting more tokens than any column holds, and a stop reason
-  longer than its column.
+  longer than its column;
+- ``flood-N``: a stream of N one-character content deltas as fast as the socket takes them,
+  then its end; ``flood-comments-N``: N comment lines (keepalives), then an answer;
+- ``data-no-blank``: ``data:`` lines of a KiB with no blank line between them, 200 MiB of them
+  (one event that never ends) unless the client goes away first.
 
-``GET /_hostile/requests`` lists the requests received (model, stream) and
-``GET /_hostile/connections`` counts connections; ``DELETE /_hostile/requests`` clears both.
+``GET /_hostile/requests`` lists the requests received (model, stream),
+``GET /_hostile/connections`` counts connections and ``GET /_hostile/floods`` lists the floods
+sent (``flood``); ``DELETE /_hostile/requests`` clears them all.
 Run it with ``python -m tests.hostile --port 0``; it prints ``hostile listening on URL``.
 """
 
@@ -27,12 +32,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import time
 import zlib
 from functools import cache
 from typing import Any
 
 GiB = 1 << 30
 received: list[dict[str, Any]] = []
+floods: list[dict[str, Any]] = []
 connections = 0
 
 
@@ -90,6 +97,34 @@ def sse(parts: list[bytes]) -> bytes:
     return head(
         "200 OK", [("content-type", "text/event-stream"), ("transfer-encoding", "chunked")]
     ) + chunked(parts)
+
+
+FLOOD_BLOCK = 1000  # events per write: the socket, not the writes, sets the pace
+FLOOD_DELTA = b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'
+
+
+async def flood(writer: asyncio.StreamWriter, unit: bytes, count: int, model: str) -> None:
+    """``unit`` ``count`` times in chunks of FLOOD_BLOCK, then a stop and ``[DONE]``; noted in
+    ``floods``: how many were sent, and when (wall clock) the client went away or it ended."""
+    note: dict[str, Any] = {"model": model, "sent": 0, "gone_at": None, "done_at": None}
+    floods.append(note)
+    writer.write(
+        head("200 OK", [("content-type", "text/event-stream"), ("transfer-encoding", "chunked")])
+    )
+    block = unit * FLOOD_BLOCK
+    full, rest = divmod(count, FLOOD_BLOCK)
+    try:
+        for part in [block] * full + [unit * rest]:
+            if part:
+                writer.write(b"%x\r\n%s\r\n" % (len(part), part))
+                await writer.drain()
+                note["sent"] += len(part) // len(unit)
+        writer.write(chunked([chunk_event({}, "stop"), b"data: [DONE]\n\n"]))
+        await writer.drain()
+    except ConnectionError:
+        note["gone_at"] = time.time()
+        raise
+    note["done_at"] = time.time()
 
 
 @cache
@@ -174,6 +209,25 @@ async def respond(model: str, streamed: bool, writer: asyncio.StreamWriter) -> b
         for _ in range(100):
             writer.write(block)
             await writer.drain()
+        return False
+    if model.startswith("flood-comments-"):
+        await flood(writer, b": keepalive\n", int(model.rsplit("-", 1)[1]), model)
+        return True
+    if model.startswith("flood-"):
+        await flood(writer, FLOOD_DELTA, int(model.rsplit("-", 1)[1]), model)
+        return True
+    if model == "data-no-blank":
+        writer.write(
+            head(
+                "200 OK", [("content-type", "text/event-stream"), ("transfer-encoding", "chunked")]
+            )
+        )
+        line = b"data: " + b"z" * 1018 + b"\n"
+        block = line * 1024
+        for _ in range(200):
+            writer.write(b"%x\r\n%s\r\n" % (len(block), block))
+            await writer.drain()
+        writer.write(b"0\r\n\r\n")
         return False
     if model == "nul":
         text = "a\u0000b\ud800c"
@@ -307,11 +361,16 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
             if path.startswith("/_hostile/"):
                 if method == "DELETE":
                     received.clear()
+                    floods.clear()
                     connections = 1
                     writer.write(whole("200 OK", b"{}"))
                 else:
                     value: Any = (
-                        received if path.endswith("requests") else {"connections": connections}
+                        received
+                        if path.endswith("requests")
+                        else floods
+                        if path.endswith("floods")
+                        else {"connections": connections}
                     )
                     writer.write(whole("200 OK", json.dumps(value).encode()))
                 await writer.drain()

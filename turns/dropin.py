@@ -4,7 +4,7 @@ to an agent's provider as an auxiliary call (architecture.md §6.6).
 Admission first: a held model is refused without a call (a ``deferred`` row). Then the body
 goes out with only ``model`` replaced (and the agent's ``max_tokens`` when the request sets
 none), on the request's own event loop, read under the progress bounds like every call; each
-event is handed to the caller as it arrives (``DropinCall.queue``) so it can relay it. When the
+event is handed to the caller as it arrives (``DropinCall.arrived``) so it can relay it. When the
 call ends its row gets its timeline and usage, and a wait the provider stated is recorded for
 (agent, model) and holds the agent's turns too. The agent's history is not touched.
 
@@ -39,6 +39,10 @@ MAX_TOKENS_FIELD = {
 # Request headers of the client's that go on to the provider (the Anthropic SDK's version and
 # betas; everything else, its key above all, stays here).
 FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
+# The most of what the provider sent that waits for the client, in items (events): past it
+# the call reads no further until the client takes some, so a client slower than its
+# provider holds the provider back rather than the process's memory growing.
+QUEUE_ITEMS = 64
 
 
 def request_max_tokens(kind: str, body: dict[str, Any]) -> int | None:
@@ -50,10 +54,10 @@ def request_max_tokens(kind: str, body: dict[str, Any]) -> int | None:
 
 
 class DropinCall:
-    """One drop-in call. ``admit()`` (in a thread), then ``start()`` (on the loop); read
-    ``queue`` until ``("end", result)``: before it come ``("headers", status)``, ``("sse",
-    event)``, ``("body", bytes)`` and ``("error_body", (status, headers, bytes))`` as the
-    provider sent them.
+    """One drop-in call. ``admit()`` (in a thread), then ``start()`` (on the loop); ``await
+    arrived()`` until ``("end", result)``, or ``abort()``: before it come ``("headers", status)``,
+    ``("sse", event)``, ``("body", bytes)`` and ``("error_body", (status, headers, bytes))`` as
+    the provider sent them. The call reads on as they are taken (QUEUE_ITEMS wait at most).
 
     A streamed call's row is written before it is sent (the dashboard shows it in flight) and
     completed when it ends; a call that is not streamed has its row written once, when it
@@ -68,7 +72,12 @@ class DropinCall:
         if self.max_tokens and not request_max_tokens(kind, body):
             self.body[MAX_TOKENS_FIELD[kind]] = self.max_tokens
         self.headers = {k: v for k, v in headers.items() if k in FORWARDED_HEADERS}
-        self.queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        # Set while the queue has room; the end goes in regardless, so it never waits for a
+        # client that is gone.
+        self._room = asyncio.Event()
+        self._room.set()
+        self._abandoned = False  # the client went away: nobody takes from the queue
         self.call: InferenceCall | None = None
         self.result: CallResult | None = None
         # The adapter's URL and headers (the provider's key), with the client's own body.
@@ -92,8 +101,19 @@ class DropinCall:
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
+    async def arrived(self) -> list[tuple[str, Any]]:
+        """What the provider sent since the last look, in order, the end last (waits for one
+        item at least): many small events are relayed as one write."""
+        items = [await self._queue.get()]
+        while not self._queue.empty():
+            items.append(self._queue.get_nowait())
+        self._room.set()
+        return items
+
     def abort(self) -> None:
         """End the call (the client went away): it is recorded as ``aborted``."""
+        self._abandoned = True
+        self._room.set()
         self._call.abort()
 
     async def _run(self) -> None:
@@ -101,12 +121,17 @@ class DropinCall:
         try:
 
             async def on_wire(kind: str, value: Any) -> None:
-                self.queue.put_nowait((kind, value))
+                if self._abandoned:
+                    return
+                self._queue.put_nowait((kind, value))
+                if self._queue.qsize() >= QUEUE_ITEMS:
+                    self._room.clear()
+                    await self._room.wait()
 
             self.result = await call.run(in_flight=self.streamed, on_wire=on_wire)
             self.call = await runtime().db(self._ended)
         finally:
-            self.queue.put_nowait(("end", self.result))
+            self._queue.put_nowait(("end", self.result))
 
     def _ended(self) -> InferenceCall:
         """The row written and the end announced; a stated wait recorded for (agent, model)."""

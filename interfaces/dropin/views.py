@@ -276,9 +276,11 @@ async def opening(call: DropinCall) -> tuple[bool, list[tuple[str, Any]]]:
     try:
         async with asyncio.timeout_at(started):
             while not seen or seen[-1][0] != "end":
-                seen.append(await call.queue.get())
-                kind, value = seen[-1]
-                if call.streamed and (kind == "sse" or (kind == "headers" and 200 <= value < 300)):
+                seen += await call.arrived()
+                if call.streamed and any(
+                    kind == "sse" or (kind == "headers" and 200 <= value < 300)
+                    for kind, value in seen
+                ):
                     return True, seen
     except TimeoutError:
         return True, seen
@@ -349,7 +351,9 @@ def _relayed(event: SseEvent) -> bytes:
 
 # The provider's answers after which the stream gets an error event of ours: its own error
 # frames are relayed as they came, but not these.
-REFUSED_CODES = frozenset({"bad_status", "bad_response", "response_too_large", "line_too_long"})
+REFUSED_CODES = frozenset(
+    {"bad_status", "bad_response", "response_too_large", "line_too_long", "event_too_large"}
+)
 
 
 async def relay(call: DropinCall, fmt: Format, seen: list[tuple[str, Any]]) -> AsyncIterator[bytes]:
@@ -364,40 +368,39 @@ async def relay(call: DropinCall, fmt: Format, seen: list[tuple[str, Any]]) -> A
     try:
         if not any(kind == "headers" for kind, _ in seen):
             yield fmt.keepalive()  # the provider has not answered yet: the client hears at once
-        for kind, value in seen:
-            if kind == "sse":
-                yield _relayed(value)
-            errored = errored or kind == "error_body"
+        arrived = seen
         while True:
+            # What arrived together goes out in one write: a write per tiny event cost the
+            # web process a system call each.
+            relayed = b"".join(_relayed(value) for kind, value in arrived if kind == "sse")
+            if relayed:
+                yield relayed
+            errored = errored or any(kind == "error_body" for kind, _ in arrived)
+            if arrived and arrived[-1][0] == "end":
+                break
             try:
                 async with asyncio.timeout(every_s):
-                    kind, value = await call.queue.get()
+                    arrived = await call.arrived()
             except TimeoutError:
+                arrived = []
                 yield fmt.keepalive()
-                continue
-            if kind == "sse":
-                yield _relayed(value)
-            errored = errored or kind == "error_body"
-            if kind != "end":
-                continue
-            ended = True
-            result: CallResult | None = value
-            failure = result.error if result is not None else None
-            if result is None:
-                yield fmt.stream_error(
-                    "the call could not be recorded (the database is unavailable)",
-                    code="unavailable",
-                )
-            elif result.outcome == "cut" and result.bound is not None and failure is not None:
-                yield fmt.stream_error(failure.message, code=result.bound.value)
-            elif failure is not None and (
-                errored or failure.type == "network" or failure.provider_code in REFUSED_CODES
-            ):
-                yield fmt.stream_error(
-                    failure.message,
-                    code=failure.type if errored else failure.provider_code or failure.type,
-                )
-            return
+        ended = True
+        result: CallResult | None = arrived[-1][1]
+        failure = result.error if result is not None else None
+        if result is None:
+            yield fmt.stream_error(
+                "the call could not be recorded (the database is unavailable)",
+                code="unavailable",
+            )
+        elif result.outcome == "cut" and result.bound is not None and failure is not None:
+            yield fmt.stream_error(failure.message, code=result.bound.value)
+        elif failure is not None and (
+            errored or failure.type == "network" or failure.provider_code in REFUSED_CODES
+        ):
+            yield fmt.stream_error(
+                failure.message,
+                code=failure.type if errored else failure.provider_code or failure.type,
+            )
     finally:
         if not ended:
             call.abort()  # the client went away: the call ends, recorded as aborted

@@ -48,6 +48,7 @@ REFUSED = [
     ("endless-headers", True, "server", "bad_response", "Too many headers"),
     ("huge-body", False, "server", "response_too_large", "larger than 16777216 bytes"),
     ("long-line", True, "server", "line_too_long", "longer than 1048576 bytes"),
+    ("data-no-blank", True, "server", "event_too_large", "AGENTOPS_PROVIDER_MAX_EVENT_BYTES"),
     ("status-999", False, "server", "bad_status", "HTTP status 999"),
     ("redirect", False, "unknown", "redirect", "a redirect, which is not followed"),
     ("close-mid-chunk", True, "network", None, "cut short"),
