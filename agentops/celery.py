@@ -158,7 +158,8 @@ def _on_worker_shutting_down(**kwargs: object) -> None:
     from .runtime import runtime
 
     _stop_announcing.set()
-    runtime().begin_shutdown()
+    if (made := runtime.made()) is not None:
+        made.begin_shutdown()
 
 
 @worker_shutdown.connect
@@ -167,5 +168,8 @@ def _on_worker_shutdown(**kwargs: object) -> None:
     still run (a call out is left to end, a waiting turn is handed back); wait for them."""
     from .runtime import runtime
 
-    runtime().wait_idle()
+    if (made := runtime.made()) is not None:
+        # A remote shutdown (celery control) sends no worker_shutting_down: begin it here too.
+        made.begin_shutdown()
+        made.wait_idle()
     telemetry.telemetry_flush()

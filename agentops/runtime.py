@@ -109,7 +109,9 @@ class Runtime:
         self.loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
         self.thread = threading.Thread(target=self._run, name="agentops-loop", daemon=True)
         self.pool = ThreadPoolExecutor(
-            max_workers=settings.AGENTOPS_BOOKKEEPING_THREADS,
+            # The web's async views each hop for their token, agent and call row: as many
+            # threads as asyncio's own default executor, not a worker's few.
+            max_workers=settings.AGENTOPS_BOOKKEEPING_THREADS if worker else None,
             thread_name_prefix="agentops-db",
             initializer=_yield_to_the_loop if worker else None,
         )
@@ -119,9 +121,9 @@ class Runtime:
         self._running = 0
         self._idle = threading.Condition(self._lock)
         self._parts: dict[type[Any], Any] = {}
+        self._parts_lock = threading.Lock()  # apart: a part's constructor may use the others
         self._outbox: collections.deque[Coroutine[Any, Any, None] | _Batched] = collections.deque()
         self._sender: asyncio.Task[None] | None = None
-        self._started: set[asyncio.Task[Any]] = set()  # the loop keeps only weak references
         self._aborts: AbortWatcher | None = None
 
     # --- start and stop ---------------------------------------------------------------------
@@ -165,22 +167,6 @@ class Runtime:
     def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
         """Schedule ``coro`` on the loop; the calling thread waits on the returned future."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
-
-    def spawn(
-        self, coro: Coroutine[Any, Any, T], on_done: Callable[[asyncio.Task[T]], None]
-    ) -> None:
-        """Run ``coro`` as a task on the loop, from any thread, and call ``on_done`` with it on
-        the loop when it ends; for work nobody waits on (an agent's run). No thread-side future
-        is chained to it: that costs about a kilobyte on every call a worker holds."""
-        self.loop.call_soon_threadsafe(self._spawn, coro, on_done)
-
-    def _spawn(
-        self, coro: Coroutine[Any, Any, T], on_done: Callable[[asyncio.Task[T]], None]
-    ) -> None:
-        task = self.loop.create_task(coro)
-        self._started.add(task)
-        task.add_done_callback(self._started.discard)
-        task.add_done_callback(on_done)
 
     # --- from the loop to the database ------------------------------------------------------
 
@@ -251,7 +237,7 @@ class Runtime:
         """This runtime's one ``kind`` (made with the runtime on first use, from any thread)."""
         made = self._parts.get(kind)
         if made is None:
-            with self._lock:
+            with self._parts_lock:
                 made = self._parts.get(kind)
                 if made is None:
                     made = self._parts[kind] = kind(self)

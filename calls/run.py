@@ -90,6 +90,7 @@ class ProviderCall:
 
     __slots__ = (
         "_aborts",
+        "_announced",
         "adapter",
         "agent",
         "body",
@@ -131,6 +132,7 @@ class ProviderCall:
         self.result: CallResult | None = None
         self.watch: Watch | None = None
         self._aborts: list[Callable[[], None]] = []
+        self._announced = False
 
     def begin(self, *, in_flight: bool = True) -> None:
         """In a thread, just before the call is sent: its wire request and the provider policy
@@ -208,7 +210,11 @@ class ProviderCall:
 
     def announce(self) -> None:
         """In a thread, once recorded: the call's end told to the turn's websocket, the
-        dashboard, the provider's health and the traces."""
+        dashboard, the provider's health and the traces. Once: a hop run again after the
+        database dropped (``Runtime.db_durably``) does not tell it twice."""
+        if self._announced:
+            return
+        self._announced = True
         result, call, agent = self.result, self.row, self.agent
         assert result is not None
         if self.watch is not None and self.watch.turn_events and call.turn_id is not None:

@@ -113,6 +113,11 @@ class Runs:
         stopped = asyncio.ensure_future(_woken(stopping))
         try:
             await asyncio.wait([acquired, stopped], return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the loop is stopping: no slot may stay taken
+            if acquired.done() and not acquired.cancelled():
+                self.slots.release()
+            acquired.cancel()
+            raise
         finally:
             undo()
             stopped.cancel()

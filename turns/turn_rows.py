@@ -18,6 +18,7 @@ from agentops import rows, telemetry
 from agentops.models import Agent, HistoryRow, Provider
 from calls.client import CallResult, Timeline
 from calls.compile import compile_request
+from calls.records import UNSTORABLE
 from calls.run import ProviderCall
 from calls.tracing import attempt_traced
 from calls.types import CallOutput, CompiledRequest, ProviderError
@@ -54,7 +55,15 @@ class Ready:
     call: ProviderCall
 
 
-def turn_start(turn_id: int, status: str, lease: TurnLease) -> Turn | Outcome:
+@dataclass(frozen=True)
+class Claimed:
+    """A turn claimed for this run; ``held``: as it was while held, when the run resumes it."""
+
+    turn: Turn
+    held: Turn | None
+
+
+def turn_start(turn_id: int, status: str, lease: TurnLease) -> Claimed | Outcome:
     """Claim the turn for this run (a held one only once its wait is over), and close what a
     stopped worker left open: the claimed turn, or why it is not this run's to go on with."""
     now = timezone.now()
@@ -95,23 +104,34 @@ def turn_start(turn_id: int, status: str, lease: TurnLease) -> Turn | Outcome:
     turn = _turn_loaded(turn_id)
     if taken_over:
         _taken_over(turn, str(lost_by), lease.owner, aborted, stopped)
-    if held is not None:
-        _resumed(turn, held)
-        if (release_pacing_ms := pacing_left_ms(turn)) > paced_left_ms(turn):
-            # A release lifted a 429's wait: the next call still keeps the 429's own pacing.
-            pace(turn, delay_ms=release_pacing_ms, reason="pacing after a 429")
-    return turn
+    return Claimed(turn, held)
+
+
+def turn_resumed(turn: Turn, held: Turn) -> None:
+    """A held turn claimed to run: how long it was held (its span, the held-time metric), and
+    after a release that lifted a 429's wait, the 429's own pacing kept for the next call.
+    Apart from the claim, so a retry after the database dropped still keeps the pacing."""
+    _resumed(turn, held)
+    if (release_pacing_ms := pacing_left_ms(turn)) > paced_left_ms(turn):
+        pace(turn, delay_ms=release_pacing_ms, reason="pacing after a 429")
+
+
+class AnswerUnstorable(Exception):
+    """The answer that arrived cannot be stored (``calls.records.UNSTORABLE``): the turn ends
+    with a note, never a second call for it."""
 
 
 def call_settled(call: ProviderCall, turn: Turn, *, answer: CallOutput | None) -> str | None:
-    """The call's row written and its end announced, then its answer stored (the turn ends if
-    it may still move: ``turn_complete`` checks under the row's lock), or with no answer the
-    turn's status read. Safe to run again. Raises what ``calls.records.UNSTORABLE`` names when
-    the answer cannot be stored."""
+    """The call's row written and its end announced (once), then its answer stored (the turn
+    ends if it may still move: ``turn_complete`` checks under the row's lock), or with no
+    answer the turn's status read. Safe to run again. Raises ``AnswerUnstorable``."""
     call.end()
     if answer is None:
         return turn_status(turn.pk)
-    turn_complete(turn=turn, output=answer)
+    try:
+        turn_complete(turn=turn, output=answer)
+    except UNSTORABLE as exc:
+        raise AnswerUnstorable(str(exc)) from exc
     return None
 
 

@@ -31,7 +31,6 @@ from django.conf import settings
 
 from agentops.models import Agent
 from agentops.runtime import Runtime, Wake
-from calls.records import UNSTORABLE
 from calls.run import ProviderCall, Watch
 from calls.types import CallOutput, CompiledRequest, ProviderError
 from inference.models import InferenceCall, Turn
@@ -53,7 +52,14 @@ from turns.services import (
     turn_rearm,
 )
 from turns.tracing import turn_traced
-from turns.turn_rows import Outcome, call_settled, turn_ready, turn_start
+from turns.turn_rows import (
+    AnswerUnstorable,
+    Outcome,
+    call_settled,
+    turn_ready,
+    turn_resumed,
+    turn_start,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -122,13 +128,15 @@ class TurnRun:
         )
         if isinstance(started, Outcome):
             return self._end(started)
-        self.turn = started
+        turn = self.turn = started.turn
+        if started.held is not None:
+            await self._durably("resume it", partial(turn_resumed, turn, started.held))
         # The count of consecutive cuts starts at zero with each turn, except that a re-armed
         # turn gets no fresh call for a cut before one of its rounds has run (§5.7).
-        self.retry = RetryState(consecutive_cuts=1 if started.rearms else 0)
+        self.retry = RetryState(consecutive_cuts=1 if turn.rearms else 0)
         # The pacing kept on the turn (a 429's, a retry delay, a re-arm) binds whichever worker
         # runs it, after a hand-back, a crash or a release.
-        self.delay_s = paced_left_ms(started) / 1000
+        self.delay_s = paced_left_ms(turn) / 1000
         return Step.WAIT if self.delay_s > 0 else Step.ADMIT
 
     async def admit(self) -> Step:
@@ -169,10 +177,12 @@ class TurnRun:
             status = await self._durably(
                 "record its call", partial(call_settled, call, self.turn, answer=answer)
             )
-        except UNSTORABLE as exc:  # never a call again for this answer
+        except AnswerUnstorable as exc:  # never a call again for this answer
             await self._durably(
                 "end, its answer unstorable",
-                partial(turn_fail_unstorable, turn=turn, call_id=call.row.pk, exc=exc),
+                partial(
+                    turn_fail_unstorable, turn=turn, call_id=call.row.pk, exc=exc.__cause__ or exc
+                ),
             )
             return self._end(Outcome.ENDED)
         if answer is not None:
@@ -293,12 +303,12 @@ class TurnRun:
         finally:
             for step in undo:
                 step()
+        if lease.lost:  # another worker runs the turn now: nothing to hand back
+            return self._end(Outcome.STOPPED)
         if runtime.stopping.is_set():
             # Warm shutdown: hand the turn back without a call; the next worker takes it, not
             # before the pacing kept on the turn.
             await self._durably("hand back", partial(turn_hand_back, turn=self.turn))
-            return self._end(Outcome.STOPPED)
-        if lease.lost:
             return self._end(Outcome.STOPPED)
         # Whether it was cancelled meanwhile is read where its next call starts (ADMIT).
         return Step.ADMIT

@@ -1,12 +1,11 @@
-"""The runtime: the coroutines spawned on its loop (``Runtime.spawn``) nobody waits on, the live
-events handed to it in order (``send_in_order``, ``send_batched_in_order``), its database
-threads (``db``, ``db_durably``) and its warm shutdown."""
+"""The runtime: the live events handed to it in order (``send_in_order``,
+``send_batched_in_order``), its database threads (``db``, ``db_durably``) and its warm
+shutdown."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-import queue
 import threading
 from typing import Any
 
@@ -14,32 +13,6 @@ import pytest
 from django.db import IntegrityError, OperationalError
 
 from agentops.runtime import LeaseLost, Runtime
-
-
-def test_a_started_coroutine_runs_to_its_end_and_its_task_is_handed_to_on_done_on_the_loop() -> (
-    None
-):
-    engine = _started()
-    ended: queue.Queue[tuple[asyncio.Task[str], bool]] = queue.Queue()
-
-    async def work(fail: bool) -> str:
-        await asyncio.sleep(0.01)
-        if fail:
-            raise ValueError("the work failed")
-        return "done"
-
-    def on_done(task: asyncio.Task[str]) -> None:
-        ended.put((task, threading.current_thread() is engine.thread))
-
-    engine.spawn(work(False), on_done)
-    engine.spawn(work(True), on_done)
-    outcomes = {}
-    for _ in range(2):
-        task, on_loop = ended.get(timeout=5)
-        assert on_loop
-        outcomes[repr(task.exception()) if task.exception() else task.result()] = True
-    assert set(outcomes) == {"done", "ValueError('the work failed')"}
-
 
 # Module-level, as the callers' senders are: a batch is the run of items for one ``send``.
 _batches: list[list[str]] = []
