@@ -38,11 +38,12 @@ from agentops.urlsafety import HostUnresolved, IPAddress
 from calls.adapters import Adapter, WireRequest, build_wire
 from calls.bounds import Deadline
 from calls.classify import redacted
-from calls.client import CallResult, Timeline, now_ms, perform_call
+from calls.client import CallResult, Timeline, now_ms
 from calls.config import bounds_settings
 from calls.events import dashboard_call_ended, dashboard_call_started
 from calls.health import provider_health_note
 from calls.progress import progress_entry, progress_hub
+from calls.reading import perform_call
 from calls.records import stored
 from calls.tracing import attempt_traced
 from calls.types import CompiledRequest, ProviderError

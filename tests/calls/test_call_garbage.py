@@ -14,7 +14,8 @@ import uvloop
 from agentops.outbound import outbound_close
 from calls.adapters import OpenAIAdapter
 from calls.bounds import BoundsSettings
-from calls.client import CallResult, perform_call
+from calls.client import CallResult
+from calls.reading import perform_call
 from calls.types import CompiledRequest, Message
 
 BOUNDS = BoundsSettings(

@@ -12,7 +12,8 @@ import pytest
 
 from calls.adapters import OpenAIAdapter
 from calls.bounds import BoundsSettings
-from calls.client import CallResult, perform_call
+from calls.client import CallResult
+from calls.reading import perform_call
 from calls.types import CompiledRequest, Message
 
 BOUNDS = BoundsSettings(

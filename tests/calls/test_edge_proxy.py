@@ -17,7 +17,8 @@ import trustme
 
 from calls.adapters import OpenAIAdapter
 from calls.bounds import BoundsSettings
-from calls.client import CallResult, perform_call
+from calls.client import CallResult
+from calls.reading import perform_call
 from calls.types import CompiledRequest, Message
 from tests import hostile
 

@@ -11,7 +11,8 @@ from typing import Any
 
 from calls.adapters import OpenAIAdapter
 from calls.bounds import BoundsSettings
-from calls.client import LINES_PER_YIELD, CallResult, perform_call
+from calls.client import CallResult
+from calls.reading import LINES_PER_YIELD, perform_call
 from calls.types import CompiledRequest, Message
 
 N = 200_000

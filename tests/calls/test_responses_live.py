@@ -12,7 +12,8 @@ from django.test import Client
 
 from calls.adapters import ResponsesAdapter, adapter_for
 from calls.bounds import BoundsSettings
-from calls.client import CallResult, perform_call
+from calls.client import CallResult
+from calls.reading import perform_call
 from calls.sse import SseEvent
 from calls.types import CompiledRequest, Message
 from tests.factories import AgentFactory, ProviderFactory

@@ -1,0 +1,427 @@
+"""Reading one provider call under the progress bounds (architecture.md §5.2, §5.3, §5.5):
+``perform_call`` and the reader it runs.
+
+One task reads the response and applies each parsed event to the call's timeline; a timer on
+the event loop is armed for the next deadline and re-armed only when a model event moves it.
+Bytes arriving do not move a deadline: only model events do, so keepalives or a trickle cannot
+keep a stalled call alive. When the timer fires, the call is cut and its connection closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Final
+
+import aiohttp
+from yarl import URL
+
+from agentops.outbound import ResponseRefused, json_bytes, line_batches, outbound, read_capped
+from agentops.text import bound_text, untrusted_json, untrusted_text
+from calls.adapters import Adapter, WireRequest
+from calls.bounds import BoundsSettings, CallState, Deadline, describe_cut, next_deadline
+from calls.classify import classify_exception, classify_http, protocol_error
+from calls.client import (
+    AbortHook,
+    CallResult,
+    DeltaHook,
+    MilestoneHook,
+    ProgressHook,
+    Timeline,
+    WireHook,
+    edge_limits,
+    now_ms,
+)
+from calls.sse import SseParser
+from calls.types import ProviderError
+
+logger = logging.getLogger(__name__)
+
+# A stream whose bytes are always there is read about this many lines at a time, the loop's
+# other work (health checks, other calls, timers, a cancel) run between: aiohttp hands over
+# what it buffered without a pause, so a fast provider would otherwise hold the loop.
+LINES_PER_YIELD: Final = 16
+
+
+async def perform_call(
+    *,
+    adapter: Adapter,
+    wire: WireRequest,
+    streamed: bool,
+    max_tokens: int | None,
+    bounds: BoundsSettings | None,
+    on_delta: DeltaHook | None = None,
+    on_abortable: AbortHook | None = None,
+    on_milestone: MilestoneHook | None = None,
+    on_wire: WireHook | None = None,
+    on_progress: ProgressHook | None = None,
+) -> CallResult:
+    """Make one call and read it under the bounds, on the running loop's session
+    (``agentops.outbound``): its connections are kept alive, its TLS trust store loaded once."""
+    return await _Reading(
+        adapter, wire, streamed, max_tokens, bounds, on_delta, on_milestone, on_wire, on_progress
+    ).run(on_abortable)
+
+
+class _Reading:
+    """One call being read: its timeline, the armed deadline and its timer, the result once it is
+    decided. (Methods rather than closures: a worker holds thousands of these at once.)"""
+
+    __slots__ = (
+        "adapter",
+        "armed",
+        "bounds",
+        "deadline",
+        "deltas",
+        "done",
+        "loop",
+        "max_tokens",
+        "on_delta",
+        "on_milestone",
+        "on_progress",
+        "on_wire",
+        "pumped",
+        "reader",
+        "streamed",
+        "timeline",
+        "wire",
+    )
+
+    def __init__(
+        self,
+        adapter: Adapter,
+        wire: WireRequest,
+        streamed: bool,
+        max_tokens: int | None,
+        bounds: BoundsSettings | None,
+        on_delta: DeltaHook | None,
+        on_milestone: MilestoneHook | None,
+        on_wire: WireHook | None,
+        on_progress: ProgressHook | None,
+    ) -> None:
+        self.adapter, self.wire, self.streamed, self.max_tokens, self.bounds = (
+            adapter,
+            wire,
+            streamed,
+            max_tokens,
+            bounds,
+        )
+        self.on_delta, self.on_milestone, self.on_wire, self.on_progress = (
+            on_delta,
+            on_milestone,
+            on_wire,
+            on_progress,
+        )
+        self.timeline = Timeline(sent=now_ms())
+        self.loop = asyncio.get_running_loop()
+        self.done: asyncio.Future[CallResult] = self.loop.create_future()
+        self.reader = adapter.reader()
+        # The armed deadline's timer and the deadline it is for. It is re-armed only when a
+        # model event moves the deadline: a keepalive costs its parse and a counter, nothing more.
+        self.armed: asyncio.TimerHandle | None = None
+        self.deadline: Deadline | None = None
+        self.pumped = (
+            False  # the stream's own reading ended the call (not a deadline, not an abort)
+        )
+        # Text deltas not yet handed to ``on_delta`` (None: nobody asked for them).
+        self.deltas: list[str] | None = [] if on_delta is not None else None
+
+    async def run(self, on_abortable: AbortHook | None) -> CallResult:
+        if on_abortable is not None:
+            on_abortable(self.abort)
+        if self.on_milestone is not None:
+            await self.on_milestone("sent", self.timeline)
+        self.arm()
+        task = self.loop.create_task(self.pump())
+        try:
+            result = await self.done
+        finally:
+            if self.armed is not None:
+                self.armed.cancel()
+            # A stream that ended the call itself is left to close its response (a second or so
+            # at most): cancelled mid-close, the cancellation's traceback kept the call's
+            # objects in a cycle for the collector (about 40 per streamed answer).
+            if self.pumped and not task.done():
+                await asyncio.wait([task], timeout=PUMP_CLOSE_S)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        self.timeline.ended = now_ms()
+        reported = (
+            result.output.usage
+            if result.output is not None
+            else self.reader.output().usage
+            if self.streamed
+            else {}
+        )
+        result.usage = self.adapter.usage(reported if isinstance(reported, dict) else {})
+        return result
+
+    def state(self) -> CallState:
+        return self.timeline.state(streamed=self.streamed, max_tokens=self.max_tokens)
+
+    def finish(self, result: CallResult) -> None:
+        if not self.done.done():
+            self.done.set_result(result)
+
+    def abort(self) -> None:
+        self.finish(
+            CallResult(
+                outcome="aborted",
+                timeline=self.timeline,
+                error=ProviderError(
+                    type="aborted", message="the call was aborted", retryable=False
+                ),
+            )
+        )
+
+    def on_deadline(self, deadline: Deadline) -> None:
+        assert self.bounds is not None  # a deadline exists only when bounds are on
+        now = now_ms()
+        if now < deadline.at:
+            # uvloop's timers count whole milliseconds and may fire up to one early: a call is
+            # never cut before its deadline.
+            self.armed = self.loop.call_at(
+                self.loop.time() + max((deadline.at - now) / 1000, 0.001),
+                self.on_deadline,
+                deadline,
+            )
+            return
+        self.finish(
+            CallResult(
+                outcome="cut",
+                timeline=self.timeline,
+                error=ProviderError(
+                    type="timeout",
+                    message=describe_cut(deadline.bound, self.state(), deadline, self.bounds),
+                    retryable=False,
+                    bound=deadline.bound.value,
+                ),
+                bound=deadline.bound,
+                bound_deadline=deadline.at,
+                lateness_ms=now - deadline.at,
+            )
+        )
+
+    def arm(self) -> None:
+        deadline = next_deadline(self.state(), self.bounds)
+        if deadline == self.deadline:
+            return
+        if self.armed is not None:
+            self.armed.cancel()
+        self.deadline, self.armed = deadline, None
+        if deadline is not None:
+            self.armed = self.loop.call_at(
+                self.loop.time() + max((deadline.at - now_ms()) / 1000, 0),
+                self.on_deadline,
+                deadline,
+            )
+
+    async def handle(self, item: tuple[Any, ...]) -> bool:
+        """Apply one item; True once the call is over."""
+        if self.done.done():
+            return True
+        timeline = self.timeline
+        events, had_content = timeline.model_events, timeline.first_content is not None
+        result = _handle(item, self.adapter, self.reader, timeline, self.deltas)
+        if result is not None:
+            await self.flush_deltas()
+            self.pumped = not self.done.done()
+            self.finish(result)
+            return True
+        if timeline.model_events != events:
+            self.arm()
+        if self.on_milestone is not None and not had_content and timeline.first_content is not None:
+            await self.on_milestone("first_content", timeline)
+        if self.on_progress is not None:
+            self.on_progress(timeline, self.deadline)
+        return False
+
+    async def flush_deltas(self) -> None:
+        if self.deltas and self.on_delta is not None and not self.done.done():
+            text = "".join(self.deltas)
+            self.deltas.clear()
+            await self.on_delta(text)
+
+    async def pump(self) -> None:
+        wire, on_wire = self.wire, self.on_wire
+        edge = outbound()
+        limits = edge_limits()
+        try:
+            async with edge.request(
+                wire.url,
+                body=json_bytes(wire.body),
+                headers=wire.headers,
+                addresses=wire.addresses,
+                proxied=True,
+            ) as resp:
+                if await self.handle(("headers",)):
+                    return
+                status = resp.status
+                if on_wire is not None:
+                    await on_wire("headers", status)
+                if not 200 <= status <= 599:
+                    await self.handle(
+                        (
+                            "error",
+                            protocol_error(
+                                "bad_status",
+                                f"the provider answered with HTTP status {status}, which is not a status HTTP has (200-599)",
+                            ),
+                        )
+                    )
+                elif 300 <= status < 400:
+                    await self.handle(
+                        (
+                            "error",
+                            ProviderError(
+                                type="unknown",
+                                http_status=status,
+                                provider_code="redirect",
+                                message=f"the provider answered HTTP {status}, a redirect, which is not followed: check the provider's base_url",
+                            ),
+                        )
+                    )
+                elif status >= 400:
+                    body = await read_capped(
+                        resp, limits.error_body, what="the error body", setting=None
+                    )
+                    headers = {
+                        name.lower(): untrusted_text(value) for name, value in resp.headers.items()
+                    }
+                    if on_wire is not None:
+                        await on_wire("error_body", (status, headers, body))
+                    await self.handle(("error_body", status, headers, body))
+                elif self.streamed:
+                    parser = SseParser(limits.event)
+                    left = LINES_PER_YIELD
+                    async for batch in line_batches(
+                        resp,
+                        line_limit=limits.line,
+                        total_limit=limits.stream,
+                        most=LINES_PER_YIELD,
+                    ):
+                        for line in batch:
+                            event = parser.feed_line(line)
+                            if event is None:
+                                continue
+                            if self.done.done():
+                                return
+                            if on_wire is not None:
+                                await on_wire("sse", event)
+                            if await self.handle(("sse", event)):
+                                return
+                        await self.flush_deltas()
+                        left -= len(batch)
+                        if left <= 0:
+                            left = LINES_PER_YIELD
+                            await asyncio.sleep(0)
+                    await self.handle(("eof",))
+                else:
+                    data = await read_capped(
+                        resp,
+                        limits.body,
+                        what="the answer",
+                        setting="AGENTOPS_PROVIDER_MAX_BODY_BYTES",
+                    )
+                    if on_wire is not None and not self.done.done():
+                        await on_wire("body", data)
+                    await self.handle(("body", data))
+        except ResponseRefused as exc:
+            await self.handle(("error", protocol_error(exc.code, str(exc))))
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            await self.handle(("error", classify_exception(exc, host=URL(wire.url).host)))
+        except Exception as exc:  # a bug here must end the call now, not at its deadline
+            logger.exception("a call's reading failed unexpectedly")
+            await self.handle(("bug", exc))
+
+
+# How long a call that its stream ended waits for the response to close (``_Reading.run``).
+PUMP_CLOSE_S: Final = 1.0
+
+
+def _handle(
+    item: tuple[Any, ...],
+    adapter: Adapter,
+    reader: Any,
+    timeline: Timeline,
+    deltas: list[str] | None,
+) -> CallResult | None:
+    """Apply one item to the timeline, its text deltas added to ``deltas``; return a result
+    when the call is over."""
+    now = now_ms()
+    kind = item[0]
+    if kind == "headers":
+        timeline.headers = now
+        timeline.keepalives += 1
+        return None
+    if kind == "error_body":
+        status, headers = item[1], item[2]
+        return CallResult(
+            outcome="error",
+            timeline=timeline,
+            error=classify_http(status, headers, item[3].decode("utf-8", "replace"), now),
+        )
+    if kind == "error":
+        return CallResult(outcome="error", timeline=timeline, error=item[1])
+    if kind == "bug":
+        message = bound_text(
+            f"the call's reading failed in agentops itself: {type(item[1]).__name__}: {item[1]}"
+        )
+        return CallResult(
+            outcome="error", timeline=timeline, error=ProviderError(type="unknown", message=message)
+        )
+    if kind == "body":
+        try:
+            data = untrusted_json(item[1])
+        except ValueError:
+            return CallResult(
+                outcome="error",
+                timeline=timeline,
+                error=ProviderError(
+                    type="unknown",
+                    provider_code="not_json",
+                    message="the provider's answer is not JSON",
+                ),
+            )
+        timeline.first_event = timeline.last_event = now
+        timeline.mark_event(now)
+        output = adapter.parse_body(data)
+        if output.blocks:
+            timeline.first_content = now
+        return CallResult(outcome="completed", timeline=timeline, output=output)
+    if kind == "eof":
+        output = reader.output()
+        if output.stop_reason:
+            return CallResult(outcome="completed", timeline=timeline, output=output)
+        return CallResult(
+            outcome="error",
+            timeline=timeline,
+            error=ProviderError(
+                type="network",
+                message="the stream ended before the response was complete",
+                retryable=True,
+            ),
+        )
+    # An SSE event.
+    for progress in reader.feed(item[1], now):
+        if progress.error is not None:
+            return CallResult(outcome="error", timeline=timeline, error=progress.error)
+        if progress.model_event:
+            timeline.mark_event(now)
+            if timeline.first_event is None:
+                timeline.first_event = now
+            timeline.last_event = now
+            timeline.last_event_was_thinking_start = progress.thinking_start
+            if progress.thinking_start:
+                # The newest thinking block's start: its allowance runs from there.
+                timeline.thinking_start = now
+            if progress.content and timeline.first_content is None:
+                timeline.first_content = now
+        else:
+            timeline.mark_keepalive(now)
+        if progress.text_delta and deltas is not None:
+            deltas.append(progress.text_delta)
+        if progress.done:
+            output = reader.output()
+            return CallResult(outcome="completed", timeline=timeline, output=output)
+    return None
