@@ -265,7 +265,8 @@ class _Reading:
                             "error",
                             protocol_error(
                                 "bad_status",
-                                f"the provider answered with HTTP status {status}, which is not a status HTTP has (200-599)",
+                                f"the provider answered with HTTP status {status}, "
+                                "which is not a status HTTP has (200-599)",
                             ),
                         )
                     )
@@ -277,7 +278,8 @@ class _Reading:
                                 type="unknown",
                                 http_status=status,
                                 provider_code="redirect",
-                                message=f"the provider answered HTTP {status}, a redirect, which is not followed: check the provider's base_url",
+                                message=f"the provider answered HTTP {status}, a redirect, "
+                                "which is not followed: check the provider's base_url",
                             ),
                         )
                     )

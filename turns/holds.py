@@ -20,8 +20,8 @@ from agentops.text import NOTE_TEXT_LIMIT, bound_text
 from calls.records import ms_to_dt
 from calls.types import ProviderError
 from inference.models import InferenceCall, Turn
+from turns.moves import turn_hold
 from turns.queue import schedule_drain
-from turns.services import turn_hold
 from waits.admission import admission_check, remaining_ms
 from waits.services import wait_record
 

@@ -26,7 +26,7 @@ from inference.models import InferenceCall, Turn
 from turns.durable import pace, paced_left_ms
 from turns.holds import hold_if_waiting, pacing_left_ms
 from turns.lease import TurnLease
-from turns.services import turn_claim, turn_complete
+from turns.moves import turn_claim, turn_complete
 from turns.tracing import held_since_ns, turn_held_recorded, turn_noted, turn_traced
 
 logger = logging.getLogger(__name__)

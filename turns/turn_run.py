@@ -43,14 +43,9 @@ from turns.holds import (
     record_wait,
 )
 from turns.lease import TurnLease
+from turns.moves import turn_fail, turn_fail_unstorable, turn_hand_back, turn_rearm
 from turns.policy import Action, PolicySettings, RetryState, decide
-from turns.services import (
-    cancel_key,
-    turn_fail,
-    turn_fail_unstorable,
-    turn_hand_back,
-    turn_rearm,
-)
+from turns.services import cancel_key
 from turns.tracing import turn_traced
 from turns.turn_rows import (
     AnswerUnstorable,

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from inference.models import Turn
 from tests.factories import TurnFactory
-from turns.services import turn_hold
+from turns.moves import turn_hold
 
 pytestmark = pytest.mark.django_db
 

@@ -11,7 +11,8 @@ import pytest
 
 from inference.models import Turn
 from tests.factories import AgentFactory, TurnFactory
-from turns.services import TRANSITIONS, sources, turn_claim, turn_hand_back
+from turns.moves import turn_claim, turn_hand_back
+from turns.services import TRANSITIONS, sources
 
 ROOT = Path(__file__).resolve().parents[2]
 OWNER = ROOT / "turns" / "services.py"
