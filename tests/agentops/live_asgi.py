@@ -7,9 +7,12 @@ import os
 import socket
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 
 import httpx
+import psutil
 
 from tests.conftest import BASE_DIR, LOG_DIR, _database_url, wait_for
 
@@ -67,3 +70,47 @@ def asgi_server(label: str, extra_env: dict[str, str] | None = None) -> Iterator
         SERVER_PIDS.pop(base, None)
         proc.terminate()
         proc.wait(timeout=20)
+
+
+class Watch:
+    """While a call runs: the most the watched processes grew (RSS over their RSS at the start)
+    and, with ``web``, the slowest answer to ``path`` (a check that takes 5 s counts as 5 s),
+    how many checks were made and the statuses that were not 200, sampled from a thread."""
+
+    def __init__(self, pids: list[int], web: str | None = None, path: str = "/health/live") -> None:
+        self.web, self.path = web, path
+        self.processes = [psutil.Process(pid) for pid in pids]
+        self.failures: list[int] = []
+        self.start = {p.pid: p.memory_info().rss for p in self.processes}
+        self.grown = 0
+        self.slowest = 0.0
+        self.checks = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        with httpx.Client(timeout=5) as client:
+            while not self._stop.is_set():
+                for process in self.processes:
+                    self.grown = max(
+                        self.grown, process.memory_info().rss - self.start[process.pid]
+                    )
+                if self.web is not None:
+                    began = time.monotonic()
+                    try:
+                        status = client.get(f"{self.web}{self.path}").status_code
+                    except httpx.TimeoutException:
+                        status = 0
+                    if status not in (0, 200):
+                        self.failures.append(status)
+                    self.slowest = max(self.slowest, time.monotonic() - began)
+                    self.checks += 1
+                self._stop.wait(0.01)  # dense enough for ten checks while a fast flood lasts
+
+    def __enter__(self) -> Watch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)

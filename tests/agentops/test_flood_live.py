@@ -5,19 +5,17 @@ answers throughout), its memory bounded, and a cancel stops the reading within a
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
-import psutil
 import pytest
 from django.test import Client
 
 from agentops.models import Agent, HistoryRow
 from inference.models import InferenceCall
-from tests.agentops.live_asgi import SERVER_PIDS, asgi_server
+from tests.agentops.live_asgi import SERVER_PIDS, Watch, asgi_server
 from tests.conftest import WorkerPool, wait_for
 from tests.factories import AgentFactory, ProviderFactory
 from tests.turns.test_turns import submit, wait_turn
@@ -42,46 +40,6 @@ def hostile_agent(hostile: str, hostile_requests: Any) -> Callable[[str], Agent]
         return agent
 
     return make
-
-
-class Watch:
-    """While a flood runs: the most the watched processes grew (RSS over their RSS at the
-    start) and, with ``web``, the slowest ``/health/live`` answer, sampled every 50 ms from a
-    thread (a check that takes 5 s counts as 5 s)."""
-
-    def __init__(self, pids: list[int], web: str | None = None) -> None:
-        self.web, self.processes = web, [psutil.Process(pid) for pid in pids]
-        self.start = {p.pid: p.memory_info().rss for p in self.processes}
-        self.grown = 0
-        self.slowest = 0.0
-        self.checks = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def _sample(self) -> None:
-        with httpx.Client(timeout=5) as client:
-            while not self._stop.is_set():
-                for process in self.processes:
-                    self.grown = max(
-                        self.grown, process.memory_info().rss - self.start[process.pid]
-                    )
-                if self.web is not None:
-                    began = time.monotonic()
-                    try:
-                        client.get(f"{self.web}/health/live").raise_for_status()
-                    except httpx.TimeoutException:
-                        pass
-                    self.slowest = max(self.slowest, time.monotonic() - began)
-                    self.checks += 1
-                self._stop.wait(0.01)  # dense enough for ten checks while a fast flood lasts
-
-    def __enter__(self) -> Watch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
 
 
 def relayed_deltas(web: str, token: str, agent: Agent) -> tuple[int, bytes]:

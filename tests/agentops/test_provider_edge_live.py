@@ -7,22 +7,19 @@ answers within a second meanwhile, and every request the provider received has i
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import anthropic
 import httpx
 import openai
-import psutil
 import pytest
 from django.db import connection
 from django.test import Client
 
 from agentops.models import Agent, HistoryRow
 from inference.models import InferenceCall, Turn
-from tests.agentops.live_asgi import SERVER_PIDS, asgi_server
+from tests.agentops.live_asgi import SERVER_PIDS, Watch, asgi_server
 from tests.conftest import WorkerPool, wait_for
 from tests.factories import AgentFactory, ProviderFactory
 
@@ -46,44 +43,6 @@ def hostile_agent(hostile: str, hostile_requests: Any) -> Callable[..., Agent]:
         return agent
 
     return make
-
-
-class Watch:
-    """While a call runs: the most the watched processes grew (RSS over their RSS at the
-    start) and the slowest ``/health`` answer, sampled every 50 ms from a thread."""
-
-    def __init__(self, web: str, pids: list[int]) -> None:
-        self.web, self.processes = web, [psutil.Process(pid) for pid in pids]
-        self.start = {p.pid: p.memory_info().rss for p in self.processes}
-        self.grown = 0
-        self.slowest = 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def _sample(self) -> None:
-        with httpx.Client(timeout=5) as client:
-            while not self._stop.is_set():
-                for process in self.processes:
-                    self.grown = max(
-                        self.grown, process.memory_info().rss - self.start[process.pid]
-                    )
-                began = time.monotonic()
-                assert client.get(f"{self.web}/health").status_code == 200
-                self.slowest = max(self.slowest, time.monotonic() - began)
-                self._stop.wait(0.05)
-
-    def __enter__(self) -> Watch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-        assert all(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in self.processes), (
-            "a watched process died"
-        )
-        assert self.grown < 100 * MiB, f"a process grew by {self.grown / MiB:.0f} MiB"
-        assert self.slowest < 1.0, f"/health took {self.slowest:.2f} s meanwhile"
 
 
 def one_call_per_request(agent: Agent, requests: list[dict[str, Any]]) -> list[InferenceCall]:
@@ -127,7 +86,7 @@ def test_complete_in_the_web_process_ends_a_hostile_answer_as_a_classified_error
     code: str | None,
 ) -> None:
     agent = hostile_agent(model)
-    with Watch(web, [SERVER_PIDS[web]]):
+    with Watch([SERVER_PIDS[web]], web, path="/health") as watch:
         response = httpx.post(
             f"{web}/api/v1/agents/{agent.name}/complete",
             json={"messages": [{"participant": "alice", "content": "hi"}]},
@@ -136,6 +95,7 @@ def test_complete_in_the_web_process_ends_a_hostile_answer_as_a_classified_error
         )
     assert response.status_code == status, response.text
     assert response.headers["content-type"].startswith("application/json")
+    assert watch.checks and not watch.failures, watch.failures  # /health kept answering 200
     (call,) = one_call_per_request(agent, hostile_requests())
     assert call.outcome == "error" and (
         (call.error or {})["type"],
@@ -202,13 +162,14 @@ def test_a_streamed_turn_in_the_worker_ends_its_hostile_call_as_a_classified_err
     code: str | None,
 ) -> None:
     agent = hostile_agent(model)
-    with Watch(web, [SERVER_PIDS[web], *(p.pid for p in workers.procs)]):
+    with Watch([SERVER_PIDS[web], *(p.pid for p in workers.procs)], web, path="/health") as watch:
         turn_id = submit(api, agent)
         first = wait_for(
             lambda: InferenceCall.objects.filter(agent=agent, outcome__isnull=False).first(),
             timeout=60,
             what="the first call to end",
         )
+    assert watch.checks and not watch.failures, watch.failures  # /health kept answering 200
     assert first.outcome == "error" and (
         (first.error or {})["type"],
         (first.error or {})["provider_code"],
