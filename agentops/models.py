@@ -69,6 +69,9 @@ class Agent(models.Model):
     stream = models.BooleanField(default=True)
     # Tool definitions offered to the model: [{"name", "description", "input_schema"}].
     tools = models.JSONField(default=list, blank=True)
+    # Alternates, in order, for a held or failing model (architecture.md §6.10):
+    # [{"provider": name, "model", "context_window": tokens | null}], at most 4.
+    fallbacks = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     # Disposed agents keep their rows (history is never deleted) and their name.
     disposed_at = models.DateTimeField(null=True, blank=True)

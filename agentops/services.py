@@ -43,11 +43,13 @@ def agent_create(
     thinking_budget: int | None = None,
     stream: bool = True,
     tools: list[dict[str, Any]] | None = None,
+    fallbacks: list[dict[str, Any]] | None = None,
     project_id: int | None = None,
 ) -> Agent:
     provider_row = Provider.objects.filter(name=provider).first()
     if provider_row is None:
         raise bad_field("provider", f"no provider named {provider!r}")
+    fallbacks = fallbacks_checked(fallbacks or [], model=model)
     try:
         with transaction.atomic():
             return Agent.objects.create(
@@ -61,6 +63,7 @@ def agent_create(
                 thinking_budget=thinking_budget,
                 stream=stream,
                 tools=tools or [],
+                fallbacks=fallbacks,
                 project_id=project_id if project_id is not None else default_project_id(),
             )
     except IntegrityError:
@@ -69,8 +72,48 @@ def agent_create(
         ) from None
 
 
+def fallbacks_checked(fallbacks: list[dict[str, Any]], *, model: str) -> list[dict[str, Any]]:
+    """An agent's alternates as stored (architecture.md §6.10), each provider found, each
+    naming a model of its own: a provider's stated wait binds (agent, model), so two targets
+    with one model name would share their holds. Raises ``BadRequest`` naming the field."""
+    names = {f["provider"] for f in fallbacks}
+    known = set(Provider.objects.filter(name__in=names).values_list("name", flat=True))
+    seen = {model}
+    stored = []
+    for index, entry in enumerate(fallbacks):
+        if entry["provider"] not in known:
+            raise bad_field(
+                f"fallbacks[{index}].provider", f"no provider named {entry['provider']!r}"
+            )
+        if entry["model"] in seen:
+            raise bad_field(
+                f"fallbacks[{index}].model",
+                f"{entry['model']!r} is already the agent's model or an earlier alternate's; "
+                "each alternate names a model of its own (a provider's wait binds the agent "
+                "and the model)",
+            )
+        seen.add(entry["model"])
+        stored.append(
+            {
+                "provider": entry["provider"],
+                "model": entry["model"],
+                "context_window": entry.get("context_window"),
+            }
+        )
+    return stored
+
+
 def agent_update(*, agent: Agent, changes: dict[str, Any]) -> Agent:
-    allowed = {"model", "system", "max_tokens"}
+    allowed = {"model", "system", "max_tokens", "fallbacks"}
+    if "fallbacks" in changes or "model" in changes:
+        listed = changes.get("fallbacks")
+        changes = {
+            **changes,
+            "fallbacks": fallbacks_checked(
+                listed if listed is not None else list(agent.fallbacks or []),
+                model=changes.get("model") or agent.model,
+            ),
+        }
     fields = [f for f in changes if f in allowed]
     for field in fields:
         setattr(agent, field, changes[field])

@@ -29,7 +29,7 @@ from django.utils import timezone
 
 from agentops import rows, telemetry
 from agentops.live import broadcast_turn_event, publish_turn_event
-from agentops.models import Agent
+from agentops.models import Agent, Provider
 from agentops.outbound import proxy_configured
 from agentops.providers import base_url_vet, key_env_problem, key_missing
 from agentops.runtime import Runtime, Settable, Wake, runtime
@@ -87,7 +87,9 @@ Hop = Callable[[Callable[[], None]], Awaitable[None]]
 class ProviderCall:
     """One provider call from its row to its end, with no retries. ``agent`` comes with its
     provider loaded and the admission check made. ``body`` and ``headers`` replace the wire
-    request's body and add to its headers (a drop-in call sends the client's own body)."""
+    request's body and add to its headers (a drop-in call sends the client's own body).
+    ``provider`` serves it (the agent's own unless an alternate does: architecture.md §6.10),
+    ``route`` says why, on its row."""
 
     __slots__ = (
         "_aborts",
@@ -97,6 +99,7 @@ class ProviderCall:
         "body",
         "headers",
         "kind",
+        "provider",
         "refused",
         "request",
         "result",
@@ -115,14 +118,19 @@ class ProviderCall:
         turn: Turn | None = None,
         body: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
+        provider: Provider | None = None,
+        route: str = "primary",
     ) -> None:
         self.agent, self.request, self.kind, self.turn = agent, request, kind, turn
+        self.provider = provider if provider is not None else agent.provider
         self.body, self.headers = body, headers or {}
         self.row = InferenceCall(
             turn=turn,
             agent=agent,
             kind=kind,
             model=request.model,
+            provider=self.provider,
+            route=route,
             streamed=request.stream,
             max_tokens=request.max_tokens,
             round=turn.rounds if turn else 0,
@@ -139,11 +147,11 @@ class ProviderCall:
         """In a thread, just before the call is sent: its wire request and the provider policy
         (which may resolve DNS); ``in_flight``: its row written now (``sent_at`` now) and the
         dashboard's ``call.started``."""
-        self.adapter, wire = build_wire(self.agent.provider, self.request)
+        self.adapter, wire = build_wire(self.provider, self.request)
         # The provider policy again, before every call: the settings, or what the host resolves
         # to, may have changed since the provider was created. A refused call ends at once, as
         # an error (not retryable), with its row and its call.ended like any other.
-        wire, self.refused = provider_vetted(self.agent, wire)
+        wire, self.refused = provider_vetted(self.provider, wire)
         if self.body is not None:
             wire = replace(wire, body=self.body)
         if self.headers:
@@ -231,7 +239,7 @@ class ProviderCall:
         dashboard_call_ended(call=call, agent=agent.name, result=result)
         if telemetry.enabled:  # under the span current in this thread (a drop-in request's, say)
             attempt_traced(agent=agent, call=call, result=result)
-        provider_health_note(provider=agent.provider, result=result)
+        provider_health_note(provider=self.provider, result=result)
 
     def end(self) -> InferenceCall:
         """``record`` then ``announce``, in one hop."""
@@ -252,6 +260,8 @@ class ProviderCall:
             agent=agent,
             kind=kind,
             model=model,
+            provider_id=agent.provider_id,
+            route="primary",
             streamed=False,
             max_tokens=max_tokens,
             round=turn.rounds if turn else 0,
@@ -363,12 +373,12 @@ class _Hooks:
             step()
 
 
-def provider_vetted(agent: Agent, wire: WireRequest) -> tuple[WireRequest, CallResult | None]:
+def provider_vetted(provider: Provider, wire: WireRequest) -> tuple[WireRequest, CallResult | None]:
     """The provider policy at call time (every call path asks it before sending): ``wire``
     pinned to the address the check resolved, and None; or, when the policy refuses the call,
     the result of a call that was never sent (an error, not retryable). Blocks on DNS: call
     it off any event loop."""
-    checked = _provider_check(agent)
+    checked = _provider_check(provider)
     if isinstance(checked, ProviderError):
         at = now_ms()
         return wire, CallResult(
@@ -377,10 +387,9 @@ def provider_vetted(agent: Agent, wire: WireRequest) -> tuple[WireRequest, CallR
     return (replace(wire, addresses=checked) if checked else wire), None
 
 
-def _provider_check(agent: Agent) -> ProviderError | tuple[IPAddress, ...] | None:
+def _provider_check(provider: Provider) -> ProviderError | tuple[IPAddress, ...] | None:
     """The provider policy at call time: the addresses to connect to, or the error that ends
     the call without sending it (None: nothing to pin, e.g. the host is an address)."""
-    provider = agent.provider
     host = urlsplit(provider.base_url).hostname
     try:
         vetted = base_url_vet(provider.base_url, unresolved_refused=False)

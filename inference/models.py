@@ -86,6 +86,12 @@ class InferenceCall(models.Model):
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="calls")
     kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.PRIMARY)
     model = models.CharField(max_length=200)
+    # The provider that served the call (the agent's own, or an alternate's: §6.10) and why
+    # it was chosen ("primary", "fallback: held until …", "return to primary", …).
+    provider = models.ForeignKey(
+        "agentops.Provider", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    route = models.CharField(max_length=300, blank=True, default="")
     streamed = models.BooleanField()
     max_tokens = models.PositiveIntegerField(null=True, blank=True)
     round = models.PositiveIntegerField(default=0)
@@ -128,6 +134,10 @@ class InferenceCall(models.Model):
     class Meta:
         ordering = ["id"]
         verbose_name = "inference call"
+        # The routing's read: a target's latest calls for an agent (turns.routing).
+        indexes = [
+            models.Index(fields=["agent", "provider", "model", "-id"], name="call_target_latest")
+        ]
 
     def __str__(self) -> str:
         return f"call {self.pk} ({self.kind}, {self.model}, {self.outcome or 'in flight'})"

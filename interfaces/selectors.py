@@ -14,6 +14,7 @@ from agentops.selectors import id_valid, visible_to
 from calls.progress import call_progress_read
 from calls.records import ms_to_dt
 from inference.models import InferenceCall, Turn
+from turns.serving import serving_out
 from waits.clock import clock_ms
 from waits.selectors import binding_waits
 
@@ -133,6 +134,8 @@ def agent_out(
         "thinking_budget": agent.thinking_budget,
         "stream": agent.stream,
         "tools": agent.tools,
+        "fallbacks": agent.fallbacks,
+        "serving": agent_serving(agent),
         "status": agent_status_of(current),
         "failure_streak": agent_failure_streak(agent) if streak is None else streak,
         "holds": agent_holds(agent) if holds is None else holds,
@@ -148,6 +151,8 @@ def call_out(call: InferenceCall, *, progress: dict[str, Any] | None = None) -> 
         "id": call.pk,
         "kind": call.kind,
         "model": call.model,
+        "provider": call.provider.name if call.provider is not None else None,
+        "route": call.route,
         "streamed": call.streamed,
         "sent_at": call.sent_at,
         "first_event_at": call.first_event_at,
@@ -241,6 +246,7 @@ def turn_for(*, token: ApiToken, turn_id: int) -> Turn:
 
 def turn_out(turn: Turn) -> dict[str, Any]:
     waiting_until, waiting_reason = turn_waiting(turn)
+    calls = list(turn.calls.select_related("provider").order_by("id"))
     return {
         "waiting_until": waiting_until,
         "waiting_reason": waiting_reason or None,
@@ -255,10 +261,24 @@ def turn_out(turn: Turn) -> dict[str, Any]:
         "note": turn.note.content if turn.note else None,
         "error": turn.error,
         "pending_tool_calls": turn.pending_tool_calls,
-        "calls": _calls_out(list(turn.calls.order_by("id"))),
+        "calls": _calls_out(calls),
+        "served_by": _served_by(calls[-1]) if calls else None,
         "created_at": turn.created_at,
         "ended_at": turn.ended_at,
     }
+
+
+def _served_by(call: InferenceCall) -> dict[str, Any]:
+    return {"provider": call.provider.name if call.provider else None, "model": call.model}
+
+
+def agent_serving(agent: Agent) -> dict[str, Any] | None:
+    """The alternate that serves the agent's next call and why (architecture.md §6.10), or
+    None when its own provider and model do."""
+    serving = serving_out(agent, clock_ms())
+    if serving is None:
+        return None
+    return {**serving, "primary_until": _dt(serving["primary_until"])}
 
 
 def call_usage(call: InferenceCall) -> dict[str, int | None]:

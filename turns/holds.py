@@ -134,11 +134,14 @@ def next_call_at(*, agent: str, model: str) -> datetime:
     return now + timedelta(milliseconds=left_ms)
 
 
-def record_wait(turn: Turn, error: ProviderError, now_ms: float) -> bool:
-    """Record the provider's stated wait for (agent, model). Returns whether it binds."""
+def record_wait(
+    turn: Turn, error: ProviderError, now_ms: float, *, model: str | None = None
+) -> bool:
+    """Record the provider's stated wait for (agent, ``model``: the one that stated it, the
+    agent's own by default). Returns whether it binds."""
     recorded = wait_record(
         agent=turn.agent,
-        model=turn.agent.model,
+        model=model or turn.agent.model,
         retry_after_ms=error.retry_after_ms if error.retry_after_ms is not None else 0,
         reason=f"{error.type} (HTTP {error.http_status}): {error.message[:300]}",
         now_ms=now_ms,

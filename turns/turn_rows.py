@@ -27,6 +27,8 @@ from turns.durable import pace, paced_left_ms
 from turns.holds import hold_if_waiting, pacing_left_ms
 from turns.lease import TurnLease
 from turns.moves import turn_claim, turn_complete
+from turns.routing import alternates
+from turns.serving import Serving, primary_serving, request_for, serving_choose, serving_noted
 from turns.tracing import held_since_ns, turn_held_recorded, turn_noted, turn_traced
 
 logger = logging.getLogger(__name__)
@@ -53,6 +55,7 @@ class Ready:
     turn: Turn
     request: CompiledRequest
     call: ProviderCall
+    serving: Serving
 
 
 @dataclass(frozen=True)
@@ -142,15 +145,28 @@ def turn_ready(turn_id: int) -> Ready | Outcome:
     turn = _turn_loaded(turn_id)
     if turn.status != Turn.Status.RUNNING:
         return Outcome.STOPPED
-    if hold_if_waiting(turn):
-        return Outcome.HELD
+    agent = turn.agent
+    # With alternates, a held or down primary may be served from one (§6.10); without, or
+    # when the primary's wait is to be waited out, the admission check holds the turn.
+    serving = serving_choose(agent, time.time() * 1000) if alternates(agent.fallbacks) else None
+    if serving is None:
+        if hold_if_waiting(turn):
+            return Outcome.HELD
+        serving = primary_serving(agent)
+    serving_noted(agent, serving)
     presented = rows.instances(
         _sql().presented, [turn.agent_id, HistoryRow.State.PRESENTED.value], HistoryRow
     )
-    request = compile_request(turn.agent, presented)
-    return Ready(
-        turn, request, ProviderCall(turn.agent, request, InferenceCall.Kind.PRIMARY, turn=turn)
+    request, left_out = request_for(compile_request(agent, presented), agent, serving.target)
+    call = ProviderCall(
+        agent,
+        request,
+        InferenceCall.Kind.PRIMARY,
+        turn=turn,
+        provider=serving.target.provider,
+        route=serving.choice.reason + left_out,
     )
+    return Ready(turn, request, call, serving)
 
 
 def _taken_over(

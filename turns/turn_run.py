@@ -45,7 +45,9 @@ from turns.holds import (
 from turns.lease import TurnLease
 from turns.moves import turn_fail, turn_fail_unstorable, turn_hand_back, turn_rearm
 from turns.policy import Action, PolicySettings, RetryState, decide
+from turns.routing import SWITCH_ON, alternates
 from turns.services import cancel_key
+from turns.serving import Serving, serving_choose
 from turns.tracing import turn_traced
 from turns.turn_rows import (
     AnswerUnstorable,
@@ -88,6 +90,8 @@ class TurnRun:
         self.delay_s = 0.0  # WAIT's sleep
         self.binding: bool | None = None  # whether the call's stated wait binds (None: none)
         self.retry = RetryState()
+        self.serving: Serving
+        self.switches = 0  # calls sent to another target at once after a failure (§6.10)
         self._steps: dict[Step, Callable[[], Awaitable[Step]]] = {
             Step.ADMIT: self.admit,
             Step.CALL: self.make_call,
@@ -139,6 +143,7 @@ class TurnRun:
         if isinstance(ready, Outcome):
             return self._end(ready)
         self.turn, self.request, self.call = ready.turn, ready.request, ready.call
+        self.serving = ready.serving
         return Step.CALL
 
     async def make_call(self) -> Step:
@@ -162,7 +167,9 @@ class TurnRun:
         self.binding = None
         if error is not None and error.retry_after_ms is not None:
             if turn.agent.kind != Agent.Kind.EPHEMERAL:
-                self.binding = await self.runtime.db(record_wait, turn, error, time.time() * 1000)
+                self.binding = await self.runtime.db(
+                    record_wait, turn, error, time.time() * 1000, model=call.row.model
+                )
         output = result.output
         completed = result.outcome == "completed" and output is not None
         answer = output if completed and output is not None and _storable(output) else None
@@ -202,9 +209,12 @@ class TurnRun:
         )
 
     async def _decide(self, error: ProviderError) -> Step:
-        """A failed call: the retry policy's answer carried out."""
+        """A failed call: another target at once when one may serve (§6.10), else the retry
+        policy's answer carried out."""
         turn = self.turn
         now_ms = time.time() * 1000
+        if await self._switched(error, now_ms):
+            return Step.ADMIT
         policy = _policy_settings()
         decision, self.retry = decide(
             error, self.retry, now_ms=now_ms, settings=policy, jitter=random.random()
@@ -221,7 +231,9 @@ class TurnRun:
                     )
             else:
                 if self.binding is None:
-                    self.binding = await self.runtime.db(record_wait, turn, error, now_ms)
+                    self.binding = await self.runtime.db(
+                        record_wait, turn, error, now_ms, model=self.call.row.model
+                    )
                 if self.binding:
                     return Step.ADMIT  # its admission check holds the turn
                 sleep_ms = own_pacing_ms(error)
@@ -235,7 +247,7 @@ class TurnRun:
             )
         if error.retry_after_ms is not None and self.binding is None:
             # A terminal failure keeps its disposition; the wait it stated binds what follows.
-            await self.runtime.db(record_wait, turn, error, now_ms)
+            await self.runtime.db(record_wait, turn, error, now_ms, model=self.call.row.model)
         if (
             decision.action is Action.EXHAUST
             and error.type != "timeout"
@@ -244,6 +256,37 @@ class TurnRun:
             return self._end(Outcome.ENDED)
         status = Turn.Status.EXHAUSTED if decision.action is Action.EXHAUST else Turn.Status.FAILED
         return await self._fail(error, status, timed_out_again=decision.timed_out_again)
+
+    async def _switched(self, error: ProviderError, now_ms: float) -> bool:
+        """Whether the next call goes at once to another target than this one's: a failure
+        that routes around (``SWITCH_ON``) left a target that may serve. At most once per
+        target in a run, so targets failing in turn end under the retry policy."""
+        if error.type not in SWITCH_ON or not alternates(self.turn.agent.fallbacks):
+            return False
+        if self.switches >= len(alternates(self.turn.agent.fallbacks)) + 1:
+            return False
+        if error.retry_after_ms is not None and self.binding is None:
+            # Its wait first: the choice reads the journal.
+            self.binding = await self.runtime.db(
+                record_wait, self.turn, error, now_ms, model=self.call.row.model
+            )
+        serving = await self.runtime.db(serving_choose, self.turn.agent, now_ms)
+        if serving is None or not serving.choice.fresh:
+            return False
+        if serving.choice.index == self.serving.choice.index:
+            return False
+        self.switches += 1
+        logger.info(
+            "agent %s turn %s: %s (%s) from %s; the next call goes to %s at once (%s)",
+            self.turn.agent.name,
+            self.turn_id,
+            error.type,
+            error.message[:200],
+            self.call.row.model,
+            serving.target.model,
+            serving.choice.reason,
+        )
+        return True
 
     async def _paced(self, error: ProviderError, delay_ms: float, why: str) -> Step:
         logger.info(

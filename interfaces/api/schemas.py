@@ -76,6 +76,15 @@ class ToolIn(Strict):
     )
 
 
+class FallbackIn(Strict):
+    provider: Name
+    model: ModelName
+    context_window: Annotated[int, Field(ge=1, le=100_000_000)] | None = None
+
+
+Fallbacks = Annotated[list[FallbackIn], Field(max_length=4)]
+
+
 class AgentIn(Strict):
     name: Name
     kind: Literal["resident", "conversation", "ephemeral"] = "resident"
@@ -87,12 +96,14 @@ class AgentIn(Strict):
     thinking_budget: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
     stream: bool = True
     tools: Annotated[list[ToolIn], Field(max_length=64)] = Field(default_factory=list)
+    fallbacks: Fallbacks = Field(default_factory=list)
 
 
 class AgentPatch(Strict):
     model: ModelName | None = None
     system: Text | None = None
     max_tokens: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    fallbacks: Fallbacks | None = None
 
 
 class WaitOut(BaseModel):
@@ -107,6 +118,20 @@ class WaitOut(BaseModel):
 AgentStatus = Literal["idle", "queued", "running", "held", "requires_action"]
 
 
+class ServingOut(BaseModel):
+    provider: str
+    model: str
+    since: datetime | None
+    reason: str
+    primary_until: datetime | None
+    primary_held: bool
+
+
+class ServedBy(BaseModel):
+    provider: str | None
+    model: str
+
+
 class AgentOut(BaseModel):
     name: str
     project: str
@@ -119,6 +144,8 @@ class AgentOut(BaseModel):
     thinking_budget: int | None
     stream: bool
     tools: list[dict[str, Any]]
+    fallbacks: list[dict[str, Any]]
+    serving: ServingOut | None
     status: AgentStatus
     failure_streak: int
     holds: list[WaitOut]
@@ -182,6 +209,9 @@ class CallOut(BaseModel):
     id: int
     kind: CallKind
     model: str
+    # The provider that served the call and why it was chosen (architecture.md §6.10).
+    provider: str | None
+    route: str
     streamed: bool
     sent_at: datetime | None
     first_event_at: datetime | None
@@ -222,6 +252,8 @@ class TurnOut(BaseModel):
     error: CallError | None
     pending_tool_calls: list[dict[str, Any]]
     calls: list[CallOut]
+    # The provider and model of the turn's latest call (null before its first).
+    served_by: ServedBy | None
     created_at: datetime
     ended_at: datetime | None
 

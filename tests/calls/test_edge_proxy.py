@@ -198,7 +198,7 @@ async def test_a_provider_name_only_the_proxy_resolves_is_called_through_it(
         messages=[Message(role="user", blocks=[{"type": "text", "text": "hi"}])],
     )
     wire, refused = await sync_to_async(provider_vetted)(
-        agent, adapter.build(base_url=base_url, api_key="", request=request)
+        agent.provider, adapter.build(base_url=base_url, api_key="", request=request)
     )
     assert refused is None
     result = await perform_call(

@@ -1,0 +1,119 @@
+"""Which target serves an agent's next call (architecture.md §6.10): the agent's own provider
+and model (the primary, index 0) or the first of its alternates that may serve.
+
+Pure: plain values and an explicit ``now``. What is known of each target comes from the
+journal (its binding hold) and its latest call rows (whether it is down); ``turns.serving``
+reads both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final
+
+# A failure of these kinds makes a target down at once: its key or credit is refused, it was
+# silent or cut (a silent model is not called twice in a row; a cut answer starts over
+# elsewhere), or it said "not now" without saying for how long.
+DOWN_AT_ONCE: Final = frozenset({"auth", "quota", "timeout"})
+# These make it down when its two latest calls both failed so (a lone 5xx may be a blip).
+DOWN_TWICE: Final = frozenset({"server", "overloaded", "network"})
+# The failures after which a call goes to another target: never a refusal of the request
+# itself (invalid_request, policy, context_length), which another model would refuse too.
+SWITCH_ON: Final = DOWN_AT_ONCE | DOWN_TWICE | {"rate_limit"}
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """One target as the journal and its call rows show it at ``now``. ``held``: a wait binds
+    it, until ``hold_until`` (None: until released); ``down_until``: its latest failures make
+    it down until then (None: not down), for ``down_why``."""
+
+    held: bool = False
+    hold_until: int | None = None
+    down_until: float | None = None
+    down_why: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """The target to call (``index`` into primary + alternates) and why, for its call row.
+    ``fresh``: it may serve (not held, not down); False for the primary called as the last
+    resort when every target is down (then the retry policy paces the calls)."""
+
+    index: int
+    reason: str
+    fresh: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A target's ended call as routing reads it: ``kind`` the error type (None: it
+    answered), whether its wait was stated, whether content had arrived, when it ended."""
+
+    kind: str | None
+    stated_wait: bool = False
+    after_content: bool = False
+    ended_ms: float = 0.0
+
+
+def down_until(latest: Sequence[Failure], *, retry_after_ms: float) -> tuple[float | None, str]:
+    """Until when a target is down after its latest ended calls (newest first), and why."""
+    if not latest or latest[0].kind is None:
+        return None, ""
+    last = latest[0]
+    kind = last.kind
+    if kind == "rate_limit" and not last.stated_wait:
+        why = "a 429 without a stated wait"
+    elif kind in DOWN_AT_ONCE:
+        why = f"a {kind} failure"
+    elif kind in DOWN_TWICE and last.after_content:
+        why = "its answer was cut after content"
+    elif kind in DOWN_TWICE and len(latest) > 1 and latest[1].kind in DOWN_TWICE:
+        why = f"two {kind} failures in a row"
+    else:
+        return None, ""
+    return last.ended_ms + retry_after_ms, why
+
+
+def route_choose(seen: Sequence[Seen], *, now_ms: float, fallback_after_ms: float) -> Choice | None:
+    """The target for the next call, or None: hold the call on the primary's wait (it is
+    short enough to wait out, or nothing else may serve while it binds).
+
+    The primary serves unless a wait binds it for longer than ``fallback_after_ms`` or it is
+    down; then the first alternate that is neither held nor down. With none, a held primary
+    holds the call, and a primary that is only down is called anyway (``fresh`` False)."""
+    primary = seen[0]
+    if primary.held and (
+        primary.hold_until is not None and primary.hold_until - now_ms <= fallback_after_ms
+    ):
+        return None
+    if not primary.held and not _down(primary, now_ms):
+        return Choice(0, "primary")
+    why = (
+        f"fallback: primary held {_until_text(primary.hold_until)}"
+        if primary.held
+        else f"fallback: primary down ({primary.down_why})"
+    )
+    for index, alternate in enumerate(seen[1:], start=1):
+        if not alternate.held and not _down(alternate, now_ms):
+            return Choice(index, why)
+    if primary.held:
+        return None
+    return Choice(0, "primary (every alternate is held or down)", fresh=False)
+
+
+def _down(target: Seen, now_ms: float) -> bool:
+    return target.down_until is not None and target.down_until > now_ms
+
+
+def _until_text(until: int | None) -> str:
+    if until is None:
+        return "until released"
+    return "until " + datetime.fromtimestamp(until / 1000, UTC).isoformat(timespec="seconds")
+
+
+def alternates(fallbacks: Any) -> list[dict[str, Any]]:
+    """The stored alternates, as stored (a list of objects; anything else reads as none)."""
+    return [f for f in fallbacks if isinstance(f, dict)] if isinstance(fallbacks, list) else []
