@@ -13,8 +13,10 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
+from agentops.exceptions import BadRequest
 from agentops.models import Agent, Alert, ApiToken, AuditEntry, HistoryRow, Project, Provider
 from agentops.providers import provider_problem
+from agentops.services import fallbacks_checked
 from agentops.wording import excerpt
 from interfaces.admin.base import ReadOnlyAdmin
 from interfaces.admin.display import when
@@ -58,6 +60,59 @@ class ProjectAdmin(admin.ModelAdmin):
     search_fields = ("name",)
 
 
+class AgentForm(forms.ModelForm):
+    """The alternates are checked as the API checks them (architecture.md §6.10)."""
+
+    class Meta:
+        model = Agent
+        fields = (
+            "name",
+            "project",
+            "kind",
+            "provider",
+            "model",
+            "fallbacks",
+            "participant",
+            "system",
+            "max_tokens",
+            "thinking_budget",
+            "stream",
+            "tools",
+        )
+        help_texts = {
+            "fallbacks": 'In order, at most 4: [{"provider": "name", "model": "name", '
+            '"context_window": null}]. Each names a model of its own.'
+        }
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        listed = cleaned.get("fallbacks") or []
+        shaped = (
+            isinstance(listed, list)
+            and len(listed) <= 4
+            and all(
+                isinstance(f, dict)
+                and isinstance(f.get("provider"), str)
+                and isinstance(f.get("model"), str)
+                and f["model"].strip()
+                and (f.get("context_window") is None or type(f.get("context_window")) is int)
+                for f in listed
+            )
+        )
+        if not shaped:
+            self.add_error(
+                "fallbacks",
+                "a list of at most 4 objects, each with a provider and a model name "
+                "(and optionally a context_window in tokens)",
+            )
+            return cleaned
+        try:
+            cleaned["fallbacks"] = fallbacks_checked(listed, model=str(cleaned.get("model") or ""))
+        except BadRequest as exc:
+            self.add_error("fallbacks", str(exc))
+        return cleaned
+
+
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
     """The list reads a fixed handful of queries whatever the page size: each agent's streak is
@@ -78,7 +133,9 @@ class AgentAdmin(admin.ModelAdmin):
     )
     list_filter = ("project", "kind", "provider")
     search_fields = ("name", "model")
+    form = AgentForm
     readonly_fields = (
+        "serving",
         "status",
         "failure_streak",
         "holds",
@@ -118,6 +175,16 @@ class AgentAdmin(admin.ModelAdmin):
 
         open_turns = getattr(obj, "open_turns", None)
         return agent_current_turn(obj) if open_turns is None else current_turn_of(open_turns)
+
+    @admin.display(description="served by")
+    def serving(self, obj: Agent) -> str:
+        """The alternate serving the agent's calls now, and why; empty when its own model is."""
+        from interfaces.selectors import agent_serving
+
+        serving = agent_serving(obj) if obj.pk else None
+        if serving is None:
+            return "its own provider and model"
+        return f"{serving['model']} on {serving['provider']} ({serving['reason']})"
 
     @admin.display(description="status")
     def status(self, obj: Agent) -> str:

@@ -145,6 +145,8 @@ class InferenceCallAdmin(ReadOnlyAdmin):
                     "agent",
                     "kind",
                     "model",
+                    "provider",
+                    "route",
                     "streamed",
                     "max_tokens",
                     "round",

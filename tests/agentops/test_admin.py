@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client
@@ -80,3 +82,40 @@ def test_restoring_a_set_aside_row_needs_the_permission_and_is_audited() -> None
         ).count()
         == 1
     )
+
+
+def test_an_agents_alternates_are_checked_in_the_admin_as_in_the_api(
+    make_agent: Any, providers: Any
+) -> None:
+    agent = make_agent(model="answer")
+    client = staff("change_agent", "view_agent")
+    url = f"/admin/agentops/agent/{agent.pk}/change/"
+    form = {
+        "name": agent.name,
+        "project": agent.project_id,
+        "kind": agent.kind,
+        "provider": agent.provider_id,
+        "model": agent.model,
+        "participant": agent.participant,
+        "system": "",
+        "stream": "on",
+        "tools": "[]",
+    }
+    same_model = client.post(
+        url, {**form, "fallbacks": '[{"provider": "standin-anthropic", "model": "answer"}]'}
+    )
+    assert same_model.status_code == 200
+    assert "each alternate names a model of its own" in same_model.content.decode()
+    unknown = client.post(url, {**form, "fallbacks": '[{"provider": "nowhere", "model": "m"}]'})
+    assert "no provider named" in unknown.content.decode()
+    agent.refresh_from_db()
+    assert agent.fallbacks == []
+
+    saved = client.post(
+        url, {**form, "fallbacks": '[{"provider": "standin-anthropic", "model": "claude-alt"}]'}
+    )
+    assert saved.status_code == 302, saved.content.decode()[:2000]
+    agent.refresh_from_db()
+    assert agent.fallbacks == [
+        {"provider": "standin-anthropic", "model": "claude-alt", "context_window": None}
+    ]

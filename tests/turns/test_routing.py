@@ -1,0 +1,53 @@
+"""The routing core (architecture.md §6.10) at its edges: plain values, no database."""
+
+from __future__ import annotations
+
+from turns.routing import Choice, Failure, Seen, down_until, route_choose
+
+NOW = 1_000_000.0
+AFTER = 30_000
+
+
+def choose(*seen: Seen) -> Choice | None:
+    return route_choose(list(seen), now_ms=NOW, fallback_after_ms=AFTER)
+
+
+def test_a_primary_held_longer_than_the_threshold_goes_to_the_first_free_alternate() -> None:
+    held_long = Seen(held=True, hold_until=int(NOW + AFTER + 1))
+    assert choose(held_long, Seen(held=True, hold_until=None), Seen()) == Choice(
+        2, "fallback: primary held until 1970-01-01T00:17:10+00:00"
+    )
+    # Exactly the threshold left: waited out on the primary.
+    assert choose(Seen(held=True, hold_until=int(NOW + AFTER)), Seen()) is None
+    # Held until released: always an alternate when one is free, else the hold.
+    assert choose(Seen(held=True), Seen()) == Choice(1, "fallback: primary held until released")
+    assert choose(Seen(held=True), Seen(held=True)) is None
+
+
+def test_a_primary_down_goes_to_an_alternate_until_its_interval_passes() -> None:
+    down = Seen(down_until=NOW + 1, down_why="a auth failure")
+    assert choose(down, Seen()) == Choice(1, "fallback: primary down (a auth failure)")
+    assert choose(Seen(down_until=NOW), Seen()) == Choice(0, "primary")
+    # Nothing else may serve: the primary anyway, and the retry policy paces it.
+    assert choose(down, Seen(down_until=NOW + 5)) == Choice(
+        0, "primary (every alternate is held or down)", fresh=False
+    )
+
+
+def test_what_makes_a_target_down() -> None:
+    def down(*latest: Failure) -> float | None:
+        return down_until(list(latest), retry_after_ms=30_000)[0]
+
+    server = Failure("server", ended_ms=NOW)
+    assert down(server) is None  # one 5xx may be a blip
+    assert down(server, Failure("server")) == NOW + 30_000
+    assert down(server, Failure(None)) is None
+    assert down(Failure("server", after_content=True, ended_ms=NOW)) == NOW + 30_000
+    assert down(Failure("auth", ended_ms=NOW)) == NOW + 30_000
+    assert down(Failure("timeout", ended_ms=NOW)) == NOW + 30_000
+    assert down(Failure("rate_limit", ended_ms=NOW)) == NOW + 30_000
+    # A stated wait is the journal's to hold, not a reason to call the target down.
+    assert down(Failure("rate_limit", stated_wait=True, ended_ms=NOW)) is None
+    assert down(Failure("invalid_request", ended_ms=NOW), server) is None
+    assert down(Failure(None), server) is None
+    assert down() is None
