@@ -69,7 +69,7 @@ class Agent(models.Model):
     stream = models.BooleanField(default=True)
     # Tool definitions offered to the model: [{"name", "description", "input_schema"}].
     tools = models.JSONField(default=list, blank=True)
-    # Alternates, in order, for a held or failing model (architecture.md §6.10):
+    # Alternates, in order, for a held or failing model (architecture.md §6.11):
     # [{"provider": name, "model", "context_window": tokens | null}], at most 4.
     fallbacks = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -73,7 +73,7 @@ def agent_create(
 
 
 def fallbacks_checked(fallbacks: list[dict[str, Any]], *, model: str) -> list[dict[str, Any]]:
-    """An agent's alternates as stored (architecture.md §6.10), each provider found, each
+    """An agent's alternates as stored (architecture.md §6.11), each provider found, each
     naming a model of its own: a provider's stated wait binds (agent, model), so two targets
     with one model name would share their holds. Raises ``BadRequest`` naming the field."""
     names = {f["provider"] for f in fallbacks}

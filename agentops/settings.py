@@ -187,7 +187,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("AGENTOPS_MAX_BODY_BYTES", 1_048_576, mini
 AGENTOPS_DEADLINE_RETRY_DELAY_MS = env_ms("AGENTOPS_DEADLINE_RETRY_DELAY_MS", 1000)
 AGENTOPS_WAIT_ALERT_MS = env_ms("AGENTOPS_WAIT_ALERT_MS", 3_600_000)
 AGENTOPS_WAIT_RECHECK_MS = env_ms("AGENTOPS_WAIT_RECHECK_MS", 30_000)
-# Alternates (architecture.md §6.10): a primary held longer than this is served from an
+# Alternates (architecture.md §6.11): a primary held longer than this is served from an
 # alternate (a shorter wait is waited out); a primary that was down without a stated wait is
 # tried again, once, this long after its last failure.
 AGENTOPS_FALLBACK_AFTER_MS = env_ms("AGENTOPS_FALLBACK_AFTER_MS", 30_000)

@@ -88,7 +88,7 @@ class ProviderCall:
     """One provider call from its row to its end, with no retries. ``agent`` comes with its
     provider loaded and the admission check made. ``body`` and ``headers`` replace the wire
     request's body and add to its headers (a drop-in call sends the client's own body).
-    ``provider`` serves it (the agent's own unless an alternate does: architecture.md §6.10),
+    ``provider`` serves it (the agent's own unless an alternate does: architecture.md §6.11),
     ``route`` says why, on its row."""
 
     __slots__ = (

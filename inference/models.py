@@ -86,7 +86,7 @@ class InferenceCall(models.Model):
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="calls")
     kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.PRIMARY)
     model = models.CharField(max_length=200)
-    # The provider that served the call (the agent's own, or an alternate's: §6.10) and why
+    # The provider that served the call (the agent's own, or an alternate's: §6.11) and why
     # it was chosen ("primary", "fallback: held until …", "return to primary", …).
     provider = models.ForeignKey(
         "agentops.Provider", null=True, blank=True, on_delete=models.PROTECT, related_name="+"

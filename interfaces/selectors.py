@@ -273,7 +273,7 @@ def _served_by(call: InferenceCall) -> dict[str, Any]:
 
 
 def agent_serving(agent: Agent) -> dict[str, Any] | None:
-    """The alternate that serves the agent's next call and why (architecture.md §6.10), or
+    """The alternate that serves the agent's next call and why (architecture.md §6.11), or
     None when its own provider and model do."""
     serving = serving_out(agent, clock_ms())
     if serving is None:

@@ -96,7 +96,7 @@ def turn_hold(*, turn: Turn, until: datetime | None, reason: str) -> bool:
 
 
 def turn_hand_back(*, turn: Turn) -> bool:
-    """A worker's warm shutdown hands a running turn back without a call (architecture.md §6.10):
+    """A worker's warm shutdown hands a running turn back without a call (architecture.md §6.11):
     queued again for the next worker."""
     handed = turn_move(
         turn.pk,

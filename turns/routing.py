@@ -1,4 +1,4 @@
-"""Which target serves an agent's next call (architecture.md §6.10): the agent's own provider
+"""Which target serves an agent's next call (architecture.md §6.11): the agent's own provider
 and model (the primary, index 0) or the first of its alternates that may serve.
 
 Pure: plain values and an explicit ``now``. What is known of each target comes from the

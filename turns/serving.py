@@ -1,4 +1,4 @@
-"""Which provider and model serve an agent's next call (architecture.md §6.10): what the journal
+"""Which provider and model serve an agent's next call (architecture.md §6.11): what the journal
 and the call rows say of each target, the choice (``turns.routing``) and its alerts.
 
 Nothing is kept in memory: a restarted process derives the same choice from the same rows.

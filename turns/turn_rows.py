@@ -146,7 +146,7 @@ def turn_ready(turn_id: int) -> Ready | Outcome:
     if turn.status != Turn.Status.RUNNING:
         return Outcome.STOPPED
     agent = turn.agent
-    # With alternates, a held or down primary may be served from one (§6.10); without, or
+    # With alternates, a held or down primary may be served from one (§6.11); without, or
     # when the primary's wait is to be waited out, the admission check holds the turn.
     serving = serving_choose(agent, time.time() * 1000) if alternates(agent.fallbacks) else None
     if serving is None:

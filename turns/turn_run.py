@@ -91,7 +91,7 @@ class TurnRun:
         self.binding: bool | None = None  # whether the call's stated wait binds (None: none)
         self.retry = RetryState()
         self.serving: Serving
-        self.switches = 0  # calls sent to another target at once after a failure (§6.10)
+        self.switches = 0  # calls sent to another target at once after a failure (§6.11)
         self._steps: dict[Step, Callable[[], Awaitable[Step]]] = {
             Step.ADMIT: self.admit,
             Step.CALL: self.make_call,
@@ -209,7 +209,7 @@ class TurnRun:
         )
 
     async def _decide(self, error: ProviderError) -> Step:
-        """A failed call: another target at once when one may serve (§6.10), else the retry
+        """A failed call: another target at once when one may serve (§6.11), else the retry
         policy's answer carried out."""
         turn = self.turn
         now_ms = time.time() * 1000

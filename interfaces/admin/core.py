@@ -61,7 +61,7 @@ class ProjectAdmin(admin.ModelAdmin):
 
 
 class AgentForm(forms.ModelForm):
-    """The alternates are checked as the API checks them (architecture.md §6.10)."""
+    """The alternates are checked as the API checks them (architecture.md §6.11)."""
 
     class Meta:
         model = Agent

@@ -209,7 +209,7 @@ class CallOut(BaseModel):
     id: int
     kind: CallKind
     model: str
-    # The provider that served the call and why it was chosen (architecture.md §6.10).
+    # The provider that served the call and why it was chosen (architecture.md §6.11).
     provider: str | None
     route: str
     streamed: bool

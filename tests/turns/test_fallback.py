@@ -1,4 +1,4 @@
-"""Alternates through a real worker and the stand-in provider (architecture.md §6.10): a held or
+"""Alternates through a real worker and the stand-in provider (architecture.md §6.11): a held or
 failing primary is served from an alternate, sticky until the primary may serve again, and
 never for a refusal of the request itself. The stand-in plays each fault by the model's name
 and records every request, so each test counts the provider requests per model."""

@@ -1,4 +1,4 @@
-"""The routing core (architecture.md §6.10) at its edges: plain values, no database."""
+"""The routing core (architecture.md §6.11) at its edges: plain values, no database."""
 
 from __future__ import annotations
 
