@@ -20,8 +20,10 @@ from agentops.runtime import runtime
 from calls.client import CallResult
 from calls.records import ms_to_dt
 from calls.run import ProviderCall
-from calls.types import CompiledRequest, Message
+from calls.types import CompiledRequest, Message, ProviderError
 from inference.models import InferenceCall
+from turns.routing import SWITCH_ON, alternates
+from turns.serving import Serving, primary_serving, serving_choose, serving_noted
 from waits.admission import admission_check, remaining_ms
 from waits.services import wait_record
 
@@ -102,22 +104,82 @@ async def auxiliary_complete_on_loop(
     refused), CallTimedOut, ProviderFailed. The row is written once, with the
     outcome (so an auxiliary call made here is not among the dashboard's calls in flight; it
     shows as it ends)."""
-    model = model or agent.model
     db = runtime().db
-    await db(_admit, agent, model, max_tokens)
-    call = ProviderCall(
-        agent, _request(agent, messages, model, max_tokens), InferenceCall.Kind.AUXILIARY
-    )
-    await call.run(in_flight=False)
-    # One hop: the row, its end announced (under the request's server span: the thread runs in
-    # the request's context) and what the result means.
-    return await db(_ended, call)
+    if model is not None or not alternates(agent.fallbacks):
+        model = model or agent.model
+        await db(_admit, agent, model, max_tokens)
+        call = ProviderCall(
+            agent, _request(agent, messages, model, max_tokens), InferenceCall.Kind.AUXILIARY
+        )
+        await call.run(in_flight=False)
+        # One hop: the row, its end announced (under the request's server span: the thread
+        # runs in the request's context) and what the result means.
+        return await db(_ended, call)
+    # With alternates (architecture.md §6.11): the target the agent's turns would get, and
+    # after a failure that routes around, the next one, at once, within this request.
+    serving = await db(_served, agent, max_tokens)
+    tried: set[int] = set()
+    while True:
+        tried.add(serving.choice.index)
+        target = serving.target
+        call = ProviderCall(
+            agent,
+            _request(agent, messages, target.model, max_tokens),
+            InferenceCall.Kind.AUXILIARY,
+            provider=target.provider,
+            route=serving.choice.reason,
+        )
+        await call.run(in_flight=False)
+        following = await db(_next, call, tried)
+        if following is None:
+            return await db(_ended, call, recorded=True)
+        serving = following
 
 
-def _ended(call: ProviderCall) -> dict[str, Any]:
+def _served(agent: Agent, max_tokens: int | None) -> Serving:
+    """The target for an auxiliary call with alternates; raises RateLimited (deferred) when
+    the call waits out the primary's hold."""
+    serving = serving_choose(agent, time.time() * 1000)
+    if serving is None:
+        _admit(agent, agent.model, max_tokens)
+        return primary_serving(agent)
+    serving_noted(agent, serving)
+    return serving
+
+
+def _next(call: ProviderCall, tried: set[int]) -> Serving | None:
+    """After a call with alternates: its row written, its stated wait recorded; the next
+    target when the failure routes around and one not yet tried may serve, else None."""
     row = call.end()
+    result, agent = call.result, call.agent
+    assert result is not None
+    error = result.error
+    if result.outcome == "completed" or error is None or error.type not in SWITCH_ON:
+        return None
+    if error.retry_after_ms is not None:
+        _wait_recorded(agent, row.model, error)
+    serving = serving_choose(agent, time.time() * 1000)
+    if serving is None or not serving.choice.fresh or serving.choice.index in tried:
+        return None
+    serving_noted(agent, serving)
+    return serving
+
+
+def _ended(call: ProviderCall, *, recorded: bool = False) -> dict[str, Any]:
+    row = call.row if recorded else call.end()
     assert call.result is not None
     return _outcome(call.agent, call.request.model, row, call.result)
+
+
+def _wait_recorded(agent: Agent, model: str, error: ProviderError) -> bool:
+    assert error.retry_after_ms is not None
+    return wait_record(
+        agent=agent,
+        model=model,
+        retry_after_ms=error.retry_after_ms,
+        reason=f"{error.type} (HTTP {error.http_status}): {error.message[:300]}",
+        now_ms=time.time() * 1000,
+    ).binding
 
 
 def _outcome(agent: Agent, model: str, call: InferenceCall, result: CallResult) -> dict[str, Any]:
@@ -133,13 +195,7 @@ def _outcome(agent: Agent, model: str, call: InferenceCall, result: CallResult) 
     if result.outcome == "cut":
         raise CallTimedOut(error.message, data={"bound": error.bound, "call": call.pk})
     if error.retry_after_ms is not None:
-        recorded = wait_record(
-            agent=agent,
-            model=model,
-            retry_after_ms=error.retry_after_ms,
-            reason=f"{error.type} (HTTP {error.http_status}): {error.message[:300]}",
-            now_ms=time.time() * 1000,
-        )
+        recorded = _wait_recorded(agent, model, error)
         wait = error.retry_after_ms if math.isfinite(error.retry_after_ms) else None
         raise RateLimited(
             error.message,
@@ -147,7 +203,7 @@ def _outcome(agent: Agent, model: str, call: InferenceCall, result: CallResult) 
                 "retryable": error.retryable,
                 "provider_admission": "refused",
                 "retry_after_ms": wait,
-                "recorded": recorded.binding,
+                "recorded": recorded,
                 "call": call.pk,
             },
         )

@@ -178,14 +178,14 @@ def serving_out(agent: Agent, now_ms: float) -> dict[str, Any] | None:
     serving = serving_choose(agent, now_ms)
     if serving is None or not serving.on_alternate:
         return None
+    # The episode began with the first call to an alternate after the primary's latest.
+    calls = InferenceCall.objects.filter(agent=agent)
+    last_primary = (
+        calls.exclude(route__startswith="fallback").order_by("-id").values_list("id", flat=True)
+    ).first()
     since = (
-        InferenceCall.objects.filter(
-            agent=agent,
-            provider=serving.target.provider,
-            model=serving.target.model,
-            route__startswith="fallback",
-        )
-        .order_by("-id")
+        calls.filter(route__startswith="fallback", id__gt=last_primary or 0)
+        .order_by("id")
         .values_list("sent_at", flat=True)
         .first()
     )

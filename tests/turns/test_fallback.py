@@ -224,3 +224,22 @@ def test_fallbacks_are_checked_like_the_agents_own_provider_and_model(
         content_type="application/json",
     )
     assert cleared.status_code == 200 and cleared.json()["fallbacks"] == []
+
+
+def test_complete_goes_to_the_alternate_within_the_request_and_then_directly(
+    api: Client, make_agent: Any, standin_requests: Any
+) -> None:
+    from tests.turns.test_auxiliary import complete
+
+    agent = with_alternates(make_agent, LONG_429, ALTERNATE)
+    first = complete(api, agent.name)
+    assert first.status_code == 200, first.content
+    assert first.json()["content"] == "from-the-alternate"
+    assert per_model(standin_requests()) == {LONG_429: 1, ALTERNATE: 1}
+    second = complete(api, agent.name)
+    assert second.status_code == 200
+    assert per_model(standin_requests()) == {LONG_429: 1, ALTERNATE: 2}
+    # A model named by the caller is called as named: no alternate stands in for it.
+    named = complete(api, agent.name, model=LONG_429)
+    assert named.status_code == 429
+    assert per_model(standin_requests()) == {LONG_429: 1, ALTERNATE: 2}
