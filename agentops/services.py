@@ -49,7 +49,7 @@ def agent_create(
     provider_row = Provider.objects.filter(name=provider).first()
     if provider_row is None:
         raise bad_field("provider", f"no provider named {provider!r}")
-    fallbacks = fallbacks_checked(fallbacks or [], model=model)
+    fallbacks = fallbacks_checked(fallbacks or [], model=model, provider=provider)
     try:
         with transaction.atomic():
             return Agent.objects.create(
@@ -72,27 +72,29 @@ def agent_create(
         ) from None
 
 
-def fallbacks_checked(fallbacks: list[dict[str, Any]], *, model: str) -> list[dict[str, Any]]:
-    """An agent's alternates as stored (architecture.md §6.11), each provider found, each
-    naming a model of its own: a provider's stated wait binds (agent, model), so two targets
-    with one model name would share their holds. Raises ``BadRequest`` naming the field."""
+def fallbacks_checked(
+    fallbacks: list[dict[str, Any]], *, model: str, provider: str
+) -> list[dict[str, Any]]:
+    """An agent's alternates as stored (architecture.md §6.11): each provider found, each
+    (provider, model) neither the agent's own nor listed before. Raises ``BadRequest`` naming
+    the field."""
     names = {f["provider"] for f in fallbacks}
     known = set(Provider.objects.filter(name__in=names).values_list("name", flat=True))
-    seen = {model}
+    seen = {(provider, model)}
     stored = []
     for index, entry in enumerate(fallbacks):
         if entry["provider"] not in known:
             raise bad_field(
                 f"fallbacks[{index}].provider", f"no provider named {entry['provider']!r}"
             )
-        if entry["model"] in seen:
+        target = (entry["provider"], entry["model"])
+        if target in seen:
             raise bad_field(
                 f"fallbacks[{index}].model",
-                f"{entry['model']!r} is already the agent's model or an earlier alternate's; "
-                "each alternate names a model of its own (a provider's wait binds the agent "
-                "and the model)",
+                f"{entry['model']!r} on {entry['provider']!r} is already the agent's own "
+                "provider and model or an earlier alternate",
             )
-        seen.add(entry["model"])
+        seen.add(target)
         stored.append(
             {
                 "provider": entry["provider"],
@@ -112,6 +114,7 @@ def agent_update(*, agent: Agent, changes: dict[str, Any]) -> Agent:
             "fallbacks": fallbacks_checked(
                 listed if listed is not None else list(agent.fallbacks or []),
                 model=changes.get("model") or agent.model,
+                provider=agent.provider.name,
             ),
         }
     fields = [f for f in changes if f in allowed]

@@ -23,7 +23,13 @@ from calls.run import ProviderCall
 from calls.types import CompiledRequest, Message, ProviderError
 from inference.models import InferenceCall
 from turns.routing import SWITCH_ON, alternates
-from turns.serving import Serving, primary_serving, serving_choose, serving_noted
+from turns.serving import (
+    Serving,
+    primary_serving,
+    serving_choose,
+    serving_noted,
+    wait_provider,
+)
 from waits.admission import admission_check, remaining_ms
 from waits.services import wait_record
 
@@ -157,7 +163,7 @@ def _next(call: ProviderCall, tried: set[int]) -> Serving | None:
     if result.outcome == "completed" or error is None or error.type not in SWITCH_ON:
         return None
     if error.retry_after_ms is not None:
-        _wait_recorded(agent, row.model, error)
+        _wait_recorded(agent, row.model, error, wait_provider(agent, call.provider))
     serving = serving_choose(agent, time.time() * 1000)
     if serving is None or not serving.choice.fresh or serving.choice.index in tried:
         return None
@@ -168,21 +174,25 @@ def _next(call: ProviderCall, tried: set[int]) -> Serving | None:
 def _ended(call: ProviderCall, *, recorded: bool = False) -> dict[str, Any]:
     row = call.row if recorded else call.end()
     assert call.result is not None
-    return _outcome(call.agent, call.request.model, row, call.result)
+    provider = wait_provider(call.agent, call.provider)
+    return _outcome(call.agent, call.request.model, row, call.result, provider)
 
 
-def _wait_recorded(agent: Agent, model: str, error: ProviderError) -> bool:
+def _wait_recorded(agent: Agent, model: str, error: ProviderError, provider: str = "") -> bool:
     assert error.retry_after_ms is not None
     return wait_record(
         agent=agent,
         model=model,
+        provider=provider,
         retry_after_ms=error.retry_after_ms,
         reason=f"{error.type} (HTTP {error.http_status}): {error.message[:300]}",
         now_ms=time.time() * 1000,
     ).binding
 
 
-def _outcome(agent: Agent, model: str, call: InferenceCall, result: CallResult) -> dict[str, Any]:
+def _outcome(
+    agent: Agent, model: str, call: InferenceCall, result: CallResult, provider: str = ""
+) -> dict[str, Any]:
     """The completion, or the error it raises (a stated wait recorded first)."""
     if result.outcome == "completed" and result.output is not None:
         return {
@@ -195,7 +205,7 @@ def _outcome(agent: Agent, model: str, call: InferenceCall, result: CallResult) 
     if result.outcome == "cut":
         raise CallTimedOut(error.message, data={"bound": error.bound, "call": call.pk})
     if error.retry_after_ms is not None:
-        recorded = _wait_recorded(agent, model, error)
+        recorded = _wait_recorded(agent, model, error, provider)
         wait = error.retry_after_ms if math.isfinite(error.retry_after_ms) else None
         raise RateLimited(
             error.message,

@@ -135,13 +135,19 @@ def next_call_at(*, agent: str, model: str) -> datetime:
 
 
 def record_wait(
-    turn: Turn, error: ProviderError, now_ms: float, *, model: str | None = None
+    turn: Turn,
+    error: ProviderError,
+    now_ms: float,
+    *,
+    model: str | None = None,
+    provider: str = "",
 ) -> bool:
-    """Record the provider's stated wait for (agent, ``model``: the one that stated it, the
-    agent's own by default). Returns whether it binds."""
+    """Record the provider's stated wait for (agent, ``model``, ``provider``: the target that
+    stated it, the agent's own by default). Returns whether it binds."""
     recorded = wait_record(
         agent=turn.agent,
         model=model or turn.agent.model,
+        provider=provider,
         retry_after_ms=error.retry_after_ms if error.retry_after_ms is not None else 0,
         reason=f"{error.type} (HTTP {error.http_status}): {error.message[:300]}",
         now_ms=now_ms,

@@ -49,6 +49,12 @@ class Serving:
         return self.choice.index > 0
 
 
+def wait_provider(agent: Agent, provider: Provider) -> str:
+    """How the journal names the provider a wait binds on: "" for the agent's own (as in
+    every wait recorded before alternates existed), else its name (§6.11)."""
+    return "" if provider.pk == agent.provider_id else provider.name
+
+
 def primary_serving(agent: Agent) -> Serving:
     return Serving(Target(agent.provider, agent.model), Choice(0, "primary"))
 
@@ -84,7 +90,12 @@ def serving_choose(agent: Agent, now_ms: float) -> Serving | None:
     seen: list[Seen] = []
     latest_id, previous = 0, None
     for index, target in enumerate(targets):
-        hold = admission_check(agent=agent, model=target.model, now_ms=now_ms)
+        hold = admission_check(
+            agent=agent,
+            model=target.model,
+            now_ms=now_ms,
+            provider=wait_provider(agent, target.provider),
+        )
         rows = list(
             InferenceCall.objects.filter(
                 agent=agent, provider=target.provider, model=target.model, outcome__in=ENDED

@@ -47,7 +47,7 @@ from turns.moves import turn_fail, turn_fail_unstorable, turn_hand_back, turn_re
 from turns.policy import Action, PolicySettings, RetryState, decide
 from turns.routing import SWITCH_ON, alternates
 from turns.services import cancel_key
-from turns.serving import Serving, serving_choose
+from turns.serving import Serving, serving_choose, wait_provider
 from turns.tracing import turn_traced
 from turns.turn_rows import (
     AnswerUnstorable,
@@ -168,7 +168,7 @@ class TurnRun:
         if error is not None and error.retry_after_ms is not None:
             if turn.agent.kind != Agent.Kind.EPHEMERAL:
                 self.binding = await self.runtime.db(
-                    record_wait, turn, error, time.time() * 1000, model=call.row.model
+                    record_wait, turn, error, time.time() * 1000, **self._stated_by()
                 )
         output = result.output
         completed = result.outcome == "completed" and output is not None
@@ -232,7 +232,7 @@ class TurnRun:
             else:
                 if self.binding is None:
                     self.binding = await self.runtime.db(
-                        record_wait, turn, error, now_ms, model=self.call.row.model
+                        record_wait, turn, error, now_ms, **self._stated_by()
                     )
                 if self.binding:
                     return Step.ADMIT  # its admission check holds the turn
@@ -247,7 +247,7 @@ class TurnRun:
             )
         if error.retry_after_ms is not None and self.binding is None:
             # A terminal failure keeps its disposition; the wait it stated binds what follows.
-            await self.runtime.db(record_wait, turn, error, now_ms, model=self.call.row.model)
+            await self.runtime.db(record_wait, turn, error, now_ms, **self._stated_by())
         if (
             decision.action is Action.EXHAUST
             and error.type != "timeout"
@@ -256,6 +256,14 @@ class TurnRun:
             return self._end(Outcome.ENDED)
         status = Turn.Status.EXHAUSTED if decision.action is Action.EXHAUST else Turn.Status.FAILED
         return await self._fail(error, status, timed_out_again=decision.timed_out_again)
+
+    def _stated_by(self) -> dict[str, str]:
+        """The target a stated wait binds: the call's model on its provider (§6.11)."""
+        call = self.call
+        return {
+            "model": call.row.model,
+            "provider": wait_provider(self.turn.agent, call.provider),
+        }
 
     async def _switched(self, error: ProviderError, now_ms: float) -> bool:
         """Whether the next call goes at once to another target than this one's: a failure
@@ -268,7 +276,7 @@ class TurnRun:
         if error.retry_after_ms is not None and self.binding is None:
             # Its wait first: the choice reads the journal.
             self.binding = await self.runtime.db(
-                record_wait, self.turn, error, now_ms, model=self.call.row.model
+                record_wait, self.turn, error, now_ms, **self._stated_by()
             )
         serving = await self.runtime.db(serving_choose, self.turn.agent, now_ms)
         if serving is None or not serving.choice.fresh:

@@ -29,8 +29,9 @@ class Hold:
     source: Literal["recorded", "pending", "unreadable"]
 
 
-def admission_check(*, agent: Agent, model: str, now_ms: float) -> Hold | None:
-    """None when a call to ``model`` for ``agent`` may go out at ``now_ms``, else the hold.
+def admission_check(*, agent: Agent, model: str, now_ms: float, provider: str = "") -> Hold | None:
+    """None when a call to ``model`` (on ``provider``, "" for the agent's own) for ``agent``
+    may go out at ``now_ms``, else the hold.
 
     An ephemeral agent is never held: nothing is recorded for it (§6.9), and it is not held by
     unreadable records either. Pass the real time: the cached view is refreshed on the
@@ -50,7 +51,7 @@ def admission_check(*, agent: Agent, model: str, now_ms: float) -> Hold | None:
             model=EVERY_MODEL,
             source="unreadable",
         )
-    wait = book.lookup(agent.name, model)
+    wait = book.lookup(agent.name, model, provider)
     if wait is None or not wait_binds(wait.until, now_ms):
         return None
     return Hold(until_ms=wait.until, reason=wait.reason, model=model, source=wait.source)

@@ -8,8 +8,9 @@ No ORM, no I/O, no clock reads. Times are milliseconds since the Unix epoch (UTC
   released (``until is None``); a wait already over records nothing.
 - ``entry_parse`` validates one journal row; anything that is not a well-formed wait raises
   ``Malformed`` and makes the records unreadable.
-- ``WaitBook`` is the reduction: the longest wait per (agent, model) wins, ``None`` outlasts any
-  instant, ties change nothing, a release removes one model's wait or every model's (``*``).
+- ``WaitBook`` is the reduction: the longest wait per (agent, model, provider) wins, ``None``
+  outlasts any instant, ties change nothing, a release removes one model's wait (on one
+  provider, or on every provider) or every model's (``*``). Provider ``""`` is the agent's own.
   While the records are unreadable it also knows what a later release made certain again.
 """
 
@@ -27,6 +28,7 @@ MAX_INSTANT_MS: Final = 253_402_300_799_999
 EVERY_MODEL: Final = "*"
 AGENT_NAME_LIMIT: Final = 100  # agentops.models.Agent.name
 MODEL_NAME_LIMIT: Final = 200  # agentops.models.Agent.model
+PROVIDER_NAME_LIMIT: Final = 100  # agentops.models.Provider.name
 
 Kind = Literal["set", "release", "checkpoint"]
 KINDS: Final = ("set", "release", "checkpoint")
@@ -90,7 +92,8 @@ def outlasts(a: int | None, b: int | None) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Wait:
-    """One (agent, model)'s recorded wait. ``set_at`` is when the winning wait was stated."""
+    """One (agent, model, provider)'s recorded wait. ``set_at`` is when the winning wait was
+    stated; ``provider`` "" is the agent's own."""
 
     agent: str
     model: str
@@ -98,6 +101,7 @@ class Wait:
     reason: str
     set_at: float
     source: Source = "recorded"
+    provider: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +116,7 @@ class Entry:
     at: float = 0.0
     id: int | None = None
     waits: tuple[Wait, ...] = ()  # a checkpoint's snapshot
+    provider: str = ""  # a set's provider ("" the agent's own); a release's ("" every one)
 
 
 class Malformed(ValueError):
@@ -212,9 +217,10 @@ def entry_parse(row: Mapping[str, Any]) -> Entry:
             waits=_snapshot(row.get("data"), row_id),
         )
     agent = _name(row, "agent", row_id, limit=AGENT_NAME_LIMIT)
+    provider = _provider(row, row_id)
     if kind == "release":
         model = _name(row, "model", row_id, limit=MODEL_NAME_LIMIT, every_model=True)
-        return Entry(kind="release", agent=agent, model=model, id=row_id)
+        return Entry(kind="release", agent=agent, model=model, id=row_id, provider=provider)
     model = _name(row, "model", row_id, limit=MODEL_NAME_LIMIT)
     if "until_ms" not in row:
         raise Malformed(row_id, "until is missing")
@@ -225,13 +231,30 @@ def entry_parse(row: Mapping[str, Any]) -> Entry:
     at = _instant(row.get("at_ms"))
     if at is None:
         raise Malformed(row_id, "at is missing or out of range")
-    return Entry(kind="set", agent=agent, model=model, until=until, reason=reason, at=at, id=row_id)
+    return Entry(
+        kind="set",
+        agent=agent,
+        model=model,
+        until=until,
+        reason=reason,
+        at=at,
+        id=row_id,
+        provider=provider,
+    )
+
+
+def _provider(row: Mapping[str, Any], row_id: Any, where: str = "") -> str:
+    """A row's provider: absent or "" (the agent's own, as in rows before alternates), or a
+    usable name."""
+    if not row.get("provider"):
+        return ""
+    return _name(row, "provider", row_id, limit=PROVIDER_NAME_LIMIT, where=where)
 
 
 def _snapshot(data: object, row_id: Any) -> tuple[Wait, ...]:
     if not isinstance(data, Mapping) or not isinstance(data.get("waits"), list):
         raise Malformed(row_id, "a checkpoint without a snapshot (data.waits is not a list)")
-    seen: set[tuple[str, str]] = set()
+    seen: set[tuple[str, str, str]] = set()
     waits = []
     for index, item in enumerate(data["waits"]):
         where = f"snapshot wait {index}: "
@@ -239,9 +262,10 @@ def _snapshot(data: object, row_id: Any) -> tuple[Wait, ...]:
             raise Malformed(row_id, f"{where}not an object")
         agent = _name(item, "agent", row_id, limit=AGENT_NAME_LIMIT, where=where)
         model = _name(item, "model", row_id, limit=MODEL_NAME_LIMIT, where=where)
-        if (agent, model) in seen:
+        provider = _provider(item, row_id, where)
+        if (agent, model, provider) in seen:
             raise Malformed(row_id, f"{where}({agent!r}, {model!r}) is listed twice"[:300])
-        seen.add((agent, model))
+        seen.add((agent, model, provider))
         if "until" not in item:
             raise Malformed(row_id, f"{where}until is missing")
         until = _until(item["until"], row_id, where)
@@ -251,20 +275,31 @@ def _snapshot(data: object, row_id: Any) -> tuple[Wait, ...]:
         if set_at is None:
             raise Malformed(row_id, f"{where}set_at is missing or out of range")
         waits.append(
-            Wait(agent=agent, model=model, until=until, reason=item["reason"], set_at=set_at)
+            Wait(
+                agent=agent,
+                model=model,
+                until=until,
+                reason=item["reason"],
+                set_at=set_at,
+                provider=provider,
+            )
         )
     return tuple(waits)
 
 
 def wait_snapshot(wait: Wait) -> dict[str, Any]:
-    """A wait as a checkpoint lists it (the inverse of the snapshot's parse)."""
-    return {
+    """A wait as a checkpoint lists it (the inverse of the snapshot's parse); ``provider``
+    only for an alternate's, so the agent's own read as before alternates existed."""
+    snapshot: dict[str, Any] = {
         "agent": wait.agent,
         "model": wait.model,
         "until": wait.until,
         "reason": wait.reason,
         "set_at": wait.set_at,
     }
+    if wait.provider:
+        snapshot["provider"] = wait.provider
+    return snapshot
 
 
 # --- the reduction (§6.3) ------------------------------------------------------------------
@@ -298,7 +333,7 @@ class Unreadable:
 
 @dataclass
 class WaitBook:
-    """The reduction of journal entries: {agent: {model: Wait}}.
+    """The reduction of journal entries: {agent: {(model, provider): Wait}}.
 
     When a row could not be read (``unreadable`` is set), nothing is known about any
     (agent, model) except what a later release made certain: ``known_agents`` (released for
@@ -306,7 +341,7 @@ class WaitBook:
     Waits set after such a release are tracked as usual.
     """
 
-    waits: dict[str, dict[str, Wait]] = field(default_factory=dict)
+    waits: dict[str, dict[tuple[str, str], Wait]] = field(default_factory=dict)
     unreadable: Unreadable | None = None
     known_agents: set[str] = field(default_factory=set)
     known_pairs: set[tuple[str, str]] = field(default_factory=set)
@@ -331,7 +366,7 @@ class WaitBook:
         # A checkpoint is the reduction of everything before it: it replaces the book.
         self.waits = {}
         for wait in entry.waits:
-            self.waits.setdefault(wait.agent, {})[wait.model] = wait
+            self.waits.setdefault(wait.agent, {})[(wait.model, wait.provider)] = wait
         self.unreadable = None
         self.known_agents.clear()
         self.known_pairs.clear()
@@ -339,15 +374,17 @@ class WaitBook:
 
     def _set(self, entry: Entry, source: Source) -> Applied:
         models = self.waits.setdefault(entry.agent, {})
-        if not set_changes(models.get(entry.model), entry.until):
+        key = (entry.model, entry.provider)
+        if not set_changes(models.get(key), entry.until):
             return Applied(changed=False)
-        models[entry.model] = Wait(
+        models[key] = Wait(
             agent=entry.agent,
             model=entry.model,
             until=entry.until,
             reason=entry.reason,
             set_at=entry.at,
             source=source,
+            provider=entry.provider,
         )
         return Applied(changed=True)
 
@@ -359,12 +396,14 @@ class WaitBook:
             if self.unreadable:
                 self.known_agents.add(entry.agent)
             return Applied(lifted=lifted)
-        wait = models.pop(entry.model, None)
+        # A release names one provider's hold, or ("") the model's on every provider.
+        keys = [key for key in models if key[0] == entry.model and entry.provider in ("", key[1])]
+        lifted = tuple(models.pop(key) for key in keys)
         if not models:
             self.waits.pop(entry.agent, None)
-        if self.unreadable:
+        if self.unreadable and not entry.provider:
             self.known_pairs.add((entry.agent, entry.model))
-        return Applied(lifted=(wait,) if wait else ())
+        return Applied(lifted=lifted)
 
     def mark_unreadable(self, row_id: Any, problem: str) -> None:
         """A row could not be read: from here on nothing is known until a release says so.
@@ -382,9 +421,9 @@ class WaitBook:
             and (agent, model) not in self.known_pairs
         )
 
-    def lookup(self, agent: str, model: str) -> Wait | None:
+    def lookup(self, agent: str, model: str, provider: str = "") -> Wait | None:
         models = self.waits.get(agent)
-        return models.get(model) if models else None
+        return models.get((model, provider)) if models else None
 
     def binding(self, now_ms: float) -> Iterator[Wait]:
         """Every recorded wait that binds at ``now`` (the unreadable hold is not a wait)."""

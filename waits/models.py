@@ -25,6 +25,10 @@ class WaitJournalEntry(models.Model):
     agent = models.CharField(max_length=100, blank=True, default="")
     # A model name; "*" (every model) in a release.
     model = models.CharField(max_length=200, blank=True, default="")
+    # The provider the model was called on, when it is not the agent's own (an alternate's,
+    # architecture.md §6.11); "" is the agent's own provider, as in every row written before
+    # alternates existed. A release with "" lifts the model on every provider.
+    provider = models.CharField(max_length=100, blank=True, default="", db_default="")
     # The wait's deadline in ms since the epoch; null holds until released (§6.2).
     until_ms = models.BigIntegerField(null=True, blank=True)
     reason = models.TextField(blank=True, default="")

@@ -28,6 +28,8 @@ def binding_waits(
         {
             "agent": w.agent,
             "model": w.model,
+            # The alternate's provider it binds on; null: the agent's own (§6.11).
+            "provider": w.provider or None,
             "until": ms_to_datetime(w.until) if w.until is not None else None,
             "reason": w.reason,
             "set_at": ms_to_datetime(w.set_at),
@@ -50,13 +52,14 @@ def binding_waits(
                 {
                     "agent": name,
                     "model": EVERY_MODEL,
+                    "provider": None,
                     "until": None,
                     "reason": f"the provider-waits journal cannot be read ({cause.describe()})",
                     "set_at": None,
                     "source": "unreadable",
                 }
             )
-    waits.sort(key=lambda w: (w["agent"], w["model"]))
+    waits.sort(key=lambda w: (w["agent"], w["model"], w["provider"] or ""))
     return book.readable, waits
 
 

@@ -90,9 +90,16 @@ class Receipt:
 
 
 def wait_record(
-    *, agent: Agent, model: str, retry_after_ms: float, reason: str, now_ms: float
+    *,
+    agent: Agent,
+    model: str,
+    retry_after_ms: float,
+    reason: str,
+    now_ms: float,
+    provider: str = "",
 ) -> WaitRecorded:
-    """Record the provider's stated wait for (agent, model) at ``now_ms`` (§6.2, §6.3).
+    """Record the provider's stated wait for (agent, model) at ``now_ms`` (§6.2, §6.3), on
+    ``provider`` when it is an alternate's ("": the agent's own, §6.11).
 
     An ephemeral agent records nothing (its run decides about the wait). A wait already over
     (zero or negative) records nothing and leaves a wait in force as it was. Otherwise the
@@ -105,6 +112,7 @@ def wait_record(
     if problem:
         raise ValueError(f"wait_record: model {problem}")
     stated = _stated_text(retry_after_ms)
+    shown = f"{model} on {provider}" if provider else model
     if agent.kind == Agent.Kind.EPHEMERAL:
         logger.info(
             "agent %s (ephemeral) model %s: the provider asked to wait %s; "
@@ -116,7 +124,7 @@ def wait_record(
         return WaitRecorded(binding=False, until_ms=None, changed=False, receipt="none")
     deadline = wait_deadline(now_ms=now_ms, retry_after_ms=retry_after_ms)
     if deadline.over:
-        held, until = _hold_of(journal_binding(now_ms=now_ms), agent.name, model, now_ms)
+        held, until = _hold_of(journal_binding(now_ms=now_ms), agent.name, model, now_ms, provider)
         logger.info(
             "agent %s model %s: the provider's stated wait (%s) is already over; nothing recorded",
             agent.name,
@@ -129,20 +137,26 @@ def wait_record(
         clean_requester(str(reason), limit=10 * FAILURE_TEXT_LIMIT), FAILURE_TEXT_LIMIT
     )
     entry = Entry(
-        kind="set", agent=agent.name, model=model, until=deadline.until, reason=reason, at=now_ms
+        kind="set",
+        agent=agent.name,
+        model=model,
+        until=deadline.until,
+        reason=reason,
+        at=now_ms,
+        provider=provider,
     )
     alert_ms = settings.AGENTOPS_WAIT_ALERT_MS
     with journal_session(now_ms=now_ms) as session:
-        current = session.binding.lookup(agent.name, model)
+        current = session.binding.lookup(agent.name, model, provider)
         changed = set_changes(current, deadline.until)
         alert = (
             changed
             and hold_level(deadline.until, now_ms=now_ms, alert_ms=alert_ms) > 0
-            and not hold_already_alerted(agent=agent.name, model=model, until=deadline.until)
+            and not hold_already_alerted(agent=agent.name, model=shown, until=deadline.until)
         )
         message = _wait_alert_message(
             agent=agent.name,
-            model=model,
+            model=shown,
             until=deadline.until,
             stated=stated,
             reason=reason,
@@ -151,7 +165,7 @@ def wait_record(
         on_insert = (
             _wait_alert_writer(
                 agent=agent.name,
-                model=model,
+                model=shown,
                 until=deadline.until,
                 stated=stated,
                 reason=reason,
@@ -162,7 +176,7 @@ def wait_record(
             else None
         )
         recorded = session.append(entry, by="provider", on_insert=on_insert)
-        held, until = _hold_of(session.binding, agent.name, model, now_ms)
+        held, until = _hold_of(session.binding, agent.name, model, now_ms, provider)
 
     if changed:
         dashboard_hold_started(
@@ -200,10 +214,12 @@ def wait_record(
     )
 
 
-def _hold_of(book: WaitBook, agent: str, model: str, now_ms: float) -> tuple[bool, int | None]:
+def _hold_of(
+    book: WaitBook, agent: str, model: str, now_ms: float, provider: str = ""
+) -> tuple[bool, int | None]:
     if book.unknown(agent, model):
         return True, None
-    wait = book.lookup(agent, model)
+    wait = book.lookup(agent, model, provider)
     if wait is not None and wait_binds(wait.until, now_ms):
         return True, wait.until
     return False, None
@@ -429,8 +445,11 @@ def _lifted(book: WaitBook, agent: str, model: str, now_ms: float) -> list[tuple
         return lifted
     if book.unknown(agent, model):
         return [(model, None)]
-    wait = book.lookup(agent, model)
-    return [(model, wait.until)] if wait is not None and wait_binds(wait.until, now_ms) else []
+    # The model's holds on every provider (the agent's own, and alternates' of that name).
+    return sorted(
+        ((w.model, w.until) for w in book.agent_binding(agent, now_ms) if w.model == model),
+        key=lambda lifted: (lifted[1] is None, lifted[1] or 0),
+    )
 
 
 # --- checkpoints ------------------------------------------------------------------------------

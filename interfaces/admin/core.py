@@ -107,7 +107,12 @@ class AgentForm(forms.ModelForm):
             )
             return cleaned
         try:
-            cleaned["fallbacks"] = fallbacks_checked(listed, model=str(cleaned.get("model") or ""))
+            provider = cleaned.get("provider")
+            cleaned["fallbacks"] = fallbacks_checked(
+                listed,
+                model=str(cleaned.get("model") or ""),
+                provider=provider.name if provider is not None else "",
+            )
         except BadRequest as exc:
             self.add_error("fallbacks", str(exc))
         return cleaned

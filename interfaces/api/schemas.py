@@ -109,6 +109,8 @@ class AgentPatch(Strict):
 class WaitOut(BaseModel):
     agent: str
     model: str
+    # The alternate's provider the wait binds on; null for the agent's own provider.
+    provider: str | None = None
     until: datetime | None
     reason: str
     set_at: datetime | None

@@ -40,6 +40,8 @@ ModelName = Annotated[Line, Field(max_length=200)]
 class WaitOut(Schema):
     agent: str
     model: str
+    # The alternate's provider the wait binds on; null: the agent's own (architecture §6.11).
+    provider: str | None = None
     until: datetime | None
     reason: str
     set_at: datetime | None

@@ -102,10 +102,10 @@ def test_an_agents_alternates_are_checked_in_the_admin_as_in_the_api(
         "tools": "[]",
     }
     same_model = client.post(
-        url, {**form, "fallbacks": '[{"provider": "standin-anthropic", "model": "answer"}]'}
+        url, {**form, "fallbacks": '[{"provider": "standin-openai", "model": "answer"}]'}
     )
     assert same_model.status_code == 200
-    assert "each alternate names a model of its own" in same_model.content.decode()
+    assert "is already the agent&#x27;s own provider and model" in same_model.content.decode()
     unknown = client.post(url, {**form, "fallbacks": '[{"provider": "nowhere", "model": "m"}]'})
     assert "no provider named" in unknown.content.decode()
     agent.refresh_from_db()

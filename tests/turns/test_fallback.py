@@ -196,7 +196,7 @@ def test_fallbacks_are_checked_like_the_agents_own_provider_and_model(
     same = create(
         [
             {"provider": "standin-anthropic", "model": "x"},
-            {"provider": "standin-openai", "model": "x"},
+            {"provider": "standin-anthropic", "model": "x"},
         ]
     )
     assert same.status_code == 400 and same.json()["data"]["field"] == "fallbacks[1].model"
@@ -213,11 +213,11 @@ def test_fallbacks_are_checked_like_the_agents_own_provider_and_model(
     ]
     clash = api.patch(
         "/api/v1/agents/fb-agent",
-        data=json.dumps({"model": "claude-alt"}),
+        data=json.dumps({"fallbacks": [{"provider": "standin-openai", "model": "answer"}]}),
         content_type="application/json",
     )
     assert clash.status_code == 400 and clash.json()["data"]["field"] == "fallbacks[0].model"
-    assert Agent.objects.get(name="fb-agent").model == "answer"
+    assert Agent.objects.get(name="fb-agent").fallbacks[0]["model"] == "claude-alt"
     cleared = api.patch(
         "/api/v1/agents/fb-agent",
         data=json.dumps({"fallbacks": []}),
@@ -243,3 +243,28 @@ def test_complete_goes_to_the_alternate_within_the_request_and_then_directly(
     named = complete(api, agent.name, model=LONG_429)
     assert named.status_code == 429
     assert per_model(standin_requests()) == {LONG_429: 1, ALTERNATE: 2}
+
+
+def test_a_wait_binds_the_provider_that_stated_it_not_another_serving_the_same_model(
+    api: Client, make_agent: Any, standin_requests: Any
+) -> None:
+    # The same model name on two providers: the primary's 429 does not hold the alternate,
+    # which is called (and, playing the same scenario, states a wait of its own).
+    agent = make_agent(model=LONG_429)
+    agent.fallbacks = [{"provider": "standin-anthropic", "model": LONG_429, "context_window": None}]
+    agent.save(update_fields=["fallbacks"])
+    turn = wait_turn(api, submit(api, agent.name, ("alice", "hello"))["id"], {"held"})
+    assert [r["path"] for r in standin_requests()] == ["/v1/chat/completions", "/v1/messages"]
+    waits = api.get(f"/api/v1/waits?agent={agent.name}").json()["waits"]
+    assert sorted((w["model"], w["provider"] or "") for w in waits) == [
+        (LONG_429, ""),
+        (LONG_429, "standin-anthropic"),
+    ]
+    assert turn["status"] == "held"
+    # Releasing the model lifts it on both providers.
+    released = api.post(
+        "/api/v1/waits/release",
+        data=json.dumps({"agent": agent.name, "model": LONG_429, "reason": "fixed"}),
+        content_type="application/json",
+    )
+    assert len(released.json()["receipts"]) == 2, released.content

@@ -646,7 +646,7 @@ def test_a_checkpoint_makes_unreadable_records_readable_again() -> None:
     assert book.readable and book.unreadable is None
     assert book.known_agents == set() and book.known_pairs == set()
     assert not book.unknown("ada", "m1") and not book.unknown("dee", "m1")
-    assert book.waits == {"cy": {"m1": kept}}
+    assert book.waits == {"cy": {("m1", ""): kept}}
 
 
 def test_pending_acts_apply_over_an_unreadable_book_keeping_what_it_knows() -> None:
@@ -693,3 +693,39 @@ def test_binding_lists_every_wait_that_binds_now_and_agent_binding_one_agents() 
     assert pairs(book.agent_binding("ada", 5000)) == [("ada", "m2")]
     assert pairs(book.agent_binding("bob", 5999)) == [("bob", "m1")]
     assert book.agent_binding("cy", 0) == []
+
+
+# --- alternates: a wait binds (agent, model, provider) (§6.11) ------------------------------
+
+
+def test_a_wait_on_an_alternates_provider_binds_only_there_and_a_release_of_the_model_lifts_both() -> (
+    None
+):
+    book = journal_reduce(
+        [
+            row("set", id=1, until_ms=9000),
+            row("set", id=2, until_ms=8000, provider="azure"),
+        ]
+    )
+    assert book.lookup("ada", "m1").until == 9000  # the agent's own provider ("")
+    assert book.lookup("ada", "m1", "azure").until == 8000
+    assert book.lookup("ada", "m1", "other") is None
+    only_azure = book.copy()
+    lifted = only_azure.apply(Entry(kind="release", agent="ada", model="m1", provider="azure"))
+    assert [w.provider for w in lifted.lifted] == ["azure"]
+    assert only_azure.lookup("ada", "m1").until == 9000
+    both = book.apply(Entry(kind="release", agent="ada", model="m1"))
+    assert sorted(w.provider for w in both.lifted) == ["", "azure"]
+    assert book.waits == {}
+
+
+def test_a_rows_provider_is_checked_like_a_name_and_kept_through_a_checkpoint() -> None:
+    with pytest.raises(Malformed, match="provider must not contain control characters"):
+        entry_parse(row("set", until_ms=9000, provider="az\x1bure"))
+    assert entry_parse(row("set", until_ms=9000)).provider == ""
+    wait = Wait(agent="ada", model="m1", until=9000, reason="r", set_at=NOW, provider="azure")
+    snapshot = wait_snapshot(wait)
+    assert snapshot["provider"] == "azure"
+    assert "provider" not in wait_snapshot(Wait("ada", "m1", 9000, "r", NOW))
+    parsed = entry_parse(row("checkpoint", data={"waits": [snapshot]}))
+    assert parsed.waits == (wait,)

@@ -25,14 +25,37 @@ WRITE_ERRORS: Final = (DatabaseError, TransactionManagementError, RuntimeError)
 READ_ERRORS: Final = (DatabaseError, TransactionManagementError)
 
 TABLE = WaitJournalEntry._meta.db_table
-_COLUMNS = ("act_id", "kind", "agent", "model", "until_ms", "reason", "by", "at", "data")
+_COLUMNS = (
+    "act_id",
+    "kind",
+    "agent",
+    "model",
+    "until_ms",
+    "reason",
+    "by",
+    "at",
+    "data",
+    "provider",
+)
 INSERT_SQL = (
     f"INSERT INTO {connection.ops.quote_name(TABLE)} "
     f"({', '.join(connection.ops.quote_name(c) for c in _COLUMNS)}) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s) "
     "ON CONFLICT (act_id) DO NOTHING RETURNING id"
 )
-_READ_FIELDS = ("id", "act_id", "kind", "agent", "model", "until_ms", "reason", "by", "at", "data")
+_READ_FIELDS = (
+    "id",
+    "act_id",
+    "kind",
+    "agent",
+    "model",
+    "until_ms",
+    "reason",
+    "by",
+    "at",
+    "data",
+    "provider",
+)
 
 
 def ms_to_datetime(ms: float) -> datetime:

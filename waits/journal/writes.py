@@ -73,6 +73,7 @@ def act_write(act: Act, *, replay: bool) -> bool:
                     act.by,
                     ms_to_datetime(entry.at),
                     json.dumps({}),
+                    entry.provider,
                 ],
             )
             inserted = cursor.fetchone() is not None
@@ -158,7 +159,7 @@ def checkpoint_write(*, now_ms: float, by: str) -> int:
                 f"the journal is unreadable ({book.unreadable.describe()}); "
                 "repair that row before writing a checkpoint"
             )
-        waits = sorted(book.binding(now_ms), key=lambda w: (w.agent, w.model))
+        waits = sorted(book.binding(now_ms), key=lambda w: (w.agent, w.model, w.provider))
         data = {
             "waits": [wait_snapshot(w) for w in waits],
             "through": rows[-1]["id"] if rows else 0,
@@ -175,6 +176,7 @@ def checkpoint_write(*, now_ms: float, by: str) -> int:
                 by,
                 ms_to_datetime(now_ms),
                 json.dumps(data),
+                "",
             ],
         )
         found = cursor.fetchone()
