@@ -707,13 +707,14 @@ def test_a_wait_on_an_alternates_provider_binds_only_there_and_a_release_of_the_
             row("set", id=2, until_ms=8000, provider="azure"),
         ]
     )
-    assert book.lookup("ada", "m1").until == 9000  # the agent's own provider ("")
-    assert book.lookup("ada", "m1", "azure").until == 8000
+    own, azure = book.lookup("ada", "m1"), book.lookup("ada", "m1", "azure")
+    assert own is not None and own.until == 9000  # the agent's own provider ("")
+    assert azure is not None and azure.until == 8000
     assert book.lookup("ada", "m1", "other") is None
     only_azure = book.copy()
     lifted = only_azure.apply(Entry(kind="release", agent="ada", model="m1", provider="azure"))
     assert [w.provider for w in lifted.lifted] == ["azure"]
-    assert only_azure.lookup("ada", "m1").until == 9000
+    assert only_azure.lookup("ada", "m1") == own
     both = book.apply(Entry(kind="release", agent="ada", model="m1"))
     assert sorted(w.provider for w in both.lifted) == ["", "azure"]
     assert book.waits == {}
