@@ -343,10 +343,16 @@ def _json_passed(data: bytes, content_type: str) -> str | None:
 
 
 def _relayed(event: SseEvent) -> bytes:
-    """One of the provider's events as it goes on to the client, its data made safe."""
-    return sse_bytes(
-        event if event.comment else SseEvent(event.event, untrusted_json_text(event.data))
-    )
+    """One of the provider's events as it goes on to the client, its data made safe; nothing
+    for an event whose data is not a JSON object (nor ``[DONE]``): the call's own reading skips
+    it as no model event, and the client's SDK would raise parsing it. (A framing check, not a
+    parse: this runs for every event relayed.)"""
+    if event.comment:
+        return sse_bytes(event)
+    data = event.data.strip()
+    if not (data.startswith("{") and data.endswith("}")) and data != "[DONE]":
+        return b""
+    return sse_bytes(SseEvent(event.event, untrusted_json_text(event.data)))
 
 
 # The provider's answers after which the stream gets an error event of ours: its own error
@@ -366,14 +372,18 @@ async def relay(call: DropinCall, fmt: Format, seen: list[tuple[str, Any]]) -> A
     every_s = settings.AGENTOPS_DROPIN_KEEPALIVE_MS / 1000
     errored = False  # the provider answered an error status after the stream had started
     try:
+        started = False  # an event of the provider's went to the client
         if not any(kind == "headers" for kind, _ in seen):
-            yield fmt.keepalive()  # the provider has not answered yet: the client hears at once
+            # The provider has not answered yet (or is being waited out): the client hears
+            # at once.
+            yield fmt.keepalive(started=False)
         arrived = seen
         while True:
             # What arrived together goes out in one write: a write per tiny event cost the
             # web process a system call each.
             relayed = b"".join(_relayed(value) for kind, value in arrived if kind == "sse")
             if relayed:
+                started = True
                 yield relayed
             errored = errored or any(kind == "error_body" for kind, _ in arrived)
             if arrived and arrived[-1][0] == "end":
@@ -383,7 +393,7 @@ async def relay(call: DropinCall, fmt: Format, seen: list[tuple[str, Any]]) -> A
                     arrived = await call.arrived()
             except TimeoutError:
                 arrived = []
-                yield fmt.keepalive()
+                yield fmt.keepalive(started=started)
         ended = True
         result: CallResult | None = arrived[-1][1]
         failure = result.error if result is not None else None
