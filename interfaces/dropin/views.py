@@ -4,8 +4,10 @@ endpoints (architecture.md §14, API.md "Drop-in endpoints").
 An official SDK pointed here with an agentops API token as its key (``Authorization: Bearer``
 or ``x-api-key``) and an agent's name as ``model`` gets the agent's provider and model, as an
 auxiliary call (``turns.dropin``): admission, the progress bounds, classification,
-the provider's stated waits recorded, a call row. Streams are relayed event by event as they
-arrive, keepalives included; a cut ends the stream with an error event naming the bound.
+the provider's stated waits recorded, a call row. A transient failure before the provider's
+response started is made again there, each attempt its own row. Streams are relayed event by
+event as they arrive, keepalives included; a cut ends the stream with an error event naming the
+bound.
 Errors come in the endpoint's own format, so the SDK raises its usual exceptions.
 """
 
