@@ -75,6 +75,12 @@ def faulty(hostile: str, hostile_requests: Any, db: None) -> Callable[[str], Age
     return make
 
 
+def gap_s(later: InferenceCall, earlier: InferenceCall) -> float:
+    """Seconds from one attempt's end to the next one's send."""
+    assert later.sent_at is not None and earlier.ended_at is not None
+    return (later.sent_at - earlier.ended_at).total_seconds()
+
+
 def rows(agent: Agent, count: int) -> list[InferenceCall]:
     """The agent's call rows once ``count`` of them are recorded (a streamed call's row is
     completed just after its last event); never more than ``count``."""
@@ -113,13 +119,14 @@ def test_a_two_second_stated_wait_is_waited_out_and_the_model_called_again(
     assert time.monotonic() - started >= 2.0
     assert len(hostile_requests()) == 2
     first, second = rows(agent, 2)
+    assert first.error is not None
     assert (first.outcome, first.error["type"], first.error["retry_after_ms"]) == (
         "error",
         "rate_limit",
         2000,
     )
     assert second.outcome == "completed"
-    assert (second.sent_at - first.ended_at).total_seconds() >= 2.0
+    assert gap_s(second, first) >= 2.0
     # The wait is recorded as any stated wait is: it held the model for every process.
     assert WaitJournalEntry.objects.filter(agent=agent.name, model=agent.model).count() == 1
 
@@ -171,10 +178,9 @@ def test_a_5xx_or_a_reset_before_the_response_is_called_again_once_after_a_jitte
         assert answer.choices[0].message.content == SIXTY.strip()
     assert len(hostile_requests()) == 2
     first, second = rows(agent, 2)
-    assert first.outcome == "error" and second.outcome == "completed"
+    assert first.outcome == "error" and second.outcome == "completed" and first.error is not None
     assert first.error["type"] == ("server" if fault == "500:1" else "network"), first.error
-    gap = (second.sent_at - first.ended_at).total_seconds()
-    assert 0.1 <= gap <= JITTER_TOTAL_MS / 1000 + 0.5
+    assert 0.1 <= gap_s(second, first) <= JITTER_TOTAL_MS / 1000 + 0.5
 
 
 def test_a_first_token_after_20_seconds_is_answered_and_not_called_again(
