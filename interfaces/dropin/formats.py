@@ -52,12 +52,10 @@ class Format:
             }
         }
 
-    def keepalive(self, *, started: bool = True) -> bytes:
-        """What keeps a quiet stream's client alive: once the provider's stream ``started``,
-        Anthropic's ``ping`` event, else an SSE comment. Before it, a comment in every format:
-        the Anthropic SDK's ``messages.stream()`` raises on any event before ``message_start``,
-        and every SDK's SSE decoder skips comments."""
-        if self.kind == "anthropic" and started:
+    def keepalive(self) -> bytes:
+        """What keeps a quiet stream's client alive: Anthropic's ``ping`` event, else an SSE
+        comment; every SDK reads past both."""
+        if self.kind == "anthropic":
             return sse_bytes(SseEvent("ping", '{"type": "ping"}'))
         return b": keepalive\n\n"
 

@@ -374,18 +374,16 @@ async def relay(call: DropinCall, fmt: Format, seen: list[tuple[str, Any]]) -> A
     every_s = settings.AGENTOPS_DROPIN_KEEPALIVE_MS / 1000
     errored = False  # the provider answered an error status after the stream had started
     try:
-        started = False  # an event of the provider's went to the client
         if not any(kind == "headers" for kind, _ in seen):
             # The provider has not answered yet (or is being waited out): the client hears
             # at once.
-            yield fmt.keepalive(started=False)
+            yield fmt.keepalive()
         arrived = seen
         while True:
             # What arrived together goes out in one write: a write per tiny event cost the
             # web process a system call each.
             relayed = b"".join(_relayed(value) for kind, value in arrived if kind == "sse")
             if relayed:
-                started = True
                 yield relayed
             errored = errored or any(kind == "error_body" for kind, _ in arrived)
             if arrived and arrived[-1][0] == "end":
@@ -395,7 +393,7 @@ async def relay(call: DropinCall, fmt: Format, seen: list[tuple[str, Any]]) -> A
                     arrived = await call.arrived()
             except TimeoutError:
                 arrived = []
-                yield fmt.keepalive(started=started)
+                yield fmt.keepalive()
         ended = True
         result: CallResult | None = arrived[-1][1]
         failure = result.error if result is not None else None

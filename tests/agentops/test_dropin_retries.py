@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 import pytest
 
@@ -151,8 +152,8 @@ def test_a_streaming_caller_gets_keepalives_while_a_stated_wait_is_waited_out(
 def test_the_anthropic_sdks_message_stream_survives_a_waited_out_wait(
     server: str, user_token: str, standin_requests: Any, providers: dict[str, Provider]
 ) -> None:
-    # Keepalives before the provider's stream started are SSE comments: the SDK's stream
-    # helper raises on any event (a ping) before message_start.
+    # The stream helper, which refuses any event but a ping before message_start, gets the
+    # keepalives (pings) of the wait and then the answer of the second call.
     agent = AgentFactory.create(
         provider=providers["anthropic"],
         model="error:status=429,form=retry-after,wait_ms=2000,times=1",
@@ -163,6 +164,23 @@ def test_the_anthropic_sdks_message_stream_survives_a_waited_out_wait(
     client.close()
     assert len(standin_requests()) == 2
     assert [r.outcome for r in rows(agent, 2)] == ["error", "completed"]
+
+
+def test_a_caller_that_goes_away_during_a_wait_gets_no_second_call(
+    server: str, user_token: str, faulty: Any, hostile_requests: Any
+) -> None:
+    agent = faulty("429-wait-2:1")
+    with httpx.stream(
+        "POST",
+        f"{server}/v1/chat/completions",
+        json={"model": agent.name, "messages": USER, "stream": True},
+        headers={"Authorization": f"Bearer {user_token}"},
+        timeout=30,
+    ) as response:
+        assert next(response.iter_lines()) == ": keepalive"  # the wait is being waited out
+    time.sleep(3)  # past the wait: a second call would have gone out by now
+    assert len(hostile_requests()) == 1
+    assert [r.outcome for r in rows(agent, 1)] == ["error"]
 
 
 @pytest.mark.parametrize("fault", ["500:1", "reset:1"])
@@ -314,6 +332,7 @@ def test_what_is_called_again_after_a_jitter_and_what_is_not() -> None:
     assert again(failed(http_status=500)) == 700
     assert again(failed(http_status=503, type="overloaded")) == 700
     assert again(failed(type="network")) == 700
+    assert again(failed(type="overloaded", http_status=503, retry_after_ms=1500)) == 1500
     assert again(failed(type="rate_limit", http_status=429)) is None  # no wait stated
     assert again(failed(type="policy", http_status=400, retryable=False)) is None
     assert again(failed(type="timeout", outcome="cut")) is None  # a silent provider
