@@ -296,6 +296,30 @@ def test_content_cut_or_stalled_after_it_reached_the_caller_is_a_clean_error_nev
         assert row.bound == "between_events"
 
 
+@pytest.fixture(scope="module")
+def server_without_retries(django_db_setup: None, django_db_blocker: Any) -> Iterator[str]:
+    yield from asgi_server(
+        "no-retries",
+        {"AGENTOPS_INFERENCE_BOUNDS": json.dumps(BOUNDS), "AGENTOPS_DROPIN_RETRIES": "0"},
+    )
+
+
+@pytest.mark.parametrize("fault", ["500:1", "429-wait-2:1"])
+def test_no_call_is_made_again_with_retries_set_to_0(
+    server_without_retries: str, user_token: str, faulty: Any, hostile_requests: Any, fault: str
+) -> None:
+    agent = faulty(fault)
+    client = openai.OpenAI(
+        base_url=f"{server_without_retries}/v1", api_key=user_token, max_retries=0
+    )
+    with pytest.raises(openai.APIStatusError) as failed:
+        client.chat.completions.create(model=agent.name, messages=USER)
+    client.close()
+    assert failed.value.status_code == (500 if fault == "500:1" else 429)
+    assert len(hostile_requests()) == 1
+    assert [r.outcome for r in rows(agent, 1)] == ["error"]
+
+
 # --- the rule, value by value -------------------------------------------------------------
 
 
