@@ -221,7 +221,8 @@ class DropinCall:
                 target = dropin_target(self.agent, attempt=attempt + 1)
                 error = self.result.error
                 stated = error is not None and error.retry_after_ms is not None
-                if not await self._waited(again, model=target.model if stated else None):
+                waited = await self._waited(again, model=target.model if stated else None)
+                if not waited or self._abandoned:  # gone during the journal's check too
                     return
                 held = []  # that attempt's answer is not the caller's: another is made
                 attempt += 1
