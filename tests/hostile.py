@@ -22,7 +22,8 @@ misbehaviour:
   (one event that never ends) unless the client goes away first;
 - ``fault:NAME:TIMES`` (``TIMES`` a count or ``all``): the first TIMES requests with this exact
   model play the fault NAME, later ones get a 60-token answer (``tokens-60``, as asked):
-  ``429-wait-2`` (429, ``retry-after: 2``), ``429`` (no wait), ``500``, ``503`` (no wait),
+  ``429-wait-2`` (429, ``retry-after: 2``), ``503-wait-2`` (the same as a 503), ``429`` (no
+  wait), ``500``, ``503`` (no wait),
   ``reset`` (a TCP reset before any header), ``first-token-MS`` (2xx headers at once, then
   nothing for MS ms, then the answer), ``cut-40`` (40 of the 60 tokens, then the connection
   drops), ``stall-20`` (20 tokens, then silence for 30 s), ``malformed`` (one ``data:`` line
@@ -183,6 +184,17 @@ async def fault(name: str, streamed: bool, writer: asyncio.StreamWriter) -> bool
             )
         )
         return True
+    if name == "503-wait-2":
+        writer.write(
+            error_json(
+                "503 Service Unavailable",
+                "The engine is currently overloaded",
+                "server_error",
+                None,
+                **{"retry-after": "2"},
+            )
+        )
+        return True
     if name == "429":
         writer.write(
             error_json(
@@ -198,7 +210,7 @@ async def fault(name: str, streamed: bool, writer: asyncio.StreamWriter) -> bool
         writer.write(
             error_json(
                 "400 Bad Request",
-                "The response was filtered due to the prompt triggering the content management policy",
+                "The response was filtered due to the prompt triggering the content policy",
                 "invalid_request_error",
                 "content_filter",
             )

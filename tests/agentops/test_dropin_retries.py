@@ -106,11 +106,12 @@ def streamed_text(client: openai.OpenAI, agent: Agent) -> tuple[str, str | None]
 # --- answered in full ---------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(("fault", "status"), [("429-wait-2:1", 429), ("503-wait-2:1", 503)])
 @pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "whole"])
 def test_a_two_second_stated_wait_is_waited_out_and_the_model_called_again(
-    oai: openai.OpenAI, faulty: Any, hostile_requests: Any, streamed: bool
+    oai: openai.OpenAI, faulty: Any, hostile_requests: Any, streamed: bool, fault: str, status: int
 ) -> None:
-    agent = faulty("429-wait-2:1")
+    agent = faulty(fault)
     started = time.monotonic()
     if streamed:
         assert streamed_text(oai, agent) == (SIXTY, "stop")
@@ -121,9 +122,9 @@ def test_a_two_second_stated_wait_is_waited_out_and_the_model_called_again(
     assert len(hostile_requests()) == 2
     first, second = rows(agent, 2)
     assert first.error is not None
-    assert (first.outcome, first.error["type"], first.error["retry_after_ms"]) == (
+    assert (first.outcome, first.error["http_status"], first.error["retry_after_ms"]) == (
         "error",
-        "rate_limit",
+        status,
         2000,
     )
     assert second.outcome == "completed"
