@@ -273,6 +273,12 @@ AGENTOPS_DROPIN_CLIENT_RETRY_MAX_MS = env_ms("AGENTOPS_DROPIN_CLIENT_RETRY_MAX_M
 # A streamed drop-in answer sends the client a keepalive whenever nothing else went to it for
 # this long.
 AGENTOPS_DROPIN_KEEPALIVE_MS = env_ms("AGENTOPS_DROPIN_KEEPALIVE_MS", 15_000)
+# A provider's stated wait of at most this long is waited out by a drop-in request (the call
+# made again), not answered with a 429; a longer one is the caller's to honour.
+AGENTOPS_FALLBACK_AFTER_MS = env_ms("AGENTOPS_FALLBACK_AFTER_MS", 30_000)
+# How many times a drop-in request calls again after a transient failure before the response
+# started (a short stated wait, a 5xx, a network failure); 0: never.
+AGENTOPS_DROPIN_RETRIES = env_int("AGENTOPS_DROPIN_RETRIES", 1, minimum=0, maximum=5)
 # Provider calls go through the proxy HTTPS_PROXY / HTTP_PROXY name (NO_PROXY honoured).
 AGENTOPS_PROVIDER_PROXY_FROM_ENV = env_bool("AGENTOPS_PROVIDER_PROXY_FROM_ENV", True)
 

@@ -19,7 +19,16 @@ misbehaviour:
 - ``flood-N``: a stream of N one-character content deltas as fast as the socket takes them,
   then its end; ``flood-comments-N``: N comment lines (keepalives), then an answer;
 - ``data-no-blank``: ``data:`` lines of a KiB with no blank line between them, 200 MiB of them
-  (one event that never ends) unless the client goes away first.
+  (one event that never ends) unless the client goes away first;
+- ``fault:NAME:TIMES`` (``TIMES`` a count or ``all``): the first TIMES requests with this exact
+  model play the fault NAME, later ones get a 60-token answer (``tokens-60``, as asked):
+  ``429-wait-2`` (429, ``retry-after: 2``), ``503-wait-2`` (the same as a 503), ``429`` (no
+  wait), ``500``, ``503`` (no wait),
+  ``reset`` (a TCP reset before any header), ``first-token-MS`` (2xx headers at once, then
+  nothing for MS ms, then the answer), ``cut-40`` (40 of the 60 tokens, then the connection
+  drops), ``stall-20`` (20 tokens, then silence for 30 s), ``malformed`` (one ``data:`` line
+  that is not JSON among the 60 tokens), ``no-done`` (the 60 tokens and their stop without
+  ``data: [DONE]``), ``content-filter`` (400, OpenAI's ``content_filter``).
 
 ``GET /_hostile/requests`` lists the requests received (model, stream),
 ``GET /_hostile/connections`` counts connections and ``GET /_hostile/floods`` lists the floods
@@ -32,6 +41,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import socket
+import struct
 import time
 import zlib
 from functools import cache
@@ -138,8 +149,113 @@ def bomb(streamed: bool) -> bytes:
     return b"".join(parts)
 
 
+def tokens(count: int, *, done: bool = True) -> list[bytes]:
+    """A streamed answer of ``count`` one-token deltas, its stop and (``done``) ``[DONE]``."""
+    events = [chunk_event({"role": "assistant", "content": ""})]
+    events += [chunk_event({"content": f"t{i} "}) for i in range(count)]
+    events.append(chunk_event({}, "stop"))
+    return events + ([b"data: [DONE]\n\n"] if done else [])
+
+
+STREAM_HEAD = head(
+    "200 OK", [("content-type", "text/event-stream"), ("transfer-encoding", "chunked")]
+)
+
+
+def chunk(part: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(part), part)
+
+
+def error_json(status: str, message: str, kind: str, code: str | None, **extra: str) -> bytes:
+    body = json.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}})
+    return whole(status, body.encode(), extra=list(extra.items()))
+
+
+async def fault(name: str, streamed: bool, writer: asyncio.StreamWriter) -> bool:
+    """Play the fault ``name`` (``fault:NAME:TIMES``); False when the connection must close."""
+    if name == "429-wait-2":
+        writer.write(
+            error_json(
+                "429 Too Many Requests",
+                "Rate limit reached",
+                "requests",
+                "rate_limit_exceeded",
+                **{"retry-after": "2"},
+            )
+        )
+        return True
+    if name == "503-wait-2":
+        writer.write(
+            error_json(
+                "503 Service Unavailable",
+                "The engine is currently overloaded",
+                "server_error",
+                None,
+                **{"retry-after": "2"},
+            )
+        )
+        return True
+    if name == "429":
+        writer.write(
+            error_json(
+                "429 Too Many Requests", "Rate limit reached", "requests", "rate_limit_exceeded"
+            )
+        )
+        return True
+    if name in ("500", "503"):
+        status = "500 Internal Server Error" if name == "500" else "503 Service Unavailable"
+        writer.write(error_json(status, "The server had an error", "server_error", None))
+        return True
+    if name == "content-filter":
+        writer.write(
+            error_json(
+                "400 Bad Request",
+                "The response was filtered due to the prompt triggering the content policy",
+                "invalid_request_error",
+                "content_filter",
+            )
+        )
+        return True
+    if name == "reset":
+        # SO_LINGER 0: closing sends a RST, as a crashed or overloaded balancer does.
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()
+        return False
+    if not streamed:
+        writer.write(whole("200 OK", answer_json(" ".join(f"t{i}" for i in range(60)))))
+        return True
+    events = tokens(60)
+    if name.startswith("first-token-"):
+        writer.write(STREAM_HEAD)
+        await writer.drain()
+        await asyncio.sleep(int(name.rsplit("-", 1)[1]) / 1000)
+        writer.write(chunked(events))
+        return True
+    if name in ("cut-40", "stall-20"):
+        count = 40 if name == "cut-40" else 20
+        writer.write(STREAM_HEAD + b"".join(chunk(e) for e in events[: count + 1]))
+        await writer.drain()
+        if name == "stall-20":
+            await asyncio.sleep(30)
+        return False  # the connection drops without the chunked terminator
+    if name == "malformed":
+        events.insert(30, b'data: {"choices":[{"index":0,"delta":{"content":\n\n')
+    if name == "no-done":
+        events = tokens(60, done=False)
+    writer.write(STREAM_HEAD + chunked(events))
+    return True
+
+
 async def respond(model: str, streamed: bool, writer: asyncio.StreamWriter) -> bool:
     """Answer one request; False when the connection must close after it."""
+    if model.startswith("fault:"):
+        _, name, times = model.split(":")
+        # received holds this request already: it is request number ``seen`` of this model.
+        seen = sum(1 for r in received if r["model"] == model)
+        if times == "all" or seen <= int(times):
+            return await fault(name, streamed, writer)
+        return await fault("tokens-60", streamed, writer)
     if model == "answer":
         if streamed:
             writer.write(

@@ -8,6 +8,12 @@ event is handed to the caller as it arrives (``DropinCall.arrived``) so it can r
 call ends its row gets its timeline and usage, and a wait the provider stated is recorded for
 (agent, model) and holds the agent's turns too. The agent's history is not touched.
 
+A transient failure before the provider's response started is absorbed here (architecture.md
+§14.1): a stated wait of at most ``AGENTOPS_FALLBACK_AFTER_MS`` is waited out and the call made
+again; a 5xx or a network failure is made again once after a jitter. Each attempt is a call of
+its own with its own row; what a failed attempt sent is never handed to the caller. Once the
+response started (2xx headers, or any event) nothing is made again.
+
 No database connection is held while the provider is waited on: each piece of bookkeeping runs
 in the runtime's database threads (``Runtime.db``), which in the web give it back when done.
 """
@@ -16,18 +22,21 @@ from __future__ import annotations
 
 import asyncio
 import math
+import random
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 
-from agentops.models import Agent
+from agentops.models import Agent, Provider
 from agentops.runtime import runtime
 from calls.client import CallResult
 from calls.run import ProviderCall
-from calls.types import CompiledRequest
+from calls.types import CompiledRequest, ProviderError
 from inference.models import InferenceCall
 from turns.auxiliary import Deferred, auxiliary_admit
+from waits.admission import admission_check, remaining_ms
 from waits.services import wait_record
 
 # The field that bounds a reply's length in each wire format's request.
@@ -43,6 +52,12 @@ FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
 # the call reads no further until the client takes some, so a client slower than its
 # provider holds the provider back rather than the process's memory growing.
 QUEUE_ITEMS = 64
+# The jitters before calling again after a 5xx or a network failure, all of a request's
+# together, are at most this long: a caller waits seconds, not a backoff's minutes.
+JITTER_TOTAL_MS = 2000.0
+# A stated wait is checked against the journal again after it was slept; a hold that some
+# process lengthened meanwhile (to at most the threshold) is slept again at most this often.
+WAIT_RECHECKS = 2
 
 
 def request_max_tokens(kind: str, body: dict[str, Any]) -> int | None:
@@ -53,22 +68,75 @@ def request_max_tokens(kind: str, body: dict[str, Any]) -> int | None:
     return None
 
 
+@dataclass(frozen=True)
+class Target:
+    """Where one attempt of a drop-in request goes: a provider and the model named to it."""
+
+    provider: Provider
+    model: str
+
+
+def dropin_target(agent: Agent, *, attempt: int) -> Target:
+    """The provider and model that attempt ``attempt`` (0 first) of a drop-in request goes to.
+    Today always the agent's own; alternates choose here."""
+    return Target(provider=agent.provider, model=agent.model)
+
+
+def again_after_ms(
+    *,
+    result: CallResult | None,
+    started: bool,
+    retries_left: int,
+    jitter_ms: float,
+    fallback_after_ms: float,
+) -> float | None:
+    """How long to wait before a drop-in request calls again after an attempt ended with
+    ``result``, or None: it does not (the result is the answer). ``started``: the provider's
+    response had started (2xx headers or an event), so the caller may have read some of it.
+
+    Again only with retries left, before the response started, for: a stated wait of at most
+    ``fallback_after_ms`` (after that wait; a longer one is the caller's to honour), or, without
+    a stated wait, an HTTP 5xx or a network failure (a reset, a refused or failed connect), after
+    ``jitter_ms``. Never for a cut (a silent provider is not called twice in a row), a refusal,
+    or a rate limit that states no wait."""
+    if result is None or result.error is None or started or retries_left <= 0:
+        return None
+    error: ProviderError = result.error
+    if result.outcome == "cut" or not error.retryable:
+        return None
+    wait = error.retry_after_ms
+    if wait is not None:
+        if not math.isfinite(wait) or wait > fallback_after_ms:
+            return None
+        return max(0.0, wait)
+    if error.type == "network" or (error.http_status or 0) >= 500:
+        return jitter_ms
+    return None
+
+
+def jitter_ms(retries: int) -> float:
+    """One retry's jitter: a random share of JITTER_TOTAL_MS split over ``retries``."""
+    return random.uniform(0.25, 1.0) * JITTER_TOTAL_MS / max(1, retries)
+
+
 class DropinCall:
-    """One drop-in call. ``admit()`` (in a thread), then ``start()`` (on the loop); ``await
-    arrived()`` until ``("end", result)``, or ``abort()``: before it come ``("headers", status)``,
-    ``("sse", event)``, ``("body", bytes)`` and ``("error_body", (status, headers, bytes))`` as
-    the provider sent them. The call reads on as they are taken (QUEUE_ITEMS wait at most).
+    """One drop-in request and the calls it makes. ``admit()`` (in a thread), then ``start()``
+    (on the loop); ``await arrived()`` until ``("end", result)``, or ``abort()``: before it
+    come ``("headers", status)``, ``("sse", event)``, ``("body", bytes)`` and ``("error_body",
+    (status, headers, bytes))`` as the provider sent them, for the attempt that answers (a
+    failed attempt that is made again hands nothing on). The call reads on as they are taken
+    (QUEUE_ITEMS wait at most).
 
     A streamed call's row is written before it is sent (the dashboard shows it in flight) and
     completed when it ends; a call that is not streamed has its row written once, when it
-    ends, with its outcome."""
+    ends, with its outcome. Every attempt has its own row; ``call`` is the last one."""
 
     def __init__(self, *, agent: Agent, body: dict[str, Any], headers: dict[str, str]) -> None:
         kind = agent.provider.kind
         self.agent = agent
         self.streamed = body.get("stream") is True
         self.max_tokens = request_max_tokens(kind, body) or agent.max_tokens
-        self.body = {**body, "model": agent.model}
+        self.body = dict(body)
         if self.max_tokens and not request_max_tokens(kind, body):
             self.body[MAX_TOKENS_FIELD[kind]] = self.max_tokens
         self.headers = {k: v for k, v in headers.items() if k in FORWARDED_HEADERS}
@@ -78,27 +146,41 @@ class DropinCall:
         self._room = asyncio.Event()
         self._room.set()
         self._abandoned = False  # the client went away: nobody takes from the queue
+        self._gone: asyncio.Event | None = None  # set on abort: a wait between attempts ends
         self.call: InferenceCall | None = None
         self.result: CallResult | None = None
-        # The adapter's URL and headers (the provider's key), with the client's own body.
+        self.target = dropin_target(agent, attempt=0)
+        self._call = self._attempt(self.target)
+        self._task: asyncio.Task[None] | None = None
+
+    def _attempt(self, target: Target) -> ProviderCall:
+        """One attempt's call: the adapter's URL and headers (the provider's key), with the
+        client's own body naming ``target.model``."""
         request = CompiledRequest(
-            model=agent.model,
+            model=target.model,
             system="",
             messages=[],
             max_tokens=self.max_tokens,
             stream=self.streamed,
         )
-        self._call = ProviderCall(
-            agent, request, InferenceCall.Kind.AUXILIARY, body=self.body, headers=self.headers
+        # ProviderCall sends to the agent's provider: an alternate's provider goes in here.
+        return ProviderCall(
+            self.agent,
+            request,
+            InferenceCall.Kind.AUXILIARY,
+            body={**self.body, "model": target.model},
+            headers=self.headers,
         )
-        self._task: asyncio.Task[None] | None = None
 
     def admit(self) -> Deferred | None:
         """None when the call may go out; else the hold (its ``deferred`` row is written).
         Reads the database: call it in a thread."""
-        return auxiliary_admit(agent=self.agent, model=self.agent.model, max_tokens=self.max_tokens)
+        return auxiliary_admit(
+            agent=self.agent, model=self.target.model, max_tokens=self.max_tokens
+        )
 
     def start(self) -> None:
+        self._gone = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def arrived(self) -> list[tuple[str, Any]]:
@@ -111,27 +193,110 @@ class DropinCall:
         return items
 
     def abort(self) -> None:
-        """End the call (the client went away): it is recorded as ``aborted``."""
+        """End the call (the client went away): it is recorded as ``aborted``, and no other
+        attempt is made."""
         self._abandoned = True
         self._room.set()
+        if self._gone is not None:
+            self._gone.set()
         self._call.abort()
 
     async def _run(self) -> None:
-        call = self._call
+        retries = settings.AGENTOPS_DROPIN_RETRIES
+        attempt = 0
+        held: list[tuple[str, Any]] = []
         try:
-
-            async def on_wire(kind: str, value: Any) -> None:
-                if self._abandoned:
+            while True:
+                self.result, started, held = await self._one(self._call)
+                self.call = await runtime().db(self._ended)
+                again = again_after_ms(
+                    result=self.result,
+                    started=started,
+                    retries_left=retries - attempt,
+                    jitter_ms=jitter_ms(retries),
+                    fallback_after_ms=settings.AGENTOPS_FALLBACK_AFTER_MS,
+                )
+                if again is None or self._abandoned:
                     return
-                self._queue.put_nowait((kind, value))
-                if self._queue.qsize() >= QUEUE_ITEMS:
-                    self._room.clear()
-                    await self._room.wait()
-
-            self.result = await call.run(in_flight=self.streamed, on_wire=on_wire)
-            self.call = await runtime().db(self._ended)
+                target = dropin_target(self.agent, attempt=attempt + 1)
+                error = self.result.error
+                stated = error is not None and error.retry_after_ms is not None
+                waited = await self._waited(again, model=target.model if stated else None)
+                if not waited or self._abandoned:  # gone during the journal's check too
+                    return
+                held = []  # that attempt's answer is not the caller's: another is made
+                attempt += 1
+                self.target, self._call = target, self._attempt(target)
         finally:
+            if not self._abandoned:  # what the answering attempt held back, then the end
+                for item in held:
+                    self._queue.put_nowait(item)
             self._queue.put_nowait(("end", self.result))
+
+    async def _one(self, call: ProviderCall) -> tuple[CallResult, bool, list[tuple[str, Any]]]:
+        """One attempt: its result, whether its response started (then all it sent went on to
+        the caller as it came) and, when not, what it sent (held back: it may be made again)."""
+        started = False
+        held: list[tuple[str, Any]] = []
+
+        async def on_wire(kind: str, value: Any) -> None:
+            nonlocal started
+            if not started:
+                if kind == "error_body" or (kind == "headers" and not 200 <= value < 300):
+                    held.append((kind, value))
+                    return
+                started = True
+                for item in held:
+                    await self._put(*item)
+                held.clear()
+            await self._put(kind, value)
+
+        result = await call.run(in_flight=self.streamed, on_wire=on_wire)
+        return result, started, held
+
+    async def _put(self, kind: str, value: Any) -> None:
+        if self._abandoned:
+            return
+        self._queue.put_nowait((kind, value))
+        if self._queue.qsize() >= QUEUE_ITEMS:
+            self._room.clear()
+            await self._room.wait()
+
+    async def _waited(self, ms: float, *, model: str | None) -> bool:
+        """Wait ``ms`` before the next attempt; True when it may be made: the client is still
+        there and, after a wait stated for ``model``, the journal holds it no longer (a hold
+        some process lengthened meanwhile, to at most the threshold, is slept too)."""
+        # A recorded deadline is the stated wait rounded up to the next ms (architecture.md §6.2).
+        if await self._slept(ms + (1 if model is not None else 0)):
+            return False
+        if model is None:
+            return True
+        for _ in range(WAIT_RECHECKS):
+            left = await runtime().db(self._held_ms, model)
+            if left == 0:
+                return True
+            if left is None or left > settings.AGENTOPS_FALLBACK_AFTER_MS:
+                return False
+            if await self._slept(left):
+                return False
+        return False
+
+    async def _slept(self, ms: float) -> bool:
+        """Sleep ``ms`` (no database connection held); True when the client went away."""
+        assert self._gone is not None
+        try:
+            async with asyncio.timeout(ms / 1000):
+                await self._gone.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    def _held_ms(self, model: str) -> int | None:
+        """In a thread: how long the journal still holds ``model`` for the agent (0: it does
+        not; None: until released)."""
+        now_ms = time.time() * 1000
+        hold = admission_check(agent=self.agent, model=model, now_ms=now_ms)
+        return 0 if hold is None else remaining_ms(hold, now_ms)
 
     def _ended(self) -> InferenceCall:
         """The row written and the end announced; a stated wait recorded for (agent, model)."""
@@ -140,7 +305,7 @@ class DropinCall:
         if error is not None and error.retry_after_ms is not None:
             wait_record(
                 agent=self.agent,
-                model=self.agent.model,
+                model=self._call.request.model,
                 retry_after_ms=error.retry_after_ms,
                 reason=f"{error.type} (HTTP {error.http_status}): {error.message[:300]}",
                 now_ms=time.time() * 1000,

@@ -4,8 +4,10 @@ endpoints (architecture.md §14, API.md "Drop-in endpoints").
 An official SDK pointed here with an agentops API token as its key (``Authorization: Bearer``
 or ``x-api-key``) and an agent's name as ``model`` gets the agent's provider and model, as an
 auxiliary call (``turns.dropin``): admission, the progress bounds, classification,
-the provider's stated waits recorded, a call row. Streams are relayed event by event as they
-arrive, keepalives included; a cut ends the stream with an error event naming the bound.
+the provider's stated waits recorded, a call row. A transient failure before the provider's
+response started is made again there, each attempt its own row. Streams are relayed event by
+event as they arrive, keepalives included; a cut ends the stream with an error event naming the
+bound.
 Errors come in the endpoint's own format, so the SDK raises its usual exceptions.
 """
 
@@ -343,10 +345,16 @@ def _json_passed(data: bytes, content_type: str) -> str | None:
 
 
 def _relayed(event: SseEvent) -> bytes:
-    """One of the provider's events as it goes on to the client, its data made safe."""
-    return sse_bytes(
-        event if event.comment else SseEvent(event.event, untrusted_json_text(event.data))
-    )
+    """One of the provider's events as it goes on to the client, its data made safe; nothing
+    for an event whose data is not a JSON object (nor ``[DONE]``): the call's own reading skips
+    it as no model event, and the client's SDK would raise parsing it. (A framing check, not a
+    parse: this runs for every event relayed.)"""
+    if event.comment:
+        return sse_bytes(event)
+    data = event.data.strip()
+    if not (data.startswith("{") and data.endswith("}")) and data != "[DONE]":
+        return b""
+    return sse_bytes(SseEvent(event.event, untrusted_json_text(event.data)))
 
 
 # The provider's answers after which the stream gets an error event of ours: its own error
@@ -367,7 +375,9 @@ async def relay(call: DropinCall, fmt: Format, seen: list[tuple[str, Any]]) -> A
     errored = False  # the provider answered an error status after the stream had started
     try:
         if not any(kind == "headers" for kind, _ in seen):
-            yield fmt.keepalive()  # the provider has not answered yet: the client hears at once
+            # The provider has not answered yet (or is being waited out): the client hears
+            # at once.
+            yield fmt.keepalive()
         arrived = seen
         while True:
             # What arrived together goes out in one write: a write per tiny event cost the
