@@ -188,8 +188,8 @@ AGENTOPS_DEADLINE_RETRY_DELAY_MS = env_ms("AGENTOPS_DEADLINE_RETRY_DELAY_MS", 10
 AGENTOPS_WAIT_ALERT_MS = env_ms("AGENTOPS_WAIT_ALERT_MS", 3_600_000)
 AGENTOPS_WAIT_RECHECK_MS = env_ms("AGENTOPS_WAIT_RECHECK_MS", 30_000)
 # Alternates (architecture.md §6.11): a primary held longer than this is served from an
-# alternate (a shorter wait is waited out); a primary that was down without a stated wait is
-# tried again, once, this long after its last failure.
+# alternate (a shorter wait is waited out, by a drop-in request too, which calls again rather
+# than answer 429); a target that failed is passed over for the second one, then tried once.
 AGENTOPS_FALLBACK_AFTER_MS = env_ms("AGENTOPS_FALLBACK_AFTER_MS", 30_000)
 AGENTOPS_FALLBACK_RETRY_PRIMARY_MS = env_ms("AGENTOPS_FALLBACK_RETRY_PRIMARY_MS", 30_000)
 # In-flight calls' live progress (counts, nearest deadline) goes out at most this often per process.
@@ -273,9 +273,6 @@ AGENTOPS_DROPIN_CLIENT_RETRY_MAX_MS = env_ms("AGENTOPS_DROPIN_CLIENT_RETRY_MAX_M
 # A streamed drop-in answer sends the client a keepalive whenever nothing else went to it for
 # this long.
 AGENTOPS_DROPIN_KEEPALIVE_MS = env_ms("AGENTOPS_DROPIN_KEEPALIVE_MS", 15_000)
-# A provider's stated wait of at most this long is waited out by a drop-in request (the call
-# made again), not answered with a 429; a longer one is the caller's to honour.
-AGENTOPS_FALLBACK_AFTER_MS = env_ms("AGENTOPS_FALLBACK_AFTER_MS", 30_000)
 # How many times a drop-in request calls again after a transient failure before the response
 # started (a short stated wait, a 5xx, a network failure); 0: never.
 AGENTOPS_DROPIN_RETRIES = env_int("AGENTOPS_DROPIN_RETRIES", 1, minimum=0, maximum=5)

@@ -36,6 +36,8 @@ from calls.run import ProviderCall
 from calls.types import CompiledRequest, ProviderError
 from inference.models import InferenceCall
 from turns.auxiliary import Deferred, auxiliary_admit
+from turns.routing import SWITCH_ON, alternates
+from turns.serving import serving_choose, serving_noted, wait_provider
 from waits.admission import admission_check, remaining_ms
 from waits.services import wait_record
 
@@ -70,16 +72,31 @@ def request_max_tokens(kind: str, body: dict[str, Any]) -> int | None:
 
 @dataclass(frozen=True)
 class Target:
-    """Where one attempt of a drop-in request goes: a provider and the model named to it."""
+    """Where one attempt of a drop-in request goes: a provider, the model named to it, and
+    why (its call row's ``route``)."""
 
     provider: Provider
     model: str
+    route: str = "primary"
 
 
-def dropin_target(agent: Agent, *, attempt: int) -> Target:
-    """The provider and model that attempt ``attempt`` (0 first) of a drop-in request goes to.
-    Today always the agent's own; alternates choose here."""
-    return Target(provider=agent.provider, model=agent.model)
+def dropin_target(agent: Agent, tried: set[Target], *, failed: bool) -> Target | None:
+    """In a thread: the target the agent's turns would get among its alternates of the
+    request's own wire format (architecture.md §6.11), or None: the first attempt goes to the
+    agent's own (its admission check may defer it), and after a ``failed`` attempt no other
+    target may serve (the same one may be called again, ``again_after_ms``)."""
+    if not alternates(agent.fallbacks):
+        return None
+    serving = serving_choose(agent, time.time() * 1000, kind=agent.provider.kind)
+    if serving is None or (failed and not serving.choice.fresh):
+        return None
+    target = Target(serving.target.provider, serving.target.model, serving.choice.reason)
+    if failed and any(
+        (t.provider.pk, t.model) == (target.provider.pk, target.model) for t in tried
+    ):
+        return None
+    serving_noted(agent, serving)
+    return target
 
 
 def again_after_ms(
@@ -149,7 +166,7 @@ class DropinCall:
         self._gone: asyncio.Event | None = None  # set on abort: a wait between attempts ends
         self.call: InferenceCall | None = None
         self.result: CallResult | None = None
-        self.target = dropin_target(agent, attempt=0)
+        self.target = Target(agent.provider, agent.model)
         self._call = self._attempt(self.target)
         self._task: asyncio.Task[None] | None = None
 
@@ -163,18 +180,24 @@ class DropinCall:
             max_tokens=self.max_tokens,
             stream=self.streamed,
         )
-        # ProviderCall sends to the agent's provider: an alternate's provider goes in here.
         return ProviderCall(
             self.agent,
             request,
             InferenceCall.Kind.AUXILIARY,
             body={**self.body, "model": target.model},
             headers=self.headers,
+            provider=target.provider,
+            route=target.route,
         )
 
     def admit(self) -> Deferred | None:
         """None when the call may go out; else the hold (its ``deferred`` row is written).
-        Reads the database: call it in a thread."""
+        Reads the database: call it in a thread. With alternates, the target is chosen here."""
+        chosen = dropin_target(self.agent, set(), failed=False)
+        if chosen is not None:
+            self.target, self._call = chosen, self._attempt(chosen)
+            if chosen.route != "primary":
+                return None
         return auxiliary_admit(
             agent=self.agent, model=self.target.model, max_tokens=self.max_tokens
         )
@@ -205,10 +228,20 @@ class DropinCall:
         retries = settings.AGENTOPS_DROPIN_RETRIES
         attempt = 0
         held: list[tuple[str, Any]] = []
+        tried = {self.target}
         try:
             while True:
                 self.result, started, held = await self._one(self._call)
                 self.call = await runtime().db(self._ended)
+                error = self.result.error
+                if not started and error is not None and error.type in SWITCH_ON:
+                    # Another target at once, when one may serve (§6.11).
+                    switched = await runtime().db(dropin_target, self.agent, tried, failed=True)
+                    if switched is not None and not self._abandoned:
+                        held = []
+                        tried.add(switched)
+                        self.target, self._call = switched, self._attempt(switched)
+                        continue
                 again = again_after_ms(
                     result=self.result,
                     started=started,
@@ -218,8 +251,7 @@ class DropinCall:
                 )
                 if again is None or self._abandoned:
                     return
-                target = dropin_target(self.agent, attempt=attempt + 1)
-                error = self.result.error
+                target = self.target
                 stated = error is not None and error.retry_after_ms is not None
                 waited = await self._waited(again, model=target.model if stated else None)
                 if not waited or self._abandoned:  # gone during the journal's check too
@@ -295,7 +327,12 @@ class DropinCall:
         """In a thread: how long the journal still holds ``model`` for the agent (0: it does
         not; None: until released)."""
         now_ms = time.time() * 1000
-        hold = admission_check(agent=self.agent, model=model, now_ms=now_ms)
+        hold = admission_check(
+            agent=self.agent,
+            model=model,
+            now_ms=now_ms,
+            provider=wait_provider(self.agent, self.target.provider),
+        )
         return 0 if hold is None else remaining_ms(hold, now_ms)
 
     def _ended(self) -> InferenceCall:
@@ -306,6 +343,7 @@ class DropinCall:
             wait_record(
                 agent=self.agent,
                 model=self._call.request.model,
+                provider=wait_provider(self.agent, self._call.provider),
                 retry_after_ms=error.retry_after_ms,
                 reason=f"{error.type} (HTTP {error.http_status}): {error.message[:300]}",
                 now_ms=time.time() * 1000,

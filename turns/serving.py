@@ -59,8 +59,9 @@ def primary_serving(agent: Agent) -> Serving:
     return Serving(Target(agent.provider, agent.model), Choice(0, "primary"))
 
 
-def agent_targets(agent: Agent) -> list[Target]:
-    """The agent's own provider and model, then its alternates whose provider exists."""
+def agent_targets(agent: Agent, *, kind: str | None = None) -> list[Target]:
+    """The agent's own provider and model, then its alternates whose provider exists (and,
+    with ``kind``, speaks that wire format: a drop-in request's body is in its own)."""
     targets = [Target(agent.provider, agent.model)]
     listed = alternates(agent.fallbacks)
     if not listed:
@@ -76,15 +77,16 @@ def agent_targets(agent: Agent) -> list[Target]:
                 entry.get("provider"),
             )
             continue
-        targets.append(Target(provider, str(entry["model"]), entry.get("context_window")))
+        if kind is None or provider.kind == kind:
+            targets.append(Target(provider, str(entry["model"]), entry.get("context_window")))
     return targets
 
 
-def serving_choose(agent: Agent, now_ms: float) -> Serving | None:
-    """The target for the agent's next call, or None when the call waits out the primary's
-    hold (the caller holds the turn as before alternates existed). Reads the journal and
-    each target's two latest ended calls."""
-    targets = agent_targets(agent)
+def serving_choose(agent: Agent, now_ms: float, *, kind: str | None = None) -> Serving | None:
+    """The target for the agent's next call (among those of wire format ``kind``, if given),
+    or None when the call waits out the primary's hold (the caller holds the turn as before
+    alternates existed). Reads the journal and each target's two latest ended calls."""
+    targets = agent_targets(agent, kind=kind)
     if len(targets) == 1:
         return primary_serving(agent)
     seen: list[Seen] = []

@@ -387,3 +387,67 @@ def test_a_bad_retry_setting_stops_startup_naming_it(env: dict[str, str], says: 
         timeout=60,
     )
     assert done.returncode == 2 and says in done.stderr.splitlines()[-1], done.stderr[-500:]
+
+
+# --- alternates of the request's own wire format (architecture.md §6.11) ----------------------
+
+
+@pytest.fixture
+def with_alternate(faulty: Any, db: None) -> Callable[..., Agent]:
+    """An agent whose model plays a fault, with an alternate on the same provider (``answer``)
+    or on another wire format's."""
+
+    def make(fault: str, *, other_format: bool = False) -> Agent:
+        agent: Agent = faulty(fault)
+        provider = (
+            ProviderFactory.create(
+                name="elsewhere", kind="anthropic", base_url=agent.provider.base_url
+            )
+            if other_format
+            else agent.provider
+        )
+        agent.fallbacks = [{"provider": provider.name, "model": "answer", "context_window": None}]
+        agent.save(update_fields=["fallbacks"])
+        return agent
+
+    return make
+
+
+@pytest.mark.parametrize(
+    ("fault", "primary_calls"), [("429:all", 1), ("503:all", 2), ("reset:all", 2)]
+)
+def test_a_failing_primary_is_answered_by_the_alternate_within_the_request_and_then_directly(
+    oai: openai.OpenAI,
+    with_alternate: Any,
+    hostile_requests: Any,
+    fault: str,
+    primary_calls: int,
+) -> None:
+    agent = with_alternate(fault)
+    answer = oai.chat.completions.create(model=agent.name, messages=USER)
+    assert answer.choices[0].message.content
+    assert [r["model"] for r in hostile_requests()] == [agent.model] * primary_calls + ["answer"]
+    recorded = rows(agent, primary_calls + 1)
+    assert recorded[-1].route.startswith("fallback: primary down")
+    assert [r.outcome for r in recorded] == ["error"] * primary_calls + ["completed"]
+    # Sticky: the next request goes to the alternate at once.
+    oai.chat.completions.create(model=agent.name, messages=USER)
+    assert [r["model"] for r in hostile_requests()][primary_calls + 1 :] == ["answer"]
+
+
+def test_an_alternate_of_another_wire_format_is_not_used_by_a_drop_in(
+    oai: openai.OpenAI, with_alternate: Any, hostile_requests: Any
+) -> None:
+    agent = with_alternate("429:all", other_format=True)
+    with pytest.raises(openai.RateLimitError):
+        oai.chat.completions.create(model=agent.name, messages=USER)
+    assert [r["model"] for r in hostile_requests()] == [agent.model]
+
+
+def test_a_refusal_of_the_request_is_not_sent_to_the_alternate(
+    oai: openai.OpenAI, with_alternate: Any, hostile_requests: Any
+) -> None:
+    agent = with_alternate("content-filter:all")
+    with pytest.raises(openai.BadRequestError):
+        oai.chat.completions.create(model=agent.name, messages=USER)
+    assert [r["model"] for r in hostile_requests()] == [agent.model]
