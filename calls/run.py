@@ -238,7 +238,7 @@ class ProviderCall:
             )
         dashboard_call_ended(call=call, agent=agent.name, result=result)
         if telemetry.enabled:  # under the span current in this thread (a drop-in request's, say)
-            attempt_traced(agent=agent, call=call, result=result)
+            attempt_traced(agent=agent, call=call, result=result, served_by=self.provider)
         provider_health_note(provider=self.provider, result=result)
 
     def end(self) -> InferenceCall:

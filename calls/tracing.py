@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from agentops import telemetry
-from agentops.models import Agent, Project
+from agentops.models import Agent, Project, Provider
 from calls.client import CallResult
 from inference.models import InferenceCall
 
@@ -113,18 +113,22 @@ def _server(base_url: str) -> dict[str, Any]:
     return {"server.address": parts.hostname, "server.port": port}
 
 
-def attempt_traced(*, agent: Agent, call: InferenceCall, result: CallResult) -> None:
+def attempt_traced(
+    *, agent: Agent, call: InferenceCall, result: CallResult, served_by: Provider | None = None
+) -> None:
     """Export the ended attempt's span and metrics: ``call`` its row, ``agent`` with its
-    provider loaded. Reads the project's name the first time it sees the project: call it off
+    provider loaded, ``served_by`` the provider that served it when an alternate's (its model
+    is the row's). Reads the project's name the first time it sees the project: call it off
     the event loop."""
     timeline = result.timeline
     model, max_tokens = call.model, call.max_tokens
-    provider = PROVIDER_NAMES.get(agent.provider.kind, agent.provider.kind)
+    served = served_by or agent.provider
+    provider = PROVIDER_NAMES.get(served.kind, served.kind)
     common: dict[str, Any] = {
         "gen_ai.operation.name": OPERATION,
         "gen_ai.provider.name": provider,
         "gen_ai.request.model": model,
-        **_server(agent.provider.base_url),
+        **_server(served.base_url),
     }
     output = result.output
     response_model = output.model if output is not None else ""
@@ -138,6 +142,7 @@ def attempt_traced(*, agent: Agent, call: InferenceCall, result: CallResult) -> 
         "agentops.project": project_name(agent.project_id),
         "agentops.call.id": call.pk,
         "agentops.call.kind": call.kind,
+        "agentops.call.route": call.route,
         "agentops.call.outcome": result.outcome,
         "agentops.call.model_events": timeline.model_events,
         "agentops.call.keepalives": timeline.keepalives,

@@ -28,7 +28,9 @@ misbehaviour:
   nothing for MS ms, then the answer), ``cut-40`` (40 of the 60 tokens, then the connection
   drops), ``stall-20`` (20 tokens, then silence for 30 s), ``malformed`` (one ``data:`` line
   that is not JSON among the 60 tokens), ``no-done`` (the 60 tokens and their stop without
-  ``data: [DONE]``), ``content-filter`` (400, OpenAI's ``content_filter``).
+  ``data: [DONE]``), ``content-filter`` (400, OpenAI's ``content_filter``);
+- ``outage:MS`` (any suffix after another ``:``): 503 for MS ms from this model's first request,
+  then the 60-token answer (an outage in time, not in requests).
 
 ``GET /_hostile/requests`` lists the requests received (model, stream),
 ``GET /_hostile/connections`` counts connections and ``GET /_hostile/floods`` lists the floods
@@ -50,6 +52,8 @@ from typing import Any
 
 GiB = 1 << 30
 received: list[dict[str, Any]] = []
+# When each ``outage:`` model was first asked (monotonic seconds).
+outages: dict[str, float] = {}
 floods: list[dict[str, Any]] = []
 connections = 0
 
@@ -249,6 +253,10 @@ async def fault(name: str, streamed: bool, writer: asyncio.StreamWriter) -> bool
 
 async def respond(model: str, streamed: bool, writer: asyncio.StreamWriter) -> bool:
     """Answer one request; False when the connection must close after it."""
+    if model.startswith("outage:"):
+        began = outages.setdefault(model, time.monotonic())
+        down = (time.monotonic() - began) * 1000 < int(model.split(":")[1])
+        return await fault("503" if down else "tokens-60", streamed, writer)
     if model.startswith("fault:"):
         _, name, times = model.split(":")
         # received holds this request already: it is request number ``seen`` of this model.
@@ -477,6 +485,7 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
             if path.startswith("/_hostile/"):
                 if method == "DELETE":
                     received.clear()
+                    outages.clear()
                     floods.clear()
                     connections = 1
                     writer.write(whole("200 OK", b"{}"))
