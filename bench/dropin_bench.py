@@ -15,6 +15,11 @@ repository, and name its ``litellm`` command (no database, no key)::
     LITELLM_BIN=/tmp/litellm-venv/bin/litellm python -m devtools.launcher exec -- \\
         .venv/bin/python bench/dropin_bench.py
 
+A fourth target, ``alternates``, is the drop-in endpoint for an agent with an alternate
+configured that is never used (the primary answers): its added latency against ``agentops``'
+is what alternates cost a request that needs none. Without ``LITELLM_BIN`` the LiteLLM target
+is left out.
+
 Options: ``--requests 300`` per target and phase, ``--concurrency 20``, ``--repeat 3``.
 """
 
@@ -67,9 +72,11 @@ from agentops.models import Agent, ApiToken, Provider
 from agentops.tokens import api_token_create
 from inference.models import InferenceCall
 InferenceCall.objects.all().delete()
-Agent.objects.filter(name="bench").delete()
+Agent.objects.filter(name__in=["bench", "bench-alternates"]).delete()
 provider, _ = Provider.objects.update_or_create(name="bench-standin", defaults={"kind": "openai", "base_url": sys.argv[1] + "/v1"})
 Agent.objects.create(name="bench", provider=provider, model="answer", participant="bench", max_tokens=16)
+# The same agent with alternates configured (none used: the primary answers).
+Agent.objects.create(name="bench-alternates", provider=provider, model="answer", participant="bench", max_tokens=16, fallbacks=[{"provider": "bench-standin", "model": "answer:text=alternate", "context_window": None}])
 print(api_token_create(name="bench", operator=False)[1])
 """
 
@@ -97,7 +104,7 @@ MASTER_KEY = "sk-bench-" + "0" * 32
 
 
 def start_servers(
-    litellm: str, procs: list[subprocess.Popen[bytes]]
+    litellm: str | None, procs: list[subprocess.Popen[bytes]]
 ) -> dict[str, tuple[str, dict[str, str], str]]:
     standin = subprocess.Popen(
         [sys.executable, "-m", "devtools.standin", "--port", "0"],
@@ -144,6 +151,21 @@ def start_servers(
     )
     procs.append(agentops)
     wait_up(f"http://127.0.0.1:{port}/health", agentops, "agentops")
+    targets = {
+        "direct": (f"{standin_url}/v1/chat/completions", {}, "answer"),
+        "agentops": (
+            f"http://127.0.0.1:{port}/v1/chat/completions",
+            {"authorization": f"Bearer {token}"},
+            "bench",
+        ),
+        "alternates": (
+            f"http://127.0.0.1:{port}/v1/chat/completions",
+            {"authorization": f"Bearer {token}"},
+            "bench-alternates",
+        ),
+    }
+    if litellm is None:
+        return targets
     lport = free_port()
     config = Path(tempfile.mkdtemp()) / "litellm.yaml"
     config.write_text(
@@ -166,19 +188,11 @@ def start_servers(
     )
     procs.append(proxy)
     wait_up(f"http://127.0.0.1:{lport}/health/liveliness", proxy, "litellm")
-    targets = {
-        "direct": (f"{standin_url}/v1/chat/completions", {}, "answer"),
-        "agentops": (
-            f"http://127.0.0.1:{port}/v1/chat/completions",
-            {"authorization": f"Bearer {token}"},
-            "bench",
-        ),
-        "litellm": (
-            f"http://127.0.0.1:{lport}/v1/chat/completions",
-            {"authorization": f"Bearer {MASTER_KEY}"},
-            "bench",
-        ),
-    }
+    targets["litellm"] = (
+        f"http://127.0.0.1:{lport}/v1/chat/completions",
+        {"authorization": f"Bearer {MASTER_KEY}"},
+        "bench",
+    )
     return targets
 
 
@@ -195,7 +209,7 @@ def sequential(
     names = list(targets)
     with httpx.Client(timeout=30) as client:
         for i in range(n):
-            for name in names[i % 3 :] + names[: i % 3]:
+            for name in names[i % len(names) :] + names[: i % len(names)]:
                 url, headers, model = targets[name]
                 start = time.perf_counter()
                 response = client.post(
@@ -241,7 +255,7 @@ def concurrent(
     targets: dict[str, tuple[str, dict[str, str], str]], n: int, concurrency: int, run: int
 ) -> dict[str, list[float]]:
     names = list(targets)
-    order = names[run % 3 :] + names[: run % 3]
+    order = names[run % len(names) :] + names[: run % len(names)]
     times: dict[str, list[float]] = {name: [] for name in names}
     # Two rounds each, in rotating order, so no target always follows the same one.
     for _ in range(2):
@@ -253,7 +267,9 @@ def concurrent(
 def added(times: dict[str, list[float]]) -> dict[str, dict[str, float]]:
     direct = quantiles(times["direct"])
     out = {"direct": direct}
-    for name in ("agentops", "litellm"):
+    for name in times:
+        if name == "direct":
+            continue
         q = quantiles(times[name])
         out[name] = {k: q[k] - direct[k] for k in q}
     return out
@@ -265,11 +281,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    litellm = os.environ.get("LITELLM_BIN")
-    if not litellm:
-        raise SystemExit(
-            "set LITELLM_BIN to a litellm command installed outside the repository (see the docstring)"
-        )
+    litellm = os.environ.get("LITELLM_BIN") or None
+    if litellm is None:
+        print("LITELLM_BIN not set: the LiteLLM target is left out (see the docstring)")
     prepare_database()
     procs: list[subprocess.Popen[bytes]] = []
     runs = []
@@ -294,7 +308,7 @@ def main() -> None:
             name: {
                 k: statistics.median(r[phase][name][k] for r in runs) for k in ("p50", "p95", "p99")
             }
-            for name in ("direct", "agentops", "litellm")
+            for name in runs[0][phase]
         }
         for phase in ("sequential", "concurrent")
     }
