@@ -79,7 +79,7 @@ def fallbacks_checked(
     (provider, model) neither the agent's own nor listed before. Raises ``BadRequest`` naming
     the field."""
     names = {f["provider"] for f in fallbacks}
-    known = set(Provider.objects.filter(name__in=names).values_list("name", flat=True))
+    known = {p.name: p for p in Provider.objects.filter(name__in=names)}
     seen = {(provider, model)}
     stored = []
     for index, entry in enumerate(fallbacks):
@@ -95,11 +95,15 @@ def fallbacks_checked(
                 "provider and model or an earlier alternate",
             )
         seen.add(target)
+        row = known[entry["provider"]]
+        # The provider's id and kind kept beside its name: routing reads no provider rows.
         stored.append(
             {
                 "provider": entry["provider"],
                 "model": entry["model"],
                 "context_window": entry.get("context_window"),
+                "provider_id": row.pk,
+                "kind": row.kind,
             }
         )
     return stored

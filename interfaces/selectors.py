@@ -14,6 +14,7 @@ from agentops.selectors import id_valid, visible_to
 from calls.progress import call_progress_read
 from calls.records import ms_to_dt
 from inference.models import InferenceCall, Turn
+from turns.routing import alternates
 from turns.serving import serving_out
 from waits.clock import clock_ms
 from waits.selectors import binding_waits
@@ -134,7 +135,10 @@ def agent_out(
         "thinking_budget": agent.thinking_budget,
         "stream": agent.stream,
         "tools": agent.tools,
-        "fallbacks": agent.fallbacks,
+        "fallbacks": [
+            {k: f.get(k) for k in ("provider", "model", "context_window")}
+            for f in alternates(agent.fallbacks)
+        ],
         "serving": agent_serving(agent),
         "status": agent_status_of(current),
         "failure_streak": agent_failure_streak(agent) if streak is None else streak,

@@ -194,10 +194,9 @@ class DropinCall:
         """None when the call may go out; else the hold (its ``deferred`` row is written).
         Reads the database: call it in a thread. With alternates, the target is chosen here."""
         chosen = dropin_target(self.agent, set(), failed=False)
-        if chosen is not None:
+        if chosen is not None:  # chosen from the journal's view: nothing holds it
             self.target, self._call = chosen, self._attempt(chosen)
-            if chosen.route != "primary":
-                return None
+            return None
         return auxiliary_admit(
             agent=self.agent, model=self.target.model, max_tokens=self.max_tokens
         )

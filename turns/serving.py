@@ -19,7 +19,7 @@ from agentops.models import Agent, Provider
 from calls.types import CompiledRequest
 from inference.models import InferenceCall
 from turns.routing import Choice, Failure, Seen, alternates, down_until, route_choose
-from waits.admission import admission_check
+from waits.admission import admission_checks
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +28,20 @@ ENDED = (InferenceCall.Outcome.COMPLETED, InferenceCall.Outcome.ERROR, Inference
 
 @dataclass(frozen=True)
 class Target:
+    """A provider and model that serves a call (its provider loaded)."""
+
     provider: Provider
+    model: str
+    context_window: int | None = None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A target as routing reads it: the provider by id (loaded only once chosen)."""
+
+    provider_id: int
+    provider_name: str
+    kind: str
     model: str
     context_window: int | None = None
 
@@ -59,52 +72,55 @@ def primary_serving(agent: Agent) -> Serving:
     return Serving(Target(agent.provider, agent.model), Choice(0, "primary"))
 
 
-def agent_targets(agent: Agent, *, kind: str | None = None) -> list[Target]:
-    """The agent's own provider and model, then its alternates whose provider exists (and,
-    with ``kind``, speaks that wire format: a drop-in request's body is in its own)."""
-    targets = [Target(agent.provider, agent.model)]
+def agent_candidates(agent: Agent, *, kind: str | None = None) -> list[Candidate]:
+    """The agent's own provider and model, then its alternates (with ``kind``, those of that
+    wire format: a drop-in request's body is in its own). Stored alternates carry their
+    provider's id and kind, so this reads nothing; an entry without them (written by hand)
+    is looked up by name."""
+    primary = agent.provider
+    candidates = [Candidate(primary.pk, primary.name, primary.kind, agent.model)]
     listed = alternates(agent.fallbacks)
-    if not listed:
-        return targets
-    names = {str(f.get("provider")) for f in listed}
-    found = {p.name: p for p in Provider.objects.filter(name__in=names)}
+    missing = {str(f.get("provider")) for f in listed if "provider_id" not in f}
+    found = {
+        p.name: (p.pk, p.kind)
+        for p in (Provider.objects.filter(name__in=missing) if missing else ())
+    }
     for entry in listed:
-        provider = found.get(str(entry.get("provider")))
-        if provider is None:  # deleted since: skipped, said once per choice
+        name = str(entry.get("provider"))
+        ref = (
+            (entry["provider_id"], entry.get("kind")) if "provider_id" in entry else found.get(name)
+        )
+        if ref is None:
             logger.warning(
-                "agent %s: alternate provider %r no longer exists; skipped",
-                agent.name,
-                entry.get("provider"),
+                "agent %s: alternate provider %r does not exist; skipped", agent.name, name
             )
             continue
-        if kind is None or provider.kind == kind:
-            targets.append(Target(provider, str(entry["model"]), entry.get("context_window")))
-    return targets
+        if kind is None or ref[1] == kind:
+            candidates.append(
+                Candidate(
+                    ref[0], name, str(ref[1]), str(entry["model"]), entry.get("context_window")
+                )
+            )
+    return candidates
 
 
 def serving_choose(agent: Agent, now_ms: float, *, kind: str | None = None) -> Serving | None:
     """The target for the agent's next call (among those of wire format ``kind``, if given),
     or None when the call waits out the primary's hold (the caller holds the turn as before
-    alternates existed). Reads the journal and each target's two latest ended calls."""
-    targets = agent_targets(agent, kind=kind)
-    if len(targets) == 1:
+    alternates existed). Two reads whatever the number of alternates: the journal (its
+    cached view) and each target's two latest ended calls, in one statement."""
+    candidates = agent_candidates(agent, kind=kind)
+    if len(candidates) == 1:
         return primary_serving(agent)
+    keys = [
+        (c.model, "" if c.provider_id == agent.provider_id else c.provider_name) for c in candidates
+    ]
+    holds = admission_checks(agent=agent, targets=keys, now_ms=now_ms)
+    latest = _latest_calls(agent, candidates)
     seen: list[Seen] = []
     latest_id, previous = 0, None
-    for index, target in enumerate(targets):
-        hold = admission_check(
-            agent=agent,
-            model=target.model,
-            now_ms=now_ms,
-            provider=wait_provider(agent, target.provider),
-        )
-        rows = list(
-            InferenceCall.objects.filter(
-                agent=agent, provider=target.provider, model=target.model, outcome__in=ENDED
-            )
-            .order_by("-id")
-            .values("id", "error", "ended_at", "first_content_at")[:2]
-        )
+    for index, (candidate, hold) in enumerate(zip(candidates, holds, strict=True)):
+        rows = latest.get((candidate.provider_id, candidate.model), [])
         if rows and rows[0]["id"] > latest_id:
             latest_id, previous = rows[0]["id"], index
         until, why = down_until(
@@ -126,13 +142,42 @@ def serving_choose(agent: Agent, now_ms: float, *, kind: str | None = None) -> S
         return None
     if choice.index == 0 and previous not in (None, 0):
         choice = Choice(0, "return to primary", choice.fresh)
+    chosen = candidates[choice.index]
+    provider = (
+        agent.provider
+        if choice.index == 0
+        else Provider.objects.filter(pk=chosen.provider_id).first()
+    )
+    if provider is None:  # deleted since it was listed
+        return primary_serving(agent)
     return Serving(
-        targets[choice.index],
+        Target(provider, chosen.model, chosen.context_window),
         choice,
         previous=previous,
         primary_until=seen[0].hold_until,
         primary_held=seen[0].held,
     )
+
+
+def _latest_calls(
+    agent: Agent, candidates: list[Candidate]
+) -> dict[tuple[int, str], list[dict[str, Any]]]:
+    """Each candidate's two latest ended calls, newest first, in one statement (a union of
+    index lookups on ``call_target_latest``)."""
+    parts = [
+        InferenceCall.objects.filter(
+            agent_id=agent.pk, provider_id=c.provider_id, model=c.model, outcome__in=ENDED
+        )
+        .order_by("-id")
+        .values("id", "provider_id", "model", "error", "ended_at", "first_content_at")[:2]
+        for c in candidates
+    ]
+    found: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for row in parts[0].union(*parts[1:], all=True):
+        found.setdefault((row["provider_id"], row["model"]), []).append(dict(row))
+    for rows in found.values():
+        rows.sort(key=lambda row: -row["id"])
+    return found
 
 
 def _failure(row: Mapping[str, Any]) -> Failure:

@@ -8,12 +8,13 @@ and reads only those. The rest of the view is cached per process (``waits.journa
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from agentops.models import Agent
 
-from .core import EVERY_MODEL, wait_binds
+from .core import EVERY_MODEL, WaitBook, wait_binds
 from .journal import journal_binding
 
 
@@ -36,9 +37,21 @@ def admission_check(*, agent: Agent, model: str, now_ms: float, provider: str = 
     An ephemeral agent is never held: nothing is recorded for it (§6.9), and it is not held by
     unreadable records either. Pass the real time: the cached view is refreshed on the
     cadence ``now_ms`` shows."""
+    return admission_checks(agent=agent, targets=[(model, provider)], now_ms=now_ms)[0]
+
+
+def admission_checks(
+    *, agent: Agent, targets: Sequence[tuple[str, str]], now_ms: float
+) -> list[Hold | None]:
+    """``admission_check`` for each (model, provider) of ``targets``, from one read of the
+    journal (an agent's alternates are checked together: §6.11)."""
     if agent.kind == Agent.Kind.EPHEMERAL:
-        return None
+        return [None] * len(targets)
     book = journal_binding(now_ms=now_ms, fresh=True)
+    return [_hold(book, agent, model, provider, now_ms) for model, provider in targets]
+
+
+def _hold(book: WaitBook, agent: Agent, model: str, provider: str, now_ms: float) -> Hold | None:
     if book.unknown(agent.name, model):
         assert book.unreadable is not None
         cause = book.unreadable

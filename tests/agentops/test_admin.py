@@ -117,5 +117,11 @@ def test_an_agents_alternates_are_checked_in_the_admin_as_in_the_api(
     assert saved.status_code == 302, saved.content.decode()[:2000]
     agent.refresh_from_db()
     assert agent.fallbacks == [
-        {"provider": "standin-anthropic", "model": "claude-alt", "context_window": None}
+        {
+            "provider": "standin-anthropic",
+            "model": "claude-alt",
+            "context_window": None,
+            "provider_id": providers["anthropic"].pk,
+            "kind": "anthropic",
+        }
     ]
