@@ -76,7 +76,8 @@ Agent.objects.filter(name__in=["bench", "bench-alternates"]).delete()
 provider, _ = Provider.objects.update_or_create(name="bench-standin", defaults={"kind": "openai", "base_url": sys.argv[1] + "/v1"})
 Agent.objects.create(name="bench", provider=provider, model="answer", participant="bench", max_tokens=16)
 # The same agent with alternates configured (none used: the primary answers).
-Agent.objects.create(name="bench-alternates", provider=provider, model="answer", participant="bench", max_tokens=16, fallbacks=[{"provider": "bench-standin", "model": "answer:text=alternate", "context_window": None}])
+from agentops.services import fallbacks_checked
+Agent.objects.create(name="bench-alternates", provider=provider, model="answer", participant="bench", max_tokens=16, fallbacks=fallbacks_checked([{"provider": "bench-standin", "model": "answer:text=alternate"}], model="answer", provider="bench-standin"))
 print(api_token_create(name="bench", operator=False)[1])
 """
 

@@ -7,12 +7,14 @@ An agent without alternates costs nothing here (no query).
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from django.conf import settings
+from django.db import connection
 
 from agentops.alerts import alert_raise
 from agentops.models import Agent, Provider
@@ -162,22 +164,43 @@ def serving_choose(agent: Agent, now_ms: float, *, kind: str | None = None) -> S
 def _latest_calls(
     agent: Agent, candidates: list[Candidate]
 ) -> dict[tuple[int, str], list[dict[str, Any]]]:
-    """Each candidate's two latest ended calls, newest first, in one statement (a union of
-    index lookups on ``call_target_latest``)."""
-    parts = [
-        InferenceCall.objects.filter(
-            agent_id=agent.pk, provider_id=c.provider_id, model=c.model, outcome__in=ENDED
+    """Each candidate's two latest ended calls, newest first, in one statement whatever their
+    number (an index lookup on ``call_target_latest`` per candidate). Hand-written: the ORM's
+    union of sliced queries cost 1.7 ms a choice to build and plan (docs/performance.md)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _LATEST_SQL,
+            [
+                [c.provider_id for c in candidates],
+                [c.model for c in candidates],
+                agent.pk,
+                list(ENDED),
+            ],
         )
-        .order_by("-id")
-        .values("id", "provider_id", "model", "error", "ended_at", "first_content_at")[:2]
-        for c in candidates
-    ]
-    found: dict[tuple[int, str], list[dict[str, Any]]] = {}
-    for row in parts[0].union(*parts[1:], all=True):
-        found.setdefault((row["provider_id"], row["model"]), []).append(dict(row))
-    for rows in found.values():
-        rows.sort(key=lambda row: -row["id"])
+        found: dict[tuple[int, str], list[dict[str, Any]]] = {}
+        for call_id, provider_id, model, error, ended_at, first_content_at in cursor.fetchall():
+            found.setdefault((provider_id, model), []).append(
+                {
+                    "id": call_id,
+                    "error": json.loads(error) if isinstance(error, str) else error,
+                    "ended_at": ended_at,
+                    "first_content_at": first_content_at,
+                }
+            )
     return found
+
+
+_CALLS = InferenceCall._meta.db_table
+_LATEST_SQL = f"""
+    SELECT c.id, c.provider_id, c.model, c.error, c.ended_at, c.first_content_at
+    FROM unnest(%s::bigint[], %s::text[]) AS t(provider_id, model)
+    CROSS JOIN LATERAL (
+        SELECT id, provider_id, model, error, ended_at, first_content_at FROM {_CALLS}
+        WHERE agent_id = %s AND provider_id = t.provider_id AND model = t.model
+          AND outcome = ANY(%s)
+        ORDER BY id DESC LIMIT 2
+    ) c
+    ORDER BY c.id DESC"""
 
 
 def _failure(row: Mapping[str, Any]) -> Failure:
