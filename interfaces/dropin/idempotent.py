@@ -100,9 +100,9 @@ async def idempotent(request: HttpRequest, fmt: Format) -> HttpResponseBase:
     if isinstance(response, StreamingHttpResponse):
         response.streaming_content = _recording(
             response.streaming_content,  # type: ignore[arg-type]
+            fmt=fmt,
             call=call,
             row_id=claim.row_id,
-            keepalive=fmt.keepalive(),
             headers=_kept(response),
         )
         return response
@@ -182,42 +182,62 @@ async def _once(body: bytes) -> AsyncIterator[bytes]:
     yield body
 
 
+# The event that ends a complete answer in each format, as relayed: the record is written
+# before it goes out, so a client that read it and repeats at once finds the answer recorded
+# (SDKs close the connection on it, without waiting for the response's end).
+TERMINAL = {
+    OPENAI.kind: b"data: [DONE]",
+    ANTHROPIC.kind: b"event: message_stop",
+    RESPONSES.kind: b"event: response.completed",
+}
+
+
 async def _recording(
     content: AsyncIterator[bytes],
     *,
+    fmt: Format,
     call: DropinCall,
     row_id: int,
-    keepalive: bytes,
     headers: dict[str, str],
 ) -> AsyncIterator[bytes]:
     """The stream as it goes to the client, its events kept (up to the record's bound) and
-    recorded once it ended completed, before the response ends: a client that read the whole
-    stream and repeats finds it recorded."""
+    recorded once the answer is complete: before its terminal event is relayed, or at the end
+    of a completed call whose provider sent none."""
     kept: list[bytes] = []
     size = 0
-    ended = False
-    try:
-        async for chunk in content:
-            if chunk != keepalive:
-                size += len(chunk)
-                if size <= settings.AGENTOPS_IDEMPOTENCY_RECORD_BYTES:
-                    kept.append(chunk)
-            yield chunk
-        ended = True
-    finally:
-        if not ended:  # the client went away: no answer was received
-            _later(runtime().db(idempotency_key_release, row_id=row_id))
-    if call.result is not None and call.result.outcome == "completed":
+    limit = settings.AGENTOPS_IDEMPOTENCY_RECORD_BYTES
+    keepalive, terminal = fmt.keepalive(), TERMINAL[fmt.kind]
+    settled = False  # recorded or released
+
+    async def record() -> None:
         await runtime().db(
             idempotency_key_answer,
             row_id=row_id,
             status=200,
             headers=headers,
-            body=b"".join(kept) if size <= settings.AGENTOPS_IDEMPOTENCY_RECORD_BYTES else None,
+            body=b"".join(kept) if size <= limit else None,
             streamed=True,
         )
-    else:
-        await runtime().db(idempotency_key_release, row_id=row_id)
+
+    try:
+        async for chunk in content:
+            if chunk != keepalive and not settled:
+                size += len(chunk)
+                if size <= limit:
+                    kept.append(chunk)
+                if terminal in chunk:
+                    await record()
+                    settled = True
+            yield chunk
+        if not settled:
+            if call.result is not None and call.result.outcome == "completed":
+                await record()
+            else:
+                await runtime().db(idempotency_key_release, row_id=row_id)
+            settled = True
+    finally:
+        if not settled:  # the client went away before the answer was complete
+            _later(runtime().db(idempotency_key_release, row_id=row_id))
 
 
 # Releases started where nothing can wait for them (a request cancelled): kept until done.
