@@ -306,12 +306,11 @@ def test_an_answer_too_large_to_record_is_a_409_on_repeat_never_a_second_call(
 
 def post_turn(client: Client, agent: str, content: str, key: str | None) -> Any:
     body = {"messages": [{"participant": "alice", "content": content}]}
-    extra = {"HTTP_IDEMPOTENCY_KEY": key} if key is not None else {}
     return client.post(
         f"/api/v1/agents/{agent}/turns",
         data=json.dumps(body),
         content_type="application/json",
-        **extra,
+        headers={"Idempotency-Key": key} if key is not None else {},
     )
 
 
@@ -352,7 +351,7 @@ def test_a_refused_turn_releases_its_key(api: Client, no_workers: None, make_age
         f"/api/v1/agents/{agent.name}/turns",
         data=sixty,
         content_type="application/json",
-        HTTP_IDEMPOTENCY_KEY=key,
+        headers={"Idempotency-Key": key},
     )
     assert refused.status_code == 409, refused.content
     assert refused.json()["data"]["field"] == "messages"
