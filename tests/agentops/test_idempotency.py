@@ -26,6 +26,7 @@ from inference.models import Turn
 from interfaces.tasks import idempotency_sweep
 from tests.agentops.live_asgi import asgi_server
 from tests.conftest import wait_for
+from tests.factories import AgentFactory, ProviderFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(90)]
 
@@ -120,6 +121,33 @@ def test_anthropic_messages_are_replayed_streamed_or_not(
         with ant.messages.stream(**kwargs, extra_headers=streamed_headers) as stream:
             texts.append(stream.get_final_text())
     assert texts == ["Stand-in answer to: hi"] * 2
+    assert len(standin_requests()) == 2  # one for each key
+
+
+def test_a_repeated_response_is_replayed_streamed_or_not(
+    standin_requests: Any, standin: str, oai: openai.OpenAI
+) -> None:
+    provider = ProviderFactory.create(
+        name="standin-responses", kind="openai-responses", base_url=f"{standin}/v1"
+    )
+    agent = AgentFactory.create(provider=provider, model="answer")
+    headers, streamed = key_headers(), key_headers()
+    first = oai.responses.create(model=agent.name, input="hi", extra_headers=headers)
+    again = oai.responses.with_raw_response.create(
+        model=agent.name, input="hi", extra_headers=headers
+    )
+    assert again.headers["idempotent-replayed"] == "true"
+    assert again.parse().id == first.id
+    runs = [
+        [
+            e.type
+            for e in oai.responses.create(
+                model=agent.name, input="hi", stream=True, extra_headers=streamed
+            )
+        ]
+        for _ in range(2)
+    ]
+    assert runs[0] == runs[1] and runs[0][-1] == "response.completed"
     assert len(standin_requests()) == 2  # one for each key
 
 
