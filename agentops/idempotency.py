@@ -1,4 +1,4 @@
-"""Idempotency keys (architecture.md §14.5, API.md "Idempotency-Key"): a request sent with the
+"""Idempotency keys (architecture.md §14.2, API.md "Idempotency-Key"): a request sent with the
 header is claimed here before any provider call; a repeat is answered from the record.
 
 The race between two duplicates is decided by PostgreSQL: the row is inserted under the unique

@@ -180,7 +180,7 @@ class Alert(models.Model):
 
 
 class IdempotencyKey(models.Model):
-    """A request sent with an ``Idempotency-Key`` header (architecture.md §14.5): inserted before
+    """A request sent with an ``Idempotency-Key`` header (architecture.md §14.2): inserted before
     any provider call, so the unique constraint on (token, key) decides which of two duplicates
     makes the call; the answer recorded here is what a repeat is given instead."""
 

@@ -273,7 +273,7 @@ AGENTOPS_DROPIN_CLIENT_RETRY_MAX_MS = env_ms("AGENTOPS_DROPIN_CLIENT_RETRY_MAX_M
 # A streamed drop-in answer sends the client a keepalive whenever nothing else went to it for
 # this long.
 AGENTOPS_DROPIN_KEEPALIVE_MS = env_ms("AGENTOPS_DROPIN_KEEPALIVE_MS", 15_000)
-# Idempotency-Key (architecture.md §14.5): a repeat within this long is answered from the
+# Idempotency-Key (architecture.md §14.2): a repeat within this long is answered from the
 # record, no provider call; older keys are swept every AGENTOPS_IDEMPOTENCY_SWEEP_MS.
 AGENTOPS_IDEMPOTENCY_TTL_S = env_ms("AGENTOPS_IDEMPOTENCY_TTL_MS", 86_400_000) / 1000
 AGENTOPS_IDEMPOTENCY_SWEEP_S = env_ms("AGENTOPS_IDEMPOTENCY_SWEEP_MS", 3_600_000) / 1000

@@ -1,4 +1,4 @@
-"""The drop-in endpoints behind ``Idempotency-Key`` (architecture.md §14.5): a wrapper around
+"""The drop-in endpoints behind ``Idempotency-Key`` (architecture.md §14.2): a wrapper around
 ``views.serve`` that claims the key before the call and records the answer after it, so a
 repeat is answered from the record with no provider call.
 

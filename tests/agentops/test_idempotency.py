@@ -1,4 +1,4 @@
-"""``Idempotency-Key`` (architecture.md §14.5, API.md): through the official ``openai`` and
+"""``Idempotency-Key`` (architecture.md §14.2, API.md): through the official ``openai`` and
 ``anthropic`` SDKs (neither sends the header by itself: their ``_idempotency_header`` is None,
 so a client passes it in ``extra_headers``) against the service as a real ASGI server, counting
 the stand-in provider's requests; and on ``POST /agents/{name}/turns``."""
