@@ -20,7 +20,7 @@ from django.conf import settings
 from django.test import Client
 from django.utils import timezone
 
-from agentops.models import IdempotencyKey
+from agentops.models import HistoryRow, IdempotencyKey
 from agentops.tokens import api_token_create
 from inference.models import Turn
 from interfaces.tasks import idempotency_sweep
@@ -354,6 +354,7 @@ def test_a_repeated_turn_answers_the_same_turn_and_queues_none(
     assert again.headers["idempotent-replayed"] == "true"
     assert again.json() == first.json()
     assert Turn.objects.filter(agent=agent).count() == 1
+    assert HistoryRow.objects.filter(agent=agent).count() == 1  # not joined again either
     other = post_turn(api, agent.name, "something else", key)
     assert other.status_code == 422
     assert other.json()["data"]["field"] == "Idempotency-Key"
@@ -384,3 +385,33 @@ def test_a_refused_turn_releases_its_key(api: Client, no_workers: None, make_age
     assert refused.status_code == 409, refused.content
     assert refused.json()["data"]["field"] == "messages"
     assert not IdempotencyKey.objects.filter(key=key).exists()
+
+
+def test_concurrent_duplicate_turns_queue_exactly_one(
+    operator_token: str, no_workers: None, make_agent: Any
+) -> None:
+    agent = make_agent()
+    key = str(uuid.uuid4())
+    answers: list[Any] = []
+
+    def send() -> None:
+        from django.db import connection
+
+        try:
+            client = Client(headers={"Authorization": f"Bearer {operator_token}"})
+            response = post_turn(client, agent.name, "hello", key)
+            answers.append((response.status_code, response.json().get("id")))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=send) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    (turn,) = Turn.objects.filter(agent=agent)
+    assert len(answers) == 8
+    assert {a for a in answers if a[0] == 202} == {(202, turn.pk)}
+    assert all(status in (202, 409) for status, _ in answers)
+    # A duplicate that got through would have joined the queued turn: same id, another message.
+    assert HistoryRow.objects.filter(agent=agent).count() == 1
