@@ -415,3 +415,44 @@ def test_concurrent_duplicate_turns_queue_exactly_one(
     assert all(status in (202, 409) for status, _ in answers)
     # A duplicate that got through would have joined the queued turn: same id, another message.
     assert HistoryRow.objects.filter(agent=agent).count() == 1
+
+
+def test_a_held_models_429_releases_the_key_so_the_retry_calls(
+    standin_requests: Any, oai: openai.OpenAI, make_agent: Any
+) -> None:
+    from waits.clock import clock_ms
+    from waits.services import wait_record
+
+    agent = make_agent()
+    headers = key_headers()
+    wait_record(
+        agent=agent,
+        model=agent.model,
+        retry_after_ms=60_000,
+        reason="rate_limit (HTTP 429): test",
+        now_ms=clock_ms(),
+    )
+    with pytest.raises(openai.RateLimitError):
+        oai.chat.completions.create(model=agent.name, messages=USER, extra_headers=headers)
+    assert not IdempotencyKey.objects.exists()
+    assert standin_requests() == []
+
+
+def test_anthropic_conflicts_through_the_sdk(
+    standin_requests: Any, ant: anthropic.Anthropic, make_agent: Any
+) -> None:
+    agent = make_agent(provider="anthropic", model="answer:delay_ms=1500")
+    headers = key_headers()
+    kwargs: Any = {"model": agent.name, "max_tokens": 50, "messages": USER}
+    thread = threading.Thread(target=lambda: ant.messages.create(**kwargs, extra_headers=headers))
+    thread.start()
+    wait_for(
+        lambda: IdempotencyKey.objects.filter(key=headers["Idempotency-Key"]).exists(),
+        what="the first request's key",
+    )
+    with pytest.raises(anthropic.ConflictError):
+        ant.messages.create(**kwargs, extra_headers=headers)
+    thread.join(20)
+    with pytest.raises(anthropic.UnprocessableEntityError):
+        ant.messages.create(**{**kwargs, "max_tokens": 51}, extra_headers=headers)
+    assert len(standin_requests()) == 1
