@@ -186,10 +186,17 @@ async def _once(body: bytes) -> AsyncIterator[bytes]:
 # before it goes out, so a client that read it and repeats at once finds the answer recorded
 # (SDKs close the connection on it, without waiting for the response's end).
 TERMINAL = {
-    OPENAI.kind: b"data: [DONE]",
-    ANTHROPIC.kind: b"event: message_stop",
-    RESPONSES.kind: b"event: response.completed",
+    OPENAI.kind: b"data: [DONE]\n",
+    ANTHROPIC.kind: b"event: message_stop\n",
+    RESPONSES.kind: b"event: response.completed\n",
 }
+
+
+def _ends_answer(chunk: bytes, terminal: bytes) -> bool:
+    """Whether ``chunk`` holds the terminal event as an event of its own: at the start of a
+    line that starts an event (a model's text saying "data: [DONE]" is inside a JSON string,
+    never at a line's start, as JSON escapes newlines)."""
+    return chunk.startswith(terminal) or b"\n\n" + terminal in chunk
 
 
 async def _recording(
@@ -225,7 +232,7 @@ async def _recording(
                 size += len(chunk)
                 if size <= limit:
                     kept.append(chunk)
-                if terminal in chunk:
+                if _ends_answer(chunk, terminal):
                     await record()
                     settled = True
             yield chunk

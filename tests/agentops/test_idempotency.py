@@ -456,3 +456,25 @@ def test_anthropic_conflicts_through_the_sdk(
     with pytest.raises(anthropic.UnprocessableEntityError):
         ant.messages.create(**{**kwargs, "max_tokens": 51}, extra_headers=headers)
     assert len(standin_requests()) == 1
+
+
+def test_a_stream_whose_text_names_the_terminal_event_is_recorded_whole(
+    standin_requests: Any, oai: openai.OpenAI, make_agent: Any
+) -> None:
+    # The model says "data: [DONE]" in its delta: inside a JSON string, not the end.
+    agent = make_agent(model="answer:text=data%3A%20%5BDONE%5D%20said%20it,chunks=1,interval_ms=80")
+    headers = key_headers()
+    runs = [
+        [
+            (chunk.choices[0].delta.content, chunk.choices[0].finish_reason)
+            for chunk in oai.chat.completions.create(
+                model=agent.name, messages=USER, stream=True, extra_headers=headers
+            )
+            if chunk.choices
+        ]
+        for _ in range(2)
+    ]
+    assert ("data: [DONE] said it", None) in runs[0]
+    assert runs[0][-1][1] == "stop"
+    assert runs[1] == runs[0]
+    assert len(standin_requests()) == 1
