@@ -73,9 +73,9 @@ def test_a_drop_in_stream_of_a_million_tiny_events_leaves_the_web_process_respon
     assert tail.endswith(b"data: [DONE]\n\n"), tail
     assert deltas == (N if flood == "flood" else 0)
     # Before, checks timed out (5 s here). The loop itself is held 15 ms at most (p99, measured
-    # in the web process); a check's own way through Django takes thread hops, which wait for
-    # a saturated process's CPU: 0.5 to 1.6 s at worst on a 2-core machine under other load.
-    assert watch.checks >= 10 and watch.slowest < 2.0, (
+    # in the web process), and /health/live is answered on it before Django (interfaces.asgi):
+    # no thread hop waits for a saturated process's CPU, as Django's way did (up to 1.6 s).
+    assert watch.checks >= 10 and watch.slowest < 1.0, (
         f"/health/live took {watch.slowest:.2f} s (of {watch.checks} checks)"
     )
     assert watch.grown < 100 * MiB, f"the web process grew by {watch.grown / MiB:.0f} MiB"
