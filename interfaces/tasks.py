@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from agentops.webhooks.selectors import deliveries_due
 from agentops.webhooks.services import webhook_deliveries_enqueue, webhook_delivery_attempt
+from calls.health import provider_down_check as provider_down_check_at
 from inference.models import Turn
 from turns import drain
 
@@ -49,3 +50,8 @@ def webhooks_sweep() -> int:
     due = deliveries_due(now=timezone.now(), limit=SWEEP_BATCH)
     webhook_deliveries_enqueue(delivery_ids=due)
     return len(due)
+
+
+@shared_task(name="calls.tasks.provider_down_check")
+def provider_down_check(provider_id: int, window_ms: int) -> bool:
+    return provider_down_check_at(provider_id=provider_id, window_ms=window_ms)
