@@ -238,6 +238,9 @@ def run(env: dict[str, str]) -> int:
 def _wait_http(url: str, *, timeout: float, children: list[subprocess.Popen[str]]) -> None:
     import urllib.request
 
+    # The service is on this machine: never through an outbound proxy from the environment
+    # (HTTP_PROXY is for the providers; a dead one made the check fail and `make run` stop).
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         gone = [c for c in children if c.poll() is not None]
@@ -247,7 +250,7 @@ def _wait_http(url: str, *, timeout: float, children: list[subprocess.Popen[str]
                 f"{command} exited (status {gone[0].returncode}) before the service was up"
             )
         try:
-            with urllib.request.urlopen(url, timeout=2):
+            with opener.open(url, timeout=2):
                 return
         except OSError:
             time.sleep(0.3)
