@@ -11,6 +11,7 @@ misbehaviour:
 - ``nul``: an answer whose text holds NUL and a lone surrogate (escaped in JSON) and a raw NUL
   byte (in an SSE comment when streamed); ``bad-utf8``: an answer with bytes that are not UTF-8;
   ``nul-error``: a 400 whose body (not JSON) holds a raw NUL byte and invalid UTF-8;
+  ``esc-error``: a 400 whose JSON error message and code hold ESC sequences, a bell and a CR;
 - ``status-999``: ``HTTP/1.1 999``; ``redirect``: a 302; ``html-error``: a 502 HTML page;
 - ``two-responses``: two answers in one write (only the first was asked for);
 - ``close-mid-chunk``: a stream cut off inside a chunk;
@@ -272,6 +273,10 @@ async def respond(model: str, streamed: bool, writer: asyncio.StreamWriter) -> b
                 content_type="text/plain",
             )
         )
+        return True
+    if model == "esc-error":
+        error = {"message": "refused \x1b[31mred\x1b[0m\x07 and\rover", "code": "\x1b[2Jwiped"}
+        writer.write(whole("400 Bad Request", json.dumps({"error": error}).encode()))
         return True
     if model == "status-999":
         writer.write(

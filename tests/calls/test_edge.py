@@ -111,6 +111,16 @@ async def test_an_error_body_with_a_raw_nul_is_classified_with_the_nul_replaced(
     assert result.error.message == "refused \ufffd because \ufffd of reasons"
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_control_characters_in_a_providers_error_show_escaped_and_act_on_nothing(
+    hostile: str, stream: bool
+) -> None:
+    result = await call(hostile, "esc-error", stream=stream)
+    assert result.error is not None and result.error.http_status == 400
+    assert result.error.message == "refused \\x1b[31mred\\x1b[0m\\x07 and\\x0dover"
+    assert result.error.provider_code == "\\x1b[2Jwiped"
+
+
 async def test_an_html_error_page_is_a_server_error_whose_message_is_the_page(hostile: str) -> None:
     result = await call(hostile, "html-error", stream=False)
     assert result.error is not None and (
