@@ -10,6 +10,7 @@ keep a stalled call alive. When the timer fires, the call is cut and its connect
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from typing import Any, Final
 
@@ -33,7 +34,7 @@ from calls.client import (
     now_ms,
 )
 from calls.sse import SseParser
-from calls.types import ProviderError
+from calls.types import CallOutput, ProviderError
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +70,7 @@ class _Reading:
 
     __slots__ = (
         "adapter",
+        "answer_limit",
         "armed",
         "bounds",
         "deadline",
@@ -113,6 +115,7 @@ class _Reading:
             on_progress,
         )
         self.timeline = Timeline(sent=now_ms())
+        self.answer_limit = edge_limits().answer
         self.loop = asyncio.get_running_loop()
         self.done: asyncio.Future[CallResult] = self.loop.create_future()
         self.reader = adapter.reader()
@@ -224,6 +227,7 @@ class _Reading:
         events, had_content = timeline.model_events, timeline.first_content is not None
         result = _handle(item, self.adapter, self.reader, timeline, self.deltas)
         if result is not None:
+            result = _answer_bounded(result, self.answer_limit)
             await self.flush_deltas()
             self.pumped = not self.done.done()
             self.finish(result)
@@ -335,6 +339,26 @@ class _Reading:
         except Exception as exc:  # a bug here must end the call now, not at its deadline
             logger.exception("a call's reading failed unexpectedly")
             await self.handle(("bug", exc))
+
+
+def _answer_bounded(result: CallResult, limit: int) -> CallResult:
+    """``result``, or the error it becomes when what it would store passes ``limit``."""
+    if result.output is None or not result.output.blocks:
+        return result
+    size = len(json.dumps(result.output.blocks, ensure_ascii=False).encode())
+    if size <= limit:
+        return result
+    error = protocol_error(
+        "answer_too_large",
+        f"the provider's answer holds {size} bytes of text, thinking and tool-call arguments, "
+        f"more than the {limit} kept of one answer (AGENTOPS_PROVIDER_MAX_ANSWER_BYTES)",
+    )
+    # The answer without its blocks: what the provider said it used is kept (it was made, and
+    # paid for), and nothing of it is stored.
+    kept = CallOutput(
+        stop_reason=result.output.stop_reason, usage=result.output.usage, model=result.output.model
+    )
+    return CallResult(outcome="error", timeline=result.timeline, error=error, output=kept)
 
 
 # How long a call that its stream ended waits for the response to close (``_Reading.run``).

@@ -11,6 +11,7 @@ misbehaviour:
 - ``nul``: an answer whose text holds NUL and a lone surrogate (escaped in JSON) and a raw NUL
   byte (in an SSE comment when streamed); ``bad-utf8``: an answer with bytes that are not UTF-8;
   ``nul-error``: a 400 whose body (not JSON) holds a raw NUL byte and invalid UTF-8;
+  ``tool-args-N``: a streamed tool call whose arguments run N MiB, in 512 KiB deltas;
   ``esc-error``: a 400 whose JSON error message and code hold ESC sequences, a bell and a CR;
 - ``status-999``: ``HTTP/1.1 999``; ``redirect``: a 302; ``html-error``: a 502 HTML page;
 - ``two-responses``: two answers in one write (only the first was asked for);
@@ -69,6 +70,29 @@ def chunk_event(delta: dict[str, Any], finish: str | None = None) -> bytes:
     return b"data: " + json.dumps(data).encode() + b"\n\n"
 
 
+async def tool_arguments(writer: asyncio.StreamWriter, size: int) -> None:
+    """A streamed tool call whose JSON arguments (one string value) run ``size`` bytes."""
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "save"}}
+    writer.write(
+        head("200 OK", [("content-type", "text/event-stream"), ("transfer-encoding", "chunked")])
+    )
+    parts = [chunk_event({"tool_calls": [{**call, "function": {"name": "save", "arguments": ""}}]})]
+    parts.append(chunk_event({"tool_calls": [{"index": 0, "function": {"arguments": '{"a": "'}}]}))
+    step = 512 * 1024
+    for _ in range(size // step):
+        parts.append(
+            chunk_event({"tool_calls": [{"index": 0, "function": {"arguments": "y" * step}}]})
+        )
+        writer.write(chunks(parts))
+        parts = []
+        await writer.drain()
+    parts.append(chunk_event({"tool_calls": [{"index": 0, "function": {"arguments": '"}'}}]}))
+    parts.append(chunk_event({}, finish="tool_calls"))
+    parts.append(b"data: [DONE]\n\n")
+    writer.write(chunked(parts))
+    await writer.drain()
+
+
 def head(status: str, headers: list[tuple[str, str]]) -> bytes:
     return (
         f"HTTP/1.1 {status}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers) + "\r\n"
@@ -90,8 +114,13 @@ def whole(
     )
 
 
+def chunks(parts: list[bytes]) -> bytes:
+    """``parts`` as chunks of a chunked body, without its end."""
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts if p)
+
+
 def chunked(parts: list[bytes]) -> bytes:
-    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts if p) + b"0\r\n\r\n"
+    return chunks(parts) + b"0\r\n\r\n"
 
 
 def sse(parts: list[bytes]) -> bytes:
@@ -273,6 +302,9 @@ async def respond(model: str, streamed: bool, writer: asyncio.StreamWriter) -> b
                 content_type="text/plain",
             )
         )
+        return True
+    if model.startswith("tool-args-"):
+        await tool_arguments(writer, int(model.rsplit("-", 1)[1]) << 20)
         return True
     if model == "esc-error":
         error = {"message": "refused \x1b[31mred\x1b[0m\x07 and\rover", "code": "\x1b[2Jwiped"}

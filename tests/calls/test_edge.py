@@ -111,6 +111,21 @@ async def test_an_error_body_with_a_raw_nul_is_classified_with_the_nul_replaced(
     assert result.error.message == "refused \ufffd because \ufffd of reasons"
 
 
+async def test_an_answer_past_what_is_kept_of_one_fails_naming_the_setting(hostile: str) -> None:
+    result = await call(hostile, "tool-args-50", stream=True)  # a 50 MiB tool-call argument
+    assert result.outcome == "error" and result.error is not None, result
+    assert result.error.provider_code == "answer_too_large"
+    assert "AGENTOPS_PROVIDER_MAX_ANSWER_BYTES" in result.error.message
+    assert result.output is not None and result.output.blocks == []  # nothing of it is kept
+
+
+async def test_an_answer_within_what_is_kept_is_whole(hostile: str) -> None:
+    result = await call(hostile, "tool-args-2", stream=True)
+    assert result.outcome == "completed" and result.output is not None, result
+    (tool_call,) = result.output.tool_calls
+    assert len(tool_call["arguments"]["a"]) == 2 * MiB
+
+
 @pytest.mark.parametrize("stream", [False, True])
 async def test_control_characters_in_a_providers_error_show_escaped_and_act_on_nothing(
     hostile: str, stream: bool
