@@ -15,7 +15,8 @@ misbehaviour:
   ``esc-error``: a 400 whose JSON error message and code hold ESC sequences, a bell and a CR;
 - ``status-999``: ``HTTP/1.1 999``; ``redirect``: a 302; ``html-error``: a 502 HTML page;
 - ``two-responses``: two answers in one write (only the first was asked for);
-- ``close-mid-chunk``: a stream cut off inside a chunk;
+- ``close-mid-chunk``: a stream cut off inside a chunk; ``close-after-headers``: a stream's
+  headers, then the connection closed;
 - ``big-usage``: an answer reporting more tokens than any column holds, and a stop reason
   longer than its column;
 - ``flood-N``: a stream of N one-character content deltas as fast as the socket takes them,
@@ -337,6 +338,13 @@ async def respond(model: str, streamed: bool, writer: asyncio.StreamWriter) -> b
             + whole("200 OK", answer_json("second, never asked for"))
         )
         return True
+    if model == "close-after-headers":
+        writer.write(
+            head(
+                "200 OK", [("content-type", "text/event-stream"), ("transfer-encoding", "chunked")]
+            )
+        )
+        return False
     if model == "close-mid-chunk":
         first = chunk_event({"role": "assistant", "content": "Hel"})
         writer.write(

@@ -264,9 +264,11 @@ async def serve(request: HttpRequest, fmt: Format) -> HttpResponseBase:
 
 async def opening(call: DropinCall) -> tuple[bool, list[tuple[str, Any]]]:
     """Whether to answer with a stream, and what the call said so far (through its end, when
-    not). A streamed call's answer starts once the provider's does (2xx headers), or once the
-    client has waited ``AGENTOPS_DROPIN_KEEPALIVE_MS``: from then on it gets keepalives, and a
-    failure comes as an error event. Any other answer is whole, once the call has ended."""
+    not). A streamed call's answer starts once there is something to send: the provider's
+    first event, or a keepalive once the client has waited ``AGENTOPS_DROPIN_KEEPALIVE_MS``.
+    From then on a failure can only come as an error event (the status went out with the first
+    byte); before it, the call's failure is answered with the status the non-streamed path
+    gives (a cut 504, a refused or broken answer 502), as 2xx headers alone send nothing."""
     seen: list[tuple[str, Any]] = []
     started = (
         asyncio.get_running_loop().time() + settings.AGENTOPS_DROPIN_KEEPALIVE_MS / 1000
@@ -277,10 +279,7 @@ async def opening(call: DropinCall) -> tuple[bool, list[tuple[str, Any]]]:
         async with asyncio.timeout_at(started):
             while not seen or seen[-1][0] != "end":
                 seen += await call.arrived()
-                if call.streamed and any(
-                    kind == "sse" or (kind == "headers" and 200 <= value < 300)
-                    for kind, value in seen
-                ):
+                if call.streamed and any(kind == "sse" for kind, _ in seen):
                     return True, seen
     except TimeoutError:
         return True, seen
@@ -366,8 +365,8 @@ async def relay(call: DropinCall, fmt: Format, seen: list[tuple[str, Any]]) -> A
     every_s = settings.AGENTOPS_DROPIN_KEEPALIVE_MS / 1000
     errored = False  # the provider answered an error status after the stream had started
     try:
-        if not any(kind == "headers" for kind, _ in seen):
-            yield fmt.keepalive()  # the provider has not answered yet: the client hears at once
+        if not any(kind == "sse" for kind, _ in seen):
+            yield fmt.keepalive()  # the client waited a keepalive's time already: it hears now
         arrived = seen
         while True:
             # What arrived together goes out in one write: a write per tiny event cost the
