@@ -64,6 +64,7 @@ class Timeline:
     model_events: int = 0
     keepalives: int = 0
     last_event_was_thinking_start: bool = False
+    header_begun: float | None = None  # the first byte of the answer (its header section)
     event_marks: list[float] = field(default_factory=list)
     # The tails are made at the first mark past the head: most calls never need one, and an
     # empty deque costs 600 bytes, on every stream a worker holds.
@@ -90,6 +91,8 @@ class Timeline:
             first_content=self.first_content,
             last_model_event=self.last_event,
             last_event_was_thinking_start=self.last_event_was_thinking_start,
+            header_begun=self.header_begun,
+            headers=self.headers,
         )
 
 

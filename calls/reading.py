@@ -17,7 +17,14 @@ from typing import Any, Final
 import aiohttp
 from yarl import URL
 
-from agentops.outbound import ResponseRefused, json_bytes, line_batches, outbound, read_capped
+from agentops.outbound import (
+    ResponseRefused,
+    first_byte_hook,
+    json_bytes,
+    line_batches,
+    outbound,
+    read_capped,
+)
 from agentops.text import bound_text, untrusted_json, untrusted_text
 from calls.adapters import Adapter, WireRequest
 from calls.bounds import BoundsSettings, CallState, Deadline, describe_cut, next_deadline
@@ -219,6 +226,11 @@ class _Reading:
                 deadline,
             )
 
+    def header_begun(self) -> None:
+        if self.timeline.headers is None and not self.done.done():
+            self.timeline.header_begun = now_ms()
+            self.arm()
+
     async def handle(self, item: tuple[Any, ...]) -> bool:
         """Apply one item; True once the call is over."""
         if self.done.done():
@@ -232,7 +244,7 @@ class _Reading:
             self.pumped = not self.done.done()
             self.finish(result)
             return True
-        if timeline.model_events != events:
+        if timeline.model_events != events or item[0] == "headers":
             self.arm()
         if self.on_milestone is not None and not had_content and timeline.first_content is not None:
             await self.on_milestone("first_content", timeline)
@@ -250,6 +262,8 @@ class _Reading:
         wire, on_wire = self.wire, self.on_wire
         edge = outbound()
         limits = edge_limits()
+        # A non-streamed call's header section is timed from its first byte (``arm``).
+        first_byte_hook.set(None if self.streamed else self.header_begun)
         try:
             async with edge.request(
                 wire.url,

@@ -6,7 +6,8 @@ misbehaviour:
 - ``answer``: a plain answer (streamed or not, as asked), for comparison;
 - ``gzip-bomb``: a small gzip body that inflates to 1 GiB (an SSE line of zeros when streamed);
 - ``repeated-header``: one header 20,000 times; ``endless-headers``: header lines until the
-  client goes away;
+  client goes away; ``trickle-headers``: the same header line every 0.2 s (as many as fit in
+  the header limits in 25 s);
 - ``huge-body``: a 300 MB answer; ``long-line``: a stream whose one line runs 100 MB;
 - ``nul``: an answer whose text holds NUL and a lone surrogate (escaped in JSON) and a raw NUL
   byte (in an SSE comment when streamed); ``bad-utf8``: an answer with bytes that are not UTF-8;
@@ -207,6 +208,13 @@ async def respond(model: str, streamed: bool, writer: asyncio.StreamWriter) -> b
             + b"x-junk: a\r\n" * 20_000
             + b"content-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
         )
+        return False
+    if model == "trickle-headers":
+        writer.write(b"HTTP/1.1 200 OK\r\n")
+        for _ in range(120):
+            writer.write(b"x-slow: v\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.2)
         return False
     if model == "endless-headers":
         writer.write(b"HTTP/1.1 200 OK\r\n")

@@ -5,6 +5,7 @@ text that cannot be stored arrives made safe."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import psutil
@@ -109,6 +110,37 @@ async def test_an_error_body_with_a_raw_nul_is_classified_with_the_nul_replaced(
         400,
     )
     assert result.error.message == "refused \ufffd because \ufffd of reasons"
+
+
+async def test_a_header_section_that_trickles_is_cut_by_the_before_content_bound(
+    hostile: str,
+) -> None:
+    # Not streamed: the whole-call bound is 21 s here (setup plus the allowance of 100
+    # tokens); a header section that began must be whole within the before-content bound.
+    bounds = BoundsSettings(
+        before_content_ms=1_000,
+        between_events_ms=20_000,
+        think_tokens_per_second=100,
+        flat_minimum_ms=30_000,
+        absolute_ms=60_000,
+    )
+    adapter = OpenAIAdapter()
+    request = CompiledRequest(
+        model="trickle-headers",
+        system="",
+        max_tokens=100,
+        stream=False,
+        messages=[Message(role="user", blocks=[{"type": "text", "text": "hi"}])],
+    )
+    wire = adapter.build(base_url=f"{hostile}/v1", api_key="", request=request)
+    began = time.monotonic()
+    result = await perform_call(
+        adapter=adapter, wire=wire, streamed=False, max_tokens=100, bounds=bounds
+    )
+    assert result.outcome == "cut" and result.bound is not None, result
+    assert result.bound.value == "before_content"
+    assert time.monotonic() - began < 5
+    assert result.error is not None and "header section" in result.error.message
 
 
 async def test_an_answer_past_what_is_kept_of_one_fails_naming_the_setting(hostile: str) -> None:
