@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from agentops.conf import ConfigError, env_port
 from devtools.embedded import EmbeddedService, start_postgres, start_redis
@@ -94,6 +95,38 @@ def _port_taken(port: int) -> bool:
     return False
 
 
+# How long the launcher waits for the database and Redis servers to accept a connection.
+REACH_TIMEOUT_S = 5.0
+
+
+def _servers_answer(env: dict[str, str]) -> None:
+    """The database and Redis servers the URLs name accept a connection, or one line says
+    which setting names what nothing answers at: not the tracebacks migrate and the web app's
+    readiness check print after their own timeouts (13 s and 35 s)."""
+    for name, default_port in (("DATABASE_URL", 5432), ("REDIS_URL", 6379)):
+        url = urlsplit(env.get(name, ""))
+        host = url.hostname
+        if not host:  # a Unix socket (or no URL): the server's own client says what is wrong
+            continue
+        try:
+            port = url.port or default_port
+        except ValueError:
+            continue  # a malformed port: the settings refuse it in their own words
+        try:
+            socket.create_connection((host, port), timeout=REACH_TIMEOUT_S).close()
+        except OSError as exc:
+            if isinstance(exc, socket.gaierror):
+                why = f"the host name {host} does not resolve"
+            elif isinstance(exc, TimeoutError):
+                why = f"no answer within {REACH_TIMEOUT_S:.0f} s"
+            else:
+                why = exc.strerror or str(exc) or type(exc).__name__
+            raise ConfigError(
+                f"{name}: nothing answers at {host}:{port} ({why}); start that server or "
+                f"correct {name} (unset, make run starts an embedded one)"
+            ) from None
+
+
 def run(env: dict[str, str]) -> int:
     env.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings")
     env.setdefault("PYTHONUNBUFFERED", "1")
@@ -106,6 +139,7 @@ def run(env: dict[str, str]) -> int:
             f"AGENTOPS_PORT {port} is in use by another process: "
             "stop it, or set AGENTOPS_PORT to a free port"
         )
+    _servers_answer(env)
     # The first process to load the settings: a refused one says so in one line and ends the run.
     migrated = subprocess.run(
         [PY, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=BASE_DIR, env=env, check=False
