@@ -391,8 +391,7 @@ def _handle(
     now = now_ms()
     kind = item[0]
     if kind == "headers":
-        timeline.headers = now
-        timeline.keepalives += 1
+        timeline.headers = now  # its own instant: no keepalive (a plain 429 showed one)
         return None
     if kind == "error_body":
         status, headers = item[1], item[2]

@@ -168,6 +168,13 @@ async def test_control_characters_in_a_providers_error_show_escaped_and_act_on_n
     assert result.error.provider_code == "\\x1b[2Jwiped"
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_an_error_answer_counts_no_keepalive(hostile: str, stream: bool) -> None:
+    result = await call(hostile, "esc-error", stream=stream)
+    assert result.outcome == "error" and result.timeline.headers is not None
+    assert result.timeline.keepalives == 0  # the headers have their own instant
+
+
 async def test_an_html_error_page_is_a_server_error_whose_message_is_the_page(hostile: str) -> None:
     result = await call(hostile, "html-error", stream=False)
     assert result.error is not None and (
