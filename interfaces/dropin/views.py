@@ -289,6 +289,14 @@ async def opening(call: DropinCall) -> tuple[bool, list[tuple[str, Any]]]:
 def answer(fmt: Format, result: CallResult | None, wire: tuple[str, Any] | None) -> HttpResponse:
     """The whole response of a call that sent no stream: the provider's body as it came, its
     error passed through, or the format's error for a cut or a failure of its own."""
+    response = _answered(fmt, result, wire)
+    # What the call came to is its row's (and the provider's): Django would log every relayed
+    # 5xx as its own "Internal Server Error" and every 4xx as a warning.
+    response._has_been_logged = True  # type: ignore[attr-defined]
+    return response
+
+
+def _answered(fmt: Format, result: CallResult | None, wire: tuple[str, Any] | None) -> HttpResponse:
     if result is None:
         return error(
             fmt, 503, "the call could not be made or recorded (the database is unavailable)"
