@@ -260,9 +260,10 @@ def run(env: dict[str, str]) -> int:
         ]
         _say(f"a process of the service stopped on its own ({failed[0]}); stopping the rest")
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         _say("\nstopping…")
-        _stop_children(children)
+        # A Ctrl-C reached every process of the terminal: each is stopping already.
+        _stop_children(children, interrupted=not isinstance(stop, Terminated))
         _say("stopped.")
         return 0
     finally:
@@ -291,7 +292,30 @@ def _wait_http(url: str, *, timeout: float, children: list[subprocess.Popen[str]
     raise SystemExit(f"the web app did not answer {url} within {timeout:.0f} s")
 
 
-def _stop_children(children: list[subprocess.Popen[str]]) -> None:
+class Terminated(KeyboardInterrupt):
+    """The launcher's own SIGTERM (from a supervisor): unlike a Ctrl-C, its children got none."""
+
+
+def _terminated(*_: object) -> None:
+    raise Terminated()
+
+
+# How long children that a Ctrl-C reached get to stop on their own before a SIGTERM.
+INTERRUPTED_GRACE_S = 15.0
+
+
+def _stop_children(children: list[subprocess.Popen[str]], *, interrupted: bool = False) -> None:
+    """Stop the children: SIGTERM, then SIGKILL after 15 s. ``interrupted``: the terminal's
+    Ctrl-C reached them too and they are stopping already; a SIGTERM on top would start a
+    second shutdown (Celery printed "Warm shutdown" twice), so it goes only to one still
+    running after INTERRUPTED_GRACE_S."""
+    if interrupted:
+        end = time.monotonic() + INTERRUPTED_GRACE_S
+        for child in children:
+            try:
+                child.wait(timeout=max(end - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                break
     for child in children:
         if child.poll() is None:
             child.send_signal(signal.SIGTERM)
@@ -319,7 +343,7 @@ def main(argv: list[str]) -> int:
         env["DJANGO_SECRET_KEY"] = dev_secret_key(VAR_DIR)
     services = _services(env)
     # The launcher's own SIGTERM (from a supervisor) is handled like Ctrl-C.
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         rest = [a for a in argv[1:] if a]
         if rest and rest[0] == "--":

@@ -50,3 +50,33 @@ def test_the_readiness_check_ignores_a_dead_outbound_proxy(
     for name in ("NO_PROXY", "no_proxy"):
         monkeypatch.delenv(name, raising=False)
     launcher._wait_http(f"{local_web}/health", timeout=5, children=[])  # returns: it answered
+
+
+CHILD = """
+import signal, sys, time
+def on(sig, _):
+    print("SIGINT" if sig == signal.SIGINT else "SIGTERM", flush=True)
+    if sig == signal.SIGINT:
+        time.sleep(0.5)  # a warm shutdown: the work in hand finishes
+        sys.exit(0)
+signal.signal(signal.SIGINT, on)
+signal.signal(signal.SIGTERM, on)
+print("ready", flush=True)
+while True:
+    time.sleep(0.1)
+"""
+
+
+def test_children_a_ctrl_c_reached_are_not_sent_a_second_stop() -> None:
+    """A Ctrl-C reaches every process of the terminal; the launcher then only waits for them
+    (Celery printed "Warm shutdown" twice, once for the Ctrl-C and once for the SIGTERM)."""
+    import signal
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    child.send_signal(signal.SIGINT)  # as the terminal does
+    launcher._stop_children([child], interrupted=True)  # type: ignore[list-item]
+    assert child.stdout.read().split() == ["SIGINT"]
+    assert child.returncode == 0
