@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import weakref
+from collections.abc import Callable
 from typing import Any, Final
 
 import aiohttp
@@ -76,6 +78,7 @@ class _Reading:
     decided. (Methods rather than closures: a worker holds thousands of these at once.)"""
 
     __slots__ = (
+        "__weakref__",
         "adapter",
         "answer_limit",
         "armed",
@@ -262,8 +265,10 @@ class _Reading:
         wire, on_wire = self.wire, self.on_wire
         edge = outbound()
         limits = edge_limits()
-        # A non-streamed call's header section is timed from its first byte (``arm``).
-        first_byte_hook.set(None if self.streamed else self.header_begun)
+        # A non-streamed call's header section is timed from its first byte (``arm``). The
+        # hook holds the reading weakly: the task's context and a pooled connection keep it,
+        # and a strong one made a cycle the collector had to find (task, context, reading).
+        first_byte_hook.set(None if self.streamed else _header_hook(weakref.ref(self)))
         try:
             async with edge.request(
                 wire.url,
@@ -373,6 +378,15 @@ def _answer_bounded(result: CallResult, limit: int) -> CallResult:
         stop_reason=result.output.stop_reason, usage=result.output.usage, model=result.output.model
     )
     return CallResult(outcome="error", timeline=result.timeline, error=error, output=kept)
+
+
+def _header_hook(reading: weakref.ref[_Reading]) -> Callable[[], None]:
+    def begun() -> None:
+        alive = reading()
+        if alive is not None:
+            alive.header_begun()
+
+    return begun
 
 
 # How long a call that its stream ended waits for the response to close (``_Reading.run``).
