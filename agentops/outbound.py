@@ -21,15 +21,18 @@ per event loop, connecting only to addresses a policy checked, every answer boun
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import socket
 import weakref
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextvars import ContextVar
 from typing import Any, Final
 from urllib.request import proxy_bypass
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.client_proto import ResponseHandler
 from aiohttp.helpers import ProxyInfo, proxies_from_env
 from aiohttp.resolver import DefaultResolver
 from django.conf import settings
@@ -93,6 +96,30 @@ class CheckedResolver(AbstractResolver):
             await self._plain.close()
 
 
+# Called on the loop when the first byte of the answer to a request arrives: set around
+# ``Outbound.request`` by its caller. The request's own task hands it to the connection (a
+# context variable: aiohttp sets a connection's response parameters in that task), so a header
+# section that begins but never ends can be timed (aiohttp shows nothing before its end).
+first_byte_hook: ContextVar[Callable[[], None] | None] = ContextVar("first_byte_hook", default=None)
+
+
+class _FirstByteWatched(ResponseHandler):
+    """aiohttp's connection protocol, telling ``first_byte_hook`` of its answer's first byte."""
+
+    _first_byte: Callable[[], None] | None = None
+
+    def set_response_params(self, **params: Any) -> None:
+        self._first_byte = first_byte_hook.get()
+        super().set_response_params(**params)
+
+    def data_received(self, data: bytes) -> None:
+        hook = self._first_byte
+        if hook is not None and data:
+            self._first_byte = None
+            hook()
+        super().data_received(data)
+
+
 class Outbound:
     """A loop's session, its resolver and the proxies read from the environment."""
 
@@ -103,10 +130,14 @@ class Outbound:
         proxy_hosts = frozenset(p.proxy.host.lower() for p in self.proxies.values() if p.proxy.host)
         self.resolver = CheckedResolver(proxy_hosts)
         connect_s = settings.AGENTOPS_PROVIDER_CONNECT_TIMEOUT_MS / 1000
+        connector = aiohttp.TCPConnector(
+            limit=0, use_dns_cache=False, resolver=self.resolver, keepalive_timeout=KEEPALIVE_S
+        )
+        connector._factory = functools.partial(  # type: ignore[assignment]
+            _FirstByteWatched, loop=connector._loop
+        )
         self.session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(
-                limit=0, use_dns_cache=False, resolver=self.resolver, keepalive_timeout=KEEPALIVE_S
-            ),
+            connector=connector,
             timeout=aiohttp.ClientTimeout(total=None, connect=connect_s, sock_connect=connect_s),
             headers={"User-Agent": USER_AGENT, "Accept-Encoding": "identity"},
             cookie_jar=aiohttp.DummyCookieJar(),

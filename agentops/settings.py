@@ -258,6 +258,12 @@ AGENTOPS_PROVIDER_MAX_EVENT_BYTES = env_int(
 AGENTOPS_PROVIDER_MAX_ERROR_BODY_BYTES = env_int(
     "AGENTOPS_PROVIDER_MAX_ERROR_BODY_BYTES", 4 * 1024 * 1024, minimum=1024
 )
+# What is kept of one completed answer (its text, thinking and tool-call arguments, as stored
+# in the turn and answered by the API): past it the call fails naming this, rather than a 50 MB
+# tool-call argument being stored whole and answered by every read of the turn.
+AGENTOPS_PROVIDER_MAX_ANSWER_BYTES = env_int(
+    "AGENTOPS_PROVIDER_MAX_ANSWER_BYTES", 4 * 1024 * 1024, minimum=1024
+)
 # The header section (aiohttp's own limits): how many headers, and the longest header line.
 AGENTOPS_PROVIDER_MAX_HEADERS = env_int("AGENTOPS_PROVIDER_MAX_HEADERS", 128, minimum=16)
 AGENTOPS_PROVIDER_MAX_HEADER_BYTES = env_int(

@@ -103,6 +103,20 @@ def untrusted_text(text: str) -> str:
     return text
 
 
+# C0 controls but tab and newline, DEL and C1: a terminal or log viewer acts on them (ESC starts
+# a colour or cursor sequence, CR rewrites a line), so a provider's error text shows them escaped.
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible_controls(text: str) -> str:
+    """A provider's error text (a message, a code) with each control character shown as its
+    escape (``\\x1b``), so it is seen and does nothing; a CRLF line end is kept as a newline.
+    NUL is U+FFFD already (``untrusted_text``); here it would show as ``\\x00``."""
+    if not _CONTROLS.search(text):
+        return text
+    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text.replace("\r\n", "\n"))
+
+
 def untrusted_json(raw: str | bytes) -> Any:
     """A provider's JSON (bytes are read as UTF-8, an invalid byte as U+FFFD), parsed, its
     strings and keys passed through ``untrusted_text``. Raises ValueError for what is not JSON,

@@ -61,6 +61,9 @@ class CallState:
     last_model_event: float | None = None
     # True when the newest model event was a thinking block's start.
     last_event_was_thinking_start: bool = False
+    # A non-streamed call's header section: when its first byte came, and when it was whole.
+    header_begun: float | None = None
+    headers: float | None = None
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,8 @@ class Deadline:
 def bound_deadlines(state: CallState, settings: BoundsSettings) -> list[Deadline]:
     """Every bound's deadline for ``state``, in the order architecture.md §5.3 lists the bounds: for
     a streamed call its progress bound (before content, or between events after it), the flat
-    and the absolute bound; for a non-streamed call the whole-call bound alone."""
+    and the absolute bound; for a non-streamed call the whole-call bound, and the before-content
+    bound from the first byte of its header section until the section is whole."""
     allowance = settings.allowance_ms(state.max_tokens)
     if not state.streamed:
         at = state.sent + (
@@ -80,7 +84,14 @@ def bound_deadlines(state: CallState, settings: BoundsSettings) -> list[Deadline
             if state.max_tokens
             else max(settings.setup_ms, settings.flat_minimum_ms)
         )
-        return [Deadline(at, Bound.WHOLE_CALL)]
+        whole = Deadline(at, Bound.WHOLE_CALL)
+        if state.header_begun is not None and state.headers is None:
+            # A header section that began is whole within the before-content bound: a server
+            # holds its headers back while it computes (that is the whole-call bound's), but
+            # one that trickles them is not answering.
+            begun = Deadline(state.header_begun + settings.before_content_ms, Bound.BEFORE_CONTENT)
+            return [begun, whole]
+        return [whole]
     out: list[Deadline] = []
     if state.first_content is None:
         at = state.sent + settings.before_content_ms
@@ -133,7 +144,10 @@ def describe_cut(
     bound: Bound, state: CallState, deadline: Deadline, settings: BoundsSettings
 ) -> str:
     """The cut's message: which bound ran out, after how long, and the setting that raises it."""
-    if bound is Bound.BEFORE_CONTENT:
+    if bound is Bound.BEFORE_CONTENT and not state.streamed and state.header_begun is not None:
+        span = deadline.at - state.header_begun
+        what = f"the answer's header section was not whole {span:.0f} ms after it began"
+    elif bound is Bound.BEFORE_CONTENT:
         span = deadline.at - state.sent
         what = f"no content for {span:.0f} ms after the request was sent"
     elif bound is Bound.BETWEEN_EVENTS:

@@ -266,13 +266,14 @@ def classify_exception(exc: BaseException, *, host: str | None = None) -> Provid
         what = f"the request failed: {exc}"
     return ProviderError(
         type="network",
-        message=bound_text(redacted(f"{type(exc).__name__}: {what}", host)),
+        # In words only: a caller reads what happened, not aiohttp's class names.
+        message=bound_text(redacted(what, host)),
         retryable=True,
     )
 
 
 def _os_reason(error: BaseException) -> str:
-    return getattr(error, "strerror", None) or str(error) or type(error).__name__
+    return getattr(error, "strerror", None) or str(error) or "no reason was given"
 
 
 _ADDRESS = re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}\b|\[?[0-9a-fA-F]*:[0-9a-fA-F:]+:[0-9a-fA-F]*\]?")

@@ -26,14 +26,15 @@ MARKS_HEAD, MARKS_TAIL = 200, 50
 class EdgeLimits:
     """How much of an answer is read (architecture.md §15), in bytes after decoding: a non-streamed
     answer, a stream in all, one of its lines and one of its events (past them the call fails,
-    naming the limit), and an error body (past it the rest is not read: only a bounded part is
-    kept)."""
+    naming the limit), an error body (past it the rest is not read: only a bounded part is
+    kept) and what is kept of a completed answer (its blocks as JSON; past it the call fails)."""
 
     body: int
     stream: int
     line: int
     event: int
     error_body: int
+    answer: int
 
 
 def edge_limits() -> EdgeLimits:
@@ -43,6 +44,7 @@ def edge_limits() -> EdgeLimits:
         line=settings.AGENTOPS_PROVIDER_MAX_LINE_BYTES,
         event=settings.AGENTOPS_PROVIDER_MAX_EVENT_BYTES,
         error_body=settings.AGENTOPS_PROVIDER_MAX_ERROR_BODY_BYTES,
+        answer=settings.AGENTOPS_PROVIDER_MAX_ANSWER_BYTES,
     )
 
 
@@ -62,6 +64,7 @@ class Timeline:
     model_events: int = 0
     keepalives: int = 0
     last_event_was_thinking_start: bool = False
+    header_begun: float | None = None  # the first byte of the answer (its header section)
     event_marks: list[float] = field(default_factory=list)
     # The tails are made at the first mark past the head: most calls never need one, and an
     # empty deque costs 600 bytes, on every stream a worker holds.
@@ -88,6 +91,8 @@ class Timeline:
             first_content=self.first_content,
             last_model_event=self.last_event,
             last_event_was_thinking_start=self.last_event_was_thinking_start,
+            header_begun=self.header_begun,
+            headers=self.headers,
         )
 
 

@@ -10,13 +10,23 @@ keep a stalled call alive. When the timer fires, the call is cut and its connect
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import weakref
+from collections.abc import Callable
 from typing import Any, Final
 
 import aiohttp
 from yarl import URL
 
-from agentops.outbound import ResponseRefused, json_bytes, line_batches, outbound, read_capped
+from agentops.outbound import (
+    ResponseRefused,
+    first_byte_hook,
+    json_bytes,
+    line_batches,
+    outbound,
+    read_capped,
+)
 from agentops.text import bound_text, untrusted_json, untrusted_text
 from calls.adapters import Adapter, WireRequest
 from calls.bounds import BoundsSettings, CallState, Deadline, describe_cut, next_deadline
@@ -33,7 +43,7 @@ from calls.client import (
     now_ms,
 )
 from calls.sse import SseParser
-from calls.types import ProviderError
+from calls.types import CallOutput, ProviderError
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +78,9 @@ class _Reading:
     decided. (Methods rather than closures: a worker holds thousands of these at once.)"""
 
     __slots__ = (
+        "__weakref__",
         "adapter",
+        "answer_limit",
         "armed",
         "bounds",
         "deadline",
@@ -113,6 +125,7 @@ class _Reading:
             on_progress,
         )
         self.timeline = Timeline(sent=now_ms())
+        self.answer_limit = edge_limits().answer
         self.loop = asyncio.get_running_loop()
         self.done: asyncio.Future[CallResult] = self.loop.create_future()
         self.reader = adapter.reader()
@@ -216,6 +229,11 @@ class _Reading:
                 deadline,
             )
 
+    def header_begun(self) -> None:
+        if self.timeline.headers is None and not self.done.done():
+            self.timeline.header_begun = now_ms()
+            self.arm()
+
     async def handle(self, item: tuple[Any, ...]) -> bool:
         """Apply one item; True once the call is over."""
         if self.done.done():
@@ -224,11 +242,12 @@ class _Reading:
         events, had_content = timeline.model_events, timeline.first_content is not None
         result = _handle(item, self.adapter, self.reader, timeline, self.deltas)
         if result is not None:
+            result = _answer_bounded(result, self.answer_limit)
             await self.flush_deltas()
             self.pumped = not self.done.done()
             self.finish(result)
             return True
-        if timeline.model_events != events:
+        if timeline.model_events != events or item[0] == "headers":
             self.arm()
         if self.on_milestone is not None and not had_content and timeline.first_content is not None:
             await self.on_milestone("first_content", timeline)
@@ -246,6 +265,10 @@ class _Reading:
         wire, on_wire = self.wire, self.on_wire
         edge = outbound()
         limits = edge_limits()
+        # A non-streamed call's header section is timed from its first byte (``arm``). The
+        # hook holds the reading weakly: the task's context and a pooled connection keep it,
+        # and a strong one made a cycle the collector had to find (task, context, reading).
+        first_byte_hook.set(None if self.streamed else _header_hook(weakref.ref(self)))
         try:
             async with edge.request(
                 wire.url,
@@ -337,6 +360,35 @@ class _Reading:
             await self.handle(("bug", exc))
 
 
+def _answer_bounded(result: CallResult, limit: int) -> CallResult:
+    """``result``, or the error it becomes when what it would store passes ``limit``."""
+    if result.output is None or not result.output.blocks:
+        return result
+    size = len(json.dumps(result.output.blocks, ensure_ascii=False).encode())
+    if size <= limit:
+        return result
+    error = protocol_error(
+        "answer_too_large",
+        f"the provider's answer holds {size} bytes of text, thinking and tool-call arguments, "
+        f"more than the {limit} kept of one answer (AGENTOPS_PROVIDER_MAX_ANSWER_BYTES)",
+    )
+    # The answer without its blocks: what the provider said it used is kept (it was made, and
+    # paid for), and nothing of it is stored.
+    kept = CallOutput(
+        stop_reason=result.output.stop_reason, usage=result.output.usage, model=result.output.model
+    )
+    return CallResult(outcome="error", timeline=result.timeline, error=error, output=kept)
+
+
+def _header_hook(reading: weakref.ref[_Reading]) -> Callable[[], None]:
+    def begun() -> None:
+        alive = reading()
+        if alive is not None:
+            alive.header_begun()
+
+    return begun
+
+
 # How long a call that its stream ended waits for the response to close (``_Reading.run``).
 PUMP_CLOSE_S: Final = 1.0
 
@@ -353,8 +405,7 @@ def _handle(
     now = now_ms()
     kind = item[0]
     if kind == "headers":
-        timeline.headers = now
-        timeline.keepalives += 1
+        timeline.headers = now  # its own instant: no keepalive (a plain 429 showed one)
         return None
     if kind == "error_body":
         status, headers = item[1], item[2]

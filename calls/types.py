@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agentops.text import visible_controls
+
 Role = Literal["user", "assistant"]
 
 
@@ -45,6 +47,13 @@ class ProviderError:
     # None: no stated wait. float('inf') / nan: "until released" (kept as None + flag in JSON).
     retry_after_ms: float | None = None
     bound: str | None = None
+
+    def __post_init__(self) -> None:
+        # The provider's words reach logs, alerts, notes and API answers: an ESC or a CR in
+        # them must show, not act (a colour, a rewritten log line).
+        self.message = visible_controls(self.message)
+        if self.provider_code is not None:
+            self.provider_code = visible_controls(self.provider_code)
 
     def as_dict(self) -> dict[str, Any]:
         wait = self.retry_after_ms

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from agentops.conf import ConfigError, env_port
 from devtools.embedded import EmbeddedService, start_postgres, start_redis
@@ -94,6 +95,38 @@ def _port_taken(port: int) -> bool:
     return False
 
 
+# How long the launcher waits for the database and Redis servers to accept a connection.
+REACH_TIMEOUT_S = 5.0
+
+
+def _servers_answer(env: dict[str, str]) -> None:
+    """The database and Redis servers the URLs name accept a connection, or one line says
+    which setting names what nothing answers at: not the tracebacks migrate and the web app's
+    readiness check print after their own timeouts (13 s and 35 s)."""
+    for name, default_port in (("DATABASE_URL", 5432), ("REDIS_URL", 6379)):
+        url = urlsplit(env.get(name, ""))
+        host = url.hostname
+        if not host:  # a Unix socket (or no URL): the server's own client says what is wrong
+            continue
+        try:
+            port = url.port or default_port
+        except ValueError:
+            continue  # a malformed port: the settings refuse it in their own words
+        try:
+            socket.create_connection((host, port), timeout=REACH_TIMEOUT_S).close()
+        except OSError as exc:
+            if isinstance(exc, socket.gaierror):
+                why = f"the host name {host} does not resolve"
+            elif isinstance(exc, TimeoutError):
+                why = f"no answer within {REACH_TIMEOUT_S:.0f} s"
+            else:
+                why = exc.strerror or str(exc) or type(exc).__name__
+            raise ConfigError(
+                f"{name}: nothing answers at {host}:{port} ({why}); start that server or "
+                f"correct {name} (unset, make run starts an embedded one)"
+            ) from None
+
+
 def run(env: dict[str, str]) -> int:
     env.setdefault("DJANGO_SETTINGS_MODULE", "agentops.settings")
     env.setdefault("PYTHONUNBUFFERED", "1")
@@ -106,6 +139,7 @@ def run(env: dict[str, str]) -> int:
             f"AGENTOPS_PORT {port} is in use by another process: "
             "stop it, or set AGENTOPS_PORT to a free port"
         )
+    _servers_answer(env)
     # The first process to load the settings: a refused one says so in one line and ends the run.
     migrated = subprocess.run(
         [PY, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=BASE_DIR, env=env, check=False
@@ -226,9 +260,10 @@ def run(env: dict[str, str]) -> int:
         ]
         _say(f"a process of the service stopped on its own ({failed[0]}); stopping the rest")
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         _say("\nstopping…")
-        _stop_children(children)
+        # A Ctrl-C reached every process of the terminal: each is stopping already.
+        _stop_children(children, interrupted=not isinstance(stop, Terminated))
         _say("stopped.")
         return 0
     finally:
@@ -238,6 +273,9 @@ def run(env: dict[str, str]) -> int:
 def _wait_http(url: str, *, timeout: float, children: list[subprocess.Popen[str]]) -> None:
     import urllib.request
 
+    # The service is on this machine: never through an outbound proxy from the environment
+    # (HTTP_PROXY is for the providers; a dead one made the check fail and `make run` stop).
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         gone = [c for c in children if c.poll() is not None]
@@ -247,14 +285,37 @@ def _wait_http(url: str, *, timeout: float, children: list[subprocess.Popen[str]
                 f"{command} exited (status {gone[0].returncode}) before the service was up"
             )
         try:
-            with urllib.request.urlopen(url, timeout=2):
+            with opener.open(url, timeout=2):
                 return
         except OSError:
             time.sleep(0.3)
     raise SystemExit(f"the web app did not answer {url} within {timeout:.0f} s")
 
 
-def _stop_children(children: list[subprocess.Popen[str]]) -> None:
+class Terminated(KeyboardInterrupt):
+    """The launcher's own SIGTERM (from a supervisor): unlike a Ctrl-C, its children got none."""
+
+
+def _terminated(*_: object) -> None:
+    raise Terminated()
+
+
+# How long children that a Ctrl-C reached get to stop on their own before a SIGTERM.
+INTERRUPTED_GRACE_S = 15.0
+
+
+def _stop_children(children: list[subprocess.Popen[str]], *, interrupted: bool = False) -> None:
+    """Stop the children: SIGTERM, then SIGKILL after 15 s. ``interrupted``: the terminal's
+    Ctrl-C reached them too and they are stopping already; a SIGTERM on top would start a
+    second shutdown (Celery printed "Warm shutdown" twice), so it goes only to one still
+    running after INTERRUPTED_GRACE_S."""
+    if interrupted:
+        end = time.monotonic() + INTERRUPTED_GRACE_S
+        for child in children:
+            try:
+                child.wait(timeout=max(end - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                break
     for child in children:
         if child.poll() is None:
             child.send_signal(signal.SIGTERM)
@@ -282,7 +343,7 @@ def main(argv: list[str]) -> int:
         env["DJANGO_SECRET_KEY"] = dev_secret_key(VAR_DIR)
     services = _services(env)
     # The launcher's own SIGTERM (from a supervisor) is handled like Ctrl-C.
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         rest = [a for a in argv[1:] if a]
         if rest and rest[0] == "--":

@@ -1,4 +1,5 @@
-"""The ASGI entry point: HTTP through Django, websockets through Channels."""
+"""The ASGI entry point: HTTP through Django (liveness and static files before it), websockets
+through Channels."""
 
 import os
 from typing import Any
@@ -30,9 +31,32 @@ django_asgi_app = KeptThreadsASGIHandler()
 static_app = static_files()
 
 
+LIVE_PATH = "/health/live"
+LIVE_BODY = b'{"status": "ok"}'
+
+
+async def live(scope: dict, send: Any) -> None:
+    """Liveness answered on the loop, before Django: no thread hop and no middleware, so a
+    process whose threads are all busy (a flood of stream events) still answers within its
+    probe's timeout. Its meaning is the Django view's (``interfaces.urls.health_live``): the
+    process answers; nothing else is asked."""
+    if scope["method"] in ("GET", "HEAD"):
+        status, body = 200, LIVE_BODY
+        headers = [(b"content-type", b"application/json")]
+    else:
+        status, body = 405, b""
+        headers = [(b"allow", b"GET, HEAD")]
+    headers += [(b"content-length", str(len(body)).encode()), (b"cache-control", b"no-store")]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
 async def http_app(scope: dict, receive: Any, send: Any) -> None:
-    """Static files (the admin's and the dashboard's) by WhiteNoise; everything else by Django."""
-    if scope["path"].startswith(settings.STATIC_URL):
+    """Liveness on the loop; static files (the admin's and the dashboard's) from WhiteNoise's
+    index; everything else by Django."""
+    if scope["path"] == LIVE_PATH:
+        await live(scope, send)
+    elif scope["path"].startswith(settings.STATIC_URL):
         await static_app(scope, receive, send)
     else:
         await django_asgi_app(scope, receive, send)

@@ -12,6 +12,7 @@ from django.utils import timezone
 from agentops.idempotency import idempotency_keys_sweep
 from agentops.webhooks.selectors import deliveries_due
 from agentops.webhooks.services import webhook_deliveries_enqueue, webhook_delivery_attempt
+from calls.health import provider_down_check as provider_down_check_at
 from inference.models import Turn
 from turns import drain
 
@@ -57,3 +58,8 @@ def idempotency_sweep() -> int:
     """Beat's deletion of the Idempotency-Key records past their TTL (a repeat after it is a new
     request anyway: the claim replaces an expired key)."""
     return idempotency_keys_sweep(now=timezone.now())
+
+
+@shared_task(name="calls.tasks.provider_down_check")
+def provider_down_check(provider_id: int, window_ms: int) -> bool:
+    return provider_down_check_at(provider_id=provider_id, window_ms=window_ms)

@@ -25,7 +25,8 @@ def health(request: HttpRequest) -> JsonResponse:
 @require_safe
 def health_live(request: HttpRequest) -> JsonResponse:
     """Liveness: the process answers. Nothing else is asked, so an outage of the database or
-    Redis does not get a healthy process restarted."""
+    Redis does not get a healthy process restarted. Under uvicorn ``interfaces.asgi.live``
+    answers this path before Django (the same body); this view answers Django's own clients."""
     return JsonResponse({"status": "ok"})
 
 

@@ -6,14 +6,18 @@ misbehaviour:
 - ``answer``: a plain answer (streamed or not, as asked), for comparison;
 - ``gzip-bomb``: a small gzip body that inflates to 1 GiB (an SSE line of zeros when streamed);
 - ``repeated-header``: one header 20,000 times; ``endless-headers``: header lines until the
-  client goes away;
+  client goes away; ``trickle-headers``: the same header line every 0.2 s (as many as fit in
+  the header limits in 25 s);
 - ``huge-body``: a 300 MB answer; ``long-line``: a stream whose one line runs 100 MB;
 - ``nul``: an answer whose text holds NUL and a lone surrogate (escaped in JSON) and a raw NUL
   byte (in an SSE comment when streamed); ``bad-utf8``: an answer with bytes that are not UTF-8;
   ``nul-error``: a 400 whose body (not JSON) holds a raw NUL byte and invalid UTF-8;
+  ``tool-args-N``: a streamed tool call whose arguments run N MiB, in 512 KiB deltas;
+  ``esc-error``: a 400 whose JSON error message and code hold ESC sequences, a bell and a CR;
 - ``status-999``: ``HTTP/1.1 999``; ``redirect``: a 302; ``html-error``: a 502 HTML page;
 - ``two-responses``: two answers in one write (only the first was asked for);
-- ``close-mid-chunk``: a stream cut off inside a chunk;
+- ``close-mid-chunk``: a stream cut off inside a chunk; ``close-after-headers``: a stream's
+  headers, then the connection closed;
 - ``big-usage``: an answer reporting more tokens than any column holds, and a stop reason
   longer than its column;
 - ``flood-N``: a stream of N one-character content deltas as fast as the socket takes them,
@@ -83,6 +87,29 @@ def chunk_event(delta: dict[str, Any], finish: str | None = None) -> bytes:
     return b"data: " + json.dumps(data).encode() + b"\n\n"
 
 
+async def tool_arguments(writer: asyncio.StreamWriter, size: int) -> None:
+    """A streamed tool call whose JSON arguments (one string value) run ``size`` bytes."""
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "save"}}
+    writer.write(
+        head("200 OK", [("content-type", "text/event-stream"), ("transfer-encoding", "chunked")])
+    )
+    parts = [chunk_event({"tool_calls": [{**call, "function": {"name": "save", "arguments": ""}}]})]
+    parts.append(chunk_event({"tool_calls": [{"index": 0, "function": {"arguments": '{"a": "'}}]}))
+    step = 512 * 1024
+    for _ in range(size // step):
+        parts.append(
+            chunk_event({"tool_calls": [{"index": 0, "function": {"arguments": "y" * step}}]})
+        )
+        writer.write(chunks(parts))
+        parts = []
+        await writer.drain()
+    parts.append(chunk_event({"tool_calls": [{"index": 0, "function": {"arguments": '"}'}}]}))
+    parts.append(chunk_event({}, finish="tool_calls"))
+    parts.append(b"data: [DONE]\n\n")
+    writer.write(chunked(parts))
+    await writer.drain()
+
+
 def head(status: str, headers: list[tuple[str, str]]) -> bytes:
     return (
         f"HTTP/1.1 {status}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers) + "\r\n"
@@ -104,8 +131,13 @@ def whole(
     )
 
 
+def chunks(parts: list[bytes]) -> bytes:
+    """``parts`` as chunks of a chunked body, without its end."""
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts if p)
+
+
 def chunked(parts: list[bytes]) -> bytes:
-    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts if p) + b"0\r\n\r\n"
+    return chunks(parts) + b"0\r\n\r\n"
 
 
 def sse(parts: list[bytes]) -> bytes:
@@ -301,6 +333,13 @@ async def respond(model: str, streamed: bool, writer: asyncio.StreamWriter) -> b
             + b"content-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
         )
         return False
+    if model == "trickle-headers":
+        writer.write(b"HTTP/1.1 200 OK\r\n")
+        for _ in range(120):
+            writer.write(b"x-slow: v\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.2)
+        return False
     if model == "endless-headers":
         writer.write(b"HTTP/1.1 200 OK\r\n")
         for i in range(10_000_000):
@@ -397,6 +436,13 @@ async def respond(model: str, streamed: bool, writer: asyncio.StreamWriter) -> b
             )
         )
         return True
+    if model.startswith("tool-args-"):
+        await tool_arguments(writer, int(model.rsplit("-", 1)[1]) << 20)
+        return True
+    if model == "esc-error":
+        error = {"message": "refused \x1b[31mred\x1b[0m\x07 and\rover", "code": "\x1b[2Jwiped"}
+        writer.write(whole("400 Bad Request", json.dumps({"error": error}).encode()))
+        return True
     if model == "status-999":
         writer.write(
             b"HTTP/1.1 999 Weird\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
@@ -424,6 +470,13 @@ async def respond(model: str, streamed: bool, writer: asyncio.StreamWriter) -> b
             + whole("200 OK", answer_json("second, never asked for"))
         )
         return True
+    if model == "close-after-headers":
+        writer.write(
+            head(
+                "200 OK", [("content-type", "text/event-stream"), ("transfer-encoding", "chunked")]
+            )
+        )
+        return False
     if model == "close-mid-chunk":
         first = chunk_event({"role": "assistant", "content": "Hel"})
         writer.write(

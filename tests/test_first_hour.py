@@ -112,3 +112,36 @@ def test_manage_py_without_a_database_url_or_running_servers_stops_and_says_how(
     assert "DATABASE_URL is not set" in done.stderr
     assert "make run" in done.stderr and "devtools.launcher" in done.stderr
     assert done.stdout == ""
+
+
+@pytest.mark.parametrize("setting", ["DATABASE_URL", "REDIS_URL"])
+def test_make_run_with_a_server_nothing_answers_at_says_so_in_one_line(setting: str) -> None:
+    import socket
+    import time
+
+    with socket.socket() as probe:  # a loopback port, closed again: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        web_port = probe.getsockname()[1]
+    url = (
+        f"postgres://postgres@127.0.0.1:{port}/x"
+        if setting == "DATABASE_URL"
+        else (f"redis://127.0.0.1:{port}/0")
+    )
+    began = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "devtools.launcher", "run"],
+        cwd=BASE_DIR,
+        env=_env(**{setting: url, "AGENTOPS_PORT": str(web_port)}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert time.monotonic() - began < 15
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert setting in lines[0] and f"127.0.0.1:{port}" in lines[0], lines
+    assert "Traceback" not in done.stderr

@@ -8,6 +8,7 @@ primary turns too.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from dataclasses import dataclass
@@ -117,7 +118,7 @@ async def auxiliary_complete_on_loop(
         call = ProviderCall(
             agent, _request(agent, messages, model, max_tokens), InferenceCall.Kind.AUXILIARY
         )
-        await call.run(in_flight=False)
+        await _run(call)
         # One hop: the row, its end announced (under the request's server span: the thread
         # runs in the request's context) and what the result means.
         return await db(_ended, call)
@@ -135,11 +136,34 @@ async def auxiliary_complete_on_loop(
             provider=target.provider,
             route=serving.choice.reason,
         )
-        await call.run(in_flight=False)
+        await _run(call)
         following = await db(_next, call, tried)
         if following is None:
             return await db(_ended, call, recorded=True)
         serving = following
+
+
+async def _run(call: ProviderCall) -> None:
+    """The call, not sent as in flight; when the client goes away (Django cancels the view)
+    it ends and its row is written ``aborted``, as a drop-in's is: every provider request has
+    its row."""
+    running = asyncio.ensure_future(call.run(in_flight=False))
+    try:
+        await asyncio.shield(running)
+    except asyncio.CancelledError:
+        call.abort()
+        await _recorded_anyway(running, call)
+        raise
+
+
+async def _recorded_anyway(running: asyncio.Future[Any], call: ProviderCall) -> None:
+    try:
+        # Once sent, the abort ends it at once; aborted before it was sent, it runs to its end.
+        await running
+    except Exception:
+        return  # it failed before its end (no result): the caller's error path, as before
+    if call.result is not None:
+        await runtime().db(call.end)
 
 
 def _served(agent: Agent, max_tokens: int | None) -> Serving:

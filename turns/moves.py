@@ -197,12 +197,9 @@ def turn_rearm(*, turn: Turn, error: ProviderError) -> bool:
         among=[Status.RUNNING],
         rearms=F("rearms") + 1,
         not_before=not_before,
-        waiting_reason="re-armed",
+        # Queued, not held: why it waits is its waiting reason (with ``not_before``).
+        waiting_reason=f"re-armed after {error.type} ({turn.rearms + 1} of {len(ladder)})",
         error=error.as_dict(),
-        hold_reason=(
-            f"re-armed after {error.type}: sent again at {not_before:%H:%M:%S} UTC "
-            f"({turn.rearms + 1} of {len(ladder)})"
-        ),
         **turn_event(
             "agentops.turn.rearmed",
             {

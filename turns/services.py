@@ -79,7 +79,12 @@ def sources(to: str, *, among: Iterable[str] | None = None) -> list[str]:
 
 
 def turn_move(turn_id: int, to: str, *, among: Iterable[str] | None = None, **fields: Any) -> bool:
-    """Move the turn to ``to`` if it is in one of ``sources(to, among=among)``; True if it moved."""
+    """Move the turn to ``to`` if it is in one of ``sources(to, among=among)``; True if it moved.
+    A hold's until and reason belong to a held turn: a move anywhere else clears them, so a
+    queued turn shows no stale hold reason."""
+    if to != Status.HELD:
+        fields.setdefault("hold_until", None)
+        fields.setdefault("hold_reason", "")
     return bool(
         Turn.objects.filter(pk=turn_id, status__in=sources(to, among=among)).update(
             status=to, **fields

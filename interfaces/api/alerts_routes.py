@@ -13,11 +13,11 @@ from agentops.alerts import alert_acknowledge
 from agentops.exceptions import bad_field
 from agentops.models import Alert
 from agentops.selectors import alert_out
-from interfaces.api.auth import require_operator
+from interfaces.api.auth import OperatorTokenAuth, require_operator
 from interfaces.api.body import checked_text
 from interfaces.api.schemas import ErrorOut
 
-router = Router(tags=["alerts"])
+router = Router(tags=["alerts"], auth=OperatorTokenAuth())  # operator only, checked first
 
 ERRORS: dict[int, type] = {
     400: ErrorOut,

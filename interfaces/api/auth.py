@@ -10,10 +10,24 @@ from agentops.models import ApiToken
 from agentops.runtime import runtime
 from agentops.tokens import api_token_check
 
+OPERATOR_NEEDED = "this endpoint needs an operator token (create_api_token NAME --operator)"
+
 
 class TokenAuth(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str) -> Any:
         return api_token_check(token)
+
+
+class OperatorTokenAuth(TokenAuth):
+    """An operator-only endpoint's check: a tenant's token gets its 403 here, before the body
+    and query are validated (ninja validates after the auth), so what it sent is never judged
+    and a 400 never tells it about an endpoint it may not use."""
+
+    def authenticate(self, request: HttpRequest, token: str) -> Any:
+        found = api_token_check(token)
+        if found is not None and not found.operator:
+            raise Forbidden(OPERATOR_NEEDED)
+        return found
 
 
 class AsyncTokenAuth(HttpBearer):
@@ -28,5 +42,5 @@ class AsyncTokenAuth(HttpBearer):
 def require_operator(request: HttpRequest) -> ApiToken:
     token: ApiToken = request.auth  # type: ignore[attr-defined]
     if not token.operator:
-        raise Forbidden("this endpoint needs an operator token (create_api_token NAME --operator)")
+        raise Forbidden(OPERATOR_NEEDED)
     return token

@@ -14,11 +14,11 @@ from agentops.exceptions import NotFound
 from agentops.selectors import agent_for, history_row_out, id_valid
 from breaker.selectors import breaker_out
 from breaker.services import history_row_restore
-from interfaces.api.auth import require_operator
+from interfaces.api.auth import OperatorTokenAuth, require_operator
 from interfaces.api.body import json_body, optional_line
 from interfaces.api.schemas import ErrorOut, HistoryRowOut, RestoreIn
 
-router = Router(tags=["breaker"])
+router = Router(tags=["breaker"], auth=OperatorTokenAuth())  # operator only, checked first
 
 ERRORS: dict[int, type] = {
     400: ErrorOut,

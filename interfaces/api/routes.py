@@ -20,7 +20,7 @@ from agentops.selectors import agent_for, history_row_out
 from interfaces import selectors as turn_selectors
 from interfaces.api import errors
 from interfaces.api.alerts_routes import router as alerts_router
-from interfaces.api.auth import AsyncTokenAuth, TokenAuth, require_operator
+from interfaces.api.auth import AsyncTokenAuth, OperatorTokenAuth, TokenAuth, require_operator
 from interfaces.api.breaker_routes import router as breaker_router
 from interfaces.api.schemas import (
     AgentIn,
@@ -84,7 +84,12 @@ def _provider_out(p: Provider, *, operator: bool) -> dict[str, str | None]:
 # --- providers ---------------------------------------------------------------
 
 
-@api.post("/providers", response={201: ProviderOut, **ERRORS}, tags=["providers"])
+@api.post(
+    "/providers",
+    auth=OperatorTokenAuth(),  # a tenant's 403 comes before its body is judged
+    response={201: ProviderOut, **ERRORS},
+    tags=["providers"],
+)
 def provider_create(request: HttpRequest, payload: ProviderIn) -> Status:
     require_operator(request)
     provider = services.provider_create(

@@ -15,7 +15,7 @@ from ninja import Field, Query, Router, Schema
 
 from agentops.exceptions import bad_field
 from agentops.validation import Line, Text
-from interfaces.api.auth import require_operator
+from interfaces.api.auth import OperatorTokenAuth, require_operator
 from interfaces.api.body import json_body, optional_line, optional_text
 from interfaces.api.schemas import ErrorOut
 from turns.holds import next_call_at
@@ -24,7 +24,7 @@ from waits.clock import clock_ms
 from waits.selectors import binding_waits, journal_entries
 from waits.services import RELEASE_REASON_LIMIT, REQUESTER_LIMIT, wait_release
 
-router = Router(tags=["waits"])
+router = Router(tags=["waits"], auth=OperatorTokenAuth())  # operator only, checked first
 
 ERRORS: dict[int, type] = {
     400: ErrorOut,

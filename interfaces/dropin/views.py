@@ -270,9 +270,11 @@ async def serve(request: HttpRequest, fmt: Format) -> HttpResponseBase:
 
 async def opening(call: DropinCall) -> tuple[bool, list[tuple[str, Any]]]:
     """Whether to answer with a stream, and what the call said so far (through its end, when
-    not). A streamed call's answer starts once the provider's does (2xx headers), or once the
-    client has waited ``AGENTOPS_DROPIN_KEEPALIVE_MS``: from then on it gets keepalives, and a
-    failure comes as an error event. Any other answer is whole, once the call has ended."""
+    not). A streamed call's answer starts once there is something to send: the provider's
+    first event, or a keepalive once the client has waited ``AGENTOPS_DROPIN_KEEPALIVE_MS``.
+    From then on a failure can only come as an error event (the status went out with the first
+    byte); before it, the call's failure is answered with the status the non-streamed path
+    gives (a cut 504, a refused or broken answer 502), as 2xx headers alone send nothing."""
     seen: list[tuple[str, Any]] = []
     started = (
         asyncio.get_running_loop().time() + settings.AGENTOPS_DROPIN_KEEPALIVE_MS / 1000
@@ -283,10 +285,7 @@ async def opening(call: DropinCall) -> tuple[bool, list[tuple[str, Any]]]:
         async with asyncio.timeout_at(started):
             while not seen or seen[-1][0] != "end":
                 seen += await call.arrived()
-                if call.streamed and any(
-                    kind == "sse" or (kind == "headers" and 200 <= value < 300)
-                    for kind, value in seen
-                ):
+                if call.streamed and any(kind == "sse" for kind, _ in seen):
                     return True, seen
     except TimeoutError:
         return True, seen
@@ -296,6 +295,14 @@ async def opening(call: DropinCall) -> tuple[bool, list[tuple[str, Any]]]:
 def answer(fmt: Format, result: CallResult | None, wire: tuple[str, Any] | None) -> HttpResponse:
     """The whole response of a call that sent no stream: the provider's body as it came, its
     error passed through, or the format's error for a cut or a failure of its own."""
+    response = _answered(fmt, result, wire)
+    # What the call came to is its row's (and the provider's): Django would log every relayed
+    # 5xx as its own "Internal Server Error" and every 4xx as a warning.
+    response._has_been_logged = True  # type: ignore[attr-defined]
+    return response
+
+
+def _answered(fmt: Format, result: CallResult | None, wire: tuple[str, Any] | None) -> HttpResponse:
     if result is None:
         return error(
             fmt, 503, "the call could not be made or recorded (the database is unavailable)"
@@ -378,10 +385,8 @@ async def relay(call: DropinCall, fmt: Format, seen: list[tuple[str, Any]]) -> A
     every_s = settings.AGENTOPS_DROPIN_KEEPALIVE_MS / 1000
     errored = False  # the provider answered an error status after the stream had started
     try:
-        if not any(kind == "headers" for kind, _ in seen):
-            # The provider has not answered yet (or is being waited out): the client hears
-            # at once.
-            yield fmt.keepalive()
+        if not any(kind == "sse" for kind, _ in seen):
+            yield fmt.keepalive()  # the client waited a keepalive's time already: it hears now
         arrived = seen
         while True:
             # What arrived together goes out in one write: a write per tiny event cost the

@@ -4,7 +4,6 @@ answers throughout), its memory bounded, and a cancel stops the reading within a
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -73,9 +72,9 @@ def test_a_drop_in_stream_of_a_million_tiny_events_leaves_the_web_process_respon
     assert tail.endswith(b"data: [DONE]\n\n"), tail
     assert deltas == (N if flood == "flood" else 0)
     # Before, checks timed out (5 s here). The loop itself is held 15 ms at most (p99, measured
-    # in the web process); a check's own way through Django takes thread hops, which wait for
-    # a saturated process's CPU: 0.5 to 1.6 s at worst on a 2-core machine under other load.
-    assert watch.checks >= 10 and watch.slowest < 2.0, (
+    # in the web process), and /health/live is answered on it before Django (interfaces.asgi):
+    # no thread hop waits for a saturated process's CPU, as Django's way did (up to 1.6 s).
+    assert watch.checks >= 10 and watch.slowest < 1.0, (
         f"/health/live took {watch.slowest:.2f} s (of {watch.checks} checks)"
     )
     assert watch.grown < 100 * MiB, f"the web process grew by {watch.grown / MiB:.0f} MiB"
@@ -140,10 +139,10 @@ def test_a_drop_in_event_past_its_bound_ends_the_stream_with_an_error_naming_it(
             headers={"Authorization": f"Bearer {user_token}"},
             timeout=60,
         )
-    assert response.status_code == 200
-    last = response.text.strip().rsplit("\n\n", 1)[-1]
-    error = json.loads(last.removeprefix("data: "))["error"]
-    assert error["code"] == "event_too_large", error
+    # Refused before any byte went to the client: the status a non-streamed call would get.
+    assert response.status_code == 502, response.text[:300]
+    error = response.json()["error"]
+    assert error["provider_error"]["provider_code"] == "event_too_large", error
     assert "AGENTOPS_PROVIDER_MAX_EVENT_BYTES" in error["message"], error
     assert watch.grown < 100 * MiB, f"the web process grew by {watch.grown / MiB:.0f} MiB"
     assert hostile_requests() == [{"model": "data-no-blank", "stream": True}]

@@ -104,6 +104,48 @@ def test_complete_in_the_web_process_ends_a_hostile_answer_as_a_classified_error
     assert "\x00" not in response.text
 
 
+STREAMED_DROPIN = [
+    # (model, status, the error code the client reads): failing before any byte went to the
+    # client answers the non-streamed path's status; after one, 200 and an error event.
+    ("long-line", 502, "line_too_long"),
+    ("gzip-bomb", 502, "line_too_long"),
+    ("close-after-headers", 502, "network"),
+    ("close-mid-chunk", 200, "network"),
+]
+
+
+@pytest.mark.parametrize(
+    ("model", "status", "code"), STREAMED_DROPIN, ids=[s[0] for s in STREAMED_DROPIN]
+)
+def test_a_streamed_drop_in_failing_before_its_first_byte_answers_an_error_status(
+    web: str,
+    user_token: str,
+    hostile_agent: Any,
+    hostile_requests: Any,
+    model: str,
+    status: int,
+    code: str,
+) -> None:
+    agent = hostile_agent(model)
+    response = httpx.post(
+        f"{web}/v1/chat/completions",
+        json={"model": agent.name, "messages": [{"role": "user", "content": "hi"}], "stream": True},
+        headers={"Authorization": f"Bearer {user_token}"},
+        timeout=60,
+    )
+    assert response.status_code == status, response.text[:500]
+    if status == 200:
+        assert response.text.startswith("data: ")  # the provider's first event went out
+        last = response.text.strip().rsplit("\n\n", 1)[-1]
+        error = json.loads(last.removeprefix("data: "))["error"]
+        assert error["code"] == code, error
+    else:
+        assert response.headers["content-type"].startswith("application/json")
+        failure = response.json()["error"]["provider_error"]
+        assert (failure["provider_code"] or failure["type"]) == code, failure
+    one_call_per_request(agent, hostile_requests())
+
+
 @pytest.mark.parametrize("model", ["nul", "bad-utf8", "two-responses", "big-usage"])
 def test_complete_stores_an_answer_with_unstorable_parts_made_safe(
     web: str, operator_token: str, hostile_agent: Any, hostile_requests: Any, model: str

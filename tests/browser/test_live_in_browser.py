@@ -175,3 +175,89 @@ def test_the_admin_lists_fit_a_1400_px_window(
             "  return lines > text.split(/\\s+/).length ? text : null; }).filter(Boolean);"
         )
         assert broken == [], (path, broken)
+
+
+# Each word of a list's cells (up to WORD_MAX characters: longer tokens, an id or a URL, may
+# break; a hyphen is a place to break) on one line: the rects of its characters share one top.
+BROKEN_WORDS_JS = """
+const WORD_MAX = arguments[0];
+const broken = [];
+for (const td of document.querySelectorAll('#result_list tbody td, #result_list tbody th')) {
+  const walker = document.createTreeWalker(td, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    for (const m of node.textContent.matchAll(/[^\\s-]+/g)) {
+      if (m[0].length > WORD_MAX) continue;
+      const range = document.createRange();
+      range.setStart(node, m.index); range.setEnd(node, m.index + m[0].length);
+      const tops = new Set([...range.getClientRects()].filter(r => r.width > 0)
+                                                      .map(r => Math.round(r.top)));
+      if (tops.size > 1) broken.push(m[0]);
+    }
+  }
+}
+return broken;
+"""
+
+
+@pytest.mark.parametrize("width", [1366, 1920])
+def test_admin_list_cells_never_break_inside_a_word(
+    browser: WebDriver, live_server: Any, api: Client, make_agent: Any, width: int
+) -> None:
+    """No cell breaks inside a word ("acm e-held", "Resi dent", "provi der-wait" at 1366 px,
+    issue 47, item 2): a cell wraps between words, and a list still fits the window."""
+    from agentops.alerts import alert_raise
+    from agentops.models import AuditEntry
+
+    agent = make_agent(model=HELD_MODEL, name="acme-held-resident-agent")
+    turn_id = submit(api, agent.name, ("alice", "hello"))["id"]
+    wait_turn(api, turn_id, {"held"}, timeout=15)
+    alert_raise(kind="provider-wait", agent=agent.name, model=agent.model, message="word " * 60)
+    AuditEntry.objects.create(
+        actor="admin:administrator",
+        action="release",
+        target=f"provider-wait {agent.name} {agent.model}",
+        reason="the provider said so on the phone " * 5,
+    )
+    User.objects.create_superuser("olga", password="a long operator password")
+    browser.set_window_size(width, 1000)
+    log_in(browser, live_server.url, "olga", "/admin/")
+    for path in (
+        "/admin/agentops/agent/",
+        "/admin/agentops/alert/",
+        "/admin/waits/waitjournalentry/",
+        "/admin/agentops/auditentry/",
+        "/admin/inference/turn/",
+        "/admin/inference/inferencecall/",
+    ):
+        browser.get(f"{live_server.url}{path}")
+        broken = browser.execute_script(BROKEN_WORDS_JS, 24)
+        assert broken == [], (path, width, broken)
+        fits = browser.execute_script(
+            "const t = document.querySelector('#result_list');"
+            "return [t.scrollWidth, t.closest('.results').clientWidth];"
+        )
+        assert fits[0] <= fits[1] + 1, (path, width, fits)  # no column off to the side
+        page_width, window_width = browser.execute_script(
+            "return [document.documentElement.scrollWidth, window.innerWidth];"
+        )
+        assert page_width <= window_width, (path, width, page_width, window_width)
+
+
+def test_the_turn_pages_calls_table_fits_within_the_page(
+    browser: WebDriver, live_server: Any, api: Client, make_agent: Any
+) -> None:
+    """The turn page's inference calls (an inline table) show every column at 1366 px."""
+    agent = make_agent(model="answer")
+    turn_id = submit(api, agent.name, ("alice", "hello"))["id"]
+    wait_turn(api, turn_id, {"succeeded"}, timeout=30)
+    User.objects.create_superuser("olga", password="a long operator password")
+    browser.set_window_size(1366, 1000)
+    log_in(browser, live_server.url, "olga", f"/admin/inference/turn/{turn_id}/change/")
+    sizes = browser.execute_script(
+        "const t = document.querySelector('.inline-group table');"
+        "const r = t.getBoundingClientRect();"
+        "const box = t.closest('.inline-group').getBoundingClientRect();"
+        "return [r.right, box.right, document.documentElement.scrollWidth, window.innerWidth];"
+    )
+    table_right, box_right, page_width, window_width = sizes
+    assert table_right <= box_right + 1 and page_width <= window_width, sizes

@@ -287,6 +287,18 @@ TIE_CASES = [
 ]
 
 
+def test_a_non_streamed_header_section_that_began_is_bounded_until_it_is_whole() -> None:
+    waiting = CallState(sent=S, streamed=False, max_tokens=None)
+    begun = CallState(sent=S, streamed=False, max_tokens=None, header_begun=S + 5_000)
+    whole = CallState(
+        sent=S, streamed=False, max_tokens=None, header_begun=S + 5_000, headers=S + 6_000
+    )
+    # Nothing yet: a server computing its answer is under the whole-call bound alone.
+    assert next_deadline(waiting, DEFAULTS) == next_deadline(whole, DEFAULTS)
+    assert next_deadline(waiting, DEFAULTS).bound is Bound.WHOLE_CALL  # type: ignore[union-attr]
+    assert next_deadline(begun, DEFAULTS) == Deadline(S + 5_000 + BEFORE, Bound.BEFORE_CONTENT)
+
+
 @pytest.mark.parametrize(("state", "settings", "expected"), TIE_CASES)
 def test_a_tie_goes_to_the_bound_listed_first(
     state: CallState, settings: BoundsSettings, expected: Deadline
@@ -304,6 +316,8 @@ def test_a_keepalive_only_stream_is_cut_before_content() -> None:
         "first_content",
         "last_model_event",
         "last_event_was_thinking_start",
+        "header_begun",  # a non-streamed call's header section, not keepalives
+        "headers",
     }
     quiet = Timeline(sent=S, headers=S + 5)
     busy = Timeline(sent=S, headers=S + 5, keepalives=10_000)

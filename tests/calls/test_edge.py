@@ -5,6 +5,7 @@ text that cannot be stored arrives made safe."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import psutil
@@ -109,6 +110,69 @@ async def test_an_error_body_with_a_raw_nul_is_classified_with_the_nul_replaced(
         400,
     )
     assert result.error.message == "refused \ufffd because \ufffd of reasons"
+
+
+async def test_a_header_section_that_trickles_is_cut_by_the_before_content_bound(
+    hostile: str,
+) -> None:
+    # Not streamed: the whole-call bound is 21 s here (setup plus the allowance of 100
+    # tokens); a header section that began must be whole within the before-content bound.
+    bounds = BoundsSettings(
+        before_content_ms=1_000,
+        between_events_ms=20_000,
+        think_tokens_per_second=100,
+        flat_minimum_ms=30_000,
+        absolute_ms=60_000,
+    )
+    adapter = OpenAIAdapter()
+    request = CompiledRequest(
+        model="trickle-headers",
+        system="",
+        max_tokens=100,
+        stream=False,
+        messages=[Message(role="user", blocks=[{"type": "text", "text": "hi"}])],
+    )
+    wire = adapter.build(base_url=f"{hostile}/v1", api_key="", request=request)
+    began = time.monotonic()
+    result = await perform_call(
+        adapter=adapter, wire=wire, streamed=False, max_tokens=100, bounds=bounds
+    )
+    assert result.outcome == "cut" and result.bound is not None, result
+    assert result.bound.value == "before_content"
+    assert time.monotonic() - began < 5
+    assert result.error is not None and "header section" in result.error.message
+
+
+async def test_an_answer_past_what_is_kept_of_one_fails_naming_the_setting(hostile: str) -> None:
+    result = await call(hostile, "tool-args-50", stream=True)  # a 50 MiB tool-call argument
+    assert result.outcome == "error" and result.error is not None, result
+    assert result.error.provider_code == "answer_too_large"
+    assert "AGENTOPS_PROVIDER_MAX_ANSWER_BYTES" in result.error.message
+    assert result.output is not None and result.output.blocks == []  # nothing of it is kept
+
+
+async def test_an_answer_within_what_is_kept_is_whole(hostile: str) -> None:
+    result = await call(hostile, "tool-args-2", stream=True)
+    assert result.outcome == "completed" and result.output is not None, result
+    (tool_call,) = result.output.tool_calls
+    assert len(tool_call["arguments"]["a"]) == 2 * MiB
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_control_characters_in_a_providers_error_show_escaped_and_act_on_nothing(
+    hostile: str, stream: bool
+) -> None:
+    result = await call(hostile, "esc-error", stream=stream)
+    assert result.error is not None and result.error.http_status == 400
+    assert result.error.message == "refused \\x1b[31mred\\x1b[0m\\x07 and\\x0dover"
+    assert result.error.provider_code == "\\x1b[2Jwiped"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_an_error_answer_counts_no_keepalive(hostile: str, stream: bool) -> None:
+    result = await call(hostile, "esc-error", stream=stream)
+    assert result.outcome == "error" and result.timeline.headers is not None
+    assert result.timeline.keepalives == 0  # the headers have their own instant
 
 
 async def test_an_html_error_page_is_a_server_error_whose_message_is_the_page(hostile: str) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -13,6 +15,7 @@ from django.test import Client, override_settings
 
 from agentops.models import Alert, Provider
 from interfaces.dashboard import dashboard_snapshot
+from tests.conftest import WorkerPool, wait_for, worker_pool
 from tests.factories import AgentFactory, ProviderFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -41,7 +44,9 @@ def test_a_provider_that_only_fails_raises_one_alert_per_episode_and_its_first_s
     assert (
         (down.agent, down.model) == ("provider:flaky", "*")
         and "every call for" in down.message
-        and "network" in down.message
+        and "could not be reached" in down.message
+        and "HTTP None" not in down.message
+        and REFUSED in down.message  # the address tried, for the operator the alert is for
     )
     assert down.data["provider"] == "flaky"
     assert complete(api, agent.name) == 502
@@ -72,3 +77,36 @@ def test_answers_that_say_the_provider_is_up_start_no_episode(
         time.sleep(0.01)
     assert not Alert.objects.filter(kind="provider-down").exists()
     assert Provider.objects.get(pk=agent.provider_id).failing_since is None
+
+
+WINDOW_MS = 2000
+
+
+@pytest.fixture(scope="module")
+def down_workers(django_db_setup: None, django_db_blocker: Any) -> Iterator[WorkerPool]:
+    yield from worker_pool(
+        1, label="down", extra_env={"AGENTOPS_PROVIDER_DOWN_AFTER_MS": str(WINDOW_MS)}
+    )
+
+
+@override_settings(AGENTOPS_PROVIDER_DOWN_AFTER_MS=WINDOW_MS)
+def test_the_alert_comes_when_the_window_passes_with_no_call_after_the_first(
+    api: Client, down_workers: WorkerPool
+) -> None:
+    down_workers.routed()
+    provider = ProviderFactory.create(name="gone", kind="openai", base_url=REFUSED)
+    agent = AgentFactory.create(provider=provider, model="answer")
+    assert complete(api, agent.name) == 502  # the only call: nothing calls again
+    provider.refresh_from_db()
+    assert provider.failing_since is not None
+    down = wait_for(
+        lambda: Alert.objects.filter(kind="provider-down").first(),
+        timeout=WINDOW_MS / 1000 + 15,
+        what="the provider-down alert",
+    )
+    late = down.created_at - (provider.failing_since + timedelta(milliseconds=WINDOW_MS))
+    assert timedelta(0) <= late < timedelta(seconds=10), late
+    assert "could not be reached" in down.message and "HTTP None" not in down.message
+    assert REFUSED in down.message and down.data["base_url"] == REFUSED
+    time.sleep(1)  # a second task (a redelivery) would find it raised
+    assert Alert.objects.filter(kind="provider-down").count() == 1

@@ -85,18 +85,17 @@ def test_a_streamed_call_has_a_progress_bound_the_flat_and_the_absolute_bound() 
 def test_the_marks_keep_offsets_from_send_the_first_and_last_ones_and_count_those_left_out() -> (
     None
 ):
-    t = Timeline(sent=1000.4, headers=1010.0, keepalives=1)  # as the reader counts the headers
+    t = Timeline(sent=1000.4, headers=1010.0)
     for i in range(1000):
         t.mark_event(1000.4 + i)
     for now in (1100.0, 1200.8, 1300.5):
         t.mark_keepalive(now)
-    assert (t.model_events, t.keepalives) == (1000, 4)
+    assert (t.model_events, t.keepalives) == (1000, 3)
     marks = call_marks(t, SETTINGS)
     assert marks["events"] == list(range(MARKS_HEAD)) and marks["events_tail"] == list(
         range(1000 - MARKS_TAIL, 1000)
     )
     assert marks["events_omitted"] == 750
-    # The headers count as a keepalive in the counter, but are no keepalive mark.
     assert (
         marks["keepalives"] == [100, 200, 300]
         and marks["keepalives_tail"] == []

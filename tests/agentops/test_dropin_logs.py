@@ -1,0 +1,32 @@
+"""A provider's error that the drop-in relays is the provider's (issue 47, item 8): Django logs
+no "Internal Server Error: /v1/chat/completions" of its own for it; the call's row has it."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from inference.models import InferenceCall
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.mark.parametrize("status", [500, 503, 400])
+def test_a_relayed_provider_error_is_not_logged_as_the_services_own(
+    user_token: str, make_agent: Any, caplog: pytest.LogCaptureFixture, status: int
+) -> None:
+    agent = make_agent(model=f"error:status={status}")
+    caplog.set_level(logging.INFO, logger="django.request")
+    response = Client(headers={"Authorization": f"Bearer {user_token}"}).post(
+        "/v1/chat/completions",
+        data=json.dumps({"model": agent.name, "messages": [{"role": "user", "content": "hi"}]}),
+        content_type="application/json",
+    )
+    assert response.status_code == status
+    assert [r.getMessage() for r in caplog.records if r.name == "django.request"] == []
+    (call,) = InferenceCall.objects.filter(agent=agent)
+    assert call.outcome == "error" and (call.error or {})["http_status"] == status
