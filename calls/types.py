@@ -45,11 +45,15 @@ class ProviderError:
     # None: no stated wait. float('inf') / nan: "until released" (kept as None + flag in JSON).
     retry_after_ms: float | None = None
     bound: str | None = None
+    # A context-length refusal's stated window in tokens, when its message or body gives one.
+    context_limit: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         wait = self.retry_after_ms
         finite = wait is not None and math.isfinite(wait)
+        stated = {"context_limit": self.context_limit} if self.context_limit is not None else {}
         return {
+            **stated,
             "type": self.type,
             "http_status": self.http_status,
             "provider_code": self.provider_code,
