@@ -44,10 +44,16 @@ def agent_create(
     stream: bool = True,
     tools: list[dict[str, Any]] | None = None,
     project_id: int | None = None,
+    context_window: int | None = None,
+    context_policy: str | None = None,
 ) -> Agent:
     provider_row = Provider.objects.filter(name=provider).first()
     if provider_row is None:
         raise bad_field("provider", f"no provider named {provider!r}")
+    check_context_window(context_window, max_tokens)
+    if context_policy is None:  # residents trim; the others keep failing as they did
+        resident = kind == Agent.Kind.RESIDENT
+        context_policy = Agent.ContextPolicy.TRIM if resident else Agent.ContextPolicy.FAIL
     try:
         with transaction.atomic():
             return Agent.objects.create(
@@ -61,6 +67,8 @@ def agent_create(
                 thinking_budget=thinking_budget,
                 stream=stream,
                 tools=tools or [],
+                context_window=context_window,
+                context_policy=context_policy,
                 project_id=project_id if project_id is not None else default_project_id(),
             )
     except IntegrityError:
@@ -69,9 +77,22 @@ def agent_create(
         ) from None
 
 
+def check_context_window(window: int | None, max_tokens: int | None) -> None:
+    """A configured window must leave room for the answer: larger than ``max_tokens``."""
+    if window is not None and max_tokens is not None and window <= max_tokens:
+        raise bad_field(
+            "context_window",
+            f"must be larger than max_tokens ({max_tokens}): the answer is part of the window",
+        )
+
+
 def agent_update(*, agent: Agent, changes: dict[str, Any]) -> Agent:
-    allowed = {"model", "system", "max_tokens"}
+    allowed = {"model", "system", "max_tokens", "context_window", "context_policy"}
     fields = [f for f in changes if f in allowed]
+    check_context_window(
+        changes.get("context_window", agent.context_window),
+        changes.get("max_tokens", agent.max_tokens),
+    )
     for field in fields:
         setattr(agent, field, changes[field])
     if fields:

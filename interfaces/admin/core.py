@@ -83,6 +83,7 @@ class AgentAdmin(admin.ModelAdmin):
         "failure_streak",
         "holds",
         "current_turn",
+        "context",
         "created_at",
         "disposed_at",
     )
@@ -149,6 +150,22 @@ class AgentAdmin(admin.ModelAdmin):
                 (w["model"], f"{w['until']:%Y-%m-%d %H:%M:%S} UTC" if w["until"] else "released")
                 for w in waits
             ),
+        )
+
+    @admin.display(description="context")
+    def context(self, obj: Agent) -> str:
+        """The window as configured and learned, the last call's input and the share it used."""
+        from turns.context.selectors import context_out, last_input_tokens
+
+        ctx = context_out(obj, last_input_tokens([obj.pk]).get(obj.pk))
+        used = ctx["used_fraction"]
+        return format_html(
+            "window {} · learned {} · last input {} tokens · used {} · policy {}",
+            ctx["window"] or "-",
+            ctx["learned"] or "-",
+            ctx["last_input_tokens"] if ctx["last_input_tokens"] is not None else "-",
+            f"{used:.0%}" if used is not None else "-",
+            ctx["policy"],
         )
 
     @admin.display(description="current turn")
