@@ -157,6 +157,8 @@ async def play_scenario(
             await _deliver(ex, wire, reply, stream, 0.01, 0.0)
     elif kind == "context-length":
         await _context_length(ex, wire, body)
+    elif kind == "window":
+        await _window(ex, wire, sc, body, stream)
     elif kind == "auth":
         await _auth(ex, wire, body)
     elif kind == "length-empty":
@@ -387,6 +389,35 @@ async def _context_length(ex: Exchange, wire: Wire, body: dict[str, Any]) -> Non
         limit = 200000
         used = max(limit + 1873, estimate_tokens(json.dumps(body.get("messages", ""))))
         message = f"prompt is too long: {used} tokens > {limit} maximum"
+        error = wire.error_body(400, message)
+    await ex.respond_json(400, error, _ids(wire))
+
+
+async def _window(
+    ex: Exchange, wire: Wire, sc: Scenario, body: dict[str, Any], stream: bool
+) -> None:
+    """A model with a window of ``tokens``: a request whose messages (the count its usage
+    reports) plus its ``max_tokens`` are over it is refused in the provider's own words;
+    any other is answered."""
+    limit = sc.get_int("tokens")
+    used = estimate_tokens(json.dumps(body.get("messages", "")))
+    if isinstance(body.get("system"), str):
+        used += estimate_tokens(body["system"])
+    reserve = body.get("max_tokens") or body.get("max_output_tokens") or 0
+    reserve = reserve if isinstance(reserve, int) else 0
+    if used + reserve <= limit:
+        reply = Reply(text=sc.get_opt_str("text") or default_answer_text(body), text_chunks=2)
+        await _deliver(ex, wire, reply, stream, 0.0, 0.0)
+        return
+    if wire.api == "openai":
+        message = (
+            f"This model's maximum context length is {limit} tokens. However, you requested "
+            f"{used + reserve} tokens ({used} in the messages, {reserve} in the completion). "
+            "Please reduce the length of the messages or completion."
+        )
+        error = wire.error_body(400, message, code="context_length_exceeded", param="messages")
+    else:
+        message = f"prompt is too long: {used + reserve} tokens > {limit} maximum"
         error = wire.error_body(400, message)
     await ex.respond_json(400, error, _ids(wire))
 

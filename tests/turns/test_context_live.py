@@ -1,0 +1,141 @@
+"""A long-running agent through a worker and a stand-in model with a 16,000-token window
+(architecture.md §5.9): it keeps answering, the rows it outgrows are set aside (or summarized)
+visibly and restorably, and at most one call per episode is refused.
+
+The turn count is ``AGENTOPS_TEST_CONTEXT_TURNS`` (default 60, enough for several episodes in the
+suite's time; the 200 of the target runs with ``AGENTOPS_TEST_CONTEXT_TURNS=200``)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from agentops.models import Agent, Alert, AuditEntry, HistoryRow
+from inference.models import InferenceCall, Turn
+from tests.turns.test_turns import submit, wait_turn
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("workers")]
+
+TURNS = int(os.environ.get("AGENTOPS_TEST_CONTEXT_TURNS", "60"))
+WINDOW = 16000
+FILLER = (
+    "The quarterly figures for the northern depot came in late again, and the shift leads "
+    "would like the routing table looked at before the next cycle begins. "
+)
+
+
+def message(i: int) -> str:
+    text = f"Message {i}. " + FILLER * 20
+    return text[:2000]  # about 2 KB
+
+
+def run_turns(api: Client, agent: Agent, count: int) -> None:
+    for i in range(count):
+        turn = wait_turn(api, submit(api, agent.name, ("alice", message(i)))["id"], timeout=60)
+        assert turn["status"] == "succeeded", (i, turn)
+
+
+def notes(agent: Agent, prefix: str) -> list[HistoryRow]:
+    rows = HistoryRow.objects.filter(agent=agent, role="system-note").order_by("seq")
+    return [r for r in rows if isinstance(r.content, str) and r.content.startswith(prefix)]
+
+
+def refused(agent: Agent) -> Any:
+    return InferenceCall.objects.filter(agent=agent, error__type="context_length")
+
+
+def check_episodes(
+    api: Client, agent: Agent, *, prefix: str, learned: int | None = WINDOW
+) -> list[Alert]:
+    """The common account of a run: no failed turn, one marker and one alert per episode, no
+    turn with more than one refused call, the current turn never set aside, nothing lost."""
+    assert not Turn.objects.filter(agent=agent).exclude(status="succeeded").exists()
+    alerts = list(Alert.objects.filter(agent=agent.name, kind="context-trimmed").order_by("id"))
+    assert len(alerts) >= 2, "the run never outgrew the window: too few turns"
+    assert len(notes(agent, prefix)) == len(alerts)
+    for turn_id in refused(agent).values_list("turn_id", flat=True):
+        assert refused(agent).filter(turn_id=turn_id).count() == 1
+    assert refused(agent).count() <= len(alerts)
+    set_aside = HistoryRow.objects.filter(agent=agent, state="set_aside")
+    assert set_aside.count() == sum(a.data["rows"] for a in alerts)
+    assert set(set_aside.values_list("set_aside_reason", flat=True)) == {"context"}
+    for alert in alerts:
+        first = Turn.objects.get(pk=alert.data["turn"]).trigger_rows.order_by("seq").first()
+        assert first is not None and max(alert.data["seqs"]) < first.seq, alert.data
+    # Nothing lost: every message and answer is in the record, presented or set aside.
+    assert HistoryRow.objects.filter(agent=agent, role="user").count() == TURNS
+    assert HistoryRow.objects.filter(agent=agent, role="assistant").count() == TURNS
+    shown = api.get(f"/api/v1/agents/{agent.name}/history?include_set_aside=true").json()
+    assert sum(1 for r in shown if r["set_aside_reason"] == "context") == set_aside.count()
+    context = api.get(f"/api/v1/agents/{agent.name}").json()["context"]
+    assert context["learned"] == learned and 0 < context["used_fraction"] < 1
+    return alerts
+
+
+def restore_all(api: Client, agent: Agent) -> None:
+    rows = list(HistoryRow.objects.filter(agent=agent, state="set_aside"))
+    for row in rows:
+        response = api.post(
+            f"/api/v1/agents/{agent.name}/history/{row.pk}/restore",
+            data="{}",
+            content_type="application/json",
+        )
+        assert response.status_code == 200, response.content
+        assert response.json()["state"] == "presented"
+    assert not HistoryRow.objects.filter(agent=agent, state="set_aside").exists()
+    assert AuditEntry.objects.filter(action="history.restore").count() == len(rows)
+
+
+def test_a_resident_trims_its_way_through_a_small_window(api: Client, make_agent: Any) -> None:
+    # No window configured: the first refusal states it, and it is learned.
+    agent = make_agent(model=f"window:tokens={WINDOW}", max_tokens=1000)
+    run_turns(api, agent, TURNS)
+    alerts = check_episodes(api, agent, prefix="[context-trim] The ")
+    assert refused(agent).count() >= 1  # the one that taught the window
+    assert alerts[0].verdict == "refusal"
+    marker = notes(agent, "[context-trim]")[0]
+    assert FILLER[:40] not in str(marker.content)
+    assert str(marker.content).endswith(f"to fit the model's window of {WINDOW} tokens.")
+    assert not InferenceCall.objects.filter(agent=agent, kind="auxiliary").exists()
+    restore_all(api, agent)
+
+
+def test_a_summarizing_resident_keeps_a_summary_in_place_of_what_it_set_aside(
+    api: Client, make_agent: Any
+) -> None:
+    agent = make_agent(
+        model=f"window:tokens={WINDOW}",
+        max_tokens=1000,
+        context_window=WINDOW,
+        context_policy="summarize",
+    )
+    run_turns(api, agent, TURNS)
+    alerts = check_episodes(api, agent, prefix="[context-summary] The ", learned=None)
+    assert all(a.data["summarized"] for a in alerts)
+    # A configured window: the estimate acts before any call is refused.
+    assert refused(agent).count() == 0
+    summaries = InferenceCall.objects.filter(agent=agent, kind="auxiliary")
+    assert summaries.count() == len(alerts)
+    assert all(c.outcome == "completed" and c.input_tokens for c in summaries)
+    primary = InferenceCall.objects.filter(agent=agent, kind="primary").count()
+    assert primary == TURNS + refused(agent).count()
+    newest = notes(agent, "[context-summary]")[-1]
+    assert "In summary: Stand-in answer to:" in str(newest.content)
+    restore_all(api, agent)
+
+
+def test_a_turn_that_alone_does_not_fit_fails_saying_so_and_sets_nothing_aside(
+    api: Client, make_agent: Any
+) -> None:
+    agent = make_agent(model="window:tokens=1000", max_tokens=500, context_window=1000)
+    submit(api, agent.name, ("alice", "short"))
+    turn = wait_turn(api, submit(api, agent.name, ("bob", message(1)))["id"], timeout=30)
+    turn = wait_turn(api, turn["id"])
+    assert turn["status"] == "failed", turn
+    assert "the newest turn alone" in turn["error"]["message"]
+    assert not HistoryRow.objects.filter(agent=agent, state="set_aside").exists()
+    note = HistoryRow.objects.filter(agent=agent, role="system-note").last()
+    assert note is not None and "the newest turn alone" in str(note.content)
