@@ -286,13 +286,14 @@ class TurnRun:
             "fit its window",
             partial(context_plan, turn=self.turn, refused=error, request=self.request),
         )
-        return None if plan is None else await self._context_act(plan)
+        return None if plan is None else await self._context_act(plan, refused=error)
 
-    async def _context_act(self, plan: Plan) -> Step:
+    async def _context_act(self, plan: Plan, refused: ProviderError | None = None) -> Step:
         """Set the plan's rows aside (summarized first under ``summarize``) and compile again; a
         turn whose own rows do not fit fails saying so, nothing set aside."""
         if plan.act == "too_big":
-            return await self._fail(too_big_error(plan), Turn.Status.FAILED, timed_out_again=False)
+            error = too_big_error(plan, refused)
+            return await self._fail(error, Turn.Status.FAILED, timed_out_again=False)
         self.context_acts += 1
         summary = None
         if plan.policy == Agent.ContextPolicy.SUMMARIZE:

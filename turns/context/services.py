@@ -167,10 +167,13 @@ def context_plan(
     )
 
 
-def too_big_error(plan: Plan) -> ProviderError:
-    """The failure of a turn whose own rows do not fit: nothing was set aside."""
+def too_big_error(plan: Plan, refused: ProviderError | None = None) -> ProviderError:
+    """The failure of a turn whose own rows do not fit: nothing was set aside. After a refusal
+    it keeps the refusal's status and code."""
     return ProviderError(
         type="context_length",
+        http_status=refused.http_status if refused else None,
+        provider_code=refused.provider_code if refused else None,
         message=(
             f"the newest turn alone (about {plan.kept_tokens} tokens with the system prompt and "
             f"tools, and {plan.reserve} kept for the answer) does not fit the model's window of "
