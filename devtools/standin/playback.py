@@ -19,6 +19,7 @@ from typing import Any
 from devtools.standin.anthropic_wire import AnthropicWire
 from devtools.standin.exchange import Exchange
 from devtools.standin.openai_wire import OpenAIWire
+from devtools.standin.responses_wire import ResponsesWire
 from devtools.standin.scenarios import KEEPALIVE_SCENARIOS, Scenario, parse_scenario
 from devtools.standin.wire import (
     KEEPALIVE_COMMENT,
@@ -157,6 +158,8 @@ async def play_scenario(
             await _deliver(ex, wire, reply, stream, 0.01, 0.0)
     elif kind == "context-length":
         await _context_length(ex, wire, body)
+    elif kind == "compact":
+        await ex.respond_json(200, _compacted(wire, body), _ids(wire))
     elif kind == "window":
         await _window(ex, wire, sc, body, stream)
     elif kind == "auth":
@@ -391,6 +394,29 @@ async def _context_length(ex: Exchange, wire: Wire, body: dict[str, Any]) -> Non
         message = f"prompt is too long: {used} tokens > {limit} maximum"
         error = wire.error_body(400, message)
     await ex.respond_json(400, error, _ids(wire))
+
+
+# What a provider's own server-side compaction puts in an answer, as the stand-in plays it: an
+# Anthropic compaction content block with the context management applied, an OpenAI Responses
+# compaction output item. Opaque to agentops: the drop-ins pass them on as they came.
+ANTHROPIC_COMPACTION = {"type": "compaction", "content": "Earlier: the user asked for a plan."}
+ANTHROPIC_CONTEXT_MANAGEMENT = {"applied_edits": [{"type": "compact_20260112"}]}
+RESPONSES_COMPACTION = {
+    "type": "compaction",
+    "id": "cmp_standin",
+    "encrypted_content": "gAAAAABstandin-opaque==",
+}
+
+
+def _compacted(wire: Wire, body: dict[str, Any]) -> dict[str, Any]:
+    """A non-streamed answer carrying the provider's compaction items (``compact``)."""
+    answer = wire.completion(Reply(text=default_answer_text(body), text_chunks=1))
+    if isinstance(wire, AnthropicWire):
+        answer["content"].insert(0, dict(ANTHROPIC_COMPACTION))
+        answer["context_management"] = dict(ANTHROPIC_CONTEXT_MANAGEMENT)
+    elif isinstance(wire, ResponsesWire):
+        answer["output"].insert(0, dict(RESPONSES_COMPACTION))
+    return answer
 
 
 async def _window(

@@ -170,6 +170,7 @@ SCENARIOS: dict[str, dict[str, Param]] = {
     "refuse": {"message": Param(None, _text, "text")},
     "poison": {"marker": Param("POISON", _nonempty_text, "non-empty text")},
     "context-length": {},
+    "compact": {},
     "window": {"tokens": _positive(16000), "text": Param(None, _text, "text")},
     "auth": {},
     "length-empty": {},
