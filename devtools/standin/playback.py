@@ -424,7 +424,7 @@ async def _window(
 ) -> None:
     """A model with a window of ``tokens``: a request whose messages (the count its usage
     reports) plus its ``max_tokens`` are over it is refused in the provider's own words;
-    any other is answered."""
+    any other is answered (with ``tool=1``, a user's message with a tool call first)."""
     limit = sc.get_int("tokens")
     used = estimate_tokens(json.dumps(body.get("messages", "")))
     if isinstance(body.get("system"), str):
@@ -433,6 +433,9 @@ async def _window(
     reserve = reserve if isinstance(reserve, int) else 0
     if used + reserve <= limit:
         reply = Reply(text=sc.get_opt_str("text") or default_answer_text(body), text_chunks=2)
+        if sc.get_int("tool") and last_tool_result(body) is None:
+            name = first_tool_name(body) or "lookup"
+            reply = Reply(tool=ToolCall(name, {"query": last_user_text(body)[:40]}), stop="tool")
         await _deliver(ex, wire, reply, stream, 0.0, 0.0)
         return
     if wire.api == "openai":

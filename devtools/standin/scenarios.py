@@ -171,7 +171,11 @@ SCENARIOS: dict[str, dict[str, Param]] = {
     "poison": {"marker": Param("POISON", _nonempty_text, "non-empty text")},
     "context-length": {},
     "compact": {},
-    "window": {"tokens": _positive(16000), "text": Param(None, _text, "text")},
+    "window": {
+        "tokens": _positive(16000),
+        "text": Param(None, _text, "text"),
+        "tool": Param(0, _int(0, 1), "0 or 1"),
+    },
     "auth": {},
     "length-empty": {},
     "hang": {},

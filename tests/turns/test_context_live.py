@@ -7,6 +7,7 @@ suite's time; the 200 of the target runs with ``AGENTOPS_TEST_CONTEXT_TURNS=200`
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -139,3 +140,48 @@ def test_a_turn_that_alone_does_not_fit_fails_saying_so_and_sets_nothing_aside(
     assert not HistoryRow.objects.filter(agent=agent, state="set_aside").exists()
     note = HistoryRow.objects.filter(agent=agent, role="system-note").last()
     assert note is not None and "the newest turn alone" in str(note.content)
+
+
+TOOLS = [
+    {
+        "name": "lookup",
+        "description": "Look up",
+        "input_schema": {"type": "object", "properties": {"query": {"type": "string"}}},
+    }
+]
+
+
+def test_a_tool_call_and_its_result_are_set_aside_together_or_not_at_all(
+    api: Client, make_agent: Any
+) -> None:
+    agent = make_agent(
+        model=f"window:tokens={WINDOW},tool=1", max_tokens=1000, tools=TOOLS, context_window=WINDOW
+    )
+    rounds = max(TURNS // 2, 30)
+    for i in range(rounds):
+        accepted = submit(api, agent.name, ("alice", message(i)[:1000]))
+        turn = wait_turn(api, accepted["id"], timeout=60)
+        assert turn["status"] == "requires_action", (i, turn)
+        [tool_call] = turn["output"]["tool_calls"]
+        response = api.post(
+            f"/api/v1/turns/{accepted['id']}/tool_results",
+            data=json.dumps(
+                {"results": [{"tool_call_id": tool_call["id"], "content": message(i)[:1000]}]}
+            ),
+            content_type="application/json",
+        )
+        assert response.status_code == 202, response.content
+        turn = wait_turn(api, accepted["id"], {"succeeded", "failed"}, timeout=60)
+        assert turn["status"] == "succeeded", (i, turn)
+    assert Alert.objects.filter(agent=agent.name, kind="context-trimmed").count() >= 2
+    calls: dict[str, str] = {}
+    results: dict[str, str] = {}
+    for row in HistoryRow.objects.filter(agent=agent).exclude(role="system-note"):
+        for block in row.content if isinstance(row.content, list) else []:
+            if block.get("type") == "tool_call":
+                calls[block["id"]] = row.state
+            elif block.get("type") == "tool_result":
+                results[block["tool_call_id"]] = row.state
+    assert len(calls) == rounds and calls.keys() == results.keys()
+    assert "set_aside" in calls.values()
+    assert calls == results  # each pair in one state: presented together or set aside together
