@@ -426,6 +426,11 @@ async def _window(
     reports) plus its ``max_tokens`` are over it is refused in the provider's own words;
     any other is answered (with ``tool=1``, a user's message with a tool call first)."""
     limit = sc.get_int("tokens")
+    marker = sc.get_opt_str("refuse_marker")
+    if marker is not None and contains_marker(body, marker):
+        message = "Invalid request: the conversation contains content this model refuses."
+        await ex.respond_json(400, wire.error_body(400, message), _ids(wire))
+        return
     used = estimate_tokens(json.dumps(body.get("messages", "")))
     if isinstance(body.get("system"), str):
         used += estimate_tokens(body["system"])

@@ -175,6 +175,7 @@ SCENARIOS: dict[str, dict[str, Param]] = {
         "tokens": _positive(16000),
         "text": Param(None, _text, "text"),
         "tool": Param(0, _int(0, 1), "0 or 1"),
+        "refuse_marker": Param(None, _nonempty_text, "non-empty text"),
     },
     "auth": {},
     "length-empty": {},

@@ -185,3 +185,21 @@ def test_a_tool_call_and_its_result_are_set_aside_together_or_not_at_all(
     assert len(calls) == rounds and calls.keys() == results.keys()
     assert "set_aside" in calls.values()
     assert calls == results  # each pair in one state: presented together or set aside together
+
+
+def test_a_summary_that_fails_falls_back_to_trim(api: Client, make_agent: Any) -> None:
+    agent = make_agent(
+        model=f"window:tokens={WINDOW},refuse_marker=Summarize the conversation rows",
+        max_tokens=1000,
+        context_window=WINDOW,
+        context_policy="summarize",
+    )
+    run_turns(api, agent, TURNS)
+    alerts = check_episodes(api, agent, prefix="[context-trim] The ", learned=None)
+    assert not any(a.data["summarized"] for a in alerts)
+    assert not notes(agent, "[context-summary]")
+    summaries = InferenceCall.objects.filter(agent=agent, kind="auxiliary")
+    assert summaries.count() == len(alerts)
+    assert all(
+        c.outcome == "error" and (c.error or {}).get("type") == "invalid_request" for c in summaries
+    )

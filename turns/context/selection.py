@@ -1,8 +1,9 @@
 """Which rows make room (architecture.md §5.9, "Trim"): pure, over the presented history in
 order. Rows go in units that are never split: an assistant row with tool calls goes with the
 rows up to and including its last tool result, and a participant's message with the rows that
-answer it (messages in a row start one unit together). System notes are units of their own and go first; the current turn's rows (from its
-first trigger row on, or the newest unit when it has none) never go."""
+answer it (messages in a row start one unit together). System notes are units of their own
+and go first; the current turn's rows (from its first trigger row on, or the newest unit when
+it has none) never go."""
 
 from __future__ import annotations
 
