@@ -284,7 +284,7 @@ class TurnRun:
         self.context_refused = True
         plan = await self._durably(
             "fit its window",
-            partial(context_plan, turn=self.turn, refused=error, request=self.request),
+            partial(context_plan, turn=self.turn, refused=error),
         )
         return None if plan is None else await self._context_act(plan, refused=error)
 

@@ -16,7 +16,7 @@ from agentops.alerts import alert_raise
 from agentops.models import Agent, HistoryRow
 from agentops.services import history_append
 from breaker.shedding import history_set_aside
-from calls.types import CompiledRequest, ProviderError
+from calls.types import ProviderError
 from inference.models import InferenceCall, Turn
 from turns.context.estimate import (
     EstimatedRow,
@@ -106,26 +106,24 @@ def _is_note(row: HistoryRow) -> bool:
     return row.role == HistoryRow.Role.SYSTEM_NOTE and not text.startswith(SUMMARY_PREFIX)
 
 
-def context_plan(
-    *, turn: Turn, refused: ProviderError | None = None, request: CompiledRequest | None = None
-) -> Plan | None:
+def context_plan(*, turn: Turn, refused: ProviderError | None = None) -> Plan | None:
     """What the turn must do before its call (``refused`` None: only when the estimate plus the
-    answer's reserve is over the known window), or after a refusal for length (``refused``, with
-    the request refused: whatever the estimate says, since the provider counted otherwise).
+    answer's reserve is over the known window), or after a refusal for length (``refused``:
+    whatever the estimate says, since the provider counted otherwise).
     None: nothing to do (no window known, it fits, or the policy is ``fail``)."""
     agent = turn.agent
     policy = agent.context_policy
-    if policy == Agent.ContextPolicy.FAIL:
+    window = agent.known_window
+    # Most agents know no window until a refusal states it: they read nothing here.
+    if policy == Agent.ContextPolicy.FAIL or (refused is None and window is None):
         return None
     presented = _presented(agent)
     tokens = {r.pk: row_tokens(r.content) for r in presented}
     fixed = fixed_tokens(agent.system, agent.tools or [])
     heuristic = fixed + sum(tokens.values())
     reserve = output_reserve(agent)
-    window = agent.known_window
     if refused is None:
-        if window is None:
-            return None
+        assert window is not None
         estimate = request_estimate(
             fixed=fixed,
             rows=[EstimatedRow(tokens[r.pk], r.created_at) for r in presented],
