@@ -203,3 +203,20 @@ def test_a_summary_that_fails_falls_back_to_trim(api: Client, make_agent: Any) -
     assert all(
         c.outcome == "error" and (c.error or {}).get("type") == "invalid_request" for c in summaries
     )
+
+
+def test_under_fail_a_refusal_ends_the_turn_as_before_and_still_teaches_the_window(
+    api: Client, make_agent: Any
+) -> None:
+    agent = make_agent(model="window:tokens=1000", max_tokens=100, context_policy="fail")
+    first = wait_turn(api, submit(api, agent.name, ("alice", "short"))["id"])
+    assert first["status"] == "succeeded", first
+    turn = wait_turn(api, submit(api, agent.name, ("bob", message(1) * 3))["id"], timeout=30)
+    assert turn["status"] == "failed", turn
+    assert turn["error"]["type"] == "context_length" and turn["error"]["http_status"] == 400
+    assert "maximum context length is 1000 tokens" in turn["error"]["message"]
+    assert refused(agent).count() == 1
+    assert not HistoryRow.objects.filter(agent=agent, state="set_aside").exists()
+    assert not Alert.objects.filter(agent=agent.name, kind="context-trimmed").exists()
+    agent.refresh_from_db()
+    assert agent.context_learned_window == 1000
