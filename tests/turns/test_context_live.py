@@ -72,6 +72,11 @@ def check_episodes(
     shown = api.get(f"/api/v1/agents/{agent.name}/history?include_set_aside=true").json()
     assert sum(1 for r in shown if r["set_aside_reason"] == "context") == set_aside.count()
     context = api.get(f"/api/v1/agents/{agent.name}").json()["context"]
+    # The run's account, for a reader running it with -s.
+    print(
+        f"{agent.model}: {TURNS} turns, {len(alerts)} episodes, {refused(agent).count()} refused "
+        f"call(s), {set_aside.count()} rows set aside, context {context}"
+    )
     assert context["learned"] == learned and 0 < context["used_fraction"] < 1
     return alerts
 
