@@ -144,3 +144,32 @@ def test_the_admin_agent_page_shows_the_window_and_refuses_a_window_below_max_to
     assert response.status_code == 200  # the form again, with the error
     assert "must be larger than max_tokens" in response.content.decode()
     assert Agent.objects.get(pk=agent.pk).context_window == 9000
+
+
+def test_a_row_set_aside_for_the_window_is_restored_from_the_admin_with_an_audit_row(
+    provider: Any,
+) -> None:
+    from django.contrib.auth.models import User
+    from django.utils import timezone
+
+    from agentops.models import AuditEntry, HistoryRow
+    from breaker.shedding import history_set_aside
+
+    agent = AgentFactory.create(name="bob", provider=provider)
+    row = HistoryRow.objects.create(
+        agent=agent, seq=1, participant="alice", role="user", content="x"
+    )
+    history_set_aside(row_ids=[row.pk], by="context", reason="context", now=timezone.now())
+    client = Client()
+    client.force_login(User.objects.create_superuser("root", password="x"))
+    listing = client.get("/admin/agentops/historyrow/").content.decode()
+    assert "context" in listing
+    response = client.post(
+        "/admin/agentops/historyrow/",
+        {"action": "restore", "_selected_action": [row.pk]},
+    )
+    assert response.status_code == 302
+    row.refresh_from_db()
+    assert row.state == "presented" and row.set_aside_reason == ""
+    [audit] = AuditEntry.objects.filter(action="history.restore")
+    assert audit.data["set_aside_reason"] == "context" and audit.data["set_aside_by"] == "context"
