@@ -173,3 +173,17 @@ def test_a_row_set_aside_for_the_window_is_restored_from_the_admin_with_an_audit
     assert row.state == "presented" and row.set_aside_reason == ""
     [audit] = AuditEntry.objects.filter(action="history.restore")
     assert audit.data["set_aside_reason"] == "context" and audit.data["set_aside_by"] == "context"
+
+
+def test_the_dashboard_shows_a_context_bar_per_agent(provider: Any) -> None:
+    from interfaces.dashboard import dashboard_snapshot
+    from waits.clock import clock_ms
+
+    agent = AgentFactory.create(name="bob", provider=provider, context_window=16000)
+    AgentFactory.create(name="cid", provider=provider)
+    InferenceCall.objects.create(agent=agent, model="answer", streamed=True, input_tokens=12000)
+    bars = {b["agent"]: b["context"] for b in dashboard_snapshot(now_ms=clock_ms())["breakers"]}
+    assert bars == {
+        "bob": {"window": 16000, "last_input_tokens": 12000, "used_fraction": 0.75},
+        "cid": {"window": None, "last_input_tokens": None, "used_fraction": None},
+    }
