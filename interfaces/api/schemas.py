@@ -187,6 +187,8 @@ class CallError(BaseModel):
     message: str
     retryable: bool
     retry_after_ms: float | None
+    # A context-length refusal's stated window (architecture.md §5.6); null otherwise.
+    context_limit: int | None = None
 
 
 class CallUsage(BaseModel):

@@ -187,3 +187,25 @@ def test_the_dashboard_shows_a_context_bar_per_agent(provider: Any) -> None:
         "bob": {"window": 16000, "last_input_tokens": 12000, "used_fraction": 0.75},
         "cid": {"window": None, "last_input_tokens": None, "used_fraction": None},
     }
+
+
+def test_a_calls_error_shows_the_window_a_refusal_stated(api: Client, provider: Any) -> None:
+    from tests.factories import TurnFactory
+
+    agent = AgentFactory.create(name="bob", provider=provider)
+    turn = TurnFactory.create(agent=agent, status="failed")
+    error = {
+        "type": "context_length",
+        "http_status": 400,
+        "provider_code": "context_length_exceeded",
+        "message": "This model's maximum context length is 16000 tokens. ...",
+        "retryable": False,
+        "retry_after_ms": None,
+        "until_released": False,
+        "context_limit": 16000,
+    }
+    InferenceCall.objects.create(
+        agent=agent, turn=turn, model="answer", streamed=True, outcome="error", error=error
+    )
+    [call] = api.get(f"/api/v1/turns/{turn.pk}").json()["calls"]
+    assert call["error"]["context_limit"] == 16000
