@@ -95,9 +95,13 @@ def restore_all(api: Client, agent: Agent) -> None:
     assert AuditEntry.objects.filter(action="history.restore").count() == len(rows)
 
 
-def test_a_resident_trims_its_way_through_a_small_window(api: Client, make_agent: Any) -> None:
-    # No window configured: the first refusal states it, and it is learned.
-    agent = make_agent(model=f"window:tokens={WINDOW}", max_tokens=1000)
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_resident_trims_its_way_through_a_small_window(
+    api: Client, make_agent: Any, provider: str
+) -> None:
+    # No window configured: the first refusal states it (in the provider's words), and it is
+    # learned.
+    agent = make_agent(provider=provider, model=f"window:tokens={WINDOW}", max_tokens=1000)
     run_turns(api, agent, TURNS)
     alerts = check_episodes(api, agent, prefix="[context-trim] The ")
     assert refused(agent).count() >= 1  # the one that taught the window

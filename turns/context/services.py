@@ -122,6 +122,7 @@ def context_plan(*, turn: Turn, refused: ProviderError | None = None) -> Plan | 
     fixed = fixed_tokens(agent.system, agent.tools or [])
     heuristic = fixed + sum(tokens.values())
     reserve = output_reserve(agent)
+    fit = window
     if refused is None:
         assert window is not None
         estimate = request_estimate(
@@ -132,11 +133,14 @@ def context_plan(*, turn: Turn, refused: ProviderError | None = None) -> Plan | 
         if estimate + reserve <= window:
             return None
     else:
-        # The provider counted more than the estimate: what it refused is at least its window.
+        # The provider counted more than the estimate: what it refused, as the estimate counts,
+        # is at least its window, whatever window it stated (the marker names the stated one).
         estimate = heuristic
-        window = min(window or estimate + reserve, estimate + reserve)
+        fit = min(window or estimate + reserve, estimate + reserve)
+        window = window or fit
+    assert fit is not None and window is not None
     target = target_tokens(
-        window=window, reserve=reserve, margin_percent=int(settings.AGENTOPS_CONTEXT_MARGIN_PERCENT)
+        window=fit, reserve=reserve, margin_percent=int(settings.AGENTOPS_CONTEXT_MARGIN_PERCENT)
     )
     rows = [
         Row(
