@@ -269,7 +269,9 @@ class TurnRun:
         if self.context_acts >= MAX_CONTEXT_ACTS:
             return Step.CALL
         plan = await self._durably("fit its window", partial(context_plan, turn=self.turn))
-        if plan is None:
+        # A turn that alone seems too big goes as it is: only the provider's refusal, not an
+        # estimate, fails a turn.
+        if plan is None or plan.act == "too_big":
             return Step.CALL
         return await self._context_act(plan)
 

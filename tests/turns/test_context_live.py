@@ -146,6 +146,8 @@ def test_a_turn_that_alone_does_not_fit_fails_saying_so_and_sets_nothing_aside(
     turn = wait_turn(api, turn["id"])
     assert turn["status"] == "failed", turn
     assert "the newest turn alone" in turn["error"]["message"]
+    # An estimate never fails a turn: the request went, and the provider's refusal did.
+    assert turn["error"]["http_status"] == 400 and refused(agent).count() == 1
     assert not HistoryRow.objects.filter(agent=agent, state="set_aside").exists()
     note = HistoryRow.objects.filter(agent=agent, role="system-note").last()
     assert note is not None and "the newest turn alone" in str(note.content)
