@@ -434,6 +434,12 @@ async def _window(
     used = estimate_tokens(json.dumps(body.get("messages", "")))
     if isinstance(body.get("system"), str):
         used += estimate_tokens(body["system"])
+    # A denser tokenizer than four characters a token: counted, refused and reported alike.
+    used *= sc.get_int("density")
+    if isinstance(wire, AnthropicWire):
+        wire.input_tokens = used
+    else:
+        wire.prompt_tokens = used
     reserve = body.get("max_tokens") or body.get("max_output_tokens") or 0
     reserve = reserve if isinstance(reserve, int) else 0
     if used + reserve <= limit:

@@ -176,6 +176,7 @@ SCENARIOS: dict[str, dict[str, Param]] = {
         "text": Param(None, _text, "text"),
         "tool": Param(0, _int(0, 1), "0 or 1"),
         "refuse_marker": Param(None, _nonempty_text, "non-empty text"),
+        "density": Param(1, _int(1, 8), "a whole number from 1 to 8"),
     },
     "auth": {},
     "length-empty": {},

@@ -231,3 +231,18 @@ def test_under_fail_a_refusal_ends_the_turn_as_before_and_still_teaches_the_wind
     assert not Alert.objects.filter(agent=agent.name, kind="context-trimmed").exists()
     agent.refresh_from_db()
     assert agent.context_learned_window == 1000
+
+
+def test_a_provider_that_counts_denser_is_calibrated_for_and_never_refuses(
+    api: Client, make_agent: Any
+) -> None:
+    # The provider counts twice what the estimate counts; the window is configured, so the
+    # estimate, calibrated by each call's reported count, acts before any call is refused.
+    agent = make_agent(
+        model=f"window:tokens={WINDOW},density=2", max_tokens=1000, context_window=WINDOW
+    )
+    run_turns(api, agent, TURNS)
+    alerts = check_episodes(api, agent, prefix="[context-trim] The ", learned=None)
+    assert refused(agent).count() == 0
+    # The marker's tokens are the provider's: a unit of a 2 KB message and its answer is ~1,100.
+    assert all(a.data["tokens"] >= 1000 * a.data["rows"] // 2 for a in alerts)

@@ -94,7 +94,17 @@ def test_the_estimate_is_the_providers_count_plus_the_rows_since() -> None:
         EstimatedRow(500, sent - timedelta(seconds=1)),
         EstimatedRow(70, sent + timedelta(seconds=1)),
     ]
-    assert request_estimate(fixed=30, rows=rows, last=LastCall(1000, sent)) == 1070
+    # The provider counted the 530 of ours as 1000: the new row counts at the same rate.
+    assert LastCall(1000, sent, counted=500).ratio == 2.0
+    assert request_estimate(fixed=30, rows=rows, last=LastCall(1000, sent, counted=500)) == 1140
+    assert request_estimate(fixed=30, rows=rows, last=LastCall(1000, sent, counted=1000)) == 1070
+    # Rows set aside since: everything, at the provider's rate.
+    moved = LastCall(1000, sent, counted=500, moved_since=True)
+    assert request_estimate(fixed=30, rows=rows, last=moved) == 1200
     assert request_estimate(fixed=30, rows=rows, last=None) == 600
+    # A count far off ours calibrates no further than 4x either way.
+    assert LastCall(10_000, sent, counted=100).ratio == 4.0
+    assert LastCall(1, sent, counted=100).ratio == 0.25
+    assert LastCall(5, sent, counted=0).ratio == 1.0
     assert row_tokens("x" * 2000) == 504  # 2,000 characters, a message's framing
     assert target_tokens(window=16000, reserve=1000, margin_percent=20) == 11800

@@ -3,7 +3,8 @@
 No tokenizer is downloaded at run time (a machine without internet could not fetch one), so a
 row counts as its JSON's characters over ``CHARS_PER_TOKEN`` plus ``MESSAGE_OVERHEAD`` (a
 message's framing). The estimate of a whole request is calibrated by the provider's own count
-when there is one: the last completed call's reported input tokens plus the rows added since.
+when there is one: the last completed call's reported input tokens plus the rows added since,
+each scaled by the ratio of that count to this module's count of the same request.
 Pure: values in, numbers out."""
 
 from __future__ import annotations
@@ -38,12 +39,28 @@ def fixed_tokens(system: str, tools: Sequence[Any]) -> int:
     )
 
 
+# The calibration is bounded: a count far off ours is more likely a provider's quirk (cached or
+# image tokens) than the text's density.
+MIN_RATIO: Final = 0.25
+MAX_RATIO: Final = 4.0
+
+
 @dataclass(frozen=True)
 class LastCall:
-    """The provider's count of the last completed call: its input tokens, and when it was sent."""
+    """The provider's count of the last completed call: its input tokens, when it was sent, our
+    count of what it carried, and whether anything was set aside since it was sent."""
 
     input_tokens: int
     sent_at: datetime
+    counted: int
+    moved_since: bool = False
+
+    @property
+    def ratio(self) -> float:
+        """The provider's tokens per token of ours."""
+        if self.counted <= 0:
+            return 1.0
+        return min(max(self.input_tokens / self.counted, MIN_RATIO), MAX_RATIO)
 
 
 @dataclass(frozen=True)
@@ -60,13 +77,16 @@ def request_estimate(
     rows: Iterable[EstimatedRow],
     last: LastCall | None,
 ) -> int:
-    """The request's input tokens. With ``last`` (valid only when nothing was set aside since it
-    was sent: the caller checks), the provider's count plus the rows added after it was sent;
-    without, ``fixed`` plus every row's estimate."""
+    """The request's input tokens. With ``last``, the provider's count plus the rows added after
+    it was sent, scaled by its ratio (or, when rows were set aside since, everything scaled by
+    it); without, ``fixed`` plus every row's estimate."""
     rows = list(rows)
-    if last is not None:
-        return last.input_tokens + sum(r.tokens for r in rows if r.created_at > last.sent_at)
-    return fixed + sum(r.tokens for r in rows)
+    if last is None:
+        return fixed + sum(r.tokens for r in rows)
+    if last.moved_since:
+        return round((fixed + sum(r.tokens for r in rows)) * last.ratio)
+    since = sum(r.tokens for r in rows if r.created_at > last.sent_at)
+    return last.input_tokens + round(since * last.ratio)
 
 
 def target_tokens(*, window: int, reserve: int, margin_percent: int) -> int:

@@ -5,11 +5,13 @@ alert (one transaction under the agent's row lock, as every history writer)."""
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import Final, Literal
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from agentops.alerts import alert_raise
@@ -74,9 +76,9 @@ def _presented(agent: Agent) -> list[HistoryRow]:
     )
 
 
-def _last_call(agent: Agent) -> LastCall | None:
-    """The last completed primary call's count, when nothing was set aside since it was sent
-    (then its count holds rows no longer presented, and the estimate starts over)."""
+def _last_call(agent: Agent, fixed: int) -> LastCall | None:
+    """The last completed primary call's count, with our count of the rows it carried: those
+    created before it was sent that were presented then (presented now, or set aside since)."""
     call = (
         InferenceCall.objects.filter(
             agent=agent,
@@ -90,9 +92,16 @@ def _last_call(agent: Agent) -> LastCall | None:
     )
     if call is None or call.sent_at is None or call.input_tokens is None:
         return None
-    if HistoryRow.objects.filter(agent=agent, set_aside_at__gte=call.sent_at).exists():
-        return None
-    return LastCall(input_tokens=call.input_tokens, sent_at=call.sent_at)
+    carried = HistoryRow.objects.filter(agent=agent, created_at__lte=call.sent_at).filter(
+        Q(state=HistoryRow.State.PRESENTED) | Q(set_aside_at__gt=call.sent_at)
+    )
+    counted = fixed + sum(
+        row_tokens(content) for content in carried.values_list("content", flat=True)
+    )
+    moved = HistoryRow.objects.filter(agent=agent, set_aside_at__gte=call.sent_at).exists()
+    return LastCall(
+        input_tokens=call.input_tokens, sent_at=call.sent_at, counted=counted, moved_since=moved
+    )
 
 
 def _protected_from(turn: Turn) -> int | None:
@@ -123,19 +132,21 @@ def context_plan(*, turn: Turn, refused: ProviderError | None = None) -> Plan | 
     heuristic = fixed + sum(tokens.values())
     reserve = output_reserve(agent)
     fit = window
+    last = _last_call(agent, fixed)
+    ratio = last.ratio if last is not None else 1.0
     if refused is None:
         assert window is not None
         estimate = request_estimate(
             fixed=fixed,
             rows=[EstimatedRow(tokens[r.pk], r.created_at) for r in presented],
-            last=_last_call(agent),
+            last=last,
         )
         if estimate + reserve <= window:
             return None
     else:
         # The provider counted more than the estimate: what it refused, as the estimate counts,
         # is at least its window, whatever window it stated (the marker names the stated one).
-        estimate = heuristic
+        estimate = round(heuristic * ratio)
         fit = min(window or estimate + reserve, estimate + reserve)
         window = window or fit
     assert fit is not None and window is not None
@@ -154,17 +165,19 @@ def context_plan(*, turn: Turn, refused: ProviderError | None = None) -> Plan | 
         )
         for r in presented
     ]
-    selection = select(rows, protected_from_seq=_protected_from(turn), over_by=estimate - target)
+    # The selection counts rows as we do; what must go is in the provider's tokens.
+    over_by = math.ceil((estimate - target) / ratio)
+    selection = select(rows, protected_from_seq=_protected_from(turn), over_by=over_by)
     trigger: Literal["estimate", "refusal"] = "refusal" if refused else "estimate"
     return Plan(
         act="trim" if selection.fits else "too_big",
         policy=policy,
         rows=selection.rows,
-        tokens=selection.tokens,
+        tokens=round(selection.tokens * ratio),
         estimate=estimate,
         window=window,
         reserve=reserve,
-        kept_tokens=fixed + selection.kept_tokens,
+        kept_tokens=round((fixed + selection.kept_tokens) * ratio),
         trigger=trigger,
     )
 
