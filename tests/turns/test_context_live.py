@@ -141,9 +141,10 @@ def test_a_turn_that_alone_does_not_fit_fails_saying_so_and_sets_nothing_aside(
     api: Client, make_agent: Any
 ) -> None:
     agent = make_agent(model="window:tokens=1000", max_tokens=500, context_window=1000)
-    submit(api, agent.name, ("alice", "short"))
-    turn = wait_turn(api, submit(api, agent.name, ("bob", message(1)))["id"], timeout=30)
-    turn = wait_turn(api, turn["id"])
+    first = wait_turn(api, submit(api, agent.name, ("alice", "short"))["id"])
+    assert first["status"] == "succeeded", first
+    # About 1,000 tokens: over the window with the answer's 500 whatever else goes.
+    turn = wait_turn(api, submit(api, agent.name, ("bob", message(1) * 2))["id"], timeout=30)
     assert turn["status"] == "failed", turn
     assert "the newest turn alone" in turn["error"]["message"]
     # An estimate never fails a turn: the request went, and the provider's refusal did.

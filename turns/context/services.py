@@ -11,7 +11,6 @@ from typing import Final, Literal
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from agentops.alerts import alert_raise
@@ -76,9 +75,10 @@ def _presented(agent: Agent) -> list[HistoryRow]:
     )
 
 
-def _last_call(agent: Agent, fixed: int) -> LastCall | None:
+def _last_call(agent: Agent, fixed: int, presented: dict[HistoryRow, int]) -> LastCall | None:
     """The last completed primary call's count, with our count of the rows it carried: those
-    created before it was sent that were presented then (presented now, or set aside since)."""
+    created before it was sent that were presented then (presented now, or set aside since).
+    ``presented``: the presented rows with our count of each."""
     call = (
         InferenceCall.objects.filter(
             agent=agent,
@@ -92,15 +92,19 @@ def _last_call(agent: Agent, fixed: int) -> LastCall | None:
     )
     if call is None or call.sent_at is None or call.input_tokens is None:
         return None
-    carried = HistoryRow.objects.filter(agent=agent, created_at__lte=call.sent_at).filter(
-        Q(state=HistoryRow.State.PRESENTED) | Q(set_aside_at__gt=call.sent_at)
+    sent = call.sent_at
+    since = HistoryRow.objects.filter(agent=agent, set_aside_at__gte=sent)
+    moved = list(since.filter(created_at__lte=sent).values_list("content", flat=True))
+    counted = (
+        fixed
+        + sum(n for row, n in presented.items() if row.created_at <= sent)
+        + sum(row_tokens(content) for content in moved)
     )
-    counted = fixed + sum(
-        row_tokens(content) for content in carried.values_list("content", flat=True)
-    )
-    moved = HistoryRow.objects.filter(agent=agent, set_aside_at__gte=call.sent_at).exists()
     return LastCall(
-        input_tokens=call.input_tokens, sent_at=call.sent_at, counted=counted, moved_since=moved
+        input_tokens=call.input_tokens,
+        sent_at=sent,
+        counted=counted,
+        moved_since=bool(moved) or since.exists(),
     )
 
 
@@ -132,7 +136,7 @@ def context_plan(*, turn: Turn, refused: ProviderError | None = None) -> Plan | 
     heuristic = fixed + sum(tokens.values())
     reserve = output_reserve(agent)
     fit = window
-    last = _last_call(agent, fixed)
+    last = _last_call(agent, fixed, {r: tokens[r.pk] for r in presented})
     ratio = last.ratio if last is not None else 1.0
     if refused is None:
         assert window is not None
