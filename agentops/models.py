@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import models
 
 DEFAULT_PROJECT = "default"
@@ -54,6 +55,13 @@ class Agent(models.Model):
         CONVERSATION = "conversation"
         EPHEMERAL = "ephemeral"
 
+    class ContextPolicy(models.TextChoices):
+        """What a turn does when the history outgrows the model's window (architecture.md §5.9)."""
+
+        TRIM = "trim"
+        SUMMARIZE = "summarize"
+        FAIL = "fail"
+
     name = models.CharField(max_length=100, unique=True)
     # Names stay globally unique (the waits journal keys on the name); the project scopes who
     # may see and act on the agent.
@@ -72,6 +80,13 @@ class Agent(models.Model):
     # Alternates, in order, for a held or failing model (architecture.md §6.11):
     # [{"provider": name, "model", "context_window": tokens | null}], at most 4.
     fallbacks = models.JSONField(default=list, blank=True)
+    # The model's window in tokens as configured, and as a refusal last stated it (learned): the
+    # smaller known one is the one a request must fit (architecture.md §5.9).
+    context_window = models.PositiveIntegerField(null=True, blank=True)
+    context_learned_window = models.PositiveIntegerField(null=True, blank=True, editable=False)
+    context_policy = models.CharField(
+        max_length=20, choices=ContextPolicy.choices, default=ContextPolicy.TRIM
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     # Disposed agents keep their rows (history is never deleted) and their name.
     disposed_at = models.DateTimeField(null=True, blank=True)
@@ -83,6 +98,21 @@ class Agent(models.Model):
         if self.project_id is None:
             self.project_id = default_project_id()
         super().save(*args, **kwargs)
+
+    def clean(self) -> None:
+        # The admin's form checks what the API's schema and agent_update check.
+        if self.context_window is not None and self.context_window < 256:
+            raise ValidationError({"context_window": "must be at least 256 tokens"})
+        if self.context_window and self.max_tokens and self.context_window <= self.max_tokens:
+            raise ValidationError(
+                {"context_window": f"must be larger than max_tokens ({self.max_tokens})"}
+            )
+
+    @property
+    def known_window(self) -> int | None:
+        """The window a request must fit: the smaller of the configured and the learned one."""
+        known = [w for w in (self.context_window, self.context_learned_window) if w]
+        return min(known) if known else None
 
 
 class HistoryRow(models.Model):

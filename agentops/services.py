@@ -45,11 +45,17 @@ def agent_create(
     tools: list[dict[str, Any]] | None = None,
     fallbacks: list[dict[str, Any]] | None = None,
     project_id: int | None = None,
+    context_window: int | None = None,
+    context_policy: str | None = None,
 ) -> Agent:
     provider_row = Provider.objects.filter(name=provider).first()
     if provider_row is None:
         raise bad_field("provider", f"no provider named {provider!r}")
     fallbacks = fallbacks_checked(fallbacks or [], model=model, provider=provider)
+    check_context_window(context_window, max_tokens)
+    if context_policy is None:  # residents trim; the others keep failing as they did
+        resident = kind == Agent.Kind.RESIDENT
+        context_policy = Agent.ContextPolicy.TRIM if resident else Agent.ContextPolicy.FAIL
     try:
         with transaction.atomic():
             return Agent.objects.create(
@@ -64,12 +70,23 @@ def agent_create(
                 stream=stream,
                 tools=tools or [],
                 fallbacks=fallbacks,
+                context_window=context_window,
+                context_policy=context_policy,
                 project_id=project_id if project_id is not None else default_project_id(),
             )
     except IntegrityError:
         raise Conflict(
             f"the agent name {name!r} is taken (names are never reused)", data={"field": "name"}
         ) from None
+
+
+def check_context_window(window: int | None, max_tokens: int | None) -> None:
+    """A configured window must leave room for the answer: larger than ``max_tokens``."""
+    if window is not None and max_tokens is not None and window <= max_tokens:
+        raise bad_field(
+            "context_window",
+            f"must be larger than max_tokens ({max_tokens}): the answer is part of the window",
+        )
 
 
 def fallbacks_checked(
@@ -110,7 +127,7 @@ def fallbacks_checked(
 
 
 def agent_update(*, agent: Agent, changes: dict[str, Any]) -> Agent:
-    allowed = {"model", "system", "max_tokens", "fallbacks"}
+    allowed = {"model", "system", "max_tokens", "fallbacks", "context_window", "context_policy"}
     if "fallbacks" in changes or "model" in changes:
         listed = changes.get("fallbacks")
         changes = {
@@ -122,6 +139,10 @@ def agent_update(*, agent: Agent, changes: dict[str, Any]) -> Agent:
             ),
         }
     fields = [f for f in changes if f in allowed]
+    check_context_window(
+        changes.get("context_window", agent.context_window),
+        changes.get("max_tokens", agent.max_tokens),
+    )
     for field in fields:
         setattr(agent, field, changes[field])
     if fields:

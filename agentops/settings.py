@@ -197,6 +197,10 @@ AGENTOPS_PROGRESS_INTERVAL_MS = env_ms("AGENTOPS_PROGRESS_INTERVAL_MS", 250)
 AGENTOPS_EPHEMERAL_MAX_SLEEP_MS = env_ms("AGENTOPS_EPHEMERAL_MAX_SLEEP_MS", 600_000)
 AGENTOPS_BREAKER_THRESHOLD = env_int("AGENTOPS_BREAKER_THRESHOLD", 3, minimum=1)
 AGENTOPS_BREAKER_SHED_CAP = env_int("AGENTOPS_BREAKER_SHED_CAP", 3, minimum=1)
+# The model's window (architecture.md §5.9): what an act leaves free, as a percentage of the
+# window, and what it keeps for the answer when the agent sets no max_tokens.
+AGENTOPS_CONTEXT_MARGIN_PERCENT = env_int("AGENTOPS_CONTEXT_MARGIN_PERCENT", 20, maximum=90)
+AGENTOPS_CONTEXT_OUTPUT_RESERVE = env_int("AGENTOPS_CONTEXT_OUTPUT_RESERVE", 4096, minimum=1)
 AGENTOPS_ALERT_WEBHOOK_COOLDOWN_MS = env_ms("AGENTOPS_ALERT_WEBHOOK_COOLDOWN_MS", 900_000)
 AGENTOPS_FAILURES_LOG = env_str("AGENTOPS_FAILURES_LOG", str(BASE_DIR / "var" / "failures.log"))
 # The raw value (JSON, or false), refused here at every process's start when it does not

@@ -80,6 +80,18 @@ def _rows_to_shed(agent: Agent) -> list[HistoryRow]:
     return rows
 
 
+def history_set_aside(*, row_ids: list[int], by: str, reason: str, now: Any) -> int:
+    """Set presented rows aside (never deleted: an operator restores them, audited, through
+    ``breaker.services`` as any set-aside row). Precondition: the agent's row lock is held.
+    Returns how many rows moved."""
+    return HistoryRow.objects.filter(pk__in=row_ids, state=HistoryRow.State.PRESENTED).update(
+        state=HistoryRow.State.SET_ASIDE,
+        set_aside_at=now,
+        set_aside_by=by,
+        set_aside_reason=bound_text(reason, 500),
+    )
+
+
 def shed_locked(*, agent: Agent, state: BreakerState, reason: str) -> ShedResult:
     """The shed itself. Precondition: inside a transaction holding the agent's row lock and
     then ``state``'s (so no history writer can move anything between a caller's checks and
@@ -109,12 +121,7 @@ def shed_locked(*, agent: Agent, state: BreakerState, reason: str) -> ShedResult
             )
         )
         return ShedResult(sheds_this_run=state.sheds_this_run, stopped="empty")
-    HistoryRow.objects.filter(pk__in=[r.pk for r in rows]).update(
-        state=HistoryRow.State.SET_ASIDE,
-        set_aside_at=now,
-        set_aside_by=SHED_BY,
-        set_aside_reason=bound_text(reason, 500),
-    )
+    history_set_aside(row_ids=[r.pk for r in rows], by=SHED_BY, reason=reason, now=now)
     state.sheds_this_run += 1
     text = _marker_text(state.sheds_this_run)
     marker = state.marker_row

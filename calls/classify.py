@@ -9,6 +9,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -19,10 +20,27 @@ from calls.types import ProviderError
 
 RETRYABLE_TYPES = {"rate_limit", "server", "overloaded", "network", "timeout"}
 
+# The overflow table (architecture.md §5.6, "Context-length refusals"): what each provider says
+# when a request is over its window. Any of these at 400/404/422 (or a frame) is context_length.
 _CONTEXT_RE = re.compile(
     r"context[_ ]length|maximum context|context window|prompt is too long|too many tokens"
-    r"|input is too long|reduce the length",
+    r"|input is too long|reduce the length|exceed context limit|available context size"
+    r"|ContextWindowExceeded|tokens exceed the configured limit|maximum model length",
     re.IGNORECASE,
+)
+# Codes and types that name an overflow whatever status carries them (llama.cpp's server once
+# answered its context-size error with a 500).
+CONTEXT_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error"})
+# The window a refusal states, first match wins; each pattern's one group is the limit.
+_CONTEXT_LIMIT_RES = tuple(
+    re.compile(pattern, re.IGNORECASE)
+    for pattern in (
+        r"maximum context length is ([\d,]+)",  # OpenAI, Azure, vLLM, LiteLLM's rewrite of them
+        r"prompt is too long: [\d,]+ tokens > ([\d,]+) maximum",  # Anthropic
+        r"exceed context limit: [\d,]+ \+ [\d,]+ > ([\d,]+)",  # Anthropic, input + max_tokens
+        r"configured limit of ([\d,]+) tokens",  # Azure / OpenAI "Input tokens exceed ..."
+        r"maximum model length of ([\d,]+)",  # vLLM's decoder-prompt form
+    )
 )
 _QUOTA_RE = re.compile(r"quota|billing|credit", re.IGNORECASE)
 _POLICY_RE = re.compile(r"content[_ ]policy|content[_ ]filter|safety", re.IGNORECASE)
@@ -134,6 +152,33 @@ def _retry_delay(source: Mapping[str, Any]) -> float | None:
     return None
 
 
+def stated_context_limit(message: str, err: Mapping[str, Any] | None = None) -> int | None:
+    """The window in tokens an overflow refusal states: from its message (the patterns of
+    ``_CONTEXT_LIMIT_RES``) or llama.cpp's ``n_ctx`` beside it; None when it states none."""
+    for pattern in _CONTEXT_LIMIT_RES:
+        found = pattern.search(message)
+        if found:
+            value = int(found.group(1).replace(",", ""))
+            return value if value > 0 else None
+    n_ctx = (err or {}).get("n_ctx")
+    if isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and n_ctx > 0:
+        return n_ctx
+    return None
+
+
+def _with_limit(error: ProviderError, err: Mapping[str, Any]) -> ProviderError:
+    if error.type != "context_length":
+        return error
+    limit = stated_context_limit(error.message, err)
+    return replace(error, context_limit=limit) if limit is not None else error
+
+
+def _overflow_code(err: Mapping[str, Any]) -> bool:
+    return any(
+        isinstance(v, str) and v in CONTEXT_CODES for v in (err.get("code"), err.get("type"))
+    )
+
+
 def classify_http(
     status: int, headers: Mapping[str, str], body_text: str, now_ms: float
 ) -> ProviderError:
@@ -141,9 +186,12 @@ def classify_http(
     err = _error_object(body)
     message = str(err.get("message") or untrusted_text(body_text) or f"HTTP {status}")
     code = err.get("code") or err.get("type")
+    if _overflow_code(err):
+        code = err.get("type") if err.get("type") in CONTEXT_CODES else err.get("code")
     wait = stated_wait_ms(headers, body, now_ms)
     # A gateway may answer a provider's rate limit with a status of its own and say it in the body.
-    return _classify(status, code, message, wait, like=429 if _throttled(err) else None)
+    like = 429 if _throttled(err) else 400 if _overflow_code(err) else None
+    return _with_limit(_classify(status, code, message, wait, like=like), err)
 
 
 # A body or frame that says "rate limited" whatever status carries it: a ``code`` of 429 (a
@@ -181,7 +229,8 @@ def classify_frame(payload: Any, now_ms: float) -> ProviderError:
             like = table.get(key)
     code_text = code if isinstance(code, str) else etype
     message = str(err.get("message") or json.dumps(payload)[:2000])
-    return _classify(like, code_text, message, stated_wait_ms({}, payload, now_ms))
+    error = _classify(like, code_text, message, stated_wait_ms({}, payload, now_ms))
+    return _with_limit(error, err)
 
 
 def _classify(

@@ -47,6 +47,8 @@ class ProviderError:
     # None: no stated wait. float('inf') / nan: "until released" (kept as None + flag in JSON).
     retry_after_ms: float | None = None
     bound: str | None = None
+    # A context-length refusal's stated window in tokens, when its message or body gives one.
+    context_limit: int | None = None
 
     def __post_init__(self) -> None:
         # The provider's words reach logs, alerts, notes and API answers: an ESC or a CR in
@@ -58,7 +60,9 @@ class ProviderError:
     def as_dict(self) -> dict[str, Any]:
         wait = self.retry_after_ms
         finite = wait is not None and math.isfinite(wait)
+        stated = {"context_limit": self.context_limit} if self.context_limit is not None else {}
         return {
+            **stated,
             "type": self.type,
             "http_status": self.http_status,
             "provider_code": self.provider_code,

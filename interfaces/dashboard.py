@@ -22,6 +22,7 @@ from calls.events import call_live_out
 from calls.progress import call_progress_read
 from inference.models import InferenceCall
 from interfaces.selectors import turns_waiting
+from turns.context.selectors import last_input_tokens
 from waits.selectors import binding_waits
 
 SNAPSHOT_CALLS = 200
@@ -89,17 +90,27 @@ def _calls_in_flight() -> list[dict[str, Any]]:
     return out
 
 
+def _context_bar(agent: dict[str, Any], last_input: int | None) -> dict[str, Any]:
+    known = [w for w in (agent["context_window"], agent["context_learned_window"]) if w]
+    window = min(known) if known else None
+    used = round(last_input / window, 4) if window and last_input else None
+    return {"window": window, "last_input_tokens": last_input, "used_fraction": used}
+
+
 def _breakers() -> list[dict[str, Any]]:
     """Each live agent's breaker, agents in trouble first (longest streak, then name)."""
     agents = list(
         Agent.objects.filter(disposed_at__isnull=True)
         .annotate(set_aside=Count("history", filter=Q(history__state=HistoryRow.State.SET_ASIDE)))
-        .values("id", "name", "model", "kind", "set_aside")
+        .values(
+            "id", "name", "model", "kind", "set_aside", "context_window", "context_learned_window"
+        )
         .order_by("name")[:SNAPSHOT_AGENTS]
     )
     states = {
         s.agent_id: s for s in BreakerState.objects.filter(agent_id__in=[a["id"] for a in agents])
     }
+    inputs = last_input_tokens(a["id"] for a in agents)
     out = []
     for a in agents:
         state = states.get(a["id"])
@@ -121,6 +132,8 @@ def _breakers() -> list[dict[str, Any]]:
                 "shed_cap": int(settings.AGENTOPS_BREAKER_SHED_CAP),
                 "probe": probe,
                 "set_aside": a["set_aside"],
+                # The context bar: the last call's input against the known window (§5.9).
+                "context": _context_bar(a, inputs.get(a["id"])),
             }
         )
     out.sort(key=lambda b: (-b["streak"], b["probe"] is None, b["agent"]))

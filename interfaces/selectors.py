@@ -14,6 +14,7 @@ from agentops.selectors import id_valid, visible_to
 from calls.progress import call_progress_read
 from calls.records import ms_to_dt
 from inference.models import InferenceCall, Turn
+from turns.context.selectors import context_out, last_input_tokens
 from turns.routing import alternates
 from turns.serving import serving_out
 from waits.clock import clock_ms
@@ -95,6 +96,7 @@ def agents_out(
     by_agent: dict[str, list[dict[str, Any]]] = {}
     for wait in binding_waits(now_ms=clock_ms())[1]:
         by_agent.setdefault(wait["agent"], []).append(wait)
+    inputs = last_input_tokens(a.pk for a in agents)
     out = []
     for agent in agents:
         current = current_turn_of(agent.open_turns)  # type: ignore[attr-defined]
@@ -106,6 +108,7 @@ def agents_out(
                 current=current,
                 streak=int(streaks.get(agent.pk) or 0),
                 holds=by_agent.get(agent.name, []),
+                last_input=inputs.get(agent.pk),
             )
         )
     return out
@@ -120,9 +123,12 @@ def agent_out(
     current: Turn | None = _UNSET,
     streak: int | None = None,
     holds: list[dict[str, Any]] | None = None,
+    last_input: int | None = _UNSET,
 ) -> dict[str, Any]:
     if current is _UNSET:
         current = agent_current_turn(agent)
+    if last_input is _UNSET:
+        last_input = last_input_tokens([agent.pk]).get(agent.pk)
     return {
         "name": agent.name,
         "project": agent.project.name,
@@ -145,6 +151,7 @@ def agent_out(
         "holds": agent_holds(agent) if holds is None else holds,
         "current_turn": current.pk if current else None,
         "created_at": agent.created_at,
+        "context": context_out(agent, last_input),
     }
 
 

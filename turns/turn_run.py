@@ -35,6 +35,14 @@ from calls.run import ProviderCall, Watch
 from calls.types import CallOutput, CompiledRequest, ProviderError
 from inference.models import InferenceCall, Turn
 from turns.after_failure import breaker_after_failure
+from turns.context.services import (
+    Plan,
+    context_learn,
+    context_plan,
+    context_set_aside,
+    too_big_error,
+)
+from turns.context.summary import context_summary
 from turns.durable import offer_pending_waits, pace, paced_left_ms, retry_reason
 from turns.holds import (
     ephemeral_sleep_ms,
@@ -70,6 +78,11 @@ EMPTY_LENGTH_STOP: Final = ProviderError(
 )
 
 
+# Acts on the window in one run, at most: each sets rows aside, so more would mean the estimate
+# and the rows disagree; the call then goes as it is and the provider decides.
+MAX_CONTEXT_ACTS: Final = 3
+
+
 class Step(enum.Enum):
     START = "start"
     ADMIT = "admit"
@@ -92,6 +105,9 @@ class TurnRun:
         self.retry = RetryState()
         self.serving: Serving
         self.switches = 0  # calls sent to another target at once after a failure (§6.11)
+        # The window (architecture.md §5.9): one refused call per episode, a few acts per run.
+        self.context_refused = False
+        self.context_acts = 0
         self._steps: dict[Step, Callable[[], Awaitable[Step]]] = {
             Step.ADMIT: self.admit,
             Step.CALL: self.make_call,
@@ -144,7 +160,7 @@ class TurnRun:
             return self._end(ready)
         self.turn, self.request, self.call = ready.turn, ready.request, ready.call
         self.serving = ready.serving
-        return Step.CALL
+        return await self._fit_window()
 
     async def make_call(self) -> Step:
         watch = Watch(
@@ -209,8 +225,10 @@ class TurnRun:
         )
 
     async def _decide(self, error: ProviderError) -> Step:
-        """A failed call: another target at once when one may serve (§6.11), else the retry
-        policy's answer carried out."""
+        """A failed call: a refusal for length fitted to the window (§5.9), another target at
+        once when one may serve (§6.11), else the retry policy's answer carried out."""
+        if error.type == "context_length" and (step := await self._after_overflow(error)):
+            return step
         turn = self.turn
         now_ms = time.time() * 1000
         if await self._switched(error, now_ms):
@@ -295,6 +313,50 @@ class TurnRun:
             serving.choice.reason,
         )
         return True
+
+    async def _fit_window(self) -> Step:
+        """Before the call: when the estimate plus the answer's reserve is over the known window,
+        act per the agent's policy and compile the request again (``ADMIT``)."""
+        if self.context_acts >= MAX_CONTEXT_ACTS:
+            return Step.CALL
+        plan = await self._durably("fit its window", partial(context_plan, turn=self.turn))
+        # A turn that alone seems too big goes as it is: only the provider's refusal, not an
+        # estimate, fails a turn.
+        if plan is None or plan.act == "too_big":
+            return Step.CALL
+        return await self._context_act(plan)
+
+    async def _after_overflow(self, error: ProviderError) -> Step | None:
+        """A refusal for length: learn the window it states, then (once per episode) act and
+        retry; None leaves the failure to the retry policy (terminal)."""
+        await self._durably(
+            "learn its window", partial(context_learn, agent=self.turn.agent, error=error)
+        )
+        if self.context_refused:
+            return None
+        self.context_refused = True
+        plan = await self._durably(
+            "fit its window",
+            partial(context_plan, turn=self.turn, refused=error),
+        )
+        return None if plan is None else await self._context_act(plan, refused=error)
+
+    async def _context_act(self, plan: Plan, refused: ProviderError | None = None) -> Step:
+        """Set the plan's rows aside (summarized first under ``summarize``) and compile again; a
+        turn whose own rows do not fit fails saying so, nothing set aside."""
+        if plan.act == "too_big":
+            error = too_big_error(plan, refused)
+            return await self._fail(error, Turn.Status.FAILED, timed_out_again=False)
+        self.context_acts += 1
+        summary = None
+        if plan.policy == Agent.ContextPolicy.SUMMARIZE:
+            summary = await context_summary(
+                agent=self.turn.agent, rows=plan.rows, budget_tokens=plan.window // 2
+            )
+        await self._durably(
+            "set rows aside", partial(context_set_aside, turn=self.turn, plan=plan, summary=summary)
+        )
+        return Step.ADMIT
 
     async def _paced(self, error: ProviderError, delay_ms: float, why: str) -> Step:
         logger.info(

@@ -19,6 +19,7 @@ from typing import Any
 from devtools.standin.anthropic_wire import AnthropicWire
 from devtools.standin.exchange import Exchange
 from devtools.standin.openai_wire import OpenAIWire
+from devtools.standin.responses_wire import ResponsesWire
 from devtools.standin.scenarios import KEEPALIVE_SCENARIOS, Scenario, parse_scenario
 from devtools.standin.wire import (
     KEEPALIVE_COMMENT,
@@ -157,6 +158,10 @@ async def play_scenario(
             await _deliver(ex, wire, reply, stream, 0.01, 0.0)
     elif kind == "context-length":
         await _context_length(ex, wire, body)
+    elif kind == "compact":
+        await ex.respond_json(200, _compacted(wire, body), _ids(wire))
+    elif kind == "window":
+        await _window(ex, wire, sc, body, stream)
     elif kind == "auth":
         await _auth(ex, wire, body)
     elif kind == "length-empty":
@@ -387,6 +392,72 @@ async def _context_length(ex: Exchange, wire: Wire, body: dict[str, Any]) -> Non
         limit = 200000
         used = max(limit + 1873, estimate_tokens(json.dumps(body.get("messages", ""))))
         message = f"prompt is too long: {used} tokens > {limit} maximum"
+        error = wire.error_body(400, message)
+    await ex.respond_json(400, error, _ids(wire))
+
+
+# What a provider's own server-side compaction puts in an answer, as the stand-in plays it: an
+# Anthropic compaction content block with the context management applied, an OpenAI Responses
+# compaction output item. Opaque to agentops: the drop-ins pass them on as they came.
+ANTHROPIC_COMPACTION = {"type": "compaction", "content": "Earlier: the user asked for a plan."}
+ANTHROPIC_CONTEXT_MANAGEMENT = {"applied_edits": [{"type": "compact_20260112"}]}
+RESPONSES_COMPACTION = {
+    "type": "compaction",
+    "id": "cmp_standin",
+    "encrypted_content": "gAAAAABstandin-opaque==",
+}
+
+
+def _compacted(wire: Wire, body: dict[str, Any]) -> dict[str, Any]:
+    """A non-streamed answer carrying the provider's compaction items (``compact``)."""
+    answer = wire.completion(Reply(text=default_answer_text(body), text_chunks=1))
+    if isinstance(wire, AnthropicWire):
+        answer["content"].insert(0, dict(ANTHROPIC_COMPACTION))
+        answer["context_management"] = dict(ANTHROPIC_CONTEXT_MANAGEMENT)
+    elif isinstance(wire, ResponsesWire):
+        answer["output"].insert(0, dict(RESPONSES_COMPACTION))
+    return answer
+
+
+async def _window(
+    ex: Exchange, wire: Wire, sc: Scenario, body: dict[str, Any], stream: bool
+) -> None:
+    """A model with a window of ``tokens``: a request whose messages (the count its usage
+    reports) plus its ``max_tokens`` are over it is refused in the provider's own words;
+    any other is answered (with ``tool=1``, a user's message with a tool call first)."""
+    limit = sc.get_int("tokens")
+    marker = sc.get_opt_str("refuse_marker")
+    if marker is not None and contains_marker(body, marker):
+        message = "Invalid request: the conversation contains content this model refuses."
+        await ex.respond_json(400, wire.error_body(400, message), _ids(wire))
+        return
+    used = estimate_tokens(json.dumps(body.get("messages", "")))
+    if isinstance(body.get("system"), str):
+        used += estimate_tokens(body["system"])
+    # A denser tokenizer than four characters a token: counted, refused and reported alike.
+    used *= sc.get_int("density")
+    if isinstance(wire, AnthropicWire):
+        wire.input_tokens = used
+    else:
+        wire.prompt_tokens = used
+    reserve = body.get("max_tokens") or body.get("max_output_tokens") or 0
+    reserve = reserve if isinstance(reserve, int) else 0
+    if used + reserve <= limit:
+        reply = Reply(text=sc.get_opt_str("text") or default_answer_text(body), text_chunks=2)
+        if sc.get_int("tool") and last_tool_result(body) is None:
+            name = first_tool_name(body) or "lookup"
+            reply = Reply(tool=ToolCall(name, {"query": last_user_text(body)[:40]}), stop="tool")
+        await _deliver(ex, wire, reply, stream, 0.0, 0.0)
+        return
+    if wire.api == "openai":
+        message = (
+            f"This model's maximum context length is {limit} tokens. However, you requested "
+            f"{used + reserve} tokens ({used} in the messages, {reserve} in the completion). "
+            "Please reduce the length of the messages or completion."
+        )
+        error = wire.error_body(400, message, code="context_length_exceeded", param="messages")
+    else:
+        message = f"prompt is too long: {used + reserve} tokens > {limit} maximum"
         error = wire.error_body(400, message)
     await ex.respond_json(400, error, _ids(wire))
 

@@ -75,6 +75,8 @@ class AgentForm(forms.ModelForm):
             "provider",
             "model",
             "fallbacks",
+            "context_window",
+            "context_policy",
             "participant",
             "system",
             "max_tokens",
@@ -84,7 +86,7 @@ class AgentForm(forms.ModelForm):
         )
         help_texts = {
             "fallbacks": 'In order, at most 4: [{"provider": "name", "model": "name", '
-            '"context_window": null}]. Each names a model of its own.'
+            '"context_window": null}], each a provider and model other than the agent's own.'
         }
 
     def clean(self) -> dict[str, Any]:
@@ -148,6 +150,7 @@ class AgentAdmin(admin.ModelAdmin):
         "failure_streak",
         "holds",
         "current_turn",
+        "context",
         "created_at",
         "disposed_at",
     )
@@ -224,6 +227,22 @@ class AgentAdmin(admin.ModelAdmin):
                 (w["model"], f"{w['until']:%Y-%m-%d %H:%M:%S} UTC" if w["until"] else "released")
                 for w in waits
             ),
+        )
+
+    @admin.display(description="context")
+    def context(self, obj: Agent) -> str:
+        """The window as configured and learned, the last call's input and the share it used."""
+        from turns.context.selectors import context_out, last_input_tokens
+
+        ctx = context_out(obj, last_input_tokens([obj.pk]).get(obj.pk))
+        used = ctx["used_fraction"]
+        return format_html(
+            "window {} · learned {} · last input {} tokens · used {} · policy {}",
+            ctx["window"] or "-",
+            ctx["learned"] or "-",
+            ctx["last_input_tokens"] if ctx["last_input_tokens"] is not None else "-",
+            f"{used:.0%}" if used is not None else "-",
+            ctx["policy"],
         )
 
     @admin.display(description="current turn")

@@ -148,7 +148,7 @@ def agent_read(request: HttpRequest, name: str) -> dict:
 def agent_patch(request: HttpRequest, name: str, payload: AgentPatch) -> dict:
     agent = agent_for(token=_token(request), name=name)
     changes = payload.model_dump(exclude_unset=True)
-    for field in ("model", "system", "fallbacks"):
+    for field in ("model", "system", "fallbacks", "context_policy"):
         if field in changes and changes[field] is None:
             raise bad_field(field, "must not be null")
     services.agent_update(agent=agent, changes=changes)

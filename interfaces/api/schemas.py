@@ -29,6 +29,9 @@ Name = Annotated[str, Field(min_length=1, max_length=100, pattern=NAME_PATTERN)]
 Label = Annotated[Line, Field(min_length=1, max_length=100)]
 Text = Annotated[SafeText, Field(max_length=200_000)]
 ModelName = Annotated[Line, Field(min_length=1, max_length=200)]
+# A model's window in tokens: at least 256 (no model has less), at most 100 million.
+ContextWindow = Annotated[int, Field(ge=256, le=100_000_000)]
+ContextPolicy = Literal["trim", "summarize", "fail"]
 # Enums as enums in the OpenAPI document: the models' own choices.
 TurnStatus = Turn.Status
 CallKind = InferenceCall.Kind
@@ -97,6 +100,9 @@ class AgentIn(Strict):
     stream: bool = True
     tools: Annotated[list[ToolIn], Field(max_length=64)] = Field(default_factory=list)
     fallbacks: Fallbacks = Field(default_factory=list)
+    context_window: ContextWindow | None = None
+    # Default: trim for resident agents, fail for the others (architecture.md §5.9).
+    context_policy: ContextPolicy | None = None
 
 
 class AgentPatch(Strict):
@@ -104,6 +110,17 @@ class AgentPatch(Strict):
     system: Text | None = None
     max_tokens: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
     fallbacks: Fallbacks | None = None
+    # null clears the configured window (the learned one, if any, still binds).
+    context_window: ContextWindow | None = None
+    context_policy: ContextPolicy | None = None
+
+
+class ContextOut(BaseModel):
+    window: int | None
+    learned: int | None
+    last_input_tokens: int | None
+    used_fraction: float | None
+    policy: ContextPolicy
 
 
 class WaitOut(BaseModel):
@@ -153,6 +170,7 @@ class AgentOut(BaseModel):
     holds: list[WaitOut]
     current_turn: int | None
     created_at: datetime
+    context: ContextOut
 
 
 class HistoryRowOut(BaseModel):
@@ -198,6 +216,8 @@ class CallError(BaseModel):
     message: str
     retryable: bool
     retry_after_ms: float | None
+    # A context-length refusal's stated window (architecture.md §5.6); null otherwise.
+    context_limit: int | None = None
 
 
 class CallUsage(BaseModel):

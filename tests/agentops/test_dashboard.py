@@ -87,6 +87,7 @@ async def test_the_dashboard_socket_sends_a_snapshot_then_a_new_alert_and_a_hold
     )
     [breaker] = snapshot["breakers"]
     assert breaker["agent"] == "ada" and breaker["streak"] == 0 and breaker["probe"] is None
+    assert breaker["context"] == {"window": None, "last_input_tokens": None, "used_fraction": None}
 
     alert = await database_sync_to_async(alert_raise)(
         kind="hard-down", agent="ada", model="m1", message="ada failed 3 times in a row"

@@ -117,7 +117,8 @@ def test_a_poisoned_history_is_shed_until_the_retry_succeeds(api: Client, make_a
 def test_a_failure_that_may_not_shed_sends_no_probe_but_still_raises_hard_down(
     api: Client, make_agent: Any, model: str
 ) -> None:
-    agent = make_agent(model=model)
+    # context_policy "fail": the breaker's own behaviour (a resident would trim, §5.9).
+    agent = make_agent(model=model, context_policy="fail")
     fail_in_a_row(api, agent, 3)
     wait_for(lambda: alerts(agent, "hard-down") == 1, what="hard-down")
     assert not InferenceCall.objects.filter(agent=agent, kind="probe").exists()

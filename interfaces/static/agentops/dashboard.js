@@ -307,6 +307,17 @@
     renderSummary();
   }
 
+  // The last call's input against the model's known window (architecture.md §5.9).
+  function contextBar(c) {
+    if (!c || !c.window) return el("span", { class: "sub" }, c && c.last_input_tokens ? c.last_input_tokens + " tokens, no window known" : "—");
+    const used = c.used_fraction || 0;
+    const fill = el("span");
+    fill.style.width = Math.min(used * 100, 100).toFixed(1) + "%";
+    return el("div", { class: "context" + (used >= 0.8 ? " near" : "") },
+      Math.round(used * 100) + "% of " + c.window,
+      el("div", { class: "bar" }, fill));
+  }
+
   function renderBreakers() {
     const body = $("breakers");
     body.replaceChildren();
@@ -329,6 +340,7 @@
         el("td", {}, probe),
         el("td", { class: "num" }, b.sheds_this_run + " / " + b.shed_cap),
         el("td", { class: "num" }, b.set_aside ? b.set_aside + " rows" : "—"),
+        el("td", {}, contextBar(b.context)),
       ));
     }
     $("breakers-empty").hidden = state.breakers.length > 0;

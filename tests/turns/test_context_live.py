@@ -1,0 +1,249 @@
+"""A long-running agent through a worker and a stand-in model with a 16,000-token window
+(architecture.md §5.9): it keeps answering, the rows it outgrows are set aside (or summarized)
+visibly and restorably, and at most one call per episode is refused.
+
+The turn count is ``AGENTOPS_TEST_CONTEXT_TURNS`` (default 60, enough for several episodes in the
+suite's time; the 200 of the target runs with ``AGENTOPS_TEST_CONTEXT_TURNS=200``)."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from agentops.models import Agent, Alert, AuditEntry, HistoryRow
+from inference.models import InferenceCall, Turn
+from tests.turns.test_turns import submit, wait_turn
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("workers")]
+
+TURNS = int(os.environ.get("AGENTOPS_TEST_CONTEXT_TURNS", "60"))
+WINDOW = 16000
+FILLER = (
+    "The quarterly figures for the northern depot came in late again, and the shift leads "
+    "would like the routing table looked at before the next cycle begins. "
+)
+
+
+def message(i: int) -> str:
+    text = f"Message {i}. " + FILLER * 20
+    return text[:2000]  # about 2 KB
+
+
+def run_turns(api: Client, agent: Agent, count: int) -> None:
+    for i in range(count):
+        turn = wait_turn(api, submit(api, agent.name, ("alice", message(i)))["id"], timeout=60)
+        assert turn["status"] == "succeeded", (i, turn)
+
+
+def notes(agent: Agent, prefix: str) -> list[HistoryRow]:
+    rows = HistoryRow.objects.filter(agent=agent, role="system-note").order_by("seq")
+    return [r for r in rows if isinstance(r.content, str) and r.content.startswith(prefix)]
+
+
+def refused(agent: Agent) -> Any:
+    return InferenceCall.objects.filter(agent=agent, error__type="context_length")
+
+
+def check_episodes(
+    api: Client, agent: Agent, *, prefix: str, learned: int | None = WINDOW
+) -> list[Alert]:
+    """The common account of a run: no failed turn, one marker and one alert per episode, no
+    turn with more than one refused call, the current turn never set aside, nothing lost."""
+    assert not Turn.objects.filter(agent=agent).exclude(status="succeeded").exists()
+    alerts = list(Alert.objects.filter(agent=agent.name, kind="context-trimmed").order_by("id"))
+    assert len(alerts) >= 2, "the run never outgrew the window: too few turns"
+    assert len(notes(agent, prefix)) == len(alerts)
+    for turn_id in refused(agent).values_list("turn_id", flat=True):
+        assert refused(agent).filter(turn_id=turn_id).count() == 1
+    assert refused(agent).count() <= len(alerts)
+    set_aside = HistoryRow.objects.filter(agent=agent, state="set_aside")
+    assert set_aside.count() == sum(a.data["rows"] for a in alerts)
+    assert set(set_aside.values_list("set_aside_reason", flat=True)) == {"context"}
+    for alert in alerts:
+        first = Turn.objects.get(pk=alert.data["turn"]).trigger_rows.order_by("seq").first()
+        assert first is not None and max(alert.data["seqs"]) < first.seq, alert.data
+    # Nothing lost: every message and answer is in the record, presented or set aside.
+    assert HistoryRow.objects.filter(agent=agent, role="user").count() == TURNS
+    assert HistoryRow.objects.filter(agent=agent, role="assistant").count() == TURNS
+    shown = api.get(f"/api/v1/agents/{agent.name}/history?include_set_aside=true").json()
+    assert sum(1 for r in shown if r["set_aside_reason"] == "context") == set_aside.count()
+    context = api.get(f"/api/v1/agents/{agent.name}").json()["context"]
+    # The run's account, for a reader running it with -s.
+    print(
+        f"{agent.model}: {TURNS} turns, {len(alerts)} episodes, {refused(agent).count()} refused "
+        f"call(s), {set_aside.count()} rows set aside, context {context}"
+    )
+    assert context["learned"] == learned and 0 < context["used_fraction"] < 1
+    return alerts
+
+
+def restore_all(api: Client, agent: Agent) -> None:
+    rows = list(HistoryRow.objects.filter(agent=agent, state="set_aside"))
+    for row in rows:
+        response = api.post(
+            f"/api/v1/agents/{agent.name}/history/{row.pk}/restore",
+            data="{}",
+            content_type="application/json",
+        )
+        assert response.status_code == 200, response.content
+        assert response.json()["state"] == "presented"
+    assert not HistoryRow.objects.filter(agent=agent, state="set_aside").exists()
+    assert AuditEntry.objects.filter(action="history.restore").count() == len(rows)
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_resident_trims_its_way_through_a_small_window(
+    api: Client, make_agent: Any, provider: str
+) -> None:
+    # No window configured: the first refusal states it (in the provider's words), and it is
+    # learned.
+    agent = make_agent(provider=provider, model=f"window:tokens={WINDOW}", max_tokens=1000)
+    run_turns(api, agent, TURNS)
+    alerts = check_episodes(api, agent, prefix="[context-trim] The ")
+    assert refused(agent).count() >= 1  # the one that taught the window
+    assert alerts[0].verdict == "refusal"
+    marker = notes(agent, "[context-trim]")[0]
+    assert FILLER[:40] not in str(marker.content)
+    assert str(marker.content).endswith(f"to fit the model's window of {WINDOW} tokens.")
+    assert not InferenceCall.objects.filter(agent=agent, kind="auxiliary").exists()
+    restore_all(api, agent)
+
+
+def test_a_summarizing_resident_keeps_a_summary_in_place_of_what_it_set_aside(
+    api: Client, make_agent: Any
+) -> None:
+    agent = make_agent(
+        model=f"window:tokens={WINDOW}",
+        max_tokens=1000,
+        context_window=WINDOW,
+        context_policy="summarize",
+    )
+    run_turns(api, agent, TURNS)
+    alerts = check_episodes(api, agent, prefix="[context-summary] The ", learned=None)
+    assert all(a.data["summarized"] for a in alerts)
+    # A configured window: the estimate acts before any call is refused.
+    assert refused(agent).count() == 0
+    summaries = InferenceCall.objects.filter(agent=agent, kind="auxiliary")
+    assert summaries.count() == len(alerts)
+    assert all(c.outcome == "completed" and c.input_tokens for c in summaries)
+    primary = InferenceCall.objects.filter(agent=agent, kind="primary").count()
+    assert primary == TURNS + refused(agent).count()
+    newest = notes(agent, "[context-summary]")[-1]
+    assert "In summary: Stand-in answer to:" in str(newest.content)
+    restore_all(api, agent)
+
+
+def test_a_turn_that_alone_does_not_fit_fails_saying_so_and_sets_nothing_aside(
+    api: Client, make_agent: Any
+) -> None:
+    agent = make_agent(model="window:tokens=1000", max_tokens=500, context_window=1000)
+    first = wait_turn(api, submit(api, agent.name, ("alice", "short"))["id"])
+    assert first["status"] == "succeeded", first
+    # About 1,000 tokens: over the window with the answer's 500 whatever else goes.
+    turn = wait_turn(api, submit(api, agent.name, ("bob", message(1) * 2))["id"], timeout=30)
+    assert turn["status"] == "failed", turn
+    assert "the newest turn alone" in turn["error"]["message"]
+    # An estimate never fails a turn: the request went, and the provider's refusal did.
+    assert turn["error"]["http_status"] == 400 and refused(agent).count() == 1
+    assert not HistoryRow.objects.filter(agent=agent, state="set_aside").exists()
+    note = HistoryRow.objects.filter(agent=agent, role="system-note").last()
+    assert note is not None and "the newest turn alone" in str(note.content)
+
+
+TOOLS = [
+    {
+        "name": "lookup",
+        "description": "Look up",
+        "input_schema": {"type": "object", "properties": {"query": {"type": "string"}}},
+    }
+]
+
+
+def test_a_tool_call_and_its_result_are_set_aside_together_or_not_at_all(
+    api: Client, make_agent: Any
+) -> None:
+    agent = make_agent(
+        model=f"window:tokens={WINDOW},tool=1", max_tokens=1000, tools=TOOLS, context_window=WINDOW
+    )
+    rounds = max(TURNS // 2, 30)
+    for i in range(rounds):
+        accepted = submit(api, agent.name, ("alice", message(i)[:1000]))
+        turn = wait_turn(api, accepted["id"], timeout=60)
+        assert turn["status"] == "requires_action", (i, turn)
+        [tool_call] = turn["output"]["tool_calls"]
+        response = api.post(
+            f"/api/v1/turns/{accepted['id']}/tool_results",
+            data=json.dumps(
+                {"results": [{"tool_call_id": tool_call["id"], "content": message(i)[:1000]}]}
+            ),
+            content_type="application/json",
+        )
+        assert response.status_code == 202, response.content
+        turn = wait_turn(api, accepted["id"], {"succeeded", "failed"}, timeout=60)
+        assert turn["status"] == "succeeded", (i, turn)
+    assert Alert.objects.filter(agent=agent.name, kind="context-trimmed").count() >= 2
+    calls: dict[str, str] = {}
+    results: dict[str, str] = {}
+    for row in HistoryRow.objects.filter(agent=agent).exclude(role="system-note"):
+        for block in row.content if isinstance(row.content, list) else []:
+            if block.get("type") == "tool_call":
+                calls[block["id"]] = row.state
+            elif block.get("type") == "tool_result":
+                results[block["tool_call_id"]] = row.state
+    assert len(calls) == rounds and calls.keys() == results.keys()
+    assert "set_aside" in calls.values()
+    assert calls == results  # each pair in one state: presented together or set aside together
+
+
+def test_a_summary_that_fails_falls_back_to_trim(api: Client, make_agent: Any) -> None:
+    agent = make_agent(
+        model=f"window:tokens={WINDOW},refuse_marker=Summarize the conversation rows",
+        max_tokens=1000,
+        context_window=WINDOW,
+        context_policy="summarize",
+    )
+    run_turns(api, agent, TURNS)
+    alerts = check_episodes(api, agent, prefix="[context-trim] The ", learned=None)
+    assert not any(a.data["summarized"] for a in alerts)
+    assert not notes(agent, "[context-summary]")
+    summaries = InferenceCall.objects.filter(agent=agent, kind="auxiliary")
+    assert summaries.count() == len(alerts)
+    assert all(
+        c.outcome == "error" and (c.error or {}).get("type") == "invalid_request" for c in summaries
+    )
+
+
+def test_under_fail_a_refusal_ends_the_turn_as_before_and_still_teaches_the_window(
+    api: Client, make_agent: Any
+) -> None:
+    agent = make_agent(model="window:tokens=1000", max_tokens=100, context_policy="fail")
+    first = wait_turn(api, submit(api, agent.name, ("alice", "short"))["id"])
+    assert first["status"] == "succeeded", first
+    turn = wait_turn(api, submit(api, agent.name, ("bob", message(1) * 3))["id"], timeout=30)
+    assert turn["status"] == "failed", turn
+    assert turn["error"]["type"] == "context_length" and turn["error"]["http_status"] == 400
+    assert "maximum context length is 1000 tokens" in turn["error"]["message"]
+    assert refused(agent).count() == 1
+    assert not HistoryRow.objects.filter(agent=agent, state="set_aside").exists()
+    assert not Alert.objects.filter(agent=agent.name, kind="context-trimmed").exists()
+    agent.refresh_from_db()
+    assert agent.context_learned_window == 1000
+
+
+def test_a_provider_that_counts_denser_is_calibrated_for_and_never_refuses(
+    api: Client, make_agent: Any
+) -> None:
+    # The provider counts twice what the estimate counts; the window is configured, so the
+    # estimate, calibrated by each call's reported count, acts before any call is refused.
+    agent = make_agent(
+        model=f"window:tokens={WINDOW},density=2", max_tokens=1000, context_window=WINDOW
+    )
+    run_turns(api, agent, TURNS)
+    alerts = check_episodes(api, agent, prefix="[context-trim] The ", learned=None)
+    assert refused(agent).count() == 0
+    # The marker's tokens are the provider's: a unit of a 2 KB message and its answer is ~1,100.
+    assert all(a.data["tokens"] >= 1000 * a.data["rows"] // 2 for a in alerts)

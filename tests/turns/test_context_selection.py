@@ -1,0 +1,110 @@
+"""Which rows a trim sets aside (architecture.md §5.9): pure, over rows in order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from turns.context.estimate import (
+    EstimatedRow,
+    LastCall,
+    request_estimate,
+    row_tokens,
+    target_tokens,
+)
+from turns.context.selection import Row, select, units_of
+
+
+def row(seq: int, role: str, content: Any = "x", tokens: int = 100, note: bool = False) -> Row:
+    return Row(id=seq, seq=seq, role=role, content=content, tokens=tokens, note=note)
+
+
+def call(seq: int, ids: list[str]) -> Row:
+    return row(seq, "assistant", [{"type": "tool_call", "id": i, "name": "t"} for i in ids])
+
+
+def result(seq: int, call_id: str) -> Row:
+    return row(seq, "tool", [{"type": "tool_result", "tool_call_id": call_id, "content": "r"}])
+
+
+def seqs(rows: list[Row]) -> list[int]:
+    return [r.seq for r in rows]
+
+
+HISTORY = [
+    row(1, "user"),
+    row(2, "assistant"),
+    row(3, "user"),
+    call(4, ["a", "b"]),
+    result(5, "a"),
+    row(6, "user"),  # a message that came while a tool call was still open
+    result(7, "b"),
+    row(8, "assistant"),
+    row(9, "system-note", "[inference-failed] ...", note=True),
+    row(10, "user"),
+    row(11, "user"),
+    row(12, "assistant"),
+    row(13, "user"),  # the current turn
+]
+
+
+def test_a_tool_call_goes_with_every_result_and_messages_in_a_row_go_together() -> None:
+    assert [seqs(u.rows) for u in units_of(HISTORY)] == [
+        [1, 2],
+        [3, 4, 5, 6, 7, 8],
+        [9],
+        [10, 11, 12],
+        [13],
+    ]
+
+
+def test_notes_go_first_then_the_oldest_units_and_never_the_current_turn() -> None:
+    picked = select(HISTORY, protected_from_seq=13, over_by=150)
+    assert seqs(picked.rows) == [1, 2, 9] and picked.fits and picked.tokens == 300
+    assert picked.kept_tokens == 100
+    # Enough to need the tool run: it goes whole.
+    picked = select(HISTORY, protected_from_seq=13, over_by=301)
+    assert seqs(picked.rows) == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    # Everything before the current turn is not enough: nothing goes.
+    picked = select(HISTORY, protected_from_seq=13, over_by=1201)
+    assert picked.rows == [] and not picked.fits
+    # Without trigger rows the newest unit is the current turn.
+    picked = select(HISTORY, protected_from_seq=None, over_by=1200)
+    assert 13 not in seqs(picked.rows) and picked.fits
+
+
+def test_a_unit_reaching_into_the_current_turn_is_kept_whole() -> None:
+    rows = [row(1, "user"), call(2, ["a"]), row(3, "user"), result(4, "a")]
+    # The current turn starts at row 3, inside the open tool call's unit: it all stays.
+    picked = select(rows, protected_from_seq=3, over_by=1)
+    assert picked.rows == [] and not picked.fits
+
+
+def test_no_tool_pair_is_ever_split_whatever_is_asked() -> None:
+    for over_by in range(0, 1300, 50):
+        picked = set(seqs(select(HISTORY, protected_from_seq=13, over_by=over_by).rows))
+        assert ({4, 5, 7} <= picked) or not ({4, 5, 7} & picked), over_by
+        assert 13 not in picked
+
+
+def test_the_estimate_is_the_providers_count_plus_the_rows_since() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    sent = datetime(2026, 1, 1, tzinfo=UTC)
+    rows = [
+        EstimatedRow(500, sent - timedelta(seconds=1)),
+        EstimatedRow(70, sent + timedelta(seconds=1)),
+    ]
+    # The provider counted the 530 of ours as 1000: the new row counts at the same rate.
+    assert LastCall(1000, sent, counted=500).ratio == 2.0
+    assert request_estimate(fixed=30, rows=rows, last=LastCall(1000, sent, counted=500)) == 1140
+    assert request_estimate(fixed=30, rows=rows, last=LastCall(1000, sent, counted=1000)) == 1070
+    # Rows set aside since: everything, at the provider's rate.
+    moved = LastCall(1000, sent, counted=500, moved_since=True)
+    assert request_estimate(fixed=30, rows=rows, last=moved) == 1200
+    assert request_estimate(fixed=30, rows=rows, last=None) == 600
+    # A count far off ours calibrates no further than 4x either way.
+    assert LastCall(10_000, sent, counted=100).ratio == 4.0
+    assert LastCall(1, sent, counted=100).ratio == 0.25
+    assert LastCall(5, sent, counted=0).ratio == 1.0
+    assert row_tokens("x" * 2000) == 504  # 2,000 characters, a message's framing
+    assert target_tokens(window=16000, reserve=1000, margin_percent=20) == 11800
