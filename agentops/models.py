@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
+from django.core.validators import MinValueValidator
 from django.db import models
 
 DEFAULT_PROJECT = "default"
@@ -48,6 +50,9 @@ class Provider(models.Model):
         return self.name
 
 
+NOT_NEGATIVE = [MinValueValidator(Decimal(0))]
+
+
 class Price(models.Model):
     """What a provider charges for a model, per million tokens, from ``effective_from`` on
     (architecture.md §17). A change is a new row: the rows before it keep pricing the calls
@@ -57,13 +62,15 @@ class Price(models.Model):
     model = models.CharField(max_length=200)
     # Six places: a price of 0.000001 per million is finer than any provider lists, and a
     # cost (tokens x price / 10^6) then has at most 12, which InferenceCall.cost holds exactly.
-    input_per_mtok = models.DecimalField(max_digits=18, decimal_places=6)
-    output_per_mtok = models.DecimalField(max_digits=18, decimal_places=6)
+    input_per_mtok = models.DecimalField(max_digits=18, decimal_places=6, validators=NOT_NEGATIVE)
+    output_per_mtok = models.DecimalField(max_digits=18, decimal_places=6, validators=NOT_NEGATIVE)
     # Null: billed at the input (cached) or output (reasoning) price.
     cached_input_per_mtok = models.DecimalField(
-        max_digits=18, decimal_places=6, null=True, blank=True
+        max_digits=18, decimal_places=6, null=True, blank=True, validators=NOT_NEGATIVE
     )
-    reasoning_per_mtok = models.DecimalField(max_digits=18, decimal_places=6, null=True, blank=True)
+    reasoning_per_mtok = models.DecimalField(
+        max_digits=18, decimal_places=6, null=True, blank=True, validators=NOT_NEGATIVE
+    )
     currency = models.CharField(max_length=3, default="USD")
     effective_from = models.DateTimeField()
     created_at = models.DateTimeField(auto_now_add=True)

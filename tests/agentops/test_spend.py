@@ -435,3 +435,54 @@ def test_a_responses_call_is_costed(
     row = dropin_row(agent)
     assert row.reasoning_tokens
     assert_costed(row, price)
+
+
+# --- the admin ------------------------------------------------------------------------------
+
+
+def test_the_admin_shows_costs_on_calls_and_agents_and_adds_prices(
+    providers: dict[str, Provider],
+) -> None:
+    from django.contrib.auth.models import User
+
+    from tests.factories import CallFactory
+
+    agent = AgentFactory.create(provider=providers["openai"], name="costly")
+    CallFactory.create(agent=agent, outcome="completed", cost=Decimal("0.00125"))
+    CallFactory.create(agent=agent, outcome="completed", cost=Decimal("1.5"))
+    CallFactory.create(agent=agent, outcome="completed", cost=None, cost_basis="unpriced")
+    client = Client()
+    client.force_login(User.objects.create_superuser("root", password="x"))
+    calls = client.get("/admin/inference/inferencecall/").content.decode()
+    assert "0.00125" in calls and "unpriced" in calls
+    agents = client.get("/admin/agentops/agent/").content.decode()
+    assert "1.50125 (+1 unpriced)" in agents
+    added = client.post(
+        "/admin/agentops/price/add/",
+        {
+            "provider": providers["openai"].pk,
+            "model": "answer",
+            "input_per_mtok": "-1",
+            "output_per_mtok": "2",
+            "currency": "USD",
+            "effective_from_0": "2026-01-01",
+            "effective_from_1": "00:00:00",
+        },
+    )
+    assert added.status_code == 200 and not Price.objects.exists()  # the form, with its error
+    added = client.post(
+        "/admin/agentops/price/add/",
+        {
+            "provider": providers["openai"].pk,
+            "model": "answer",
+            "input_per_mtok": "1",
+            "output_per_mtok": "2",
+            "currency": "USD",
+            "effective_from_0": "2026-01-01",
+            "effective_from_1": "00:00:00",
+        },
+    )
+    assert added.status_code == 302, added.content.decode()[-2000:]
+    price = Price.objects.get()
+    page = client.get(f"/admin/agentops/price/{price.pk}/change/").content.decode()
+    assert 'name="input_per_mtok"' not in page  # a saved price is read-only
