@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any, TypeVar
 
 from django.db import DataError, IntegrityError, connection, transaction
@@ -87,7 +88,15 @@ def call_cost_fields(
     usage = {k: fields.get(k) for k in USAGE_FIELDS}
     priced = usage["input_tokens"] is not None or usage["output_tokens"] is not None
     terms = price_in_force(provider_id=provider_id, model=model, at=at) if priced else None
-    return call_cost(**usage, answered=answered, terms=terms).fields()
+    cost = call_cost(**usage, answered=answered, terms=terms)
+    if cost.amount is not None and cost.amount >= COST_LIMIT:
+        # Past what the column holds (absurd counts): unknown, rather than the row's usage lost.
+        return {"cost": None, "price_id": cost.price_id, "cost_basis": "out of range"}
+    return cost.fields()
+
+
+_COST = InferenceCall._meta.get_field("cost")
+COST_LIMIT = Decimal(10) ** ((_COST.max_digits or 30) - (_COST.decimal_places or 12))
 
 
 USAGE_FIELDS = ("input_tokens", "output_tokens", "reasoning_tokens", "cached_input_tokens")

@@ -406,8 +406,24 @@ def test_a_chat_completions_call_is_costed(
         list(chunks)
     else:
         client.chat.completions.create(model=agent.name, messages=messages)
-    assert_costed(dropin_row(agent), price)
-    assert spend_of(api, agent.name)["unpriced_calls"] == 0
+    row = dropin_row(agent)
+    assert_costed(row, price)
+    item = spend_of(api, agent.name)
+    assert (Decimal(item["cost"]), item["unpriced_calls"]) == (row.cost, 0)
+
+
+def test_a_stream_whose_client_asked_no_usage_is_unknown_never_free(
+    api: Client, server: str, user_token: str, make_agent: Any
+) -> None:
+    priced(api, "standin-openai", "answer")
+    agent = make_agent()
+    client = openai.OpenAI(base_url=f"{server}/v1", api_key=user_token, max_retries=0, timeout=20)
+    messages: Any = [{"role": "user", "content": "hi"}]
+    list(client.chat.completions.create(model=agent.name, messages=messages, stream=True))
+    row = dropin_row(agent)
+    assert (row.input_tokens, row.cost, row.cost_basis) == (None, None, "usage unreported")
+    item = spend_of(api, agent.name)
+    assert (item["cost"], item["unpriced_calls"]) == (None, 1)
 
 
 def test_a_messages_call_is_costed(
@@ -419,7 +435,9 @@ def test_a_messages_call_is_costed(
     client.messages.create(
         model=agent.name, max_tokens=100, messages=[{"role": "user", "content": "hi"}]
     )
-    assert_costed(dropin_row(agent), price)
+    row = dropin_row(agent)
+    assert_costed(row, price)
+    assert Decimal(spend_of(api, agent.name)["cost"]) == row.cost
 
 
 def test_a_responses_call_is_costed(
@@ -435,6 +453,7 @@ def test_a_responses_call_is_costed(
     row = dropin_row(agent)
     assert row.reasoning_tokens
     assert_costed(row, price)
+    assert Decimal(spend_of(api, "think", group_by="model")["cost"]) == row.cost
 
 
 # --- the admin ------------------------------------------------------------------------------
@@ -486,3 +505,23 @@ def test_the_admin_shows_costs_on_calls_and_agents_and_adds_prices(
     price = Price.objects.get()
     page = client.get(f"/admin/agentops/price/{price.pk}/change/").content.decode()
     assert 'name="input_per_mtok"' not in page  # a saved price is read-only
+
+
+def test_a_cost_past_the_column_is_unknown_and_the_usage_is_kept(
+    api: Client, make_agent: Any
+) -> None:
+    from calls.records import call_cost_fields
+
+    made = priced(api, "standin-openai", "answer", input_per_mtok="999999", output_per_mtok="0")
+    fields = {
+        "sent_at": timezone.now(),
+        "outcome": "completed",
+        "input_tokens": 2**62,
+        "output_tokens": 1,
+    }
+    provider = Provider.objects.get(name="standin-openai")
+    got = call_cost_fields(provider_id=provider.pk, model="answer", fields=fields)
+    assert got == {"cost": None, "price_id": made["id"], "cost_basis": "out of range"}
+    fields["input_tokens"] = 1_000_000
+    got = call_cost_fields(provider_id=provider.pk, model="answer", fields=fields)
+    assert (got["cost"], got["cost_basis"]) == (Decimal(999999), "priced")
