@@ -198,7 +198,7 @@ def price_create(
                 provider=found,
                 model=model,
                 currency=currency,
-                effective_from=effective_from or timezone.now(),
+                effective_from=effective_from or _now_in_ms(),
                 **amounts,
             )
     except IntegrityError:
@@ -208,6 +208,12 @@ def price_create(
         ) from None
     runtime().part(PriceBook).forget()  # this process at once; the others within the bound
     return price
+
+
+def _now_in_ms() -> datetime:
+    # The API writes instants in whole ms: a default kept so reads back as it is stored.
+    now = timezone.now()
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
 
 
 def price_out(p: Price) -> dict[str, Any]:

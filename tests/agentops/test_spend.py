@@ -206,6 +206,18 @@ def test_a_price_is_listed_as_posted(api: Client, providers: dict[str, Provider]
     assert [p["id"] for p in listed] == [made["id"]]
     unknown = post_price(api, provider="nope", model="answer", **PRICE)
     assert unknown.status_code == 400 and unknown.json()["data"]["field"] == "provider"
+    again = post_price(
+        api,
+        provider="standin-openai",
+        model="answer",
+        effective_from=made["effective_from"],  # as the API wrote it: the same instant
+        **PRICE,
+    )
+    assert again.status_code == 409 and again.json()["data"]["field"] == "effective_from"
+    # Spend is a sum: every price in one currency.
+    euros = post_price(api, provider="standin-openai", model="other", currency="eur", **PRICE)
+    assert euros.status_code == 400 and euros.json()["data"]["field"] == "currency"
+    assert Price.objects.count() == 1
 
 
 # --- every endpoint's calls are costed ------------------------------------------------------
