@@ -46,6 +46,13 @@ class Conflict(AgentopsError):
     status = 409
 
 
+class Unprocessable(AgentopsError):
+    """Well-formed, but not what an earlier request under the same key sent."""
+
+    code = "unprocessable"
+    status = 422
+
+
 class PayloadTooLarge(AgentopsError):
     code = "payload_too_large"
     status = 413

@@ -216,3 +216,38 @@ class Alert(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.agent} {self.model}".strip()
+
+
+class IdempotencyKey(models.Model):
+    """A request sent with an ``Idempotency-Key`` header (architecture.md §14.2): inserted before
+    any provider call, so the unique constraint on (token, key) decides which of two duplicates
+    makes the call; the answer recorded here is what a repeat is given instead."""
+
+    class Status(models.TextChoices):
+        IN_FLIGHT = "in_flight"
+        DONE = "done"  # the answer is recorded: a repeat replays it
+        UNREPLAYABLE = "unreplayable"  # answered, but too large to record
+
+    token = models.ForeignKey(ApiToken, on_delete=models.CASCADE, related_name="idempotency_keys")
+    key = models.CharField(max_length=255)
+    # sha256 of the endpoint and the raw body: the same key with another body is refused.
+    body_hash = models.CharField(max_length=64)
+    endpoint = models.CharField(max_length=300)
+    agent = models.CharField(max_length=100, blank=True, default="")  # the name the request gave
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.IN_FLIGHT)
+    created_at = models.DateTimeField()
+    answered_at = models.DateTimeField(null=True, blank=True)
+    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    response_headers = models.JSONField(default=dict, blank=True)
+    response_body = models.BinaryField(null=True, blank=True)
+    streamed = models.BooleanField(default=False)  # the body is the SSE bytes of a stream
+    turn_id = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["token", "key"], name="idempotency_key_per_token")
+        ]
+        indexes = [models.Index(fields=["created_at"], name="idempotency_key_created")]
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.status})"

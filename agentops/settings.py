@@ -273,6 +273,15 @@ AGENTOPS_DROPIN_CLIENT_RETRY_MAX_MS = env_ms("AGENTOPS_DROPIN_CLIENT_RETRY_MAX_M
 # A streamed drop-in answer sends the client a keepalive whenever nothing else went to it for
 # this long.
 AGENTOPS_DROPIN_KEEPALIVE_MS = env_ms("AGENTOPS_DROPIN_KEEPALIVE_MS", 15_000)
+# Idempotency-Key (architecture.md §14.2): a repeat within this long is answered from the
+# record, no provider call; older keys are swept every AGENTOPS_IDEMPOTENCY_SWEEP_MS.
+AGENTOPS_IDEMPOTENCY_TTL_S = env_ms("AGENTOPS_IDEMPOTENCY_TTL_MS", 86_400_000) / 1000
+AGENTOPS_IDEMPOTENCY_SWEEP_S = env_ms("AGENTOPS_IDEMPOTENCY_SWEEP_MS", 3_600_000) / 1000
+# The largest drop-in answer recorded to be replayed (body bytes, a stream's events included);
+# a larger one is not: its repeat is a 409 saying so, never a second call.
+AGENTOPS_IDEMPOTENCY_RECORD_BYTES = env_int(
+    "AGENTOPS_IDEMPOTENCY_RECORD_BYTES", 1_048_576, minimum=0, maximum=64 * 1_048_576
+)
 # How many times a drop-in request calls again after a transient failure before the response
 # started (a short stated wait, a 5xx, a network failure); 0: never.
 AGENTOPS_DROPIN_RETRIES = env_int("AGENTOPS_DROPIN_RETRIES", 1, minimum=0, maximum=5)
@@ -324,6 +333,10 @@ CELERY_BEAT_SCHEDULE = {
     "webhooks-sweep": {
         "task": "webhooks.tasks.webhooks_sweep",
         "schedule": AGENTOPS_WEBHOOK_SWEEP_S,
+    },
+    "idempotency-sweep": {
+        "task": "interfaces.tasks.idempotency_sweep",
+        "schedule": AGENTOPS_IDEMPOTENCY_SWEEP_S,
     },
 }
 

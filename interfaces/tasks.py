@@ -9,6 +9,7 @@ from __future__ import annotations
 from celery import shared_task
 from django.utils import timezone
 
+from agentops.idempotency import idempotency_keys_sweep
 from agentops.webhooks.selectors import deliveries_due
 from agentops.webhooks.services import webhook_deliveries_enqueue, webhook_delivery_attempt
 from inference.models import Turn
@@ -49,3 +50,10 @@ def webhooks_sweep() -> int:
     due = deliveries_due(now=timezone.now(), limit=SWEEP_BATCH)
     webhook_deliveries_enqueue(delivery_ids=due)
     return len(due)
+
+
+@shared_task(name="interfaces.tasks.idempotency_sweep")
+def idempotency_sweep() -> int:
+    """Beat's deletion of the Idempotency-Key records past their TTL (a repeat after it is a new
+    request anyway: the claim replaces an expired key)."""
+    return idempotency_keys_sweep(now=timezone.now())

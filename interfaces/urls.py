@@ -5,6 +5,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_safe
 
 from interfaces.api.routes import api, health_payload
+from interfaces.dropin import idempotent
 from interfaces.dropin import views as dropin
 from interfaces.edge import favicon_view, root_view
 from interfaces.metrics import metrics_view
@@ -34,9 +35,9 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
     # The drop-in endpoints (architecture.md §14): where an official SDK's base URL points.
-    path("v1/chat/completions", dropin.chat_completions),
-    path("v1/messages", dropin.messages),
-    path("v1/responses", dropin.responses),
+    path("v1/chat/completions", idempotent.chat_completions),
+    path("v1/messages", idempotent.messages),
+    path("v1/responses", idempotent.responses),
     path("v1/models", dropin.models),
     path("v1/models/<path:model_id>", dropin.models),
     re_path(r"^v1/", dropin.unknown),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -129,14 +130,12 @@ def serving_choose(agent: Agent, now_ms: float, *, kind: str | None = None) -> S
             [_failure(row) for row in rows],
             retry_after_ms=settings.AGENTOPS_FALLBACK_RETRY_PRIMARY_MS,
         )
-        seen.append(
-            Seen(
-                held=hold is not None,
-                hold_until=hold.until_ms if hold else None,
-                down_until=until,
-                down_why=why,
-            )
-        )
+        held, hold_until = hold is not None, hold.until_ms if hold else None
+        if agent.kind == Agent.Kind.EPHEMERAL and rows:
+            # An ephemeral agent records no wait (§6.9): its target's latest stated wait is
+            # read from the row, so a long one is routed around all the same.
+            held, hold_until = _stated_hold(rows[0], now_ms)
+        seen.append(Seen(held=held, hold_until=hold_until, down_until=until, down_why=why))
     choice = route_choose(
         seen, now_ms=now_ms, fallback_after_ms=settings.AGENTOPS_FALLBACK_AFTER_MS
     )
@@ -201,6 +200,20 @@ _LATEST_SQL = f"""
         ORDER BY id DESC LIMIT 2
     ) c
     ORDER BY c.id DESC"""
+
+
+def _stated_hold(row: Mapping[str, Any], now_ms: float) -> tuple[bool, int | None]:
+    """Whether the wait a call's error stated still runs at ``now_ms``, and until when."""
+    error, ended = row["error"], row["ended_at"]
+    if not isinstance(error, dict) or ended is None:
+        return False, None
+    if error.get("until_released"):
+        return True, None
+    wait = error.get("retry_after_ms")
+    if not isinstance(wait, int | float):
+        return False, None
+    until = math.ceil(ended.timestamp() * 1000 + wait)
+    return until > now_ms, until
 
 
 def _failure(row: Mapping[str, Any]) -> Failure:

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agentops', '0007_spend_prices_price'),
+        ('agentops', '0008_spend_prices_price'),
         ('inference', '0010_call_provider_route'),
     ]
 

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any, get_type_hints
 
 from django.db import connection
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
 from ninja import NinjaAPI, Query, Schema, Status
 from ninja.pagination import LimitOffsetPagination, paginate
 
-from agentops import services
+from agentops import idempotency, services
 from agentops.exceptions import bad_field
 from agentops.models import ApiToken, HistoryRow, Provider
 from agentops.runtime import runtime
@@ -174,15 +176,51 @@ def agent_history(request: HttpRequest, name: str, filters: Query[HistoryFilter]
 # --- turns --------------------------------------------------------------------
 
 
-@api.post("/agents/{name}/turns", response={202: TurnAccepted, **ERRORS}, tags=["turns"])
-def turn_submit(request: HttpRequest, name: str, payload: TurnIn) -> Status:
+@api.post(
+    "/agents/{name}/turns", response={202: TurnAccepted, 422: ErrorOut, **ERRORS}, tags=["turns"]
+)
+def turn_submit(request: HttpRequest, name: str, payload: TurnIn) -> Status | HttpResponse:
+    """Queue a turn. With an ``Idempotency-Key`` header, a repeat answers the first turn
+    (API.md, Idempotency-Key)."""
     agent = agent_for(token=_token(request), name=name)
     messages = [
         turn_services.IncomingMessage(participant=m.participant, content=m.content)
         for m in payload.messages
     ]
-    turn, joined = turn_services.turn_submit(agent_id=agent.pk, messages=messages)
-    return Status(202, {"id": turn.pk, "status": turn.status, "joined": joined})
+    key = idempotency.idempotency_key_check(request.headers.get(idempotency.HEADER))
+    if key is None:
+        turn, joined = turn_services.turn_submit(agent_id=agent.pk, messages=messages)
+        return Status(202, {"id": turn.pk, "status": turn.status, "joined": joined})
+    endpoint = f"POST /api/v1/agents/{agent.name}/turns"
+    claim = idempotency.idempotency_key_claim(
+        token_id=_token(request).pk,
+        key=key,
+        endpoint=endpoint,
+        digest=idempotency.body_hash(endpoint=endpoint, body=request.body),
+        agent=agent.name,
+        now=timezone.now(),
+    )
+    if claim.kind == "replay":
+        assert claim.row is not None
+        replayed = HttpResponse(
+            bytes(claim.row.response_body or b""), status=202, content_type="application/json"
+        )
+        replayed[idempotency.REPLAYED_HEADER] = "true"
+        return replayed
+    try:
+        turn, joined = turn_services.turn_submit(agent_id=agent.pk, messages=messages)
+    except BaseException:
+        idempotency.idempotency_key_release(row_id=claim.row_id)  # refused: no turn was queued
+        raise
+    answer = {"id": turn.pk, "status": turn.status, "joined": joined}
+    idempotency.idempotency_key_answer(
+        row_id=claim.row_id,
+        status=202,
+        headers={"content-type": "application/json"},
+        body=json.dumps(answer).encode(),
+        turn_id=turn.pk,
+    )
+    return Status(202, answer)
 
 
 @api.get("/turns/{turn_id}", response={200: TurnOut, **ERRORS}, tags=["turns"])

@@ -62,6 +62,9 @@ STREAM_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 # The fields that bound a reply's length, in any of the three formats, and their range.
 MAX_TOKENS_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 MAX_TOKENS_LIMIT = 2**31 - 1
+# Where ``serve`` leaves the call it started, for the Idempotency-Key wrapper
+# (``interfaces.dropin.idempotent``): absent, no provider call was made.
+CALL_META = "agentops.dropin_call"
 
 
 @csrf_exempt
@@ -248,6 +251,7 @@ async def serve(request: HttpRequest, fmt: Format) -> HttpResponseBase:
         return error(
             fmt, 429, deferred.message, extra=deferred.data(), headers=wait_headers(remaining)
         )
+    request.META[CALL_META] = call
     call.start()
     try:
         streaming, seen = await opening(call)

@@ -268,3 +268,13 @@ def test_a_wait_binds_the_provider_that_stated_it_not_another_serving_the_same_m
         content_type="application/json",
     )
     assert len(released.json()["receipts"]) == 2, released.content
+
+
+def test_an_ephemeral_run_routes_around_a_long_wait_it_does_not_record(
+    api: Client, make_agent: Any, standin_requests: Any
+) -> None:
+    agent = with_alternates(make_agent, LONG_429, ALTERNATE, kind=Agent.Kind.EPHEMERAL)
+    turn = wait_turn(api, submit(api, agent.name, ("alice", "hello"))["id"])
+    assert turn["status"] == "succeeded", turn
+    assert per_model(standin_requests()) == {LONG_429: 1, ALTERNATE: 1}
+    assert api.get(f"/api/v1/waits?agent={agent.name}").json()["waits"] == []

@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agentops', '0006_agent_fallbacks'),
+        ('agentops', '0007_spend_idempotency_keys'),
     ]
 
     operations = [
