@@ -537,3 +537,20 @@ def test_a_cost_past_the_column_is_unknown_and_the_usage_is_kept(
     fields["input_tokens"] = 1_000_000
     got = call_cost_fields(provider_id=provider.pk, model="answer", fields=fields)
     assert (got["cost"], got["cost_basis"]) == (Decimal(999999), "priced")
+
+
+def test_a_replayed_idempotent_request_is_paid_once(
+    api: Client, server: str, user_token: str, make_agent: Any
+) -> None:
+    price = priced(api, "standin-openai", "answer")
+    agent = make_agent()
+    client = openai.OpenAI(base_url=f"{server}/v1", api_key=user_token, max_retries=0, timeout=20)
+    messages: Any = [{"role": "user", "content": "hi"}]
+    for _ in range(2):
+        client.chat.completions.create(
+            model=agent.name, messages=messages, extra_headers={"Idempotency-Key": "spend-once"}
+        )
+    row = dropin_row(agent)
+    assert_costed(row, price)
+    item = spend_of(api, agent.name)
+    assert (item["calls"], Decimal(item["cost"])) == (1, row.cost)
