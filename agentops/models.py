@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
 from django.db import models
 
 DEFAULT_PROJECT = "default"
@@ -47,6 +49,43 @@ class Provider(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+NOT_NEGATIVE = [MinValueValidator(Decimal(0))]
+
+
+class Price(models.Model):
+    """What a provider charges for a model, per million tokens, from ``effective_from`` on
+    (architecture.md §17). A change is a new row: the rows before it keep pricing the calls
+    sent while they were in force."""
+
+    provider = models.ForeignKey(Provider, on_delete=models.PROTECT, related_name="prices")
+    model = models.CharField(max_length=200)
+    # Six places: a price of 0.000001 per million is finer than any provider lists, and a
+    # cost (tokens x price / 10^6) then has at most 12, which InferenceCall.cost holds exactly.
+    input_per_mtok = models.DecimalField(max_digits=18, decimal_places=6, validators=NOT_NEGATIVE)
+    output_per_mtok = models.DecimalField(max_digits=18, decimal_places=6, validators=NOT_NEGATIVE)
+    # Null: billed at the input (cached) or output (reasoning) price.
+    cached_input_per_mtok = models.DecimalField(
+        max_digits=18, decimal_places=6, null=True, blank=True, validators=NOT_NEGATIVE
+    )
+    reasoning_per_mtok = models.DecimalField(
+        max_digits=18, decimal_places=6, null=True, blank=True, validators=NOT_NEGATIVE
+    )
+    currency = models.CharField(max_length=3, default="USD")
+    effective_from = models.DateTimeField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["provider", "model", "-effective_from"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["provider", "model", "effective_from"], name="price_once_per_instant"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model} on {self.provider_id} from {self.effective_from:%Y-%m-%d %H:%M}"
 
 
 class Agent(models.Model):

@@ -10,10 +10,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any, TypeVar
 
 from django.db import DataError, IntegrityError, connection, transaction
+from django.utils import timezone
 
+from agentops.prices import call_cost, price_in_force
 from agentops.text import bound_text
 from calls.bounds import BoundsSettings
 from calls.client import CallResult, Timeline
@@ -71,6 +74,32 @@ def call_fields(result: CallResult) -> dict[str, Any]:
         "marks": call_marks(t, bounds_settings()),
         **result.usage.as_dict(),
     }
+
+
+def call_cost_fields(
+    *, provider_id: int | None, model: str, fields: dict[str, Any]
+) -> dict[str, Any]:
+    """The cost a call's row records with ``fields`` (``cost``, ``price_id``, ``cost_basis``):
+    its usage at the price of the provider and model that served it, in force when it was
+    sent (architecture.md §17). The provider answered when the call completed or any model
+    event arrived; a call that ended before either, with no usage, cost nothing."""
+    at = fields.get("sent_at") or fields.get("ended_at") or timezone.now()
+    answered = fields.get("outcome") == "completed" or bool(fields.get("model_events"))
+    usage = {k: fields.get(k) for k in USAGE_FIELDS}
+    priced = usage["input_tokens"] is not None or usage["output_tokens"] is not None
+    terms = price_in_force(provider_id=provider_id, model=model, at=at) if priced else None
+    cost = call_cost(**usage, answered=answered, terms=terms)
+    if cost.amount is not None and cost.amount >= COST_LIMIT:
+        # Past what the column holds (absurd counts): unknown, rather than the row's usage lost.
+        return {"cost": None, "price_id": cost.price_id, "cost_basis": "out of range"}
+    return cost.fields()
+
+
+_COST = InferenceCall._meta.get_field("cost")
+COST_LIMIT = Decimal(10) ** ((_COST.max_digits or 30) - (_COST.decimal_places or 12))
+
+
+USAGE_FIELDS = ("input_tokens", "output_tokens", "reasoning_tokens", "cached_input_tokens")
 
 
 def _stop_reason(result: CallResult) -> str:

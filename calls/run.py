@@ -44,7 +44,7 @@ from calls.events import dashboard_call_ended, dashboard_call_started
 from calls.health import provider_health_note
 from calls.progress import progress_entry, progress_hub
 from calls.reading import perform_call
-from calls.records import stored
+from calls.records import call_cost_fields, stored
 from calls.tracing import attempt_traced
 from calls.types import CompiledRequest, ProviderError
 from inference.models import InferenceCall, Turn
@@ -214,8 +214,19 @@ class ProviderCall:
         the call was not shown in flight). Safe to run again: a turn retries it while the
         database is down."""
         assert self.result is not None
-        stored(lambda fields: _row_write(self.row, fields), self.result)
-        return self.row
+        row = self.row
+        stored(
+            lambda fields: _row_write(
+                row,
+                {
+                    **fields,
+                    # Billed at what served it: the row's provider and model (an alternate's).
+                    **call_cost_fields(provider_id=row.provider_id, model=row.model, fields=fields),
+                },
+            ),
+            self.result,
+        )
+        return row
 
     def announce(self) -> None:
         """In a thread, once recorded: the call's end told to the turn's websocket, the
@@ -267,7 +278,13 @@ class ProviderCall:
             round=turn.rounds if turn else 0,
         )
         return _row_write(
-            row, {"sent_at": now, "ended_at": now, "outcome": InferenceCall.Outcome.DEFERRED}
+            row,
+            {
+                "sent_at": now,
+                "ended_at": now,
+                "outcome": InferenceCall.Outcome.DEFERRED,
+                **call_cost_fields(provider_id=row.provider_id, model=model, fields={}),
+            },
         )
 
 

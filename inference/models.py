@@ -129,6 +129,15 @@ class InferenceCall(models.Model):
     output_tokens = models.PositiveBigIntegerField(null=True, blank=True)
     reasoning_tokens = models.PositiveBigIntegerField(null=True, blank=True)
     cached_input_tokens = models.PositiveBigIntegerField(null=True, blank=True)
+    # What the call cost (calls.records, architecture.md §17), in the price's currency, with the
+    # price it used: null while in flight and when it cannot be known (no price in force, or no
+    # usage reported by a call that got an answer), never 0 in its place; 0 with no price for a
+    # call that ended before the provider answered anything (``cost_basis`` says which).
+    cost = models.DecimalField(max_digits=30, decimal_places=12, null=True, blank=True)
+    price = models.ForeignKey(
+        "agentops.Price", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    cost_basis = models.CharField(max_length=20, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

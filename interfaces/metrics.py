@@ -53,6 +53,7 @@ class DatabaseCollector(Collector):
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
         yield from self._calls()
         yield self._tokens()
+        yield self._spend()
         yield self._probes()
         yield self._cut_lateness()
         yield from self._waits()
@@ -100,6 +101,24 @@ class DatabaseCollector(Collector):
                         [row["agent__name"], row["model"], row["kind"], kind], row[kind]
                     )
         return tokens
+
+    def _spend(self) -> CounterMetricFamily:
+        # Only calls with a cost: an unpriced call adds nothing here (never a 0 that reads as
+        # free); GET /spend counts them as unpriced_calls.
+        spend = CounterMetricFamily(
+            "agentops_spend",
+            "What the ended calls cost, in the prices' currency (unpriced calls left out).",
+            labels=["project", "model"],
+        )
+        rows = (
+            InferenceCall.objects.filter(cost__isnull=False)
+            .values_list("agent__project__name", "model")
+            .annotate(total=Sum("cost"))
+            .order_by("agent__project__name", "model")
+        )
+        for project, model, total in rows:
+            spend.add_metric([project, model], float(total))
+        return spend
 
     def _probes(self) -> CounterMetricFamily:
         probes = CounterMetricFamily(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from django.db.models import Prefetch
@@ -10,6 +11,7 @@ from django.utils import timezone
 
 from agentops.exceptions import NotFound
 from agentops.models import Agent, ApiToken
+from agentops.prices import decimal_text
 from agentops.selectors import id_valid, visible_to
 from calls.progress import call_progress_read
 from calls.records import ms_to_dt
@@ -178,6 +180,9 @@ def call_out(call: InferenceCall, *, progress: dict[str, Any] | None = None) -> 
         "cut_lateness_ms": call.cut_lateness_ms,
         "error": call.error,
         "usage": call_usage(call),
+        "cost": decimal_text(call.cost),
+        "cost_basis": call.cost_basis or None,
+        "price_id": call.price_id,
         "next_deadline": None,
         "next_bound": None,
     }
@@ -273,10 +278,24 @@ def turn_out(turn: Turn) -> dict[str, Any]:
         "error": turn.error,
         "pending_tool_calls": turn.pending_tool_calls,
         "calls": _calls_out(calls),
+        "cost": decimal_text(turn_cost(calls)),
         "served_by": _served_by(calls[-1]) if calls else None,
         "created_at": turn.created_at,
         "ended_at": turn.ended_at,
     }
+
+
+def turn_cost(calls: list[InferenceCall]) -> Decimal | None:
+    """The sum of the turn's ended calls' costs; None when any of them has none (unpriced, or
+    usage unreported): a partial sum would read as the whole (architecture.md §17)."""
+    total = Decimal(0)
+    for call in calls:
+        if call.outcome is None:
+            continue  # in flight: it has cost nothing yet
+        if call.cost is None:
+            return None
+        total += call.cost
+    return total
 
 
 def _served_by(call: InferenceCall) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from agentops import rows, telemetry
 from agentops.models import Agent, HistoryRow, Provider
+from agentops.prices import Basis
 from calls.client import CallResult, Timeline
 from calls.compile import compile_request
 from calls.records import UNSTORABLE
@@ -95,8 +96,12 @@ def turn_start(turn_id: int, status: str, lease: TurnLease) -> Claimed | Outcome
         open_calls = InferenceCall.objects.filter(turn_id=turn_id, outcome__isnull=True)
         if telemetry.enabled:
             stopped = list(open_calls)
+        # What such a call used is unknown (the worker that read it is gone): no cost, never 0.
         aborted = open_calls.update(
-            outcome=InferenceCall.Outcome.ABORTED, ended_at=now, error=STOPPED_MID_CALL.as_dict()
+            outcome=InferenceCall.Outcome.ABORTED,
+            ended_at=now,
+            error=STOPPED_MID_CALL.as_dict(),
+            cost_basis=Basis.UNREPORTED.value,
         )
         if taken_over:
             turn_noted(

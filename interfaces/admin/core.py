@@ -7,17 +7,29 @@ from typing import TYPE_CHECKING, Any
 from django import forms
 from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import Count, OuterRef, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from agentops.exceptions import BadRequest
-from agentops.models import Agent, Alert, ApiToken, AuditEntry, HistoryRow, Project, Provider
+from agentops.models import (
+    Agent,
+    Alert,
+    ApiToken,
+    AuditEntry,
+    HistoryRow,
+    Price,
+    Project,
+    Provider,
+)
+from agentops.prices import PriceBook, decimal_text
 from agentops.providers import provider_problem
+from agentops.runtime import runtime
 from agentops.services import fallbacks_checked
 from agentops.wording import excerpt
+from inference.models import InferenceCall
 from interfaces.admin.base import ReadOnlyAdmin
 from interfaces.admin.display import when
 
@@ -86,7 +98,7 @@ class AgentForm(forms.ModelForm):
         )
         help_texts = {
             "fallbacks": 'In order, at most 4: [{"provider": "name", "model": "name", '
-            '"context_window": null}], each a provider and model other than the agent's own.'
+            '"context_window": null}], each a provider and model other than the agent\'s own.'
         }
 
     def clean(self) -> dict[str, Any]:
@@ -123,6 +135,41 @@ class AgentForm(forms.ModelForm):
         return cleaned
 
 
+# An agent's calls, grouped to one row in a subquery (the admin's spend column).
+_calls_of_agent = InferenceCall.objects.filter(agent=OuterRef("pk")).order_by().values("agent")
+
+
+@admin.register(Price)
+class PriceAdmin(admin.ModelAdmin):
+    """Prices are added, never edited: a change is a new row from its instant on, so the calls
+    priced before keep their cost (the fields of a saved price are read-only)."""
+
+    list_display = (
+        "provider",
+        "model",
+        "input_per_mtok",
+        "output_per_mtok",
+        "cached_input_per_mtok",
+        "reasoning_per_mtok",
+        "currency",
+        "effective_from",
+    )
+    list_filter = ("provider", "currency")
+    search_fields = ("model",)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        if obj is None:
+            return ()
+        return [f.name for f in Price._meta.fields]
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def save_model(self, request: HttpRequest, obj: Price, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        runtime().part(PriceBook).forget()
+
+
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
     """The list reads a fixed handful of queries whatever the page size: each agent's streak is
@@ -139,6 +186,7 @@ class AgentAdmin(admin.ModelAdmin):
         "failure_streak",
         "holds",
         "current_turn",
+        "spend",
         "disposed_at",
     )
     list_filter = ("project", "kind", "provider")
@@ -164,7 +212,15 @@ class AgentAdmin(admin.ModelAdmin):
             super()
             .get_queryset(request)
             .select_related("provider", "project")
-            .annotate(breaker_streak=Coalesce(Subquery(streak), 0))
+            .annotate(
+                breaker_streak=Coalesce(Subquery(streak), 0),
+                spent=Subquery(_calls_of_agent.annotate(t=Sum("cost")).values("t")[:1]),
+                unpriced=Subquery(
+                    _calls_of_agent.filter(outcome__isnull=False, cost__isnull=True)
+                    .annotate(n=Count("id"))
+                    .values("n")[:1]
+                ),
+            )
             .prefetch_related(agent_open_turns())
         )
 
@@ -201,6 +257,13 @@ class AgentAdmin(admin.ModelAdmin):
     def status(self, obj: Agent) -> str:
         current = self._current(obj)
         return str(current.status) if current else "idle"
+
+    @admin.display(description="spend", ordering="spent")
+    def spend(self, obj: Agent) -> str:
+        """The sum of the agent's costed calls, with the count of those that have no cost."""
+        spent = decimal_text(getattr(obj, "spent", None)) or "-"
+        unpriced = getattr(obj, "unpriced", None) or 0
+        return f"{spent} (+{unpriced} unpriced)" if unpriced else spent
 
     @admin.display(description="failure streak")
     def failure_streak(self, obj: Agent) -> int:

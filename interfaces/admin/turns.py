@@ -9,6 +9,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 from django.utils.safestring import SafeString, mark_safe
 
+from agentops.prices import decimal_text
 from calls.timeline import call_timeline_svg
 from calls.timeline_svg import fmt_ms
 from inference.models import InferenceCall, Turn
@@ -31,6 +32,13 @@ def tokens_shown(call: InferenceCall) -> str:
         return "-" if value is None else str(value)
 
     return f"{shown(call.input_tokens)} / {shown(call.output_tokens)}"
+
+
+def cost_shown(call: InferenceCall) -> str:
+    """The call's cost, or why it has none (``unpriced``, ``usage unreported``): never 0."""
+    if call.cost is None:
+        return call.cost_basis or "-"
+    return decimal_text(call.cost) or "-"
 
 
 class InferenceCallInline(admin.TabularInline):
@@ -131,6 +139,7 @@ class InferenceCallAdmin(ReadOnlyAdmin):
         "model_events",
         "keepalives",
         "tokens",
+        "cost_shown",
         "sent",
     )
     list_select_related = ("agent", "turn", "turn__agent")
@@ -186,8 +195,16 @@ class InferenceCallAdmin(ReadOnlyAdmin):
                 )
             },
         ),
+        (
+            "Cost (empty: unknown, never 0 in its place)",
+            {"fields": ("cost", "cost_basis", "price")},
+        ),
     )
-    readonly_fields = ("timeline", "error_text", "sent", "ended", "lateness")
+    readonly_fields = ("timeline", "error_text", "sent", "ended", "lateness", "cost_shown")
+
+    @admin.display(description="cost", ordering="cost")
+    def cost_shown(self, obj: InferenceCall) -> str:
+        return cost_shown(obj)
 
     @admin.display(description="sent", ordering="sent_at")
     def sent(self, obj: InferenceCall) -> Any:

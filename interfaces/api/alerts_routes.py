@@ -57,7 +57,7 @@ def _check_label(field: str, value: str | None, limit: int) -> str | None:
     return checked_text(field, value, limit=limit, line=True) if value else None
 
 
-def _check_instant(field: str, value: str | None) -> datetime | None:
+def check_instant(field: str, value: str | None) -> datetime | None:
     if not value:
         return None
     try:
@@ -78,7 +78,7 @@ def alerts_list(request: HttpRequest, filters: Query[AlertsFilter]) -> list[dict
     require_operator(request)
     kind = _check_label("kind", filters.kind, Alert._meta.get_field("kind").max_length or 0)
     agent = _check_label("agent", filters.agent, Alert._meta.get_field("agent").max_length or 0)
-    since = _check_instant("since", filters.since)
+    since = check_instant("since", filters.since)
     alerts = Alert.objects.order_by("-created_at", "-id")
     if kind is not None:
         alerts = alerts.filter(kind=kind)

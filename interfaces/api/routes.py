@@ -40,6 +40,7 @@ from interfaces.api.schemas import (
     TurnIn,
     TurnOut,
 )
+from interfaces.api.spend_routes import router as spend_router
 from interfaces.api.waits_routes import router as waits_router
 from turns import services as turn_services
 from turns.auxiliary import AuxMessage, auxiliary_complete_on_loop
@@ -58,6 +59,7 @@ errors.install(api)
 api.add_router("/waits", waits_router, tags=["waits"])
 api.add_router("/alerts", alerts_router, tags=["alerts"])
 api.add_router("", breaker_router, tags=["breaker"])
+api.add_router("", spend_router, tags=["spend"])
 
 # Every operation can answer 400 (a bad value), 401, 404 and 413 (a body over the limit).
 ERRORS: dict[int, type] = {

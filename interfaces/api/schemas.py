@@ -248,6 +248,11 @@ class CallOut(BaseModel):
     cut_lateness_ms: float | None
     error: CallError | None
     usage: CallUsage
+    # A decimal string in the prices' currency; null while in flight or when unknown (no price
+    # in force, usage unreported): never 0 in its place. cost_basis says which (API.md).
+    cost: str | None
+    cost_basis: str | None
+    price_id: int | None
     next_deadline: datetime | None = None
     next_bound: CallBound | None = None
 
@@ -274,6 +279,8 @@ class TurnOut(BaseModel):
     error: CallError | None
     pending_tool_calls: list[dict[str, Any]]
     calls: list[CallOut]
+    # The sum of its ended calls' costs; null when any of them has no cost.
+    cost: str | None
     # The provider and model of the turn's latest call (null before its first).
     served_by: ServedBy | None
     created_at: datetime

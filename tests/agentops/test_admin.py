@@ -100,6 +100,7 @@ def test_an_agents_alternates_are_checked_in_the_admin_as_in_the_api(
         "system": "",
         "stream": "on",
         "tools": "[]",
+        "context_policy": agent.context_policy,
     }
     same_model = client.post(
         url, {**form, "fallbacks": '[{"provider": "standin-openai", "model": "answer"}]'}

@@ -79,6 +79,7 @@ def test_metrics_parse_need_no_token_and_name_every_family(db: None) -> None:
     assert types == {
         "agentops_calls": "counter",
         "agentops_tokens": "counter",
+        "agentops_spend": "counter",
         "agentops_auxiliary_deferred": "counter",
         "agentops_probes": "counter",
         "agentops_cut_lateness_ms": "histogram",
@@ -289,7 +290,7 @@ def test_a_scrape_costs_the_same_few_queries_however_many_rows_there_are(agent: 
         call(agent, turn=turn, outcome="cut", bound="flat", cut_lateness_ms=i)
         call(agent, turn=turn, kind="auxiliary", outcome="deferred")
         alert_raise(kind=f"kind-{i % 3}", agent="ada", message="x")
-    assert queries() == empty <= 9  # the token's check, and 8 for the counts
+    assert queries() == empty <= 10  # the token's check, and 9 for the counts
 
 
 def test_metrics_answer_only_get_and_head(db: None) -> None:

@@ -63,6 +63,8 @@ def test_a_turn_left_running_by_a_killed_worker_is_resumed_by_another(
         and lost.error is not None
         and lost.error["message"].startswith("the worker making this call stopped")
     )
+    # What the lost call used is unknown: no cost, never 0 (architecture.md §17).
+    assert (lost.cost, lost.cost_basis) == (None, "usage unreported")
     assert retried.outcome == "completed"
     # One line at WARNING, in the worker that took over, names the turn and both workers (with
     # telemetry off too: these workers export nothing).
