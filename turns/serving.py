@@ -107,10 +107,13 @@ def agent_candidates(agent: Agent, *, kind: str | None = None) -> list[Candidate
     return candidates
 
 
-def serving_choose(agent: Agent, now_ms: float, *, kind: str | None = None) -> Serving | None:
-    """The target for the agent's next call (among those of wire format ``kind``, if given),
-    or None when the call waits out the primary's hold (the caller holds the turn as before
-    alternates existed). Two reads whatever the number of alternates: the journal (its
+def serving_choose(
+    agent: Agent, now_ms: float, *, kind: str | None = None, need_tokens: int = 0
+) -> Serving | None:
+    """The target for the agent's next call (among those of wire format ``kind``, if given;
+    with ``need_tokens``, among those whose known window is at least that: §5.9), or None when
+    the call waits out the primary's hold (the caller holds the turn as before alternates
+    existed). Two reads whatever the number of alternates: the journal (its
     cached view) and each target's two latest ended calls, in one statement."""
     candidates = agent_candidates(agent, kind=kind)
     if len(candidates) == 1:
@@ -135,6 +138,10 @@ def serving_choose(agent: Agent, now_ms: float, *, kind: str | None = None) -> S
             # An ephemeral agent records no wait (§6.9): its target's latest stated wait is
             # read from the row, so a long one is routed around all the same.
             held, hold_until = _stated_hold(rows[0], now_ms)
+        window = agent.known_window if index == 0 else candidate.context_window
+        if need_tokens and (window is None or window < need_tokens):
+            # Too small a window (or none known) is no target for this request.
+            until, why = math.inf, f"the request, about {need_tokens} tokens, is over its window"
         seen.append(Seen(held=held, hold_until=hold_until, down_until=until, down_why=why))
     choice = route_choose(
         seen, now_ms=now_ms, fallback_after_ms=settings.AGENTOPS_FALLBACK_AFTER_MS

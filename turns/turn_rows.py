@@ -143,7 +143,7 @@ def call_settled(call: ProviderCall, turn: Turn, *, answer: CallOutput | None) -
     return None
 
 
-def turn_ready(turn_id: int) -> Ready | Outcome:
+def turn_ready(turn_id: int, *, need_tokens: int = 0) -> Ready | Outcome:
     """The running turn, its request compiled from its presented rows and its call made ready,
     at the last moment before the call; or why not: it is no longer running (``STOPPED``), or
     the admission check holds it (``HELD``)."""
@@ -153,7 +153,11 @@ def turn_ready(turn_id: int) -> Ready | Outcome:
     agent = turn.agent
     # With alternates, a held or down primary may be served from one (§6.11); without, or
     # when the primary's wait is to be waited out, the admission check holds the turn.
-    serving = serving_choose(agent, time.time() * 1000) if alternates(agent.fallbacks) else None
+    serving = (
+        serving_choose(agent, time.time() * 1000, need_tokens=need_tokens)
+        if alternates(agent.fallbacks)
+        else None
+    )
     if serving is None:
         if hold_if_waiting(turn):
             return Outcome.HELD

@@ -105,6 +105,9 @@ class TurnRun:
         self.retry = RetryState()
         self.serving: Serving
         self.switches = 0  # calls sent to another target at once after a failure (§6.11)
+        # The tokens a request needs when an alternate with a larger window serves it instead
+        # of a trim (§5.9, §6.11); 0: no such need.
+        self.need_tokens = 0
         # The window (architecture.md §5.9): one refused call per episode, a few acts per run.
         self.context_refused = False
         self.context_acts = 0
@@ -155,7 +158,9 @@ class TurnRun:
         return Step.WAIT if self.delay_s > 0 else Step.ADMIT
 
     async def admit(self) -> Step:
-        ready = await self._durably("ready its call", partial(turn_ready, self.turn_id))
+        ready = await self._durably(
+            "ready its call", partial(turn_ready, self.turn_id, need_tokens=self.need_tokens)
+        )
         if isinstance(ready, Outcome):
             return self._end(ready)
         self.turn, self.request, self.call = ready.turn, ready.request, ready.call
@@ -317,8 +322,10 @@ class TurnRun:
     async def _fit_window(self) -> Step:
         """Before the call: when the estimate plus the answer's reserve is over the known window,
         act per the agent's policy and compile the request again (``ADMIT``)."""
-        if self.context_acts >= MAX_CONTEXT_ACTS:
-            return Step.CALL
+        if self.context_acts >= MAX_CONTEXT_ACTS or (
+            self.need_tokens and self.serving.on_alternate
+        ):
+            return Step.CALL  # (an alternate chosen for its larger window serves as it is)
         plan = await self._durably("fit its window", partial(context_plan, turn=self.turn))
         # A turn that alone seems too big goes as it is: only the provider's refusal, not an
         # estimate, fails a turn.
@@ -343,7 +350,10 @@ class TurnRun:
 
     async def _context_act(self, plan: Plan, refused: ProviderError | None = None) -> Step:
         """Set the plan's rows aside (summarized first under ``summarize``) and compile again; a
-        turn whose own rows do not fit fails saying so, nothing set aside."""
+        turn whose own rows do not fit fails saying so, nothing set aside. An alternate whose
+        window the request fits comes first (§6.11): then nothing is set aside."""
+        if await self._wider_alternate(plan.estimate + plan.reserve):
+            return Step.ADMIT
         if plan.act == "too_big":
             error = too_big_error(plan, refused)
             return await self._fail(error, Turn.Status.FAILED, timed_out_again=False)
@@ -357,6 +367,19 @@ class TurnRun:
             "set rows aside", partial(context_set_aside, turn=self.turn, plan=plan, summary=summary)
         )
         return Step.ADMIT
+
+    async def _wider_alternate(self, need: int) -> bool:
+        """Whether an alternate that may serve has a window of at least ``need`` tokens: the
+        next call goes there (``need_tokens``) rather than trim for the primary's window."""
+        if self.need_tokens or not alternates(self.turn.agent.fallbacks):
+            return False
+        serving = await self.runtime.db(
+            serving_choose, self.turn.agent, time.time() * 1000, need_tokens=need
+        )
+        if serving is None or not serving.on_alternate:
+            return False
+        self.need_tokens = need
+        return True
 
     async def _paced(self, error: ProviderError, delay_ms: float, why: str) -> Step:
         logger.info(

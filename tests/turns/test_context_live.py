@@ -247,3 +247,26 @@ def test_a_provider_that_counts_denser_is_calibrated_for_and_never_refuses(
     assert refused(agent).count() == 0
     # The marker's tokens are the provider's: a unit of a 2 KB message and its answer is ~1,100.
     assert all(a.data["tokens"] >= 1000 * a.data["rows"] // 2 for a in alerts)
+
+
+def test_an_alternate_with_a_larger_window_serves_before_anything_is_set_aside(
+    api: Client, make_agent: Any
+) -> None:
+    # The primary's window is configured; the alternate's is four times larger (§6.11): a
+    # request over the primary's goes there as it is, and nothing is trimmed.
+    agent = make_agent(model=f"window:tokens={WINDOW}", max_tokens=1000, context_window=WINDOW)
+    wide = f"window:tokens={WINDOW * 4}"
+    agent.fallbacks = [{"provider": "standin-openai", "model": wide, "context_window": WINDOW * 4}]
+    agent.save(update_fields=["fallbacks"])
+    for i in range(12):
+        text = (f"Message {i}. " + FILLER * 80)[:8000]  # about 2,000 tokens
+        turn = wait_turn(api, submit(api, agent.name, ("alice", text))["id"], timeout=60)
+        assert turn["status"] == "succeeded", (i, turn)
+    served = list(
+        InferenceCall.objects.filter(agent=agent, kind="primary").values_list("model", "route")
+    )
+    assert served[0] == (agent.model, "primary")
+    assert served[-1][0] == wide and "over its window" in served[-1][1]
+    assert not refused(agent).exists()
+    assert not HistoryRow.objects.filter(agent=agent, state="set_aside").exists()
+    assert not notes(agent, "[context-trim]")
