@@ -15,18 +15,10 @@ from agentops.models import Alert
 from agentops.selectors import alert_out
 from interfaces.api.auth import OperatorTokenAuth, require_operator
 from interfaces.api.body import checked_text
-from interfaces.api.schemas import ErrorOut
+from interfaces.api.schemas import ERRORS
 
 router = Router(tags=["alerts"], auth=OperatorTokenAuth())  # operator only, checked first
 
-ERRORS: dict[int, type] = {
-    400: ErrorOut,
-    401: ErrorOut,
-    403: ErrorOut,
-    404: ErrorOut,
-    409: ErrorOut,
-    413: ErrorOut,
-}
 
 ALERTS_LIMIT = 500  # newest first; older alerts stay in the admin and failures.log
 

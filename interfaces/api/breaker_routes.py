@@ -16,18 +16,9 @@ from breaker.selectors import breaker_out
 from breaker.services import history_row_restore
 from interfaces.api.auth import OperatorTokenAuth, require_operator
 from interfaces.api.body import json_body, optional_line
-from interfaces.api.schemas import ErrorOut, HistoryRowOut, RestoreIn
+from interfaces.api.schemas import ERRORS, HistoryRowOut, RestoreIn
 
 router = Router(tags=["breaker"], auth=OperatorTokenAuth())  # operator only, checked first
-
-ERRORS: dict[int, type] = {
-    400: ErrorOut,
-    401: ErrorOut,
-    403: ErrorOut,
-    404: ErrorOut,
-    409: ErrorOut,
-    413: ErrorOut,
-}
 
 
 class ProbeOut(BaseModel):

@@ -23,6 +23,7 @@ from interfaces.api.alerts_routes import router as alerts_router
 from interfaces.api.auth import AsyncTokenAuth, OperatorTokenAuth, TokenAuth, require_operator
 from interfaces.api.breaker_routes import router as breaker_router
 from interfaces.api.schemas import (
+    ERRORS,
     AgentIn,
     AgentOut,
     AgentPatch,
@@ -62,14 +63,6 @@ api.add_router("", breaker_router, tags=["breaker"])
 api.add_router("", spend_router, tags=["spend"])
 
 # Every operation can answer 400 (a bad value), 401, 404 and 413 (a body over the limit).
-ERRORS: dict[int, type] = {
-    400: ErrorOut,
-    401: ErrorOut,
-    403: ErrorOut,
-    404: ErrorOut,
-    409: ErrorOut,
-    413: ErrorOut,
-}
 
 
 def _token(request: HttpRequest) -> ApiToken:

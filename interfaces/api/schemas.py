@@ -301,6 +301,17 @@ class ErrorOut(BaseModel):
     data: dict[str, Any]
 
 
+# The error answers every route may give, in the OpenAPI document.
+ERRORS: dict[int, type] = {
+    400: ErrorOut,
+    401: ErrorOut,
+    403: ErrorOut,
+    404: ErrorOut,
+    409: ErrorOut,
+    413: ErrorOut,
+}
+
+
 class RestoreIn(Strict):
     requester: Annotated[Line, Field(max_length=1000)] | None = None
 

@@ -15,19 +15,11 @@ from agentops.prices import PRICE_FIELDS, price_amount, price_create, price_out
 from interfaces.api.alerts_routes import check_instant
 from interfaces.api.auth import require_operator
 from interfaces.api.body import checked_text, json_body
-from interfaces.api.schemas import ErrorOut
+from interfaces.api.schemas import ERRORS
 from interfaces.spend import spend_out
 
 router = Router()
 
-ERRORS: dict[int, type] = {
-    400: ErrorOut,
-    401: ErrorOut,
-    403: ErrorOut,
-    404: ErrorOut,
-    409: ErrorOut,
-    413: ErrorOut,
-}
 
 PRICE_SHAPE = (
     "{provider, model, input_per_mtok, output_per_mtok, cached_input_per_mtok?, "

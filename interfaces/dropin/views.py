@@ -44,7 +44,6 @@ from interfaces.dropin.formats import (
     ANTHROPIC,
     FORMATS,
     OPENAI,
-    RESPONSES,
     Format,
     error,
     sse_bytes,
@@ -65,21 +64,6 @@ MAX_TOKENS_LIMIT = 2**31 - 1
 # Where ``serve`` leaves the call it started, for the Idempotency-Key wrapper
 # (``interfaces.dropin.idempotent``): absent, no provider call was made.
 CALL_META = "agentops.dropin_call"
-
-
-@csrf_exempt
-async def chat_completions(request: HttpRequest) -> HttpResponseBase:
-    return await serve(request, OPENAI)
-
-
-@csrf_exempt
-async def messages(request: HttpRequest) -> HttpResponseBase:
-    return await serve(request, ANTHROPIC)
-
-
-@csrf_exempt
-async def responses(request: HttpRequest) -> HttpResponseBase:
-    return await serve(request, RESPONSES)
 
 
 @csrf_exempt

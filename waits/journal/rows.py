@@ -43,19 +43,7 @@ INSERT_SQL = (
     "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s) "
     "ON CONFLICT (act_id) DO NOTHING RETURNING id"
 )
-_READ_FIELDS = (
-    "id",
-    "act_id",
-    "kind",
-    "agent",
-    "model",
-    "until_ms",
-    "reason",
-    "by",
-    "at",
-    "data",
-    "provider",
-)
+_READ_FIELDS = ("id", *_COLUMNS)
 
 
 def ms_to_datetime(ms: float) -> datetime:
