@@ -7,6 +7,7 @@ with the browser's clock, corrected by the snapshot's ``now_ms``.
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,6 +24,7 @@ from calls.progress import call_progress_read
 from inference.models import InferenceCall
 from interfaces.selectors import turns_waiting
 from turns.context.selectors import last_input_tokens
+from turns.serving import serving_out
 from waits.selectors import binding_waits
 
 SNAPSHOT_CALLS = 200
@@ -97,13 +99,39 @@ def _context_bar(agent: dict[str, Any], last_input: int | None) -> dict[str, Any
     return {"window": window, "last_input_tokens": last_input, "used_fraction": used}
 
 
+def _serving(agent_ids: list[int]) -> dict[int, dict[str, Any]]:
+    """For each agent with alternates, the alternate serving it now (none: its own model)."""
+    if not agent_ids:
+        return {}
+    now_ms = time.time() * 1000
+    out = {}
+    for agent in Agent.objects.select_related("provider").filter(id__in=agent_ids):
+        serving = serving_out(agent, now_ms)
+        if serving is not None:
+            out[agent.pk] = {
+                "provider": serving["provider"],
+                "model": serving["model"],
+                "reason": serving["reason"],
+                "primary_until_ms": serving["primary_until"],
+                "since_ms": _ms(serving["since"]),
+            }
+    return out
+
+
 def _breakers() -> list[dict[str, Any]]:
     """Each live agent's breaker, agents in trouble first (longest streak, then name)."""
     agents = list(
         Agent.objects.filter(disposed_at__isnull=True)
         .annotate(set_aside=Count("history", filter=Q(history__state=HistoryRow.State.SET_ASIDE)))
         .values(
-            "id", "name", "model", "kind", "set_aside", "context_window", "context_learned_window"
+            "id",
+            "name",
+            "model",
+            "kind",
+            "set_aside",
+            "context_window",
+            "context_learned_window",
+            "fallbacks",
         )
         .order_by("name")[:SNAPSHOT_AGENTS]
     )
@@ -111,6 +139,7 @@ def _breakers() -> list[dict[str, Any]]:
         s.agent_id: s for s in BreakerState.objects.filter(agent_id__in=[a["id"] for a in agents])
     }
     inputs = last_input_tokens(a["id"] for a in agents)
+    serving = _serving([a["id"] for a in agents if a["fallbacks"]])
     out = []
     for a in agents:
         state = states.get(a["id"])
@@ -134,6 +163,8 @@ def _breakers() -> list[dict[str, Any]]:
                 "set_aside": a["set_aside"],
                 # The context bar: the last call's input against the known window (§5.9).
                 "context": _context_bar(a, inputs.get(a["id"])),
+                # The alternate serving it, and until when the primary is held (§6.11).
+                "serving": serving.get(a["id"]),
             }
         )
     out.sort(key=lambda b: (-b["streak"], b["probe"] is None, b["agent"]))

@@ -15,6 +15,7 @@ import pytest
 from django.test import Client
 
 from agentops.models import Agent, Alert
+from interfaces.dashboard import dashboard_snapshot
 from tests.conftest import WorkerPool, wait_for, worker_pool
 from tests.turns.test_turns import submit, wait_turn
 
@@ -66,6 +67,16 @@ def test_a_two_hour_wait_is_served_by_the_alternate_in_the_same_run_and_stays_th
     serving = api.get(f"/api/v1/agents/{agent.name}").json()["serving"]
     assert serving["model"] == ALTERNATE and serving["primary_held"] is True
     assert serving["primary_until"] is not None
+    # The dashboard shows the alternate serving and the primary's wait.
+    [shown] = [
+        b
+        for b in dashboard_snapshot(now_ms=time.time() * 1000)["breakers"]
+        if b["agent"] == agent.name
+    ]
+    assert (
+        shown["serving"]["model"] == ALTERNATE
+        and shown["serving"]["primary_until_ms"] > time.time() * 1000
+    )
 
     # Sticky: the next turn goes to the alternate without a call to the held primary.
     second = wait_turn(api, submit(api, agent.name, ("alice", "again"))["id"])

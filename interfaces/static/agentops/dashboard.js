@@ -318,6 +318,18 @@
       el("div", { class: "bar" }, fill));
   }
 
+  // The model serving the agent: its own, or an alternate with why and the primary's wait
+  // (architecture.md §6.11); the countdown is as of this render.
+  function servingCell(b) {
+    if (!b.serving) return el("td", { class: "mono" }, b.model);
+    const s = b.serving;
+    const back = s.primary_until_ms ? "primary back in " + duration(s.primary_until_ms - Date.now()) : null;
+    return el("td", { class: "mono" },
+      el("span", { class: "tag fallback" }, "alternate"), " " + s.model,
+      el("div", { class: "sub" }, s.reason + (back ? "; " + back : "")),
+      el("div", { class: "sub" }, "own model: " + b.model));
+  }
+
   function renderBreakers() {
     const body = $("breakers");
     body.replaceChildren();
@@ -335,7 +347,7 @@
       }
       body.append(el("tr", { class: quiet ? "quiet" : "" },
         el("td", {}, el("span", { class: "agent" }, b.agent), el("div", { class: "sub" }, b.kind)),
-        el("td", { class: "mono" }, b.model),
+        servingCell(b),
         el("td", {}, boxes),
         el("td", {}, probe),
         el("td", { class: "num" }, b.sheds_this_run + " / " + b.shed_cap),
