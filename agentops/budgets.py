@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
+from django.utils import timezone
 
 from agentops.alerts import alert_raise
 from agentops.exceptions import bad_field
@@ -132,16 +133,20 @@ def budget_reserve(
         refused: Refused | None = None
         for b in budgets:
             _rolled(b, now)
-            over = amount is not None and not fits(
-                spent=b.spent, reserved=b.reserved, more=amount, amount=b.amount
+            over = (
+                amount is not None
+                and b.released_period != b.period_start
+                and not fits(spent=b.spent, reserved=b.reserved, more=amount, amount=b.amount)
             )
             if b.held_period == b.period_start or over:
                 refused = refused or Refused(b.pk, _owner(b), _resets_at(b))
         if refused is not None:
             for b in budgets:
                 if b.pk == refused.budget_id and b.held_period != b.period_start:
-                    _breach(b, agent=agent.name)
-                b.save(update_fields=["period_start", "spent", "reserved", "held_period"])
+                    _breach(b, agent=agent.name, now=now)
+                b.save(
+                    update_fields=["period_start", "spent", "reserved", "held_period", "held_at"]
+                )
             return refused
         done = []
         for b in budgets:
@@ -165,13 +170,17 @@ def budget_settle(*, reserved: list[Reserved], cost: Decimal | None, agent: str)
         )
         if changed and real:
             b = Budget.objects.select_related("agent", "project").get(pk=r.budget_id)
-            if b.spent >= b.amount and b.held_period != b.period_start:
-                _breach(b, agent=agent)
-                b.save(update_fields=["held_period"])
+            if (
+                b.spent >= b.amount
+                and b.held_period != b.period_start
+                and b.released_period != b.period_start
+            ):
+                _breach(b, agent=agent, now=timezone.now())
+                b.save(update_fields=["held_period", "held_at"])
 
 
-def _breach(b: Budget, *, agent: str) -> None:
-    b.held_period = b.period_start
+def _breach(b: Budget, *, agent: str, now: datetime) -> None:
+    b.held_period, b.held_at = b.period_start, now
     resets = _resets_at(b)
     alert_raise(
         kind="budget-exceeded",
@@ -199,6 +208,74 @@ def _maybe_warn(b: Budget, *, agent: str) -> None:
         ),
         data={"budget": b.pk, "resets_at": _resets_at(b).isoformat()},
     )
+
+
+# --- the budget hold (architecture.md §18.3) ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BudgetHold:
+    """A spent budget holding ``agent`` on every model until ``until`` (its period's reset)."""
+
+    agent: str
+    until: datetime
+    reason: str
+    set_at: datetime | None
+
+
+def _binds(b: Budget, now: datetime) -> bool:
+    start, _ = period_bounds(b.period, now, settings.AGENTOPS_BUDGET_TIME_ZONE)
+    return b.held_period is not None and b.held_period == start == b.period_start
+
+
+def _hold_reason(b: Budget) -> str:
+    return (
+        f"budget: {_owner(b)} spent its budget of {decimal_text(b.amount)} per {b.period}; "
+        "raise it (PUT .../budget) or release the hold (POST /waits/release)"
+    )
+
+
+def budget_holds(*, agent: Agent | None = None, now: datetime) -> list[BudgetHold]:
+    """The budget holds binding at ``now``: on ``agent`` (its own budget's and its project's),
+    or on every agent. A project's hold binds each live agent of the project that records
+    waits (not an ephemeral one, as for provider waits)."""
+    held = Budget.objects.filter(held_period__isnull=False).select_related("agent", "project")
+    if agent is not None:
+        held = held.filter(Q(agent_id=agent.pk) | Q(project_id=agent.project_id))
+    out = []
+    for b in held:
+        if not _binds(b, now):
+            continue
+        until = _resets_at(b)
+        if b.agent is not None:
+            names = [b.agent.name]
+        elif agent is not None:
+            names = [agent.name]
+        else:
+            names = list(
+                Agent.objects.filter(project=b.project, disposed_at__isnull=True)
+                .exclude(kind=Agent.Kind.EPHEMERAL)
+                .values_list("name", flat=True)
+            )
+        out += [BudgetHold(n, until, _hold_reason(b), b.held_at) for n in names]
+    return out
+
+
+def budget_release(*, agent: str, now: datetime) -> list[BudgetHold]:
+    """Lift the budget holds binding ``agent`` (its own budget's and its project's: a
+    project's is lifted for every agent of the project), for the rest of the period."""
+    found = Agent.objects.filter(name=agent).first()
+    if found is None:
+        return []
+    lifted = budget_holds(agent=found, now=now)
+    with transaction.atomic():
+        for b in Budget.objects.select_for_update().filter(
+            Q(agent_id=found.pk) | Q(project_id=found.project_id), held_period__isnull=False
+        ):
+            if _binds(b, now):
+                b.released_period, b.held_period = b.period_start, None
+                b.save(update_fields=["released_period", "held_period"])
+    return lifted
 
 
 # --- the API's services ---------------------------------------------------------------------
@@ -260,6 +337,7 @@ def budget_put(
             _rolled(b, now)
         if b.held_period == b.period_start and b.spent + b.reserved < amount:
             b.held_period = None
+        b.released_period = None  # a budget set again is enforced again
         b.save()
         return b
 

@@ -309,6 +309,10 @@ class Budget(models.Model):
     # The period a warning, and a breach (the budget hold), were raised in: once per period.
     warned_period = models.DateTimeField(null=True, blank=True)
     held_period = models.DateTimeField(null=True, blank=True)
+    held_at = models.DateTimeField(null=True, blank=True)
+    # The period an operator released the hold in: its calls go out over the amount (still
+    # reserved and counted) until the period resets or the budget is set again.
+    released_period = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

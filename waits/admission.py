@@ -10,8 +10,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Literal
 
+from agentops.budgets import budget_holds
 from agentops.models import Agent
 
 from .core import EVERY_MODEL, WaitBook, wait_binds
@@ -48,7 +50,29 @@ def admission_checks(
     if agent.kind == Agent.Kind.EPHEMERAL:
         return [None] * len(targets)
     book = journal_binding(now_ms=now_ms, fresh=True)
-    return [_hold(book, agent, model, provider, now_ms) for model, provider in targets]
+    holds = [_hold(book, agent, model, provider, now_ms) for model, provider in targets]
+    budget = _budget_hold(agent, now_ms)
+    # A spent budget holds every model, on every provider, beside the journal (§18.3): only a
+    # hold until released outlasts it.
+    return [
+        h if budget is None or (h is not None and h.until_ms is None) else budget for h in holds
+    ]
+
+
+def _budget_hold(agent: Agent, now_ms: float) -> Hold | None:
+    if agent.pk is None:
+        return None
+    held = budget_holds(agent=agent, now=datetime.fromtimestamp(now_ms / 1000, tz=UTC))
+    if not held:
+        return None
+    first = min(held, key=lambda h: h.until)
+    last = max(held, key=lambda h: h.until)  # two spent budgets: held until both reset
+    return Hold(
+        until_ms=math.ceil(last.until.timestamp() * 1000),
+        reason=first.reason,
+        model=EVERY_MODEL,
+        source="recorded",
+    )
 
 
 def _hold(book: WaitBook, agent: Agent, model: str, provider: str, now_ms: float) -> Hold | None:

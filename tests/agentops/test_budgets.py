@@ -16,11 +16,17 @@ import pytest
 from django.test import Client
 
 from agentops.budgets import period_bounds
-from agentops.models import Alert, Budget
-from inference.models import InferenceCall
+from agentops.models import Alert, AuditEntry, Budget, HistoryRow, Provider
+from breaker.probe_call import probe_send
+from breaker.probes import breaker_probe_begin
+from calls.compile import compile_request
+from inference.models import InferenceCall, Turn
 from tests.agentops.live_asgi import asgi_server
 from tests.agentops.test_spend import priced
+from tests.factories import AgentFactory, HistoryRowFactory, ProviderFactory, TurnFactory
 from tests.turns.test_auxiliary import complete
+from tests.turns.test_turns import submit, wait_turn
+from turns.context.summary import context_summary
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 
@@ -151,6 +157,137 @@ def test_an_unpriced_call_reserves_nothing_and_goes_out(api: Client, make_agent:
     assert complete(api, agent.name, max_tokens=100).status_code == 200
     row = InferenceCall.objects.get(agent=agent)
     assert (row.reserved, row.cost) == (None, None)
+
+
+# --- a spent budget is a hold, like a provider wait ------------------------------------------
+
+
+def spent_agent(api: Client, make_agent: Any, provider: str = "standin-openai") -> Any:
+    """An agent whose budget a call did not fit: held on every model until the day resets."""
+    priced(api, provider, "answer")
+    agent = (
+        make_agent(provider=provider.removeprefix("standin-"))
+        if provider in ("standin-openai", "standin-anthropic")
+        else AgentFactory.create(provider=Provider.objects.get(name=provider), model="answer")
+    )
+    put_budget(api, f"agents/{agent.name}", amount="0.001", period="day")
+    assert complete(api, agent.name, max_tokens=100).status_code != 200
+    return agent
+
+
+def resets_at(api: Client, agent: Any) -> datetime:
+    return datetime.fromisoformat(
+        api.get(f"/api/v1/agents/{agent.name}/budget").json()["resets_at"]
+    )
+
+
+def test_a_spent_budget_is_a_binding_wait_on_every_model_until_the_reset(
+    api: Client, make_agent: Any
+) -> None:
+    agent = spent_agent(api, make_agent)
+    (wait,) = api.get(f"/api/v1/waits?agent={agent.name}").json()["waits"]
+    assert wait["model"] == "*" and wait["reason"].startswith("budget")
+    assert datetime.fromisoformat(wait["until"]) == resets_at(api, agent)
+    (hold,) = api.get(f"/api/v1/agents/{agent.name}").json()["holds"]
+    assert hold["reason"] == wait["reason"]
+
+
+def test_a_held_complete_and_summary_are_refused_without_a_call(
+    api: Client, make_agent: Any, standin_requests: Any
+) -> None:
+    agent = spent_agent(api, make_agent)
+    assert len(standin_requests()) == 0
+    refused = complete(api, agent.name, max_tokens=10)
+    assert refused.status_code == 429, refused.content
+    assert datetime.fromisoformat(refused.json()["data"]["until"]) == resets_at(api, agent)
+    summary = asyncio.run(
+        context_summary(agent=agent, rows=[], budget_tokens=100)  # type: ignore[arg-type]
+    )
+    assert summary is None
+    assert standin_requests() == [], "nothing was sent"
+    assert InferenceCall.objects.filter(agent=agent, outcome="deferred").count() == 2
+
+
+def test_a_held_probe_is_deferred(api: Client, make_agent: Any, standin_requests: Any) -> None:
+    agent = spent_agent(api, make_agent)
+    HistoryRowFactory.create(agent=agent, seq=1, participant="alice", content="hello")
+    failed = compile_request(agent, HistoryRow.objects.filter(agent=agent).order_by("seq"))
+    turn = TurnFactory.create(agent=agent, status=Turn.Status.RUNNING)
+    outcome = asyncio.run(
+        probe_send(turn=turn, failed=failed, ticket=breaker_probe_begin(agent=agent))
+    )
+    assert outcome.outcome == "deferred"
+    assert standin_requests() == []
+
+
+@pytest.mark.usefixtures("workers")
+def test_a_held_turn_waits_until_the_reset_and_a_release_resumes_it(
+    api: Client, make_agent: Any
+) -> None:
+    agent = spent_agent(api, make_agent)
+    turn_id = submit(api, agent.name, ("alice", "hello"))["id"]
+    held = wait_turn(api, turn_id, {"held"}, timeout=20)
+    assert datetime.fromisoformat(held["held_until"]) == resets_at(api, agent)
+    released = api.post(
+        "/api/v1/waits/release",
+        data=json.dumps({"agent": agent.name, "reason": "let it finish"}),
+        content_type="application/json",
+    )
+    assert released.status_code == 200, released.content
+    assert [r["model"] for r in released.json()["receipts"]] == ["*"]
+    audit = AuditEntry.objects.get(action="wait.release", target=f"{agent.name}/*")
+    assert audit.reason == "let it finish" and audit.data["receipts"][0]["model"] == "*"
+    assert wait_turn(api, turn_id, timeout=30)["status"] == "succeeded"
+    # Released for the rest of the period: its calls go out over the amount, and count.
+    budget = Budget.objects.get(agent=agent)
+    assert budget.spent > budget.amount or budget.spent > 0
+    assert api.get(f"/api/v1/waits?agent={agent.name}").json()["waits"] == []
+
+
+@pytest.fixture(scope="module")
+def server(django_db_setup: None, django_db_blocker: Any) -> Any:
+    yield from asgi_server("budgets", {})
+
+
+@pytest.mark.parametrize(
+    ("path", "provider", "body"),
+    [
+        ("/v1/chat/completions", "openai", {"messages": [{"role": "user", "content": "hi"}]}),
+        (
+            "/v1/messages",
+            "anthropic",
+            {"max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]},
+        ),
+        ("/v1/responses", "responses", {"input": "hi"}),
+    ],
+)
+def test_a_held_drop_in_answers_429_not_to_retry_with_the_reset_instant(
+    api: Client,
+    make_agent: Any,
+    server: str,
+    user_token: str,
+    standin_requests: Any,
+    standin: str,
+    path: str,
+    provider: str,
+    body: dict[str, Any],
+) -> None:
+    if provider == "responses":
+        ProviderFactory.create(
+            name="standin-responses", kind="openai-responses", base_url=f"{standin}/v1"
+        )
+    agent = spent_agent(api, make_agent, f"standin-{provider}")
+    response = httpx.post(
+        f"{server}{path}",
+        json={**body, "model": agent.name},
+        headers={"authorization": f"Bearer {user_token}", "x-api-key": user_token},
+        timeout=20,
+    )
+    assert response.status_code == 429, response.text
+    assert response.headers["x-should-retry"] == "false"
+    reset = resets_at(api, agent)
+    assert "budget" in response.text and reset.isoformat()[:16] in response.text.replace(" ", "T")
+    assert standin_requests() == []
 
 
 # --- 200 calls from 4 processes at the budget's edge ----------------------------------------
