@@ -244,6 +244,18 @@ def test_a_held_turn_waits_until_the_reset_and_a_release_resumes_it(
     assert api.get(f"/api/v1/waits?agent={agent.name}").json()["waits"] == []
 
 
+@pytest.mark.usefixtures("workers")
+def test_a_turns_call_that_does_not_fit_is_not_sent_and_the_turn_is_held(
+    api: Client, make_agent: Any, standin_requests: Any
+) -> None:
+    priced(api, "standin-openai", "answer")
+    agent = make_agent(max_tokens=100)
+    put_budget(api, f"agents/{agent.name}", amount="0.001", period="day")
+    turn = wait_turn(api, submit(api, agent.name, ("alice", "hello"))["id"], {"held"}, timeout=20)
+    assert datetime.fromisoformat(turn["held_until"]) == resets_at(api, agent)
+    assert standin_requests() == []
+
+
 @pytest.fixture(scope="module")
 def server(django_db_setup: None, django_db_blocker: Any) -> Any:
     yield from asgi_server("budgets", {})
