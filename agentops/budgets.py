@@ -10,6 +10,7 @@ then overspend a budget by at most what the reservations in flight under-estimat
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -96,6 +97,16 @@ class Refused:
         )
 
 
+def refusal_until(message: str) -> datetime | None:
+    """The reset instant a refusal's message (``Refused.reason``) names: the error of a call
+    a budget refused travels as a ``ProviderError``, whose text is all it carries."""
+    found = re.search(r"is spent until (\S+);", message)
+    try:
+        return datetime.fromisoformat(found.group(1)) if found else None
+    except ValueError:
+        return None
+
+
 def _owner(b: Budget) -> str:
     if b.agent is not None:
         return f"agent {b.agent.name}"
@@ -169,7 +180,11 @@ def budget_settle(*, reserved: list[Reserved], cost: Decimal | None, agent: str)
             reserved=F("reserved") - r.amount, spent=F("spent") + real
         )
         if changed and real:
-            b = Budget.objects.select_related("agent", "project").get(pk=r.budget_id)
+            b = (
+                Budget.objects.select_for_update(of=("self",))
+                .select_related("agent", "project")
+                .get(pk=r.budget_id)
+            )
             if (
                 b.spent >= b.amount
                 and b.held_period != b.period_start

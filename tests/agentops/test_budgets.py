@@ -302,6 +302,30 @@ def test_a_held_drop_in_answers_429_not_to_retry_with_the_reset_instant(
     assert standin_requests() == []
 
 
+def test_a_drop_in_call_that_does_not_fit_answers_429_not_to_retry(
+    api: Client, make_agent: Any, server: str, user_token: str, standin_requests: Any
+) -> None:
+    priced(api, "standin-openai", "answer")
+    agent = make_agent()
+    put_budget(api, f"agents/{agent.name}", amount="0.001", period="day")
+    response = httpx.post(
+        f"{server}/v1/chat/completions",
+        json={
+            "model": agent.name,
+            "max_tokens": 100,
+            "messages": [{"role": "user", "content": "hi"}],
+        },
+        headers={"authorization": f"Bearer {user_token}"},
+        timeout=20,
+    )
+    assert response.status_code == 429, response.text
+    assert response.headers["x-should-retry"] == "false"
+    assert 0 < int(response.headers["retry-after"]) <= 86_400
+    assert standin_requests() == []
+    row = InferenceCall.objects.get(agent=agent)
+    assert row.error is not None and row.error["type"] == "budget"
+
+
 # --- 200 calls from 4 processes at the budget's edge ----------------------------------------
 
 SERVERS = 4
