@@ -30,6 +30,22 @@ from agentops.prices import MTOK, Terms, decimal_text
 logger = logging.getLogger(__name__)
 
 PERIODS = ("day", "week", "month")
+
+# Bumped whenever this process learns a budget hold changed (a refusal, a breach, a release, a
+# budget set): admission's copy of the holds is read again at once here (waits.admission).
+_changes = 0
+
+
+def holds_changed() -> int:
+    """How many times this process saw the budget holds change."""
+    return _changes
+
+
+def _changed() -> None:
+    global _changes
+    _changes += 1
+
+
 AMOUNT_MAX = Decimal(10) ** 18
 
 
@@ -152,6 +168,7 @@ def budget_reserve(
             if b.held_period == b.period_start or over:
                 refused = refused or Refused(b.pk, _owner(b), _resets_at(b))
         if refused is not None:
+            transaction.on_commit(_changed)
             for b in budgets:
                 if b.pk == refused.budget_id and b.held_period != b.period_start:
                     _breach(b, agent=agent.name, now=now)
@@ -196,6 +213,7 @@ def budget_settle(*, reserved: list[Reserved], cost: Decimal | None, agent: str)
 
 def _breach(b: Budget, *, agent: str, now: datetime) -> None:
     b.held_period, b.held_at = b.period_start, now
+    transaction.on_commit(_changed)
     resets = _resets_at(b)
     alert_raise(
         kind="budget-exceeded",
@@ -290,6 +308,7 @@ def budget_release(*, agent: str, now: datetime) -> list[BudgetHold]:
             if _binds(b, now):
                 b.released_period, b.held_period = b.period_start, None
                 b.save(update_fields=["released_period", "held_period"])
+        transaction.on_commit(_changed)
     return lifted
 
 
@@ -354,6 +373,7 @@ def budget_put(
             b.held_period = None
         b.released_period = None  # a budget set again is enforced again
         b.save()
+        transaction.on_commit(_changed)
         return b
 
 
