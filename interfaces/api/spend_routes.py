@@ -14,11 +14,14 @@ from agentops.budgets import budget_out, budget_put, check_budget
 from agentops.exceptions import NotFound, bad_field
 from agentops.models import Agent, Budget, Price, Project
 from agentops.prices import PRICE_FIELDS, price_amount, price_create, price_out
+from inference.models import Turn
 from interfaces.api.alerts_routes import check_instant
 from interfaces.api.auth import require_operator
 from interfaces.api.body import checked_text, json_body
 from interfaces.api.schemas import ErrorOut
 from interfaces.spend import spend_out
+from turns.queue import schedule_drain
+from waits.admission import BUDGET_HOLDS_CACHE_S
 
 router = Router()
 
@@ -186,6 +189,14 @@ def _budget_put(request: HttpRequest, kind: str, name: str) -> dict[str, Any]:
     amount, period, warn_at = check_budget(json_body(request, shape=BUDGET_SHAPE))
     now = timezone.now()
     budget = budget_put(owner=owner, amount=amount, period=period, warn_at=warn_at, now=now)
+    # A raise may lift the hold: the held turns check again now, not at their next re-check,
+    # once every process's copy of the holds has expired (waits.admission).
+    held = Turn.objects.filter(status=Turn.Status.HELD)
+    held = (
+        held.filter(agent=owner) if isinstance(owner, Agent) else held.filter(agent__project=owner)
+    )
+    for agent_id in set(held.values_list("agent_id", flat=True)):
+        schedule_drain(agent_id, BUDGET_HOLDS_CACHE_S + 0.2)
     return budget_out(budget, now)
 
 

@@ -254,6 +254,9 @@ def test_a_turns_call_that_does_not_fit_is_not_sent_and_the_turn_is_held(
     turn = wait_turn(api, submit(api, agent.name, ("alice", "hello"))["id"], {"held"}, timeout=20)
     assert datetime.fromisoformat(turn["held_until"]) == resets_at(api, agent)
     assert standin_requests() == []
+    # Raising the budget lifts the hold: the held turn goes on.
+    put_budget(api, f"agents/{agent.name}", amount="1", period="day")
+    assert wait_turn(api, turn["id"], timeout=10)["status"] == "succeeded"
 
 
 @pytest.fixture(scope="module")
