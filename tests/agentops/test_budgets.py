@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Generator
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -26,7 +27,9 @@ from tests.agentops.test_spend import priced
 from tests.factories import AgentFactory, HistoryRowFactory, ProviderFactory, TurnFactory
 from tests.turns.test_auxiliary import complete
 from tests.turns.test_turns import submit, wait_turn
+from tests.waits.test_admin import staff
 from turns.context.summary import context_summary
+from waits.admission import admission_check
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 
@@ -218,6 +221,24 @@ def test_a_held_probe_is_deferred(api: Client, make_agent: Any, standin_requests
     )
     assert outcome.outcome == "deferred"
     assert standin_requests() == []
+
+
+def test_the_admin_lists_a_budget_hold_and_releases_it_with_a_reason(
+    api: Client, make_agent: Any
+) -> None:
+    agent = spent_agent(api, make_agent)
+    admin = staff("grace", "view_waitjournalentry", "release_wait")
+    listed = admin.get("/admin/waits/bindingwait/")
+    assert listed.status_code == 200 and "budget: agent" in listed.content.decode()
+    done = admin.post(
+        "/admin/waits/bindingwait/release/",
+        {"agent": agent.name, "model": "*", "reason": "approved overspend"},
+    )
+    assert done.status_code == 302, done.content
+    audit = AuditEntry.objects.get(action="wait.release")
+    assert (audit.actor, audit.reason) == ("admin:grace", "approved overspend")
+    assert admission_check(agent=agent, model="answer", now_ms=time.time() * 1000) is None
+    assert complete(api, agent.name, max_tokens=100).status_code == 200
 
 
 @pytest.mark.usefixtures("workers")
