@@ -63,6 +63,20 @@ def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     return raw.strip().lower()
 
 
+def env_time_zone(name: str, default: str) -> str:
+    """An IANA time zone name (e.g. "Europe/Paris"); refused at startup when unknown."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    raw = os.environ.get(name, "").strip() or default
+    try:
+        ZoneInfo(raw)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigError(
+            f"{name} must be an IANA time zone name (e.g. UTC), not {raw!r}"
+        ) from None
+    return raw
+
+
 def env_port(name: str, default: int, *, any_free: bool = False) -> int:
     """A TCP port, 1-65535 (0 too with ``any_free``: the system picks a free one)."""
     return env_int(name, default, minimum=0 if any_free else 1, maximum=65535)

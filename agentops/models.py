@@ -281,3 +281,48 @@ class IdempotencyKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} ({self.status})"
+
+
+class Budget(models.Model):
+    """What an agent or a project may spend per calendar period (architecture.md §18), and the
+    period's ledger: ``spent`` is the cost of the calls ended in it, ``reserved`` the worst
+    case of the calls sent and not yet ended. Exactly one of ``agent`` and ``project``."""
+
+    class Period(models.TextChoices):
+        DAY = "day", "day"
+        WEEK = "week", "week"
+        MONTH = "month", "month"
+
+    agent = models.OneToOneField(
+        Agent, on_delete=models.CASCADE, null=True, blank=True, related_name="budget"
+    )
+    project = models.OneToOneField(
+        Project, on_delete=models.CASCADE, null=True, blank=True, related_name="budget"
+    )
+    amount = models.DecimalField(max_digits=30, decimal_places=12)
+    period = models.CharField(max_length=10, choices=Period.choices)
+    warn_at = models.DecimalField(max_digits=5, decimal_places=4, default=Decimal("0.8"))
+    # The start of the period the ledger counts; a call reserving past its end starts a new one.
+    period_start = models.DateTimeField()
+    spent = models.DecimalField(max_digits=30, decimal_places=12, default=Decimal(0))
+    reserved = models.DecimalField(max_digits=30, decimal_places=12, default=Decimal(0))
+    # The period a warning, and a breach (the budget hold), were raised in: once per period.
+    warned_period = models.DateTimeField(null=True, blank=True)
+    held_period = models.DateTimeField(null=True, blank=True)
+    held_at = models.DateTimeField(null=True, blank=True)
+    # The period an operator released the hold in: its calls go out over the amount (still
+    # reserved and counted) until the period resets or the budget is set again.
+    released_period = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(agent__isnull=False, project__isnull=True)
+                | models.Q(agent__isnull=True, project__isnull=False),
+                name="budget_of_agent_or_project",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"budget {self.amount}/{self.period} of {self.agent_id or self.project_id}"

@@ -17,6 +17,7 @@ from .conf import (
     env_ms,
     env_ms_list,
     env_str,
+    env_time_zone,
 )
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -186,6 +187,12 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("AGENTOPS_MAX_BODY_BYTES", 1_048_576, mini
 # --- agentops (architecture.md §10) -------------------------------------------------
 AGENTOPS_DEADLINE_RETRY_DELAY_MS = env_ms("AGENTOPS_DEADLINE_RETRY_DELAY_MS", 1000)
 AGENTOPS_WAIT_ALERT_MS = env_ms("AGENTOPS_WAIT_ALERT_MS", 3_600_000)
+# Budgets (architecture.md §18): the time zone their day, week and month follow, and the
+# output a call without max_tokens is assumed to reserve (it has no bound of its own).
+AGENTOPS_BUDGET_TIME_ZONE = env_time_zone("AGENTOPS_BUDGET_TIME_ZONE", "UTC")
+AGENTOPS_BUDGET_DEFAULT_MAX_TOKENS = env_int(
+    "AGENTOPS_BUDGET_DEFAULT_MAX_TOKENS", 4096, minimum=1, maximum=10_000_000
+)
 AGENTOPS_WAIT_RECHECK_MS = env_ms("AGENTOPS_WAIT_RECHECK_MS", 30_000)
 # Alternates (architecture.md §6.11): a primary held longer than this is served from an
 # alternate (a shorter wait is waited out, by a drop-in request too, which calls again rather

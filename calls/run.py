@@ -18,6 +18,7 @@ with its outcome, when it ends; a call that a binding wait refused gets its row 
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -25,12 +26,16 @@ from functools import partial
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
 from agentops import rows, telemetry
+from agentops.budgets import Reserved, budget_reserve, budget_settle, reservation_amount
 from agentops.live import broadcast_turn_event, publish_turn_event
 from agentops.models import Agent, Provider
 from agentops.outbound import proxy_configured
+from agentops.prices import price_in_force
 from agentops.providers import base_url_vet, key_env_problem, key_missing
 from agentops.runtime import Runtime, Settable, Wake, runtime
 from agentops.text import bound_text
@@ -102,6 +107,7 @@ class ProviderCall:
         "provider",
         "refused",
         "request",
+        "reserved",
         "result",
         "row",
         "turn",
@@ -138,6 +144,7 @@ class ProviderCall:
         self.adapter: Adapter
         self.wire: WireRequest
         self.refused: CallResult | None = None
+        self.reserved: list[Reserved] = []
         self.result: CallResult | None = None
         self.watch: Watch | None = None
         self._aborts: list[Callable[[], None]] = []
@@ -157,9 +164,40 @@ class ProviderCall:
         if self.headers:
             wire = replace(wire, headers={**wire.headers, **self.headers})
         self.wire = wire
+        if self.refused is None:
+            self.refused = self._budget_reserved()
         if in_flight:
             _row_write(self.row, {"sent_at": timezone.now()})
             dashboard_call_started(call=self.row, agent=self.agent.name)
+
+    def _budget_reserved(self) -> CallResult | None:
+        """The call's worst case reserved on its budgets (architecture.md §18), or, when a
+        budget is spent, the result of a call never sent (an error, not retryable)."""
+        now = timezone.now()
+        terms = price_in_force(provider_id=self.provider.pk, model=self.request.model, at=now)
+        amount = None
+        if terms is not None:
+            # The body's size in bytes bounds its tokens: a token is at least a byte.
+            given = len(json.dumps(self.wire.body, ensure_ascii=False).encode())
+            most = self.request.max_tokens or settings.AGENTOPS_BUDGET_DEFAULT_MAX_TOKENS
+            amount = reservation_amount(input_tokens=given, max_tokens=most, terms=terms)
+        outcome = budget_reserve(agent=self.agent, amount=amount, now=now)
+        if isinstance(outcome, list):
+            self.reserved = outcome
+            if outcome:
+                self.row.reserved = amount
+            return None
+        at = now_ms()
+        return CallResult(
+            outcome="error",
+            timeline=Timeline(sent=at, ended=at),
+            error=ProviderError(
+                type="budget",
+                provider_code="budget_exceeded",
+                retryable=False,
+                message=outcome.reason,
+            ),
+        )
 
     async def run(
         self,
@@ -215,17 +253,19 @@ class ProviderCall:
         database is down."""
         assert self.result is not None
         row = self.row
-        stored(
-            lambda fields: _row_write(
-                row,
-                {
-                    **fields,
-                    # Billed at what served it: the row's provider and model (an alternate's).
-                    **call_cost_fields(provider_id=row.provider_id, model=row.model, fields=fields),
-                },
-            ),
-            self.result,
-        )
+
+        def write(fields: dict[str, Any]) -> InferenceCall:
+            # Billed at what served it: the row's provider and model (an alternate's). The
+            # cost replaces the call's reservations in the same transaction: the ledger is
+            # the sum of the rows.
+            cost = call_cost_fields(provider_id=row.provider_id, model=row.model, fields=fields)
+            with transaction.atomic():
+                _row_write(row, {**fields, **cost})
+                budget_settle(reserved=self.reserved, cost=cost["cost"], agent=self.agent.name)
+            return row
+
+        stored(write, self.result)
+        self.reserved = []  # settled once: a record run again does not settle twice
         return row
 
     def announce(self) -> None:

@@ -138,6 +138,9 @@ class InferenceCall(models.Model):
         "agentops.Price", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
     cost_basis = models.CharField(max_length=20, blank=True, default="")
+    # The worst case the call reserved on its budgets before it was sent (architecture.md
+    # §18); null when no budget counted it or its model is unpriced.
+    reserved = models.DecimalField(max_digits=30, decimal_places=12, null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -235,6 +235,10 @@ class TurnRun:
         if error.type == "context_length" and (step := await self._after_overflow(error)):
             return step
         turn = self.turn
+        if error.type == "budget" and turn.agent.kind != Agent.Kind.EPHEMERAL:
+            # The refusal recorded the budget hold: admission now holds the turn until the
+            # period resets or an operator acts (§18.3). (An ephemeral run is never held.)
+            return Step.ADMIT
         now_ms = time.time() * 1000
         if await self._switched(error, now_ms):
             return Step.ADMIT

@@ -8,10 +8,15 @@ and reads only those. The rest of the view is cached per process (``waits.journa
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Literal
 
+from django.db import DatabaseError
+
+from agentops.budgets import budget_holds, holds_changed
 from agentops.models import Agent
 
 from .core import EVERY_MODEL, WaitBook, wait_binds
@@ -48,7 +53,63 @@ def admission_checks(
     if agent.kind == Agent.Kind.EPHEMERAL:
         return [None] * len(targets)
     book = journal_binding(now_ms=now_ms, fresh=True)
-    return [_hold(book, agent, model, provider, now_ms) for model, provider in targets]
+    holds = [_hold(book, agent, model, provider, now_ms) for model, provider in targets]
+    budget = _budget_hold(agent, now_ms, book)
+    if budget is not None and not wait_binds(budget.until_ms, now_ms):
+        budget = None
+    # A spent budget holds every model, on every provider, beside the journal (§18.3): only a
+    # hold until released outlasts it.
+    return [
+        h if budget is None or (h is not None and h.until_ms is None) else budget for h in holds
+    ]
+
+
+# How long a process's copy of an agent's budget holds is used: the steady-state check stays
+# the journal's one indexed query. A release appends a journal row (a new book) and this
+# process's own refusals and changes bump ``holds_changed``, so both are seen at once; a hold
+# another process records is seen within this, while its reservation, under the budget's lock,
+# already refuses every call (§18.3).
+BUDGET_HOLDS_CACHE_S = 1.0
+_budget_copies: dict[int, tuple[WaitBook, int, float, Hold | None]] = {}
+
+
+def _budget_hold(agent: Agent, now_ms: float, book: WaitBook) -> Hold | None:
+    if agent.pk is None:
+        return None
+    kept = _budget_copies.get(agent.pk)
+    now = time.monotonic()
+    if (
+        kept is not None
+        and kept[0] is book
+        and kept[1] == holds_changed()
+        and now - kept[2] < BUDGET_HOLDS_CACHE_S
+    ):
+        return kept[3]
+    changes = holds_changed()
+    try:
+        hold = _budget_hold_read(agent, now_ms)
+    except DatabaseError:
+        # Admission keeps answering from the journal's view while the database is away; the
+        # reservation, which needs the database to send anything that costs, still decides.
+        return kept[3] if kept is not None else None
+    if len(_budget_copies) > 10_000:  # agents come and go: the copies do not grow unbounded
+        _budget_copies.clear()
+    _budget_copies[agent.pk] = (book, changes, now, hold)
+    return hold
+
+
+def _budget_hold_read(agent: Agent, now_ms: float) -> Hold | None:
+    held = budget_holds(agent=agent, now=datetime.fromtimestamp(now_ms / 1000, tz=UTC))
+    if not held:
+        return None
+    first = min(held, key=lambda h: h.until)
+    last = max(held, key=lambda h: h.until)  # two spent budgets: held until both reset
+    return Hold(
+        until_ms=math.ceil(last.until.timestamp() * 1000),
+        reason=first.reason,
+        model=EVERY_MODEL,
+        source="recorded",
+    )
 
 
 def _hold(book: WaitBook, agent: Agent, model: str, provider: str, now_ms: float) -> Hold | None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from agentops.budgets import budget_holds
 from agentops.models import Agent
 
 from .core import EVERY_MODEL, MAX_INSTANT_MS
@@ -57,6 +59,20 @@ def binding_waits(
                     "reason": f"the provider-waits journal cannot be read ({cause.describe()})",
                     "set_at": None,
                     "source": "unreadable",
+                }
+            )
+    # Spent budgets hold every model of their agents beside the journal (§18.3).
+    for held in budget_holds(now=ms_to_datetime(math.floor(now_ms))):
+        if (agent is None or held.agent == agent) and (model is None or model == EVERY_MODEL):
+            waits.append(
+                {
+                    "agent": held.agent,
+                    "model": EVERY_MODEL,
+                    "provider": None,
+                    "until": held.until,
+                    "reason": held.reason,
+                    "set_at": held.set_at,
+                    "source": "recorded",
                 }
             )
     waits.sort(key=lambda w: (w["agent"], w["model"], w["provider"] or ""))

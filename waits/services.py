@@ -19,6 +19,7 @@ from django.db import DatabaseError, transaction
 
 from agentops import telemetry
 from agentops.alerts import alert_raise
+from agentops.budgets import budget_release
 from agentops.exceptions import NotFound, bad_field
 from agentops.live import dashboard_hold_ended, dashboard_hold_started
 from agentops.models import Agent, AuditEntry
@@ -361,8 +362,18 @@ def wait_release(
             data={"field": "agent"},
         )
 
+    # A spent budget's hold (kept beside the journal, §18.3) is on every model: a release of
+    # every model lifts it, for the rest of its period, audited with the journal's holds.
+    budget_lifted = (
+        [
+            (EVERY_MODEL, math.ceil(h.until.timestamp() * 1000))
+            for h in budget_release(agent=agent, now=ms_to_datetime(math.floor(now)))
+        ]
+        if model == EVERY_MODEL
+        else []
+    )
     with journal_session(now_ms=now) as session:
-        lifted = _lifted(session.binding, agent, model, now)
+        lifted = budget_lifted + _lifted(session.binding, agent, model, now)
 
         def audit(state: str) -> None:
             AuditEntry.objects.create(

@@ -6,17 +6,22 @@ from datetime import datetime
 from typing import Any, Literal
 
 from django.http import HttpRequest
+from django.utils import timezone
 from ninja import Query, Router, Schema, Status
 from pydantic import BaseModel
 
-from agentops.exceptions import bad_field
-from agentops.models import Price
+from agentops.budgets import budget_out, budget_put, check_budget
+from agentops.exceptions import NotFound, bad_field
+from agentops.models import Agent, Budget, Price, Project
 from agentops.prices import PRICE_FIELDS, price_amount, price_create, price_out
+from inference.models import Turn
 from interfaces.api.alerts_routes import check_instant
 from interfaces.api.auth import require_operator
 from interfaces.api.body import checked_text, json_body
 from interfaces.api.schemas import ERRORS
 from interfaces.spend import spend_out
+from turns.queue import schedule_drain
+from waits.admission import BUDGET_HOLDS_CACHE_S
 
 router = Router()
 
@@ -144,3 +149,92 @@ def spend(request: HttpRequest, filters: Query[SpendFilter]) -> dict[str, Any]:
         since=since,
         until=until,
     )
+
+
+# --- budgets (architecture.md §18) -----------------------------------------------------------
+
+
+class BudgetOut(BaseModel):
+    amount: str
+    period: str
+    warn_at: float
+    spent: str
+    reserved: str
+    held: bool
+    resets_at: datetime
+
+
+BUDGET_SHAPE = '{amount, period: "day"|"week"|"month", warn_at?}'
+
+
+def _owner(kind: str, name: str) -> Agent | Project:
+    model: type[Agent] | type[Project] = Agent if kind == "agent" else Project
+    found = model.objects.filter(name=name).first()
+    if found is None or (isinstance(found, Agent) and found.disposed_at is not None):
+        raise NotFound(f"no {kind} named {name!r}", data={"field": "name"})
+    return found
+
+
+def _budget_put(request: HttpRequest, kind: str, name: str) -> dict[str, Any]:
+    require_operator(request)  # before the body is read: a 403 says nothing of its fields
+    owner = _owner(kind, name)
+    amount, period, warn_at = check_budget(json_body(request, shape=BUDGET_SHAPE))
+    now = timezone.now()
+    budget = budget_put(owner=owner, amount=amount, period=period, warn_at=warn_at, now=now)
+    # A raise may lift the hold: the held turns check again now, not at their next re-check,
+    # once every process's copy of the holds has expired (waits.admission).
+    held = Turn.objects.filter(status=Turn.Status.HELD)
+    held = (
+        held.filter(agent=owner) if isinstance(owner, Agent) else held.filter(agent__project=owner)
+    )
+    for agent_id in set(held.values_list("agent_id", flat=True)):
+        schedule_drain(agent_id, BUDGET_HOLDS_CACHE_S + 0.2)
+    return budget_out(budget, now)
+
+
+def _budget_get(request: HttpRequest, kind: str, name: str) -> dict[str, Any]:
+    require_operator(request)
+    owner = _owner(kind, name)
+    budget = Budget.objects.filter(**{kind: owner}).first()
+    if budget is None:
+        raise NotFound(f"{kind} {name!r} has no budget", data={"field": "name"})
+    return budget_out(budget, timezone.now())
+
+
+def _budget_delete(request: HttpRequest, kind: str, name: str) -> Status:
+    require_operator(request)
+    owner = _owner(kind, name)
+    deleted, _ = Budget.objects.filter(**{kind: owner}).delete()
+    if not deleted:
+        raise NotFound(f"{kind} {name!r} has no budget", data={"field": "name"})
+    return Status(204, None)
+
+
+@router.put("/agents/{name}/budget", response={200: BudgetOut, **ERRORS}, tags=["budgets"])
+def agent_budget_put(request: HttpRequest, name: str) -> dict[str, Any]:
+    return _budget_put(request, "agent", name)
+
+
+@router.get("/agents/{name}/budget", response={200: BudgetOut, **ERRORS}, tags=["budgets"])
+def agent_budget_get(request: HttpRequest, name: str) -> dict[str, Any]:
+    return _budget_get(request, "agent", name)
+
+
+@router.delete("/agents/{name}/budget", response={204: None, **ERRORS}, tags=["budgets"])
+def agent_budget_delete(request: HttpRequest, name: str) -> Status:
+    return _budget_delete(request, "agent", name)
+
+
+@router.put("/projects/{name}/budget", response={200: BudgetOut, **ERRORS}, tags=["budgets"])
+def project_budget_put(request: HttpRequest, name: str) -> dict[str, Any]:
+    return _budget_put(request, "project", name)
+
+
+@router.get("/projects/{name}/budget", response={200: BudgetOut, **ERRORS}, tags=["budgets"])
+def project_budget_get(request: HttpRequest, name: str) -> dict[str, Any]:
+    return _budget_get(request, "project", name)
+
+
+@router.delete("/projects/{name}/budget", response={204: None, **ERRORS}, tags=["budgets"])
+def project_budget_delete(request: HttpRequest, name: str) -> Status:
+    return _budget_delete(request, "project", name)

@@ -32,6 +32,7 @@ from django.http import (
 from django.views.decorators.csrf import csrf_exempt
 
 from agentops import selectors
+from agentops.budgets import refusal_until
 from agentops.exceptions import NotFound
 from agentops.models import Agent, ApiToken
 from agentops.runtime import runtime
@@ -318,6 +319,18 @@ def _answered(fmt: Format, result: CallResult | None, wire: tuple[str, Any] | No
         return error(fmt, status, message, headers=kept)
     failure = result.error
     message = failure.message if failure else "the call did not complete"
+    if failure is not None and failure.type == "budget":
+        # Not sent: the budget is spent until its period resets (architecture.md §18.3). An
+        # SDK must not retry for hours: the answer says so, with the reset.
+        until = refusal_until(failure.message)
+        left = until.timestamp() * 1000 - time.time() * 1000 if until else math.inf
+        return error(
+            fmt,
+            429,
+            message,
+            extra={"retryable": False, "until": until},
+            headers={**wait_headers(left), "x-should-retry": "false"},
+        )
     if result.outcome == "cut" and result.bound is not None:
         return error(
             fmt, 504, message, code=result.bound.value, extra={"bound": result.bound.value}

@@ -1,0 +1,392 @@
+"""Budgets and their reservation ledger (architecture.md §18).
+
+A call that may cost reserves its worst case before it is sent (``budget_reserve``), under a
+row lock on each budget it counts against, so the check "spent + reserved + this <= amount"
+is serialized across every process; the reservation is replaced by the call's real cost when
+its row ends (``budget_settle``, in the transaction that writes the row's cost). N workers can
+then overspend a budget by at most what the reservations in flight under-estimated.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from agentops.alerts import alert_raise
+from agentops.exceptions import bad_field
+from agentops.models import Agent, Budget, Project
+from agentops.prices import MTOK, Terms, decimal_text
+
+logger = logging.getLogger(__name__)
+
+PERIODS = ("day", "week", "month")
+
+# Bumped whenever this process learns a budget hold changed (a refusal, a breach, a release, a
+# budget set): admission's copy of the holds is read again at once here (waits.admission).
+_changes = 0
+
+
+def holds_changed() -> int:
+    """How many times this process saw the budget holds change."""
+    return _changes
+
+
+def _changed() -> None:
+    global _changes
+    _changes += 1
+
+
+AMOUNT_MAX = Decimal(10) ** 18
+
+
+# --- the pure core ---------------------------------------------------------------------------
+
+
+def period_bounds(period: str, at: datetime, tz: str) -> tuple[datetime, datetime]:
+    """The calendar period holding ``at`` (aware), in the time zone ``tz``: its start and the
+    start of the next (weeks start on Monday), both aware."""
+    zone = ZoneInfo(tz)
+    local = at.astimezone(zone)
+    day = local.replace(hour=0, minute=0, second=0, microsecond=0)
+    if period == "day":
+        start, end = day, day + timedelta(days=1)
+    elif period == "week":
+        start = day - timedelta(days=day.weekday())
+        end = start + timedelta(days=7)
+    elif period == "month":
+        start = day.replace(day=1)
+        end = (start + timedelta(days=32)).replace(day=1)
+    else:
+        raise ValueError(f"period must be one of {PERIODS}, not {period!r}")
+    # Rebuilt from the wall clock so a DST change inside the period moves the offset with it.
+    start = start.replace(tzinfo=None).replace(tzinfo=zone)
+    end = end.replace(tzinfo=None).replace(tzinfo=zone)
+    return start, end
+
+
+def reservation_amount(*, input_tokens: int, max_tokens: int, terms: Terms) -> Decimal:
+    """A call's worst case: its input estimate at the input price and ``max_tokens`` at the
+    dearer of the output and reasoning prices (its output may all be reasoning)."""
+    out = max(terms.output, terms.reasoning if terms.reasoning is not None else terms.output)
+    return ((input_tokens * terms.input + max_tokens * out) / MTOK).quantize(Decimal("1e-12"))
+
+
+def fits(*, spent: Decimal, reserved: Decimal, more: Decimal, amount: Decimal) -> bool:
+    return spent + reserved + more <= amount
+
+
+# --- the ledger ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reserved:
+    """One budget a call reserved against: settle it against the same period."""
+
+    budget_id: int
+    period_start: datetime
+    amount: Decimal
+
+
+@dataclass(frozen=True)
+class Refused:
+    """Why a call is not sent: the budget it would breach and when it resets."""
+
+    budget_id: int
+    owner: str
+    resets_at: datetime
+
+    @property
+    def reason(self) -> str:
+        return (
+            f"budget: {self.owner}'s budget is spent until {self.resets_at.isoformat()}; "
+            "an operator may raise it (PUT .../budget) or release the hold (POST /waits/release)"
+        )
+
+
+def refusal_until(message: str) -> datetime | None:
+    """The reset instant a refusal's message (``Refused.reason``) names: the error of a call
+    a budget refused travels as a ``ProviderError``, whose text is all it carries."""
+    found = re.search(r"is spent until (\S+);", message)
+    try:
+        return datetime.fromisoformat(found.group(1)) if found else None
+    except ValueError:
+        return None
+
+
+def _owner(b: Budget) -> str:
+    if b.agent is not None:
+        return f"agent {b.agent.name}"
+    assert b.project is not None
+    return f"project {b.project.name}"
+
+
+def _rolled(b: Budget, now: datetime) -> None:
+    """Start a new period when ``now`` is past the ledger's: spent and reserved start at 0
+    (a call reserved in the old period settles against nothing)."""
+    start, _ = period_bounds(b.period, now, settings.AGENTOPS_BUDGET_TIME_ZONE)
+    if start != b.period_start:
+        b.period_start, b.spent, b.reserved = start, Decimal(0), Decimal(0)
+
+
+def _resets_at(b: Budget) -> datetime:
+    return period_bounds(b.period, b.period_start, settings.AGENTOPS_BUDGET_TIME_ZONE)[1]
+
+
+def budget_reserve(
+    *, agent: Agent, amount: Decimal | None, now: datetime
+) -> list[Reserved] | Refused:
+    """Reserve ``amount`` (None: the call is unpriced and cannot be bounded) on the agent's
+    budget and its project's, under a row lock on each. Refused when a budget is held this
+    period or the reservation does not fit; then nothing is reserved anywhere."""
+    with transaction.atomic():
+        budgets = list(
+            Budget.objects.select_for_update(of=("self",))
+            .select_related("agent", "project")
+            .filter(Q(agent_id=agent.pk) | Q(project_id=agent.project_id))
+            .order_by("id")  # one lock order for every process: no deadlock
+        )
+        if not budgets:
+            return []
+        refused: Refused | None = None
+        for b in budgets:
+            _rolled(b, now)
+            over = (
+                amount is not None
+                and b.released_period != b.period_start
+                and not fits(spent=b.spent, reserved=b.reserved, more=amount, amount=b.amount)
+            )
+            if b.held_period == b.period_start or over:
+                refused = refused or Refused(b.pk, _owner(b), _resets_at(b))
+        if refused is not None:
+            transaction.on_commit(_changed)
+            for b in budgets:
+                if b.pk == refused.budget_id and b.held_period != b.period_start:
+                    _breach(b, agent=agent.name, now=now)
+                b.save(
+                    update_fields=["period_start", "spent", "reserved", "held_period", "held_at"]
+                )
+            return refused
+        done = []
+        for b in budgets:
+            if amount:
+                b.reserved += amount
+            _maybe_warn(b, agent=agent.name)
+            b.save(update_fields=["period_start", "spent", "reserved", "warned_period"])
+            if amount:
+                done.append(Reserved(b.pk, b.period_start, amount))
+        return done
+
+
+def budget_settle(*, reserved: list[Reserved], cost: Decimal | None, agent: str) -> None:
+    """Replace each reservation by the call's real cost (None, unknown: 0), in the caller's
+    transaction (the one writing the row's cost). A budget whose period rolled since is left
+    alone: the call counted in the period it was sent in."""
+    real = cost or Decimal(0)
+    for r in reserved:
+        changed = Budget.objects.filter(pk=r.budget_id, period_start=r.period_start).update(
+            reserved=F("reserved") - r.amount, spent=F("spent") + real
+        )
+        if changed and real:
+            b = (
+                Budget.objects.select_for_update(of=("self",))
+                .select_related("agent", "project")
+                .get(pk=r.budget_id)
+            )
+            if (
+                b.spent >= b.amount
+                and b.held_period != b.period_start
+                and b.released_period != b.period_start
+            ):
+                _breach(b, agent=agent, now=timezone.now())
+                b.save(update_fields=["held_period", "held_at"])
+
+
+def _breach(b: Budget, *, agent: str, now: datetime) -> None:
+    b.held_period, b.held_at = b.period_start, now
+    transaction.on_commit(_changed)
+    resets = _resets_at(b)
+    alert_raise(
+        kind="budget-exceeded",
+        agent=agent,
+        model="*",
+        message=(
+            f"{_owner(b)} reached its budget of {decimal_text(b.amount)} per {b.period} "
+            f"(spent {decimal_text(b.spent)}, reserved {decimal_text(b.reserved)}): no call "
+            f"that costs is sent for it until {resets.isoformat()}"
+        ),
+        data={"budget": b.pk, "resets_at": resets.isoformat(), "amount": str(b.amount)},
+    )
+
+
+def _maybe_warn(b: Budget, *, agent: str) -> None:
+    if b.warned_period == b.period_start or b.spent + b.reserved < b.amount * b.warn_at:
+        return
+    b.warned_period = b.period_start
+    alert_raise(
+        kind="budget-warning",
+        agent=agent,
+        message=(
+            f"{_owner(b)} has spent or reserved {decimal_text(b.spent + b.reserved)} of its "
+            f"budget of {decimal_text(b.amount)} per {b.period} (warns at {b.warn_at:.0%})"
+        ),
+        data={"budget": b.pk, "resets_at": _resets_at(b).isoformat()},
+    )
+
+
+# --- the budget hold (architecture.md §18.3) ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BudgetHold:
+    """A spent budget holding ``agent`` on every model until ``until`` (its period's reset)."""
+
+    agent: str
+    until: datetime
+    reason: str
+    set_at: datetime | None
+
+
+def _binds(b: Budget, now: datetime) -> bool:
+    start, _ = period_bounds(b.period, now, settings.AGENTOPS_BUDGET_TIME_ZONE)
+    return b.held_period is not None and b.held_period == start == b.period_start
+
+
+def _hold_reason(b: Budget) -> str:
+    return (
+        f"budget: {_owner(b)} spent its budget of {decimal_text(b.amount)} per {b.period}; "
+        "raise it (PUT .../budget) or release the hold (POST /waits/release)"
+    )
+
+
+def budget_holds(*, agent: Agent | None = None, now: datetime) -> list[BudgetHold]:
+    """The budget holds binding at ``now``: on ``agent`` (its own budget's and its project's),
+    or on every agent. A project's hold binds each live agent of the project that records
+    waits (not an ephemeral one, as for provider waits)."""
+    held = Budget.objects.filter(held_period__isnull=False).select_related("agent", "project")
+    if agent is not None:
+        held = held.filter(Q(agent_id=agent.pk) | Q(project_id=agent.project_id))
+    out = []
+    for b in held:
+        if not _binds(b, now):
+            continue
+        until = _resets_at(b)
+        if b.agent is not None:
+            names = [b.agent.name]
+        elif agent is not None:
+            names = [agent.name]
+        else:
+            names = list(
+                Agent.objects.filter(project=b.project, disposed_at__isnull=True)
+                .exclude(kind=Agent.Kind.EPHEMERAL)
+                .values_list("name", flat=True)
+            )
+        out += [BudgetHold(n, until, _hold_reason(b), b.held_at) for n in names]
+    return out
+
+
+def budget_release(*, agent: str, now: datetime) -> list[BudgetHold]:
+    """Lift the budget holds binding ``agent`` (its own budget's and its project's: a
+    project's is lifted for every agent of the project), for the rest of the period."""
+    found = Agent.objects.filter(name=agent).first()
+    if found is None:
+        return []
+    lifted = budget_holds(agent=found, now=now)
+    with transaction.atomic():
+        for b in Budget.objects.select_for_update().filter(
+            Q(agent_id=found.pk) | Q(project_id=found.project_id), held_period__isnull=False
+        ):
+            if _binds(b, now):
+                b.released_period, b.held_period = b.period_start, None
+                b.save(update_fields=["released_period", "held_period"])
+        transaction.on_commit(_changed)
+    return lifted
+
+
+# --- the API's services ---------------------------------------------------------------------
+
+
+def check_budget(body: Any) -> tuple[Decimal, str, Decimal]:
+    """The (amount, period, warn_at) of a ``PUT .../budget`` body; else a 400 naming the field."""
+    if not isinstance(body, dict):
+        raise bad_field("body", "must be an object {amount, period, warn_at?}")
+    unknown = sorted(set(body) - {"amount", "period", "warn_at"})
+    if unknown:
+        raise bad_field(unknown[0], "is not a field of a budget {amount, period, warn_at?}")
+    amount = _decimal("amount", body.get("amount"))
+    if amount <= 0 or amount >= AMOUNT_MAX:
+        raise bad_field("amount", f"must be more than 0 and less than {AMOUNT_MAX}")
+    exponent = amount.as_tuple().exponent
+    if isinstance(exponent, int) and exponent < -12:
+        raise bad_field("amount", "must have at most 12 decimal places")
+    period = body.get("period")
+    if period not in PERIODS:
+        raise bad_field("period", 'must be "day", "week" or "month"')
+    warn_at = _decimal("warn_at", body.get("warn_at", "0.8"))
+    if not Decimal(0) < warn_at <= Decimal(1) or warn_at != round(warn_at, 4):
+        raise bad_field("warn_at", "must be more than 0 and at most 1, with 4 places at most")
+    return amount, str(period), warn_at
+
+
+def _decimal(field: str, value: Any) -> Decimal:
+    if value is None:
+        raise bad_field(field, "is required")
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise bad_field(field, 'must be a decimal string or a number (e.g. "10.00")')
+    try:
+        amount = Decimal(repr(value) if isinstance(value, float) else str(value).strip())
+    except ArithmeticError:
+        raise bad_field(field, f"{str(value)[:50]!r} is not a decimal amount") from None
+    if not amount.is_finite():
+        raise bad_field(field, "must be a finite amount")
+    return amount
+
+
+def budget_put(
+    *, owner: Agent | Project, amount: Decimal, period: str, warn_at: Decimal, now: datetime
+) -> Budget:
+    """Set the budget of ``owner``. Raising it lifts a hold it no longer justifies; a change of
+    period starts the ledger again from the calls of the new period (none counted yet)."""
+    key: dict[str, Agent | Project] = (
+        {"agent": owner} if isinstance(owner, Agent) else {"project": owner}
+    )
+    with transaction.atomic():
+        b = Budget.objects.select_for_update().filter(**key).first()
+        start, _ = period_bounds(period, now, settings.AGENTOPS_BUDGET_TIME_ZONE)
+        if b is None:
+            b = Budget(**key, period_start=start)
+        elif b.period != period:
+            b.period_start, b.spent, b.reserved = start, Decimal(0), Decimal(0)
+        b.amount, b.period, b.warn_at = amount, period, warn_at
+        if b.pk is not None:
+            _rolled(b, now)
+        if b.held_period == b.period_start and b.spent + b.reserved < amount:
+            b.held_period = None
+        b.released_period = None  # a budget set again is enforced again
+        b.save()
+        transaction.on_commit(_changed)
+        return b
+
+
+def budget_out(b: Budget, now: datetime) -> dict[str, Any]:
+    """As API.md shapes it: the ledger of the period in force at ``now``."""
+    start, resets = period_bounds(b.period, now, settings.AGENTOPS_BUDGET_TIME_ZONE)
+    current = start == b.period_start
+    return {
+        "amount": decimal_text(b.amount),
+        "period": b.period,
+        "warn_at": float(b.warn_at),
+        "spent": decimal_text(b.spent if current else Decimal(0)),
+        "reserved": decimal_text(b.reserved if current else Decimal(0)),
+        "held": current and b.held_period == b.period_start,
+        "resets_at": resets,
+    }
