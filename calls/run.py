@@ -259,6 +259,8 @@ class ProviderCall:
             # cost replaces the call's reservations in the same transaction: the ledger is
             # the sum of the rows.
             cost = call_cost_fields(provider_id=row.provider_id, model=row.model, fields=fields)
+            if not self.reserved:  # no budget counts it: one statement, as every row was
+                return _row_write(row, {**fields, **cost})
             with transaction.atomic():
                 _row_write(row, {**fields, **cost})
                 budget_settle(reserved=self.reserved, cost=cost["cost"], agent=self.agent.name)
