@@ -138,8 +138,8 @@ async def auxiliary_complete_on_loop(
         )
         await _run(call)
         following = await db(_next, call, tried)
-        if following is None:
-            return await db(_ended, call, recorded=True)
+        if not isinstance(following, Serving):
+            return following
         serving = following
 
 
@@ -177,26 +177,27 @@ def _served(agent: Agent, max_tokens: int | None) -> Serving:
     return serving
 
 
-def _next(call: ProviderCall, tried: set[int]) -> Serving | None:
-    """After a call with alternates: its row written, its stated wait recorded; the next
-    target when the failure routes around and one not yet tried may serve, else None."""
+def _next(call: ProviderCall, tried: set[int]) -> Serving | dict[str, Any]:
+    """After a call with alternates, in one hop: its row written, its stated wait recorded
+    (once); the next target when the failure routes around and one not yet tried may serve,
+    else what the call means (``_outcome``)."""
     row = call.end()
     result, agent = call.result, call.agent
     assert result is not None
     error = result.error
-    if result.outcome == "completed" or error is None or error.type not in SWITCH_ON:
-        return None
-    if error.retry_after_ms is not None:
-        _wait_recorded(agent, row.model, error, wait_provider(agent, call.provider))
-    serving = serving_choose(agent, time.time() * 1000)
-    if serving is None or not serving.choice.fresh or serving.choice.index in tried:
-        return None
-    serving_noted(agent, serving)
-    return serving
+    binding = None
+    if error is not None and error.retry_after_ms is not None:
+        binding = _wait_recorded(agent, row.model, error, wait_provider(agent, call.provider))
+    if result.outcome != "completed" and error is not None and error.type in SWITCH_ON:
+        serving = serving_choose(agent, time.time() * 1000)
+        if serving is not None and serving.choice.fresh and serving.choice.index not in tried:
+            serving_noted(agent, serving)
+            return serving
+    return _outcome(agent, row.model, row, result, binding=binding)
 
 
-def _ended(call: ProviderCall, *, recorded: bool = False) -> dict[str, Any]:
-    row = call.row if recorded else call.end()
+def _ended(call: ProviderCall) -> dict[str, Any]:
+    row = call.end()
     assert call.result is not None
     provider = wait_provider(call.agent, call.provider)
     return _outcome(call.agent, call.request.model, row, call.result, provider)
@@ -215,9 +216,16 @@ def _wait_recorded(agent: Agent, model: str, error: ProviderError, provider: str
 
 
 def _outcome(
-    agent: Agent, model: str, call: InferenceCall, result: CallResult, provider: str = ""
+    agent: Agent,
+    model: str,
+    call: InferenceCall,
+    result: CallResult,
+    provider: str = "",
+    *,
+    binding: bool | None = None,
 ) -> dict[str, Any]:
-    """The completion, or the error it raises (a stated wait recorded first)."""
+    """The completion, or the error it raises (a stated wait recorded first, unless
+    ``binding`` says it was already: whether it binds)."""
     if result.outcome == "completed" and result.output is not None:
         return {
             "content": result.output.text,
@@ -229,7 +237,7 @@ def _outcome(
     if result.outcome == "cut":
         raise CallTimedOut(error.message, data={"bound": error.bound, "call": call.pk})
     if error.retry_after_ms is not None:
-        recorded = _wait_recorded(agent, model, error, provider)
+        recorded = binding if binding is not None else _wait_recorded(agent, model, error, provider)
         wait = error.retry_after_ms if math.isfinite(error.retry_after_ms) else None
         raise RateLimited(
             error.message,
