@@ -296,9 +296,8 @@ class TurnRun:
         """Whether the next call goes at once to another target than this one's: a failure
         that routes around (``SWITCH_ON``) left a target that may serve. At most once per
         target in a run, so targets failing in turn end under the retry policy."""
-        if error.type not in SWITCH_ON or not alternates(self.turn.agent.fallbacks):
-            return False
-        if self.switches >= len(alternates(self.turn.agent.fallbacks)) + 1:
+        listed = alternates(self.turn.agent.fallbacks)
+        if error.type not in SWITCH_ON or not listed or self.switches > len(listed):
             return False
         if error.retry_after_ms is not None and self.binding is None:
             # Its wait first: the choice reads the journal.
