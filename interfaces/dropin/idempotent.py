@@ -14,7 +14,6 @@ paid twice). An answer over ``AGENTOPS_IDEMPOTENCY_RECORD_BYTES`` is not kept: i
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Coroutine
 from typing import Any
@@ -37,7 +36,6 @@ from agentops.idempotency import (
     idempotency_key_release,
 )
 from agentops.runtime import runtime
-from agentops.tokens import api_token_check
 from interfaces.dropin import views
 from interfaces.dropin.formats import ANTHROPIC, OPENAI, RESPONSES, Format, error
 from turns.dropin import DropinCall
@@ -127,15 +125,7 @@ async def idempotent(request: HttpRequest, fmt: Format) -> HttpResponseBase:
 
 def _claim(token_text: str, raw: str, fmt: Format, body: bytes) -> Claim | None:
     """The token (None when not valid: the endpoint's 401 follows), then the key claimed."""
-    token = (
-        views._cached(
-            views._tokens,
-            hashlib.sha256(token_text.encode()).hexdigest(),
-            lambda: api_token_check(token_text),
-        )
-        if token_text
-        else None
-    )
+    token = views.token_found(token_text)
     if token is None:
         return None
     key = idempotency_key_check(raw)

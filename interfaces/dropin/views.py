@@ -133,13 +133,22 @@ def _cached(cache: dict[Any, tuple[float, Any]], key: Any, find: Any) -> Any:
     return value
 
 
+def token_found(token_text: str) -> ApiToken | None:
+    """The valid token ``token_text`` names, from the 2 s cache (kept by its hash: the token
+    itself is not kept); None for none or one not valid."""
+    if not token_text:
+        return None
+    key = hashlib.sha256(token_text.encode()).hexdigest()
+    token: ApiToken | None = _cached(_tokens, key, lambda: api_token_check(token_text))
+    return token
+
+
 def look_up(
     token_text: str, body: dict[str, Any] | None, fmt: Format, headers: dict[str, str]
 ) -> Looked:
     """The token, then (for a well-formed body) the agent ``model`` names and, when it speaks
     this endpoint's format, the admission of its call: all in one thread hop."""
-    key = hashlib.sha256(token_text.encode()).hexdigest()  # the token itself is not kept
-    token = _cached(_tokens, key, lambda: api_token_check(token_text)) if token_text else None
+    token = token_found(token_text)
     looked = Looked(token=token)
     if token is None or body is None:
         return looked
