@@ -25,7 +25,7 @@ from django.utils import timezone
 from agentops.alerts import alert_raise
 from agentops.exceptions import bad_field
 from agentops.models import Agent, Budget, Project
-from agentops.prices import MTOK, Terms, decimal_text
+from agentops.prices import MTOK, Terms, decimal_amount, decimal_text
 
 logger = logging.getLogger(__name__)
 
@@ -343,17 +343,7 @@ def check_budget(body: Any) -> tuple[Decimal, str, Decimal]:
 
 
 def _decimal(field: str, value: Any) -> Decimal:
-    if value is None:
-        raise bad_field(field, "is required")
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise bad_field(field, 'must be a decimal string or a number (e.g. "10.00")')
-    try:
-        amount = Decimal(repr(value) if isinstance(value, float) else str(value).strip())
-    except ArithmeticError:
-        raise bad_field(field, f"{str(value)[:50]!r} is not a decimal amount") from None
-    if not amount.is_finite():
-        raise bad_field(field, "must be a finite amount")
-    return amount
+    return decimal_amount(field, value, example="10.00")
 
 
 def budget_put(

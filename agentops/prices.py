@@ -151,15 +151,13 @@ def price_in_force(*, provider_id: int | None, model: str, at: datetime) -> Term
     return runtime().part(PriceBook).in_force(provider_id=provider_id, model=model, at=at)
 
 
-def price_amount(field: str, value: Any, *, required: bool) -> Decimal | None:
-    """A price figure from the API: a decimal string or a number, finite, not negative, at most
-    ``PRICE_PLACES`` decimal places; else a 400 naming ``field``."""
+def decimal_amount(field: str, value: Any, *, example: str = "3.00") -> Decimal:
+    """An amount from the API (a price, a budget): a decimal string or a number, finite; else a
+    400 naming ``field``."""
     if value is None:
-        if required:
-            raise bad_field(field, "is required")
-        return None
+        raise bad_field(field, "is required")
     if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise bad_field(field, 'must be a decimal string or a number (e.g. "3.00")')
+        raise bad_field(field, f'must be a decimal string or a number (e.g. "{example}")')
     if isinstance(value, float) and not math.isfinite(value):
         raise bad_field(field, "must be a finite amount")
     try:
@@ -169,6 +167,15 @@ def price_amount(field: str, value: Any, *, required: bool) -> Decimal | None:
         raise bad_field(field, f"{str(value)[:50]!r} is not a decimal amount") from None
     if not amount.is_finite():
         raise bad_field(field, "must be a finite amount")
+    return amount
+
+
+def price_amount(field: str, value: Any, *, required: bool) -> Decimal | None:
+    """A price figure from the API: ``decimal_amount``, not negative, at most
+    ``PRICE_PLACES`` decimal places; else a 400 naming ``field``."""
+    if value is None and not required:
+        return None
+    amount = decimal_amount(field, value)
     if amount < 0:
         raise bad_field(field, "must not be negative")
     if amount >= PRICE_MAX:
