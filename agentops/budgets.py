@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -143,16 +144,18 @@ def _resets_at(b: Budget) -> datetime:
 
 
 def budget_reserve(
-    *, agent: Agent, amount: Decimal | None, now: datetime
-) -> list[Reserved] | Refused:
-    """Reserve ``amount`` (None: the call is unpriced and cannot be bounded) on the agent's
-    budget and its project's, under a row lock on each. Refused when a budget is held this
-    period or the reservation does not fit; then nothing is reserved anywhere."""
+    *, agent: Agent, worst_case: Callable[[], Decimal | None], now: datetime
+) -> tuple[list[Reserved] | Refused, Decimal | None]:
+    """Reserve the call's ``worst_case()`` (None: the call is unpriced and cannot be bounded)
+    on the agent's budget and its project's, under a row lock on each; returns what was
+    reserved and the amount. Refused when a budget is held this period or the reservation
+    does not fit; then nothing is reserved anywhere."""
     mine = Q(agent_id=agent.pk) | Q(project_id=agent.project_id)
     # Most calls have no budget: one plain read, no transaction (its BEGIN and COMMIT were two
-    # more round trips on every call's way out).
+    # more round trips on every call's way out), and no worst case worked out.
     if not Budget.objects.filter(mine).exists():
-        return []
+        return [], None
+    amount = worst_case()
     with transaction.atomic():
         budgets = list(
             Budget.objects.select_for_update(of=("self",))
@@ -161,7 +164,7 @@ def budget_reserve(
             .order_by("id")  # one lock order for every process: no deadlock
         )
         if not budgets:
-            return []
+            return [], amount
         refused: Refused | None = None
         for b in budgets:
             _rolled(b, now)
@@ -180,7 +183,7 @@ def budget_reserve(
                 b.save(
                     update_fields=["period_start", "spent", "reserved", "held_period", "held_at"]
                 )
-            return refused
+            return refused, amount
         done = []
         for b in budgets:
             if amount:
@@ -189,7 +192,7 @@ def budget_reserve(
             b.save(update_fields=["period_start", "spent", "reserved", "warned_period"])
             if amount:
                 done.append(Reserved(b.pk, b.period_start, amount))
-        return done
+        return done, amount
 
 
 def budget_settle(*, reserved: list[Reserved], cost: Decimal | None, agent: str) -> None:

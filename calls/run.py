@@ -22,6 +22,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from decimal import Decimal
 from functools import partial
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -174,14 +175,17 @@ class ProviderCall:
         """The call's worst case reserved on its budgets (architecture.md §18), or, when a
         budget is spent, the result of a call never sent (an error, not retryable)."""
         now = timezone.now()
-        terms = price_in_force(provider_id=self.provider.pk, model=self.request.model, at=now)
-        amount = None
-        if terms is not None:
+
+        def worst_case() -> Decimal | None:  # worked out only when a budget counts the call
+            terms = price_in_force(provider_id=self.provider.pk, model=self.request.model, at=now)
+            if terms is None:
+                return None
             # The body's size in bytes bounds its tokens: a token is at least a byte.
             given = len(json.dumps(self.wire.body, ensure_ascii=False).encode())
             most = self.request.max_tokens or settings.AGENTOPS_BUDGET_DEFAULT_MAX_TOKENS
-            amount = reservation_amount(input_tokens=given, max_tokens=most, terms=terms)
-        outcome = budget_reserve(agent=self.agent, amount=amount, now=now)
+            return reservation_amount(input_tokens=given, max_tokens=most, terms=terms)
+
+        outcome, amount = budget_reserve(agent=self.agent, worst_case=worst_case, now=now)
         if isinstance(outcome, list):
             self.reserved = outcome
             if outcome:
