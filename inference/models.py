@@ -148,7 +148,9 @@ class InferenceCall(models.Model):
         verbose_name = "inference call"
         # The routing's read: a target's latest calls for an agent (turns.routing).
         indexes = [
-            models.Index(fields=["agent", "provider", "model", "-id"], name="call_target_latest")
+            models.Index(fields=["agent", "provider", "model", "-id"], name="call_target_latest"),
+            # GET /spend and the spend page read calls by when they ended.
+            models.Index(fields=["ended_at"], name="call_ended_at"),
         ]
 
     def __str__(self) -> str:
