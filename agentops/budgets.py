@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -100,14 +100,22 @@ class Reserved:
 
 @dataclass(frozen=True)
 class Refused:
-    """Why a call is not sent: the budget it would breach and when it resets."""
+    """Why a call is not sent: the budget it would breach and when it resets. ``edge``: the
+    budget is not held, because another of the agent's targets still fits what it has left
+    (§18.4): the call goes there instead."""
 
     budget_id: int
     owner: str
     resets_at: datetime
+    edge: bool = False
 
     @property
     def reason(self) -> str:
+        if self.edge:
+            return (
+                f"budget: this call's worst case is over what {self.owner}'s budget has left "
+                f"until {self.resets_at.isoformat()}; a cheaper alternate of the agent's serves"
+            )
         return (
             f"budget: {self.owner}'s budget is spent until {self.resets_at.isoformat()}; "
             "an operator may raise it (PUT .../budget) or release the hold (POST /waits/release)"
@@ -144,12 +152,18 @@ def _resets_at(b: Budget) -> datetime:
 
 
 def budget_reserve(
-    *, agent: Agent, worst_case: Callable[[], Decimal | None], now: datetime
+    *,
+    agent: Agent,
+    worst_case: Callable[[], Decimal | None],
+    now: datetime,
+    others: Callable[[], list[Decimal]] = list,
 ) -> tuple[list[Reserved] | Refused, Decimal | None]:
     """Reserve the call's ``worst_case()`` (None: the call is unpriced and cannot be bounded)
     on the agent's budget and its project's, under a row lock on each; returns what was
     reserved and the amount. Refused when a budget is held this period or the reservation
-    does not fit; then nothing is reserved anywhere."""
+    does not fit; then nothing is reserved anywhere. A reservation that does not fit breaches
+    the budget (it holds) unless the smallest of ``others()``, the same request's worst case
+    on the agent's other priced targets, fits every budget: then it is refused at the edge."""
     mine = Q(agent_id=agent.pk) | Q(project_id=agent.project_id)
     # Most calls have no budget: one plain read, no transaction (its BEGIN and COMMIT were two
     # more round trips on every call's way out), and no worst case worked out.
@@ -166,15 +180,17 @@ def budget_reserve(
         if not budgets:
             return [], amount
         refused: Refused | None = None
+        held = False
         for b in budgets:
             _rolled(b, now)
-            over = (
-                amount is not None
-                and b.released_period != b.period_start
-                and not fits(spent=b.spent, reserved=b.reserved, more=amount, amount=b.amount)
-            )
-            if b.held_period == b.period_start or over:
+            held = held or b.held_period == b.period_start
+            if held or (amount is not None and not _fits(b, amount)):
                 refused = refused or Refused(b.pk, _owner(b), _resets_at(b))
+        if refused is not None and not held and _cheaper_fits(budgets, others):
+            refused = replace(refused, edge=True)
+            for b in budgets:
+                b.save(update_fields=["period_start", "spent", "reserved"])
+            return refused, amount
         if refused is not None:
             transaction.on_commit(_changed)
             for b in budgets:
@@ -193,6 +209,44 @@ def budget_reserve(
             if amount:
                 done.append(Reserved(b.pk, b.period_start, amount))
         return done, amount
+
+
+def _fits(b: Budget, amount: Decimal) -> bool:
+    """Whether ``amount`` more fits the budget this period (a released budget fits anything)."""
+    return b.released_period == b.period_start or fits(
+        spent=b.spent, reserved=b.reserved, more=amount, amount=b.amount
+    )
+
+
+def _cheaper_fits(budgets: list[Budget], others: Callable[[], list[Decimal]]) -> bool:
+    """Whether another target's worst case fits every budget: the call goes there (§18.4)."""
+    least = min(others(), default=None)
+    return least is not None and all(_fits(b, least) for b in budgets)
+
+
+def budget_edge_held(*, agent: Agent, now: datetime) -> None:
+    """Hold the agent's tightest budget: its call was refused at the edge, but the cheaper
+    target it was meant for could not serve (held or down), so nothing may go out now. The
+    tightest (least left) is one the refused call did not fit."""
+    with transaction.atomic():
+        budgets = list(
+            Budget.objects.select_for_update(of=("self",))
+            .select_related("agent", "project")
+            .filter(Q(agent_id=agent.pk) | Q(project_id=agent.project_id))
+            .order_by("id")
+        )
+        for b in budgets:
+            _rolled(b, now)
+        open_ = [
+            b
+            for b in budgets
+            if b.held_period != b.period_start and b.released_period != b.period_start
+        ]
+        if not open_:
+            return
+        tightest = min(open_, key=lambda b: b.amount - b.spent - b.reserved)
+        _breach(tightest, agent=agent.name, now=now)
+        tightest.save(update_fields=["period_start", "spent", "reserved", "held_period", "held_at"])
 
 
 def budget_settle(*, reserved: list[Reserved], cost: Decimal | None, agent: str) -> None:

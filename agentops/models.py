@@ -153,6 +153,15 @@ class Agent(models.Model):
         known = [w for w in (self.context_window, self.context_learned_window) if w]
         return min(known) if known else None
 
+    def targets(self) -> list[tuple[int, str]]:
+        """The (provider id, model) of the agent's own target and of its stored alternates."""
+        listed = self.fallbacks if isinstance(self.fallbacks, list) else []
+        return [(self.provider_id, self.model)] + [
+            (f["provider_id"], str(f.get("model")))
+            for f in listed
+            if isinstance(f, dict) and isinstance(f.get("provider_id"), int)
+        ]
+
 
 class HistoryRow(models.Model):
     class Role(models.TextChoices):

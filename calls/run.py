@@ -176,8 +176,9 @@ class ProviderCall:
         budget is spent, the result of a call never sent (an error, not retryable)."""
         now = timezone.now()
 
-        def worst_case() -> Decimal | None:  # worked out only when a budget counts the call
-            terms = price_in_force(provider_id=self.provider.pk, model=self.request.model, at=now)
+        def on(provider_id: int, model: str) -> Decimal | None:
+            """The request's worst case on a target (worked out only when a budget counts it)."""
+            terms = price_in_force(provider_id=provider_id, model=model, at=now)
             if terms is None:
                 return None
             # The body's size in bytes bounds its tokens: a token is at least a byte.
@@ -185,7 +186,18 @@ class ProviderCall:
             most = self.request.max_tokens or settings.AGENTOPS_BUDGET_DEFAULT_MAX_TOKENS
             return reservation_amount(input_tokens=given, max_tokens=most, terms=terms)
 
-        outcome, amount = budget_reserve(agent=self.agent, worst_case=worst_case, now=now)
+        def others() -> list[Decimal]:
+            """The same request's worst case on the agent's other priced targets (§18.4)."""
+            mine = (self.provider.pk, self.request.model)
+            found = [on(t, m) for t, m in self.agent.targets() if (t, m) != mine]
+            return [amount for amount in found if amount is not None]
+
+        outcome, amount = budget_reserve(
+            agent=self.agent,
+            worst_case=partial(on, self.provider.pk, self.request.model),
+            now=now,
+            others=list if self.kind == InferenceCall.Kind.PROBE else others,
+        )
         if isinstance(outcome, list):
             self.reserved = outcome
             if outcome:
@@ -196,8 +208,8 @@ class ProviderCall:
             outcome="error",
             timeline=Timeline(sent=at, ended=at),
             error=ProviderError(
-                type="budget",
-                provider_code="budget_exceeded",
+                type="budget_edge" if outcome.edge else "budget",
+                provider_code="budget_edge" if outcome.edge else "budget_exceeded",
                 retryable=False,
                 message=outcome.reason,
             ),

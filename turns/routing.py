@@ -15,8 +15,9 @@ from typing import Any, Final
 
 # A failure of these kinds makes a target down at once: its key or credit is refused, it was
 # silent or cut (a silent model is not called twice in a row; a cut answer starts over
-# elsewhere), or it said "not now" without saying for how long.
-DOWN_AT_ONCE: Final = frozenset({"auth", "quota", "timeout"})
+# elsewhere), it said "not now" without saying for how long, or its worst case is over what
+# the agent's budget has left while a cheaper target's fits (§18.4; never sent).
+DOWN_AT_ONCE: Final = frozenset({"auth", "quota", "timeout", "budget_edge"})
 # These make it down when its two latest calls both failed so (a lone 5xx may be a blip).
 DOWN_TWICE: Final = frozenset({"server", "overloaded", "network"})
 # The failures after which a call goes to another target: never a refusal of the request
@@ -66,6 +67,8 @@ def down_until(latest: Sequence[Failure], *, retry_after_ms: float) -> tuple[flo
     kind = last.kind
     if kind == "rate_limit" and not last.stated_wait:
         why = "a 429 without a stated wait"
+    elif kind == "budget_edge":
+        why = "its worst case is over what the budget has left"
     elif kind in DOWN_AT_ONCE:
         why = f"a {kind} failure"
     elif kind in DOWN_TWICE and last.after_content:

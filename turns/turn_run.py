@@ -28,7 +28,9 @@ from functools import partial
 from typing import Final, TypeVar
 
 from django.conf import settings
+from django.utils import timezone
 
+from agentops.budgets import budget_edge_held
 from agentops.models import Agent
 from agentops.runtime import Runtime, Wake
 from calls.run import ProviderCall, Watch
@@ -241,6 +243,13 @@ class TurnRun:
             return Step.ADMIT
         now_ms = time.time() * 1000
         if await self._switched(error, now_ms):
+            return Step.ADMIT
+        if error.type == "budget_edge" and turn.agent.kind != Agent.Kind.EPHEMERAL:
+            # The cheaper target it was refused for cannot serve now (held or down): nothing
+            # fits the budget, so it holds as if spent (§18.4), and admission holds the turn.
+            await self._durably(
+                "hold the budget", partial(budget_edge_held, agent=turn.agent, now=timezone.now())
+            )
             return Step.ADMIT
         policy = _policy_settings()
         decision, self.retry = decide(

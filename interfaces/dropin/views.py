@@ -340,6 +340,12 @@ def _answered(fmt: Format, result: CallResult | None, wire: tuple[str, Any] | No
             extra={"retryable": False, "until": until},
             headers={**wait_headers(left), "x-should-retry": "false"},
         )
+    if failure is not None and failure.type == "budget_edge":
+        # Not sent: only a cheaper target of another wire format fits what the budget has left
+        # (§18.4). Not held, so no reset instant; an SDK's retry would be refused the same.
+        return error(
+            fmt, 429, message, extra={"retryable": False}, headers={"x-should-retry": "false"}
+        )
     if result.outcome == "cut" and result.bound is not None:
         return error(
             fmt, 504, message, code=result.bound.value, extra={"bound": result.bound.value}
