@@ -23,7 +23,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from decimal import Decimal
-from functools import partial
+from functools import cache, partial
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -176,15 +176,18 @@ class ProviderCall:
         budget is spent, the result of a call never sent (an error, not retryable)."""
         now = timezone.now()
 
+        @cache
+        def given() -> int:
+            # The body's size in bytes bounds its tokens: a token is at least a byte.
+            return len(json.dumps(self.wire.body, ensure_ascii=False).encode())
+
         def on(provider_id: int, model: str) -> Decimal | None:
             """The request's worst case on a target (worked out only when a budget counts it)."""
             terms = price_in_force(provider_id=provider_id, model=model, at=now)
             if terms is None:
                 return None
-            # The body's size in bytes bounds its tokens: a token is at least a byte.
-            given = len(json.dumps(self.wire.body, ensure_ascii=False).encode())
             most = self.request.max_tokens or settings.AGENTOPS_BUDGET_DEFAULT_MAX_TOKENS
-            return reservation_amount(input_tokens=given, max_tokens=most, terms=terms)
+            return reservation_amount(input_tokens=given(), max_tokens=most, terms=terms)
 
         def others() -> list[Decimal]:
             """The same request's worst case on the agent's other priced targets (§18.4)."""
