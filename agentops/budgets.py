@@ -76,10 +76,12 @@ def period_bounds(period: str, at: datetime, tz: str) -> tuple[datetime, datetim
 
 
 def reservation_amount(*, input_tokens: int, max_tokens: int, terms: Terms) -> Decimal:
-    """A call's worst case: its input estimate at the input price and ``max_tokens`` at the
-    dearer of the output and reasoning prices (its output may all be reasoning)."""
+    """A call's worst case: its input estimate at the dearest of the input, cached-input and
+    cache-write prices (any of its input may be either) and ``max_tokens`` at the dearer of the
+    output and reasoning prices (its output may all be reasoning)."""
+    given = max(p for p in (terms.input, terms.cached_input, terms.cache_write) if p is not None)
     out = max(terms.output, terms.reasoning if terms.reasoning is not None else terms.output)
-    return ((input_tokens * terms.input + max_tokens * out) / MTOK).quantize(Decimal("1e-12"))
+    return ((input_tokens * given + max_tokens * out) / MTOK).quantize(Decimal("1e-12"))
 
 
 def fits(*, spent: Decimal, reserved: Decimal, more: Decimal, amount: Decimal) -> bool:

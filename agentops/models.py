@@ -65,8 +65,11 @@ class Price(models.Model):
     # cost (tokens x price / 10^6) then has at most 12, which InferenceCall.cost holds exactly.
     input_per_mtok = models.DecimalField(max_digits=18, decimal_places=6, validators=NOT_NEGATIVE)
     output_per_mtok = models.DecimalField(max_digits=18, decimal_places=6, validators=NOT_NEGATIVE)
-    # Null: billed at the input (cached) or output (reasoning) price.
+    # Null: billed at the input (cached, cache writes) or output (reasoning) price.
     cached_input_per_mtok = models.DecimalField(
+        max_digits=18, decimal_places=6, null=True, blank=True, validators=NOT_NEGATIVE
+    )
+    cache_write_per_mtok = models.DecimalField(
         max_digits=18, decimal_places=6, null=True, blank=True, validators=NOT_NEGATIVE
     )
     reasoning_per_mtok = models.DecimalField(

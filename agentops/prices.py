@@ -31,7 +31,13 @@ PRICE_PLACES = Price._meta.get_field("input_per_mtok").decimal_places or 6
 _PRICE_DIGITS = Price._meta.get_field("input_per_mtok").max_digits or 18
 PRICE_MAX = Decimal(10) ** (_PRICE_DIGITS - PRICE_PLACES)
 MTOK = 1_000_000
-PRICE_FIELDS = ("input_per_mtok", "output_per_mtok", "cached_input_per_mtok", "reasoning_per_mtok")
+PRICE_FIELDS = (
+    "input_per_mtok",
+    "output_per_mtok",
+    "cached_input_per_mtok",
+    "cache_write_per_mtok",
+    "reasoning_per_mtok",
+)
 
 
 class Basis(StrEnum):
@@ -54,6 +60,7 @@ class Terms:
     reasoning: Decimal | None
     currency: str
     effective_from: datetime
+    cache_write: Decimal | None = None
 
 
 @dataclass(frozen=True)
@@ -74,10 +81,12 @@ def call_cost(
     cached_input_tokens: int | None,
     answered: bool,
     terms: Terms | None,
+    cache_write_tokens: int | None = None,
 ) -> Cost:
-    """The cost of a call. Input counts cached input and output counts reasoning (as recorded,
-    calls.adapters), so each part is billed once at its own price: cached input at the cached
-    price (the input price when none is set), reasoning at the reasoning price (else output).
+    """The cost of a call. Input counts cached input and cache writes, and output counts
+    reasoning (as recorded, calls.adapters), so each part is billed once at its own price:
+    cached input at the cached price and cache writes at the cache-write price (the input price
+    when none is set), reasoning at the reasoning price (else output).
     A call with no usage costs 0 when the provider answered nothing (``answered`` false), else
     it is unknown (None): a model that answered was paid for, whatever it reported."""
     if input_tokens is None and output_tokens is None:
@@ -88,14 +97,16 @@ def call_cost(
         return Cost(None, None, Basis.UNPRICED)
     given = input_tokens or 0
     cached = min(cached_input_tokens or 0, given)
+    written = min(cache_write_tokens or 0, given - cached)
     out = output_tokens or 0
     reasoning = min(reasoning_tokens or 0, out)
     # Token counts reach 2^63 and prices 18 digits: enough precision that nothing is rounded.
     with localcontext() as ctx:
         ctx.prec = 60
         total = (
-            (given - cached) * terms.input
+            (given - cached - written) * terms.input
             + cached * (terms.cached_input if terms.cached_input is not None else terms.input)
+            + written * (terms.cache_write if terms.cache_write is not None else terms.input)
             + (out - reasoning) * terms.output
             + reasoning * (terms.reasoning if terms.reasoning is not None else terms.output)
         )
@@ -109,6 +120,7 @@ def _terms(p: Price) -> Terms:
         output=p.output_per_mtok,
         cached_input=p.cached_input_per_mtok,
         reasoning=p.reasoning_per_mtok,
+        cache_write=p.cache_write_per_mtok,
         currency=p.currency,
         effective_from=p.effective_from,
     )

@@ -99,7 +99,13 @@ _COST = InferenceCall._meta.get_field("cost")
 COST_LIMIT = Decimal(10) ** ((_COST.max_digits or 30) - (_COST.decimal_places or 12))
 
 
-USAGE_FIELDS = ("input_tokens", "output_tokens", "reasoning_tokens", "cached_input_tokens")
+USAGE_FIELDS = (
+    "input_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "cached_input_tokens",
+    "cache_write_tokens",
+)
 
 
 def _stop_reason(result: CallResult) -> str:
@@ -139,6 +145,7 @@ def unstorable_fields(result: CallResult, exc: BaseException) -> dict[str, Any]:
         "output_tokens": None,
         "reasoning_tokens": None,
         "cached_input_tokens": None,
+        "cache_write_tokens": None,
     }
 
 

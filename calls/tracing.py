@@ -163,6 +163,7 @@ def attempt_traced(
         ("gen_ai.usage.output_tokens", usage.output_tokens),
         ("gen_ai.usage.reasoning.output_tokens", usage.reasoning_tokens),
         ("gen_ai.usage.cache_read.input_tokens", usage.cached_input_tokens),
+        ("gen_ai.usage.cache_creation.input_tokens", usage.cache_write_tokens),
     ):
         if count is not None:
             attributes[name] = count

@@ -82,6 +82,7 @@ class TokenUsage:
     output_tokens: int | None = None
     reasoning_tokens: int | None = None
     cached_input_tokens: int | None = None
+    cache_write_tokens: int | None = None  # input written to the provider's cache
 
     def as_dict(self) -> dict[str, int | None]:
         return {
@@ -89,6 +90,7 @@ class TokenUsage:
             "output_tokens": self.output_tokens,
             "reasoning_tokens": self.reasoning_tokens,
             "cached_input_tokens": self.cached_input_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
         }
 
 

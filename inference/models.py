@@ -124,11 +124,13 @@ class InferenceCall(models.Model):
     # answered, refused, unclear, set_aside, withdrawn or aborted. Empty for other calls.
     probe_verdict = models.CharField(max_length=20, blank=True, default="")
     # Token usage as the provider reported it (calls.adapters, each format's usage);
-    # null when it reported none, never 0 in its place. Input counts cached input too.
+    # null when it reported none, never 0 in its place. Input counts cached input and the
+    # input written to a cache (Anthropic's cache_creation_input_tokens) too.
     input_tokens = models.PositiveBigIntegerField(null=True, blank=True)
     output_tokens = models.PositiveBigIntegerField(null=True, blank=True)
     reasoning_tokens = models.PositiveBigIntegerField(null=True, blank=True)
     cached_input_tokens = models.PositiveBigIntegerField(null=True, blank=True)
+    cache_write_tokens = models.PositiveBigIntegerField(null=True, blank=True)
     # What the call cost (calls.records, architecture.md §17), in the price's currency, with the
     # price it used: null while in flight and when it cannot be known (no price in force, or no
     # usage reported by a call that got an answer), never 0 in its place; 0 with no price for a

@@ -29,7 +29,7 @@ from waits.clock import clock_ms
 from waits.selectors import binding_waits
 
 # The token counts of a call row (``<type>_tokens``), as the ``type`` label of agentops_tokens.
-TOKEN_TYPES: tuple[str, ...] = ("input", "output", "reasoning", "cached_input")
+TOKEN_TYPES: tuple[str, ...] = ("input", "output", "reasoning", "cached_input", "cache_write")
 CUT_LATENESS_BUCKETS_MS: tuple[float, ...] = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000)
 
 IN_FLIGHT = "in_flight"  # the outcome label of a call that has none yet
@@ -85,7 +85,7 @@ class DatabaseCollector(Collector):
         tokens = CounterMetricFamily(
             "agentops_tokens",
             "Tokens the providers reported, by agent, model, call kind and type "
-            "(input, output, reasoning, cached_input); calls that reported none add nothing.",
+            "(input, output, reasoning, cached_input, cache_write); calls that reported none add nothing.",
             labels=["agent", "model", "kind", "type"],
         )
         sums = {kind: Sum(f"{kind}_tokens") for kind in TOKEN_TYPES}

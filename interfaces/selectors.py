@@ -318,4 +318,5 @@ def call_usage(call: InferenceCall) -> dict[str, int | None]:
         "output_tokens": call.output_tokens,
         "reasoning_tokens": call.reasoning_tokens,
         "cached_input_tokens": call.cached_input_tokens,
+        "cache_write_tokens": call.cache_write_tokens,
     }

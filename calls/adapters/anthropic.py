@@ -127,6 +127,7 @@ class AnthropicAdapter:
             output_tokens=token_count(raw.get("output_tokens")),
             reasoning_tokens=None,
             cached_input_tokens=read,
+            cache_write_tokens=written,
         )
 
 

@@ -58,6 +58,7 @@ class AnthropicWire:
         self._index = -1
         self._open: str | None = None
         self._out_chars = 0
+        self.cache_read = self.cache_write = 0  # the scenario's, part of input_tokens above
 
     # -- ids, usage ---------------------------------------------------------
     def new_tool_id(self) -> str:
@@ -67,11 +68,12 @@ class AnthropicWire:
         return (b"request-id", random_id("req_01", 22).encode())
 
     def _usage(self, output_tokens: int) -> dict[str, Any]:
+        # Anthropic's input_tokens leaves the cache's reads and writes out.
         return {
-            "input_tokens": self.input_tokens,
+            "input_tokens": max(0, self.input_tokens - self.cache_read - self.cache_write),
             "output_tokens": output_tokens,
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": self.cache_write,
+            "cache_read_input_tokens": self.cache_read,
         }
 
     def _message(self, content: list[dict[str, Any]], stop: str | None, out: int) -> dict[str, Any]:

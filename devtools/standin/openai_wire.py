@@ -41,6 +41,7 @@ class OpenAIWire:
         self._tool_index = -1
         self._out_chars = 0
         self._reasoning_chars = 0
+        self.cache_read = self.cache_write = 0  # the scenario's (OpenAI reports no writes)
 
     # -- ids, usage ---------------------------------------------------------
     def new_tool_id(self) -> str:
@@ -54,7 +55,7 @@ class OpenAIWire:
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": completion_tokens,
             "total_tokens": self.prompt_tokens + completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": 0},
+            "prompt_tokens_details": {"cached_tokens": min(self.cache_read, self.prompt_tokens)},
             "completion_tokens_details": {"reasoning_tokens": reasoning_tokens},
         }
 

@@ -79,6 +79,8 @@ async def play_scenario(
     ``times`` and ``sequence``; ``DELETE /_standin/requests`` clears them).
     """
     kind = sc.kind
+    if "cache_read" in sc.params:  # answer and think: the usage they report
+        wire.cache_read, wire.cache_write = sc.get_int("cache_read"), sc.get_int("cache_write")
     if kind == "sequence":
         # The n-th request carrying this exact scenario plays step n; the last step repeats.
         count = counters.get(sc.raw, 0) + 1

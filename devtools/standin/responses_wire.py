@@ -86,7 +86,7 @@ class ResponsesWire(OpenAIWire):
     def responses_usage(self, output_tokens: int, reasoning_tokens: int) -> dict[str, Any]:
         return {
             "input_tokens": self.prompt_tokens,
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": {"cached_tokens": min(self.cache_read, self.prompt_tokens)},
             "output_tokens": output_tokens,
             "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
             "total_tokens": self.prompt_tokens + output_tokens,

@@ -116,6 +116,9 @@ def _answer_params() -> dict[str, Param]:
         "chunks": _positive(3),
         "interval_ms": _nonneg(10),
         "delay_ms": _nonneg(0),
+        # Input tokens reported as read from and written to the provider's prompt cache.
+        "cache_read": _nonneg(0),
+        "cache_write": _nonneg(0),
     }
 
 

@@ -150,6 +150,7 @@ class PriceAdmin(admin.ModelAdmin):
         "input_per_mtok",
         "output_per_mtok",
         "cached_input_per_mtok",
+        "cache_write_per_mtok",
         "reasoning_per_mtok",
         "currency",
         "effective_from",

@@ -192,6 +192,7 @@ class InferenceCallAdmin(ReadOnlyAdmin):
                     "output_tokens",
                     "reasoning_tokens",
                     "cached_input_tokens",
+                    "cache_write_tokens",
                 )
             },
         ),

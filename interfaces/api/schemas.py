@@ -225,6 +225,7 @@ class CallUsage(BaseModel):
     output_tokens: int | None
     reasoning_tokens: int | None
     cached_input_tokens: int | None
+    cache_write_tokens: int | None
 
 
 class CallOut(BaseModel):

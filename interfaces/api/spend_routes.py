@@ -28,7 +28,7 @@ router = Router()
 
 PRICE_SHAPE = (
     "{provider, model, input_per_mtok, output_per_mtok, cached_input_per_mtok?, "
-    "reasoning_per_mtok?, currency?, effective_from?}"
+    "cache_write_per_mtok?, reasoning_per_mtok?, currency?, effective_from?}"
 )
 PRICE_KEYS = {"provider", "model", *PRICE_FIELDS, "currency", "effective_from"}
 
@@ -41,6 +41,7 @@ class PriceIn(Schema):
     input_per_mtok: str | float
     output_per_mtok: str | float
     cached_input_per_mtok: str | float | None = None
+    cache_write_per_mtok: str | float | None = None
     reasoning_per_mtok: str | float | None = None
     currency: str | None = "USD"
     effective_from: datetime | None = None
@@ -53,6 +54,7 @@ class PriceOut(BaseModel):
     input_per_mtok: str
     output_per_mtok: str
     cached_input_per_mtok: str | None
+    cache_write_per_mtok: str | None
     reasoning_per_mtok: str | None
     currency: str
     effective_from: datetime

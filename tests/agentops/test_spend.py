@@ -17,6 +17,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from agentops.budgets import reservation_amount
 from agentops.models import Agent, HistoryRow, Price, Provider
 from agentops.prices import Basis, Terms, call_cost
 from agentops.tokens import api_token_create
@@ -53,15 +54,18 @@ def priced(api: Client, provider: str, model: str, **amounts: Any) -> dict[str, 
 
 def expected_cost(row: InferenceCall, price: dict[str, Any]) -> Decimal:
     """The cost worked out here from the row's usage, part by part (not by the code under
-    test): cached input is part of input and reasoning part of output."""
+    test): cached input and cache writes are part of input and reasoning part of output."""
     p = {k: Decimal(str(v)) for k, v in price.items() if k.endswith("_per_mtok") and v is not None}
     cached_at = p.get("cached_input_per_mtok", p["input_per_mtok"])
+    written_at = p.get("cache_write_per_mtok", p["input_per_mtok"])
     reasoning_at = p.get("reasoning_per_mtok", p["output_per_mtok"])
     inp, out = row.input_tokens or 0, row.output_tokens or 0
     cached, reasoning = row.cached_input_tokens or 0, row.reasoning_tokens or 0
+    written = row.cache_write_tokens or 0
     total = (
-        (inp - cached) * p["input_per_mtok"]
+        (inp - cached - written) * p["input_per_mtok"]
         + cached * cached_at
+        + written * written_at
         + (out - reasoning) * p["output_per_mtok"]
         + reasoning * reasoning_at
     )
@@ -107,6 +111,7 @@ def cost(terms: Terms | None = TERMS, *, answered: bool = True, **usage: int | N
         "output_tokens": None,
         "reasoning_tokens": None,
         "cached_input_tokens": None,
+        "cache_write_tokens": None,
     }
     counts.update(usage)
     return call_cost(**counts, answered=answered, terms=terms)  # type: ignore[arg-type]
@@ -130,6 +135,24 @@ def test_cached_and_reasoning_fall_back_to_the_input_and_output_prices() -> None
         plain, input_tokens=100, cached_input_tokens=40, output_tokens=10, reasoning_tokens=4
     )
     assert got.amount == Decimal("0.00045")  # (100 x 3 + 10 x 15) / 10^6
+
+
+def test_cache_writes_are_billed_at_their_own_price_else_at_the_input_price() -> None:
+    written = Terms(**{**TERMS.__dict__, "cache_write": Decimal("3.75")})
+    got = cost(written, input_tokens=1000, cached_input_tokens=200, cache_write_tokens=300)
+    # 500 x 3 + 200 x 0.3 + 300 x 3.75, per million.
+    assert got.amount == Decimal("0.002685")
+    plain = cost(input_tokens=1000, cached_input_tokens=200, cache_write_tokens=300)
+    assert plain.amount == Decimal("0.00246")  # (800 x 3 + 200 x 0.3) / 10^6
+
+
+def test_a_reservation_bills_every_input_token_at_the_dearest_input_price() -> None:
+    # A cache write dearer than input: the worst case must cover an input all written.
+    dear_writes = Terms(**{**TERMS.__dict__, "cache_write": Decimal("6")})
+    worst = reservation_amount(input_tokens=1000, max_tokens=100, terms=dear_writes)
+    assert worst == Decimal("0.0075")  # 1000 x 6 + 100 x 15, per million
+    real = cost(dear_writes, input_tokens=1000, cache_write_tokens=1000, output_tokens=100)
+    assert real.amount == worst
 
 
 def test_below_the_cent_nothing_is_rounded() -> None:
@@ -450,6 +473,25 @@ def test_a_messages_call_is_costed(
     row = dropin_row(agent)
     assert_costed(row, price)
     assert Decimal(spend_of(api, agent.name)["cost"]) == row.cost
+
+
+def test_a_messages_call_with_cache_reads_and_writes_is_costed_part_by_part(
+    api: Client, server: str, user_token: str, make_agent: Any
+) -> None:
+    model = "answer:cache_read=4,cache_write=6"
+    price = priced(api, "standin-anthropic", model, **PRICE, cache_write_per_mtok="3.75")
+    assert price["cache_write_per_mtok"] == "3.75"
+    agent = make_agent(provider="anthropic", model=model)
+    client = anthropic.Anthropic(base_url=server, api_key=user_token, max_retries=0, timeout=20)
+    client.messages.create(
+        model=agent.name,
+        max_tokens=100,
+        messages=[{"role": "user", "content": "a question long enough to have cached parts"}],
+    )
+    row = dropin_row(agent)
+    assert (row.cached_input_tokens, row.cache_write_tokens) == (4, 6)
+    assert row.input_tokens is not None and row.input_tokens > 10
+    assert_costed(row, price)
 
 
 def test_a_responses_call_is_costed(

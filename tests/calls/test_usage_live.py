@@ -46,6 +46,7 @@ def reported(kind: str, standin: str, body: dict[str, Any]) -> dict[str, Any]:
             "output_tokens": usage["completion_tokens"],
             "reasoning_tokens": usage["completion_tokens_details"]["reasoning_tokens"],
             "cached_input_tokens": usage["prompt_tokens_details"]["cached_tokens"],
+            "cache_write_tokens": None,
         }
     if kind == "anthropic":
         return {
@@ -55,12 +56,14 @@ def reported(kind: str, standin: str, body: dict[str, Any]) -> dict[str, Any]:
             "output_tokens": usage["output_tokens"],
             "reasoning_tokens": None,
             "cached_input_tokens": usage["cache_read_input_tokens"],
+            "cache_write_tokens": usage["cache_creation_input_tokens"],
         }
     return {
         "input_tokens": usage["input_tokens"],
         "output_tokens": usage["output_tokens"],
         "reasoning_tokens": usage["output_tokens_details"]["reasoning_tokens"],
         "cached_input_tokens": usage["input_tokens_details"]["cached_tokens"],
+        "cache_write_tokens": None,
     }
 
 
@@ -90,6 +93,7 @@ def test_a_turns_call_carries_the_usage_the_provider_reported(
         row.output_tokens,
         row.reasoning_tokens,
         row.cached_input_tokens,
+        row.cache_write_tokens,
     ) == tuple(expected.values())
 
 
@@ -135,6 +139,7 @@ def test_a_call_that_reported_no_usage_shows_null_never_zero(
         "output_tokens": None,
         "reasoning_tokens": None,
         "cached_input_tokens": None,
+        "cache_write_tokens": None,
     }
 
 
@@ -152,12 +157,14 @@ def test_anthropic_input_counts_cache_reads_and_writes() -> None:
         "output_tokens": 7,
         "reasoning_tokens": None,
         "cached_input_tokens": 100,
+        "cache_write_tokens": 5,
     }
     assert AnthropicAdapter().usage({"output_tokens": "x"}).as_dict() == {
         "input_tokens": None,
         "output_tokens": None,
         "reasoning_tokens": None,
         "cached_input_tokens": None,
+        "cache_write_tokens": None,
     }
 
 
