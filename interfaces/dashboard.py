@@ -14,8 +14,9 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Count, Q
 
+from agentops.budgets import budget_out
 from agentops.live import REASON_LIMIT, hold_out
-from agentops.models import Agent, Alert, HistoryRow, Provider
+from agentops.models import Agent, Alert, Budget, HistoryRow, Provider
 from agentops.selectors import alert_json
 from agentops.text import bound_text
 from breaker.models import BreakerState
@@ -23,6 +24,7 @@ from calls.events import call_live_out
 from calls.progress import call_progress_read
 from inference.models import InferenceCall
 from interfaces.selectors import turns_waiting
+from interfaces.spend import spend_currency, spend_today_by_agent, spend_total
 from turns.context.selectors import last_input_tokens
 from turns.serving import serving_out
 from waits.selectors import binding_waits
@@ -38,8 +40,11 @@ def _ms(value: datetime | None) -> float | None:
 
 def dashboard_snapshot(*, now_ms: float) -> dict[str, Any]:
     """Everything the page shows, read now: in-flight calls, binding holds, each agent's
-    breaker and the newest alerts. A fixed handful of queries whatever the number of rows."""
+    breaker and spend of today, today's total and the newest alerts. A fixed handful of
+    queries whatever the number of rows."""
     readable, waits = binding_waits(now_ms=now_ms)
+    now = datetime.fromtimestamp(now_ms / 1000, tz=UTC)
+    day, spent = spend_today_by_agent(now=now)
     return {
         "type": "snapshot",
         "now_ms": now_ms,
@@ -58,7 +63,14 @@ def dashboard_snapshot(*, now_ms: float) -> dict[str, Any]:
         "journal_readable": readable,
         # Turns whose next call waits (pacing after a 429, a retry delay, a re-arm), and why.
         "waiting": turns_waiting(now=datetime.fromtimestamp(now_ms / 1000, tz=UTC)),
-        "breakers": _breakers(),
+        "breakers": _breakers(now=now, spent=spent),
+        # Today's spend of every agent (disposed ones too), the local day of the budgets' zone.
+        "spend_today": {
+            **spend_total(list(spent.values())),
+            "day": day,
+            "zone": settings.AGENTOPS_BUDGET_TIME_ZONE,
+            "currency": spend_currency(),
+        },
         # Providers in an episode of failures long enough to have raised provider-down.
         "providers_down": [
             {
@@ -118,14 +130,48 @@ def _serving(agent_ids: list[int]) -> dict[int, dict[str, Any]]:
     return out
 
 
-def _breakers() -> list[dict[str, Any]]:
-    """Each live agent's breaker, agents in trouble first (longest streak, then name)."""
+def _spend_of(item: dict[str, Any] | None) -> dict[str, Any]:
+    if item is None:
+        return {"cost": None, "calls": 0, "unpriced_calls": 0}
+    return {k: item[k] for k in ("cost", "calls", "unpriced_calls")}
+
+
+def _budgets(agents: list[dict[str, Any]], now: datetime) -> dict[int, list[dict[str, Any]]]:
+    """Each agent's budgets, its own then its project's, as of ``now`` (one query)."""
+    ids = [a["id"] for a in agents]
+    projects = {a["project_id"] for a in agents}
+    found = Budget.objects.filter(Q(agent_id__in=ids) | Q(project_id__in=projects))
+    own: dict[int, dict[str, Any]] = {}
+    of_project: dict[int, dict[str, Any]] = {}
+    for b in found:
+        out = budget_out(b, now)
+        shown = {
+            "amount": out["amount"],
+            "period": out["period"],
+            "spent": out["spent"],
+            "held": out["held"],
+            "resets_ms": _ms(out["resets_at"]),
+        }
+        if b.agent_id is not None:
+            own[b.agent_id] = {"scope": "agent", **shown}
+        elif b.project_id is not None:
+            of_project[b.project_id] = {"scope": "project", **shown}
+    return {
+        a["id"]: [b for b in (own.get(a["id"]), of_project.get(a["project_id"])) if b is not None]
+        for a in agents
+    }
+
+
+def _breakers(*, now: datetime, spent: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each live agent's breaker, spend of today (``spent``, by agent name) and budgets, agents
+    in trouble first (longest streak, then name)."""
     agents = list(
         Agent.objects.filter(disposed_at__isnull=True)
         .annotate(set_aside=Count("history", filter=Q(history__state=HistoryRow.State.SET_ASIDE)))
         .values(
             "id",
             "name",
+            "project_id",
             "model",
             "kind",
             "set_aside",
@@ -140,6 +186,7 @@ def _breakers() -> list[dict[str, Any]]:
     }
     inputs = last_input_tokens(a["id"] for a in agents)
     serving = _serving([a["id"] for a in agents if a["fallbacks"]])
+    budgets = _budgets(agents, now) if agents else {}
     out = []
     for a in agents:
         state = states.get(a["id"])
@@ -165,6 +212,9 @@ def _breakers() -> list[dict[str, Any]]:
                 "context": _context_bar(a, inputs.get(a["id"])),
                 # The alternate serving it, and until when the primary is held (§6.11).
                 "serving": serving.get(a["id"]),
+                # Today's spend (unpriced calls counted apart) and the budgets it counts against.
+                "spend_today": _spend_of(spent.get(a["name"])),
+                "budgets": budgets.get(a["id"], []),
             }
         )
     out.sort(key=lambda b: (-b["streak"], b["probe"] is None, b["agent"]))

@@ -1,23 +1,33 @@
-"""What the calls cost, read back (API.md ``GET /spend``, the metrics' ``agentops_spend_total``)."""
+"""What the calls cost, read back: API.md ``GET /spend``, the admin's spend page of a project and
+the dashboard's spend of today. One query shape for all three (``spend_items``): the ended calls
+in ``[since, until)`` on ``ended_at``, grouped; a day is the local date of the call's end in
+``AGENTOPS_BUDGET_TIME_ZONE``, the zone the budgets' periods follow."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal
 from typing import Any, Literal
+from zoneinfo import ZoneInfo
 
-from django.db.models import Count, Q, Sum
-from django.db.models.functions import Coalesce
+from django.conf import settings
+from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models.functions import Coalesce, TruncDate
 
 from agentops.models import ApiToken, Price
 from agentops.prices import decimal_text
 from inference.models import InferenceCall
 
-GroupBy = Literal["agent", "project", "model"]
+GroupBy = Literal["agent", "project", "model", "day"]
+GROUP_BYS: tuple[GroupBy, ...] = ("agent", "project", "model", "day")
 _KEYS: dict[str, str] = {
     "agent": "agent__name",
     "project": "agent__project__name",
     "model": "model",
+    "day": "day",
 }
+DAYS_MAX = 366
 
 
 def spend_currency() -> str:
@@ -25,21 +35,42 @@ def spend_currency() -> str:
     return Price.objects.values_list("currency", flat=True).first() or "USD"
 
 
-def spend_out(
-    *, token: ApiToken, group_by: GroupBy, since: datetime | None, until: datetime | None
-) -> dict[str, Any]:
-    """The ended calls the token may see (a project token: its project's agents), by the call's
-    end in [since, until), grouped. ``cost`` sums the calls that have one; ``unpriced_calls``
-    counts those that have none, and a group with no cost at all is null, never 0."""
+def spend_zone() -> ZoneInfo:
+    """The zone a day of spend is cut in: the budgets' (``AGENTOPS_BUDGET_TIME_ZONE``)."""
+    return ZoneInfo(settings.AGENTOPS_BUDGET_TIME_ZONE)
+
+
+def local_day_start(day: date, zone: ZoneInfo) -> datetime:
+    """The instant ``day`` starts in ``zone`` (its local midnight; a DST day is 23 or 25 h)."""
+    return datetime.combine(day, time(), tzinfo=zone)
+
+
+def spend_calls(
+    *, project_id: int | None, since: datetime | None, until: datetime | None
+) -> QuerySet[InferenceCall]:
+    """The ended calls of one project's agents (``project_id``; None: every project's) whose
+    end is in ``[since, until)`` (either bound may be open)."""
     calls = InferenceCall.objects.filter(outcome__isnull=False)
-    if not token.operator:
-        calls = calls.filter(agent__project_id=token.project_id)
+    if project_id is not None:
+        calls = calls.filter(agent__project_id=project_id)
     if since is not None:
         calls = calls.filter(ended_at__gte=since)
     if until is not None:
         calls = calls.filter(ended_at__lt=until)
+    return calls
+
+
+def spend_items(calls: QuerySet[InferenceCall], *, group_by: GroupBy) -> list[dict[str, Any]]:
+    """``calls`` grouped by ``group_by`` in one query, ordered by key: ``cost`` sums the calls
+    that have one and is null when none has (never 0: unknown is not free); ``unpriced_calls``
+    counts the calls without a cost. A day's key is its local date, ``YYYY-MM-DD``."""
+    key = _KEYS[group_by]
+    if group_by == "day":
+        calls = calls.filter(ended_at__isnull=False).annotate(
+            day=TruncDate("ended_at", tzinfo=spend_zone())
+        )
     rows = (
-        calls.values(_KEYS[group_by])
+        calls.values(key)
         .annotate(
             spent=Sum("cost"),
             n=Count("id"),
@@ -47,11 +78,11 @@ def spend_out(
             inp=Coalesce(Sum("input_tokens"), 0),
             out=Coalesce(Sum("output_tokens"), 0),
         )
-        .order_by(_KEYS[group_by])
+        .order_by(key)
     )
-    items = [
+    return [
         {
-            "key": r[_KEYS[group_by]],
+            "key": r[key].isoformat() if group_by == "day" else r[key],
             "cost": decimal_text(r["spent"]),
             "calls": r["n"],
             "unpriced_calls": r["unpriced"],
@@ -60,4 +91,96 @@ def spend_out(
         }
         for r in rows
     ]
-    return {"items": items, "currency": spend_currency()}
+
+
+def spend_out(
+    *, token: ApiToken, group_by: GroupBy, since: datetime | None, until: datetime | None
+) -> dict[str, Any]:
+    """``GET /spend``: the ended calls the token may see (a project token: its project's
+    agents), by the call's end in [since, until), grouped."""
+    calls = spend_calls(
+        project_id=None if token.operator else token.project_id, since=since, until=until
+    )
+    return {"items": spend_items(calls, group_by=group_by), "currency": spend_currency()}
+
+
+def empty_item(key: str) -> dict[str, Any]:
+    return {
+        "key": key,
+        "cost": None,
+        "calls": 0,
+        "unpriced_calls": 0,
+        "input_tokens": 0,
+        "output_tokens": 0,
+    }
+
+
+def spend_total(items: list[dict[str, Any]], *, key: str = "total") -> dict[str, Any]:
+    """The items summed as one: ``cost`` null when no item has one."""
+    costs = [Decimal(i["cost"]) for i in items if i["cost"] is not None]
+    total = empty_item(key)
+    total["cost"] = decimal_text(sum(costs, Decimal(0))) if costs else None
+    for field in ("calls", "unpriced_calls", "input_tokens", "output_tokens"):
+        total[field] = sum(i[field] for i in items)
+    return total
+
+
+@dataclass(frozen=True)
+class SpendPeriod:
+    """The last ``len(days)`` local days up to today (oldest first), and the instants they
+    span: ``[since, until)``."""
+
+    days: list[date]
+    since: datetime
+    until: datetime
+
+
+def spend_period(*, days: int, now: datetime) -> SpendPeriod:
+    """The ``days`` local days ending with today's (``now``'s local date), in the spend zone."""
+    zone = spend_zone()
+    today = now.astimezone(zone).date()
+    listed = [today - timedelta(days=n) for n in range(days - 1, -1, -1)]
+    return SpendPeriod(
+        days=listed,
+        since=local_day_start(listed[0], zone),
+        until=local_day_start(today + timedelta(days=1), zone),
+    )
+
+
+def check_days(value: str | None, *, default: int = 30) -> int:
+    """``?days=N`` of the spend page: a whole number from 1 to 366 (absent: ``default``).
+    Raises ValueError with a message for people."""
+    if value is None or value == "":
+        return default
+    text = value.strip()
+    if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= DAYS_MAX:
+        raise ValueError(f"days must be a whole number from 1 to {DAYS_MAX}, not {value[:40]!r}")
+    return int(text)
+
+
+def project_spend(*, project_id: int, days: int, now: datetime) -> dict[str, Any]:
+    """A project's spend over its last ``days`` local days (the admin's spend page): each day
+    (oldest first; a day without calls is there, empty), the period by agent and by model,
+    and the period's total. Three grouped queries over the same calls."""
+    period = spend_period(days=days, now=now)
+    calls = spend_calls(project_id=project_id, since=period.since, until=period.until)
+    by_day = {i["key"]: i for i in spend_items(calls, group_by="day")}
+    each_day = [by_day.get(d.isoformat()) or empty_item(d.isoformat()) for d in period.days]
+    return {
+        "days": each_day,
+        "by_agent": spend_items(calls, group_by="agent"),
+        "by_model": spend_items(calls, group_by="model"),
+        "total": spend_total(each_day),
+        "since": period.since,
+        "until": period.until,
+        "zone": settings.AGENTOPS_BUDGET_TIME_ZONE,
+        "currency": spend_currency(),
+    }
+
+
+def spend_today_by_agent(*, now: datetime) -> tuple[str, dict[str, dict[str, Any]]]:
+    """Today's local date and, for each agent with a call ended today, its spend (one grouped
+    query for every agent: the dashboard's snapshot)."""
+    period = spend_period(days=1, now=now)
+    calls = spend_calls(project_id=None, since=period.since, until=period.until)
+    return period.days[0].isoformat(), {i["key"]: i for i in spend_items(calls, group_by="agent")}

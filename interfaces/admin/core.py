@@ -9,8 +9,8 @@ from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import Count, OuterRef, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
-from django.http import HttpRequest
-from django.urls import reverse
+from django.http import HttpRequest, HttpResponse
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 
 from agentops.exceptions import BadRequest
@@ -71,8 +71,29 @@ class ProviderAdmin(admin.ModelAdmin):
 
 @admin.register(Project)
 class ProjectAdmin(admin.ModelAdmin):
-    list_display = ("name", "created_at")
+    """Each project links to its spend page (interfaces.admin.spend), from the list and from
+    its own page (the "Spend" button, templates/admin/agentops/project/change_form.html)."""
+
+    list_display = ("name", "spend", "created_at")
     search_fields = ("name",)
+
+    def get_urls(self) -> list[URLPattern]:
+        from interfaces.admin.spend import project_spend_view
+
+        def view(request: HttpRequest, object_id: str) -> HttpResponse:
+            return project_spend_view(self, request, object_id)
+
+        page = path(
+            "<path:object_id>/spend/",
+            self.admin_site.admin_view(view),
+            name="agentops_project_spend",
+        )
+        return [page, *super().get_urls()]
+
+    @admin.display(description="spend")
+    def spend(self, obj: Project) -> str:
+        url = reverse("admin:agentops_project_spend", args=[obj.pk])
+        return format_html('<a class="project-spend" href="{}">spend per day</a>', url)
 
 
 class AgentForm(forms.ModelForm):

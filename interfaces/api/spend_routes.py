@@ -76,7 +76,7 @@ class SpendOut(BaseModel):
 
 
 class SpendFilter(Schema):
-    group_by: Literal["agent", "project", "model"] = "agent"
+    group_by: Literal["agent", "project", "model", "day"] = "agent"
     since: str | None = None
     until: str | None = None
 

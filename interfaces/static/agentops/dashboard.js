@@ -17,6 +17,7 @@
     waiting: [], // turns whose next call waits for their pacing (the snapshot's)
     gone: new Map(), // key -> {kind: "call"|"hold", row, at}
     breakers: [],
+    spendToday: null, // {cost, calls, unpriced_calls, day, zone, currency}
     providersDown: [],
     alerts: [], // newest first
     seenAlerts: new Set(),
@@ -90,6 +91,7 @@
       if ((g.kind === "call" && state.calls.has(g.row.id)) || (g.kind === "hold" && state.holds.has(key))) state.gone.delete(key);
     }
     state.breakers = snap.breakers;
+    state.spendToday = snap.spend_today || null;
     state.providersDown = snap.providers_down || [];
     state.journalReadable = snap.journal_readable;
     for (const a of snap.alerts.slice().reverse()) addAlert(a, state.loaded);
@@ -330,6 +332,28 @@
       el("div", { class: "sub" }, "own model: " + b.model));
   }
 
+  // An amount of spend as the API writes it; unknown (unpriced) is said so, never shown as 0.
+  function spendText(s) {
+    if (!s || !s.calls) return "nothing";
+    if (s.cost === null || s.cost === undefined) return "unpriced";
+    return s.cost;
+  }
+
+  // Today's spend of an agent (the local day of the budgets' zone) and each budget it counts
+  // against: spent / amount this period, and whether the budget holds the agent.
+  function spendCell(b) {
+    const s = b.spend_today;
+    const cell = el("td", { class: "spend" + (s && s.calls && s.cost == null ? " unpriced" : "") },
+      el("span", { class: "amount" }, spendText(s)),
+      s && s.cost != null && s.unpriced_calls ? el("span", { class: "sub" }, " +" + s.unpriced_calls + " unpriced") : null);
+    for (const budget of b.budgets || []) {
+      cell.append(el("div", { class: "sub budget" + (budget.held ? " held" : "") },
+        (budget.scope === "project" ? "project " : "") + budget.spent + " / " + budget.amount + " per " + budget.period,
+        budget.held ? el("span", { class: "tag held" }, "held") : null));
+    }
+    return cell;
+  }
+
   function renderBreakers() {
     const body = $("breakers");
     body.replaceChildren();
@@ -353,6 +377,7 @@
         el("td", { class: "num" }, b.sheds_this_run + " / " + b.shed_cap),
         el("td", { class: "num" }, b.set_aside ? b.set_aside + " rows" : "—"),
         el("td", {}, contextBar(b.context)),
+        spendCell(b),
       ));
     }
     $("breakers-empty").hidden = state.breakers.length > 0;
@@ -411,6 +436,15 @@
     const summary = $("summary");
     summary.replaceChildren();
     parts.forEach(([n, label], i) => summary.append(i ? " · " : "", el("b", {}, n), " " + label));
+    const s = state.spendToday;
+    if (s) {
+      const spent = el("span", { id: "spend-today", title: "the calls ended on " + s.day + " (" + s.zone + ")" }, " · ");
+      if (s.cost != null) spent.append(el("b", {}, s.cost), " " + s.currency + " spent today");
+      else spent.append(el("b", {}, s.calls ? "unpriced" : "nothing"), " spent today");
+      if (s.cost != null && s.unpriced_calls) spent.append(" (+" + s.unpriced_calls + " unpriced calls)");
+      else if (s.cost == null && s.calls) spent.append(" (" + s.calls + " unpriced calls)");
+      summary.append(spent);
+    }
   }
 
   function renderAll() {
