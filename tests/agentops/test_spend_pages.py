@@ -207,7 +207,7 @@ def test_the_spend_page_never_shows_another_projects_calls() -> None:
     assert ours.name in html and 'data-cost="0.1"' in html
 
 
-@pytest.mark.parametrize("days", ["0", "367", "-1", "1.5", "thirty", "9" * 30, "１"])
+@pytest.mark.parametrize("days", ["0", "367", "-1", "1.5", "thirty", "9" * 30, "\uff11"])
 def test_a_bad_number_of_days_answers_a_message_not_a_500(days: str) -> None:
     project, _, _ = project_with_agent("acme")
     response = page(admin_client(), project, days=days)
@@ -227,7 +227,7 @@ def test_the_number_of_days_sets_the_period() -> None:
 
 
 def test_the_spend_page_shows_the_projects_budget_and_whether_it_holds() -> None:
-    project, agent, _ = project_with_agent("acme")
+    project, _, _ = project_with_agent("acme")
     client = admin_client()
     assert "No budget is set for this project." in page(client, project).content.decode()
     now = timezone.now()
