@@ -272,13 +272,16 @@ def test_the_dashboard_shows_todays_spend_per_agent_and_in_total() -> None:
     bob = AgentFactory.create(name="bob", project=project)
     AgentFactory.create(name="cleo", project=project)  # nothing today
     today = local_today(NEW_YORK)
+    # The snapshot is read at 21:00 in New York: 02:00 UTC, already tomorrow there.
+    evening = at_local(today, 21, 0, NEW_YORK)
+    assert evening.astimezone(UTC).date() == today + timedelta(days=1)
     ended(ada, at_local(today, 0, 30, NEW_YORK), "0.25")
-    ended(ada, at_local(today, 1, 0, NEW_YORK), "0.5")
+    ended(ada, at_local(today, 20, 30, NEW_YORK), "0.5")  # 01:30 UTC tomorrow: today here
     ended(ada, at_local(today, 0, 10, NEW_YORK), None)
     # Yesterday at 23:30 in New York is today in UTC: not today's.
     ended(ada, at_local(today - timedelta(days=1), 23, 30, NEW_YORK), "100")
     ended(bob, at_local(today, 0, 45, NEW_YORK), None)
-    snapshot = dashboard_snapshot(now_ms=clock.time() * 1000)
+    snapshot = dashboard_snapshot(now_ms=evening.timestamp() * 1000)
     total = snapshot["spend_today"]
     assert (total["cost"], total["calls"], total["unpriced_calls"]) == ("0.75", 4, 2)
     assert (total["day"], total["zone"], total["currency"]) == (
