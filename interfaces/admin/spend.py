@@ -25,7 +25,7 @@ DEFAULT_DAYS = 30
 
 # The chart's drawing box (user units; the SVG scales to the page's width).
 WIDTH, HEIGHT = 1000, 240
-LEFT, RIGHT, TOP, BOTTOM = 70, 10, 14, 34
+LEFT, RIGHT, TOP, BOTTOM = 70, 30, 26, 34
 LABELS_MAX = 10
 
 
@@ -35,7 +35,8 @@ def cost_shown(item: dict[str, Any]) -> str:
     if not item["calls"]:
         return "no calls"
     if item["cost"] is None:
-        return f"unpriced ({item['unpriced_calls']} calls)"
+        n = item["unpriced_calls"]
+        return f"unpriced ({n} call{'' if n == 1 else 's'})"
     if item["unpriced_calls"]:
         return f"{item['cost']} (+{item['unpriced_calls']} unpriced)"
     return str(item["cost"])
@@ -73,7 +74,7 @@ def spend_chart_svg(days: list[dict[str, Any]], *, currency: str) -> str:
                 f"{escape(label)}</text>"
             )
     parts.append(
-        f'<text class="axis" x="{LEFT - 6}" y="{TOP - 2}" text-anchor="end">{escape(currency)}</text>'
+        f'<text class="axis" x="{LEFT - 6}" y="12" text-anchor="end">{escape(currency)}</text>'
     )
     step = max(1, math.ceil(len(days) / LABELS_MAX))
     for n, day in enumerate(days):

@@ -184,7 +184,7 @@ def test_the_spend_page_shows_unpriced_calls_as_unpriced_never_as_zero() -> None
     ended(agent, at_local(today, 0, 2, utc), None)
     html = page(admin_client(), project).content.decode()
     only_unpriced = chart_day(html, today - timedelta(days=1))
-    assert day_row(html, today - timedelta(days=1)).split()[1:4] == ["unpriced", "(1", "calls)"]
+    assert day_row(html, today - timedelta(days=1)).split()[1:4] == ["unpriced", "(1", "call)"]
     assert 'class="unpriced" data-unpriced="1"' in only_unpriced
     assert 'class="bar"' not in only_unpriced  # no bar: not a cost of 0
     assert day_row(html, today).split()[1:4] == ["2", "(+1", "unpriced)"]

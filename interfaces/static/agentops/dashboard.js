@@ -376,8 +376,8 @@
         el("td", {}, probe),
         el("td", { class: "num" }, b.sheds_this_run + " / " + b.shed_cap),
         el("td", { class: "num" }, b.set_aside ? b.set_aside + " rows" : "—"),
-        el("td", {}, contextBar(b.context)),
         spendCell(b),
+        el("td", {}, contextBar(b.context)),
       ));
     }
     $("breakers-empty").hidden = state.breakers.length > 0;
@@ -441,8 +441,9 @@
       const spent = el("span", { id: "spend-today", title: "the calls ended on " + s.day + " (" + s.zone + ")" }, " · ");
       if (s.cost != null) spent.append(el("b", {}, s.cost), " " + s.currency + " spent today");
       else spent.append(el("b", {}, s.calls ? "unpriced" : "nothing"), " spent today");
-      if (s.cost != null && s.unpriced_calls) spent.append(" (+" + s.unpriced_calls + " unpriced calls)");
-      else if (s.cost == null && s.calls) spent.append(" (" + s.calls + " unpriced calls)");
+      const calls = (n) => n + " unpriced call" + (n === 1 ? "" : "s");
+      if (s.cost != null && s.unpriced_calls) spent.append(" (+" + calls(s.unpriced_calls) + ")");
+      else if (s.cost == null && s.calls) spent.append(" (" + calls(s.calls) + ")");
       summary.append(spent);
     }
   }
