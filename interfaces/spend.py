@@ -171,6 +171,8 @@ def project_spend(*, project_id: int, days: int, now: datetime) -> dict[str, Any
         "by_agent": spend_items(calls, group_by="agent"),
         "by_model": spend_items(calls, group_by="model"),
         "total": spend_total(each_day),
+        "first_day": period.days[0].isoformat(),
+        "last_day": period.days[-1].isoformat(),
         "since": period.since,
         "until": period.until,
         "zone": settings.AGENTOPS_BUDGET_TIME_ZONE,

@@ -172,7 +172,11 @@ def test_the_spend_page_cuts_days_in_the_budgets_zone_and_shows_each_day() -> No
     assert html.count('<tr class="empty" data-day=') == 28  # 30 days by default
     total = html.split('<tr id="spend-total">', 1)[1].split("</tr>")[0]
     assert text(total) == "total 1.75 2 0 1100 50"
-    assert "America/New_York" in html
+    first, since = today - timedelta(days=29), at_local(today - timedelta(days=29), 0, 0, NEW_YORK)
+    assert (
+        f"ended from {first} to {today}, local days in America/New_York as budgets count them "
+        f"({since.astimezone(UTC):%Y-%m-%d %H:%M} to "
+    ) in text(html)
 
 
 def test_the_spend_page_shows_unpriced_calls_as_unpriced_never_as_zero() -> None:
