@@ -62,7 +62,7 @@ def dashboard_snapshot(*, now_ms: float) -> dict[str, Any]:
         ],
         "journal_readable": readable,
         # Turns whose next call waits (pacing after a 429, a retry delay, a re-arm), and why.
-        "waiting": turns_waiting(now=datetime.fromtimestamp(now_ms / 1000, tz=UTC)),
+        "waiting": turns_waiting(now=now),
         "breakers": _breakers(now=now, spent=spent),
         # Today's spend of every agent (disposed ones too), the local day of the budgets' zone.
         "spend_today": {

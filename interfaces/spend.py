@@ -20,7 +20,6 @@ from agentops.prices import decimal_text
 from inference.models import InferenceCall
 
 GroupBy = Literal["agent", "project", "model", "day"]
-GROUP_BYS: tuple[GroupBy, ...] = ("agent", "project", "model", "day")
 _KEYS: dict[str, str] = {
     "agent": "agent__name",
     "project": "agent__project__name",

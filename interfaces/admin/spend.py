@@ -29,14 +29,17 @@ LEFT, RIGHT, TOP, BOTTOM = 70, 30, 26, 34
 LABELS_MAX = 10
 
 
+def _calls(n: int) -> str:
+    return f"{n} call{'' if n == 1 else 's'}"
+
+
 def cost_shown(item: dict[str, Any]) -> str:
     """A group's cost as the page words it: no calls, unpriced, or the amount with the count of
     its unpriced calls apart (an unpriced call is never shown as a cost of 0)."""
     if not item["calls"]:
         return "no calls"
     if item["cost"] is None:
-        n = item["unpriced_calls"]
-        return f"unpriced ({n} call{'' if n == 1 else 's'})"
+        return f"unpriced ({_calls(item['unpriced_calls'])})"
     if item["unpriced_calls"]:
         return f"{item['cost']} (+{item['unpriced_calls']} unpriced)"
     return str(item["cost"])
@@ -81,7 +84,7 @@ def spend_chart_svg(days: list[dict[str, Any]], *, currency: str) -> str:
         x = LEFT + n * slot + (slot - bar_w) / 2
         title = f"{day['key']}: {cost_shown(day)}"
         if day["calls"]:
-            title += f", {day['calls']} calls"
+            title += f", {_calls(day['calls'])}"
         cls = "day" if day["calls"] else "day empty"
         parts.append(
             f'<g class="{cls}" data-day="{escape(day["key"])}"><title>{escape(title)}</title>'
