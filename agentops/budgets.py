@@ -406,20 +406,27 @@ def _decimal(field: str, value: Any) -> Decimal:
 
 
 def budget_put(
-    *, owner: Agent | Project, amount: Decimal, period: str, warn_at: Decimal, now: datetime
+    *,
+    owner: Agent | Project,
+    amount: Decimal,
+    period: str,
+    warn_at: Decimal,
+    now: datetime,
+    spent_since: Callable[[datetime], Decimal],
 ) -> Budget:
-    """Set the budget of ``owner``. Raising it lifts a hold it no longer justifies; a change of
-    period starts the ledger again from the calls of the new period (none counted yet)."""
+    """Set the budget of ``owner``. Raising it lifts a hold it no longer justifies. A new
+    budget, or a change of period, starts its ledger from what ``spent_since(start)`` says the
+    owner's calls ended in the period so far cost: a budget set at noon counts the morning."""
     key: dict[str, Agent | Project] = (
         {"agent": owner} if isinstance(owner, Agent) else {"project": owner}
     )
     with transaction.atomic():
         b = Budget.objects.select_for_update().filter(**key).first()
         start, _ = period_bounds(period, now, settings.AGENTOPS_BUDGET_TIME_ZONE)
-        if b is None:
-            b = Budget(**key, period_start=start)
-        elif b.period != period:
-            b.period_start, b.spent, b.reserved = start, Decimal(0), Decimal(0)
+        if b is None or b.period != period:
+            # Calls in flight reserved nothing on this ledger: they settle on none (§18.1).
+            b = b or Budget(**key)
+            b.period_start, b.spent, b.reserved = start, spent_since(start), Decimal(0)
         b.amount, b.period, b.warn_at = amount, period, warn_at
         if b.pk is not None:
             _rolled(b, now)

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db.models import Count, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce, TruncDate
 
-from agentops.models import ApiToken, Price
+from agentops.models import Agent, ApiToken, Price, Project
 from agentops.prices import decimal_text
 from inference.models import InferenceCall
 
@@ -90,6 +90,19 @@ def spend_items(calls: QuerySet[InferenceCall], *, group_by: GroupBy) -> list[di
         }
         for r in rows
     ]
+
+
+def spent_since(owner: Agent | Project, start: datetime) -> Decimal:
+    """What the owner's calls (an agent's, or every agent's of a project) that ended since
+    ``start`` cost: a budget's ledger starts from it (agentops.budgets.budget_put)."""
+    calls = InferenceCall.objects.filter(ended_at__gte=start, cost__isnull=False)
+    mine = (
+        calls.filter(agent=owner)
+        if isinstance(owner, Agent)
+        else calls.filter(agent__project=owner)
+    )
+    total = mine.aggregate(total=Sum("cost"))["total"]
+    return total if total is not None else Decimal(0)
 
 
 def spend_out(

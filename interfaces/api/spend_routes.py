@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from functools import partial
 from typing import Any, Literal
 
 from django.http import HttpRequest
@@ -19,7 +20,7 @@ from interfaces.api.alerts_routes import check_instant
 from interfaces.api.auth import require_operator
 from interfaces.api.body import checked_text, json_body
 from interfaces.api.schemas import ERRORS
-from interfaces.spend import spend_out
+from interfaces.spend import spend_out, spent_since
 from turns.queue import schedule_drain
 from waits.admission import BUDGET_HOLDS_CACHE_S
 
@@ -182,7 +183,14 @@ def _budget_put(request: HttpRequest, kind: str, name: str) -> dict[str, Any]:
     owner = _owner(kind, name)
     amount, period, warn_at = check_budget(json_body(request, shape=BUDGET_SHAPE))
     now = timezone.now()
-    budget = budget_put(owner=owner, amount=amount, period=period, warn_at=warn_at, now=now)
+    budget = budget_put(
+        owner=owner,
+        amount=amount,
+        period=period,
+        warn_at=warn_at,
+        now=now,
+        spent_since=partial(spent_since, owner),
+    )
     # A raise may lift the hold: the held turns check again now, not at their next re-check,
     # once every process's copy of the holds has expired (waits.admission).
     held = Turn.objects.filter(status=Turn.Status.HELD)

@@ -135,6 +135,35 @@ def test_a_call_that_does_not_fit_is_never_sent_and_the_budget_holds(
     assert complete(api, agent.name, max_tokens=100).status_code == 200
 
 
+def test_a_budget_set_after_calls_counts_what_the_period_already_spent(
+    api: Client, make_agent: Any
+) -> None:
+    priced(api, "standin-openai", "answer")
+    agent = make_agent()
+    for _ in range(2):
+        assert complete(api, agent.name, max_tokens=10).status_code == 200
+    before = sum(r.cost for r in InferenceCall.objects.filter(agent=agent) if r.cost is not None)
+    assert before > 0
+    set_ = put_budget(api, f"agents/{agent.name}", amount="1", period="day").json()
+    assert Decimal(set_["spent"]) == before, "a budget set at noon counts the morning"
+    # Another period starts from that period's calls, not from 0; the project's counts them too.
+    assert (
+        Decimal(put_budget(api, f"agents/{agent.name}", amount="1", period="month").json()["spent"])
+        == before
+    )
+    assert (
+        Decimal(put_budget(api, "projects/default", amount="1", period="week").json()["spent"])
+        == before
+    )
+    # Set again in the same period, the ledger is kept (not read again from the rows).
+    assert complete(api, agent.name, max_tokens=10).status_code == 200
+    after = sum(r.cost for r in InferenceCall.objects.filter(agent=agent) if r.cost is not None)
+    assert (
+        Decimal(put_budget(api, f"agents/{agent.name}", amount="2", period="month").json()["spent"])
+        == after
+    )
+
+
 def test_a_projects_budget_counts_every_agent_of_the_project(api: Client, make_agent: Any) -> None:
     priced(api, "standin-openai", "answer")
     first, second = make_agent(), make_agent()

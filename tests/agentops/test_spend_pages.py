@@ -9,6 +9,7 @@ import re
 import time as clock
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
+from functools import partial
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -24,6 +25,7 @@ from agentops.models import Agent, Budget, Project
 from agentops.tokens import api_token_create
 from inference.models import InferenceCall
 from interfaces.dashboard import dashboard_snapshot
+from interfaces.spend import spent_since
 from tests.factories import AgentFactory, CallFactory
 
 pytestmark = pytest.mark.django_db
@@ -235,7 +237,14 @@ def test_the_spend_page_shows_the_projects_budget_and_whether_it_holds() -> None
     client = admin_client()
     assert "No budget is set for this project." in page(client, project).content.decode()
     now = timezone.now()
-    budget_put(owner=project, amount=Decimal("5"), period="day", warn_at=Decimal("0.8"), now=now)
+    budget_put(
+        owner=project,
+        amount=Decimal("5"),
+        period="day",
+        warn_at=Decimal("0.8"),
+        now=now,
+        spent_since=partial(spent_since, project),
+    )
     shown = text(page(client, project).content.decode())
     assert "Budget: 5 USD per day; this day spent 0, reserved 0 (calls in flight)" in shown
     assert "; not held." in shown
@@ -304,8 +313,22 @@ def test_the_dashboard_shows_each_agents_budgets_and_holds_in_one_read() -> None
     bob = AgentFactory.create(name="bob", project=project)
     other = AgentFactory.create(name="zed")
     now = timezone.now()
-    budget_put(owner=ada, amount=Decimal("2"), period="day", warn_at=Decimal("0.8"), now=now)
-    budget_put(owner=project, amount=Decimal("10"), period="month", warn_at=Decimal("1"), now=now)
+    budget_put(
+        owner=ada,
+        amount=Decimal("2"),
+        period="day",
+        warn_at=Decimal("0.8"),
+        now=now,
+        spent_since=partial(spent_since, ada),
+    )
+    budget_put(
+        owner=project,
+        amount=Decimal("10"),
+        period="month",
+        warn_at=Decimal("1"),
+        now=now,
+        spent_since=partial(spent_since, project),
+    )
     held = Budget.objects.get(project=project)
     Budget.objects.filter(pk=held.pk).update(spent=Decimal("10"), held_period=held.period_start)
     ended(bob, now, "0.5")
@@ -326,7 +349,14 @@ def test_the_dashboard_shows_each_agents_budgets_and_holds_in_one_read() -> None
     for n in range(12):
         agent = AgentFactory.create(name=f"more-{n}", project=project)
         ended(agent, now, "0.01")
-        budget_put(owner=agent, amount=Decimal("1"), period="week", warn_at=Decimal("1"), now=now)
+        budget_put(
+            owner=agent,
+            amount=Decimal("1"),
+            period="week",
+            warn_at=Decimal("1"),
+            now=now,
+            spent_since=partial(spent_since, agent),
+        )
     with CaptureQueriesContext(connection) as many:
         snapshot = dashboard_snapshot(now_ms=clock.time() * 1000)
     assert len(many) == len(few), [q["sql"][:120] for q in many.captured_queries]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from decimal import Decimal
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -14,6 +15,7 @@ from django.utils import timezone
 
 from agentops.budgets import budget_put
 from agentops.models import Budget, Project
+from interfaces.spend import spent_since
 from tests.conftest import wait_for
 from tests.factories import AgentFactory, CallFactory
 
@@ -68,6 +70,7 @@ def test_the_spend_page_fits_1366_px_and_shows_each_day(
         period="month",
         warn_at=Decimal("0.8"),
         now=timezone.now(),
+        spent_since=partial(spent_since, project),
     )
     User.objects.create_superuser("olga", password="a long operator password")
     browser.set_window_size(1366, 1000)
@@ -104,8 +107,22 @@ def test_the_dashboard_shows_todays_spend_and_budgets(browser: WebDriver, live_s
     spent(ada, None)
     spent(bob, None)
     now = timezone.now()
-    budget_put(owner=ada, amount=Decimal("2"), period="day", warn_at=Decimal("0.8"), now=now)
-    budget_put(owner=project, amount=Decimal("10"), period="month", warn_at=Decimal("1"), now=now)
+    budget_put(
+        owner=ada,
+        amount=Decimal("2"),
+        period="day",
+        warn_at=Decimal("0.8"),
+        now=now,
+        spent_since=partial(spent_since, ada),
+    )
+    budget_put(
+        owner=project,
+        amount=Decimal("10"),
+        period="month",
+        warn_at=Decimal("1"),
+        now=now,
+        spent_since=partial(spent_since, project),
+    )
     held = Budget.objects.get(project=project)
     Budget.objects.filter(pk=held.pk).update(spent=Decimal("10"), held_period=held.period_start)
     User.objects.create_superuser("wanda", password="a long operator password")
@@ -122,7 +139,7 @@ def test_the_dashboard_shows_todays_spend_and_budgets(browser: WebDriver, live_s
         )
         for r in rows
     }
-    assert content(cells["ada"]) == "0.75 +1 unpriced0 / 2 per dayproject 10 / 10 per monthheld"
+    assert content(cells["ada"]) == "0.75 +1 unpriced0.75 / 2 per dayproject 10 / 10 per monthheld"
     assert content(cells["bob"]) == "unpricedproject 10 / 10 per monthheld"
     assert browser.execute_script(
         "return document.documentElement.scrollWidth <= window.innerWidth"
