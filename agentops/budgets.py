@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
@@ -100,34 +100,46 @@ class Reserved:
     amount: Decimal
 
 
+Refusal = Literal["held", "edge", "busy"]
+
+
 @dataclass(frozen=True)
 class Refused:
-    """Why a call is not sent: the budget it would breach and when it resets. ``edge``: the
-    budget is not held, because another of the agent's targets still fits what it has left
-    (§18.4): the call goes there instead."""
+    """Why a call is not sent, by the budget that refused it: ``held`` (the budget holds until
+    ``resets_at``), ``edge`` (not held: another of the agent's targets still fits what is left,
+    §18.4) or ``busy`` (not held: it fits once the calls in flight settle, §18.1)."""
 
     budget_id: int
     owner: str
     resets_at: datetime
-    edge: bool = False
+    kind: Refusal = "held"
+    worst: Decimal | None = None
+    left: Decimal | None = None  # the amount less what is spent (and, busy, reserved)
 
     @property
     def reason(self) -> str:
-        if self.edge:
+        worst = decimal_text(self.worst)
+        if self.kind == "edge":
             return (
-                f"budget: this call's worst case is over what {self.owner}'s budget has left "
-                f"until {self.resets_at.isoformat()}; a cheaper alternate of the agent's serves"
+                f"budget: this call's worst case ({worst}) is over what {self.owner}'s budget has "
+                f"left ({decimal_text(self.left)}); a cheaper alternate of the agent's serves"
+            )
+        if self.kind == "busy":
+            return (
+                f"budget: {self.owner}'s budget has {decimal_text(self.left)} left after the calls "
+                f"in flight, under this call's worst case ({worst}); it fits once they settle: "
+                "called again shortly"
             )
         return (
-            f"budget: {self.owner}'s budget is spent until {self.resets_at.isoformat()}; "
-            "an operator may raise it (PUT .../budget) or release the hold (POST /waits/release)"
+            f"budget: {self.owner}'s budget is held until {self.resets_at.isoformat()}; "
+            "an operator may raise it or release the hold"
         )
 
 
 def refusal_until(message: str) -> datetime | None:
     """The reset instant a refusal's message (``Refused.reason``) names: the error of a call
     a budget refused travels as a ``ProviderError``, whose text is all it carries."""
-    found = re.search(r"is spent until (\S+);", message)
+    found = re.search(r"is held until (\S+);", message)
     try:
         return datetime.fromisoformat(found.group(1)) if found else None
     except ValueError:
@@ -181,27 +193,37 @@ def budget_reserve(
         )
         if not budgets:
             return [], amount
-        refused: Refused | None = None
-        held = False
         for b in budgets:
             _rolled(b, now)
-            held = held or b.held_period == b.period_start
-            if held or (amount is not None and not _fits(b, amount)):
-                refused = refused or Refused(b.pk, _owner(b), _resets_at(b))
-        if refused is not None and not held and _cheaper_fits(budgets, others):
-            refused = replace(refused, edge=True)
-            for b in budgets:
-                b.save(update_fields=["period_start", "spent", "reserved"])
-            return refused, amount
-        if refused is not None:
+        held = [b for b in budgets if b.held_period == b.period_start]
+        short = [b for b in budgets if amount is not None and not _fits(b, amount)]
+        if not held and short:
+            # Not held yet: another target that fits, or the calls in flight settling, may
+            # still let the agent go on within the amount (§18.4, §18.1).
+            tightest = min(short, key=lambda b: b.amount - b.spent - b.reserved)
+            refusal = replace(
+                Refused(tightest.pk, _owner(tightest), _resets_at(tightest)),
+                worst=amount,
+                left=max(tightest.amount - tightest.spent - tightest.reserved, Decimal(0)),
+            )
+            settled = amount is not None and all(_fits(b, amount, settled=True) for b in short)
+            kind: Refusal | None = (
+                "edge" if _cheaper_fits(budgets, others) else "busy" if settled else None
+            )
+            if kind is not None:
+                for b in budgets:
+                    b.save(update_fields=["period_start", "spent", "reserved"])
+                return replace(refusal, kind=kind), amount
+        if held or short:
+            breached = (held or short)[0]
             transaction.on_commit(_changed)
+            if breached.held_period != breached.period_start:
+                _breach(breached, agent=agent.name, now=now)
             for b in budgets:
-                if b.pk == refused.budget_id and b.held_period != b.period_start:
-                    _breach(b, agent=agent.name, now=now)
                 b.save(
                     update_fields=["period_start", "spent", "reserved", "held_period", "held_at"]
                 )
-            return refused, amount
+            return Refused(breached.pk, _owner(breached), _resets_at(breached)), amount
         done = []
         for b in budgets:
             if amount:
@@ -213,10 +235,11 @@ def budget_reserve(
         return done, amount
 
 
-def _fits(b: Budget, amount: Decimal) -> bool:
-    """Whether ``amount`` more fits the budget this period (a released budget fits anything)."""
+def _fits(b: Budget, amount: Decimal, *, settled: bool = False) -> bool:
+    """Whether ``amount`` more fits the budget this period (a released budget fits anything);
+    ``settled``: once the calls in flight have settled (their reservations gone)."""
     return b.released_period == b.period_start or fits(
-        spent=b.spent, reserved=b.reserved, more=amount, amount=b.amount
+        spent=b.spent, reserved=Decimal(0) if settled else b.reserved, more=amount, amount=b.amount
     )
 
 
@@ -226,10 +249,11 @@ def _cheaper_fits(budgets: list[Budget], others: Callable[[], list[Decimal]]) ->
     return least is not None and all(_fits(b, least) for b in budgets)
 
 
-def budget_edge_held(*, agent: Agent, now: datetime) -> None:
-    """Hold the agent's tightest budget: its call was refused at the edge, but the cheaper
-    target it was meant for could not serve (held or down), so nothing may go out now. The
-    tightest (least left) is one the refused call did not fit."""
+def budget_hold_tightest(*, agent: Agent, now: datetime) -> None:
+    """Hold the agent's tightest budget: its call was refused at the edge but the cheaper
+    target it was meant for could not serve (held or down), or refused as busy for so long that
+    what is in flight is not settling (a reservation left by a process that died): nothing may
+    go out now. The tightest (least left) is one the refused call did not fit."""
     with transaction.atomic():
         budgets = list(
             Budget.objects.select_for_update(of=("self",))
@@ -284,9 +308,10 @@ def _breach(b: Budget, *, agent: str, now: datetime) -> None:
         agent=agent,
         model="*",
         message=(
-            f"{_owner(b)} reached its budget of {decimal_text(b.amount)} per {b.period} "
-            f"(spent {decimal_text(b.spent)}, reserved {decimal_text(b.reserved)}): no call "
-            f"that costs is sent for it until {resets.isoformat()}"
+            f"{_owner(b)}'s budget of {decimal_text(b.amount)} per {b.period} holds until "
+            f"{resets.isoformat()}: spent {decimal_text(b.spent)} (reserved "
+            f"{decimal_text(b.reserved)}), so a call's worst case no longer fits; no call that "
+            "costs is sent for it until then unless an operator raises it or releases the hold"
         ),
         data={"budget": b.pk, "resets_at": resets.isoformat(), "amount": str(b.amount)},
     )
@@ -299,11 +324,12 @@ def _maybe_warn(b: Budget, *, agent: str) -> None:
     alert_raise(
         kind="budget-warning",
         agent=agent,
+        model="*",
         message=(
             f"{_owner(b)} has spent or reserved {decimal_text(b.spent + b.reserved)} of its "
             f"budget of {decimal_text(b.amount)} per {b.period} (warns at {b.warn_at:.0%})"
         ),
-        data={"budget": b.pk, "resets_at": _resets_at(b).isoformat()},
+        data={"budget": b.pk, "resets_at": _resets_at(b).isoformat(), "amount": str(b.amount)},
     )
 
 
@@ -327,8 +353,9 @@ def _binds(b: Budget, now: datetime) -> bool:
 
 def _hold_reason(b: Budget) -> str:
     return (
-        f"budget: {_owner(b)} spent its budget of {decimal_text(b.amount)} per {b.period}; "
-        "raise it (PUT .../budget) or release the hold (POST /waits/release)"
+        f"budget: {_owner(b)}'s budget of {decimal_text(b.amount)} per {b.period} holds (spent "
+        f"{decimal_text(b.spent)}: a call's worst case no longer fits); an operator may raise it "
+        "or release the hold"
     )
 
 

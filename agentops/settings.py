@@ -190,6 +190,8 @@ AGENTOPS_WAIT_ALERT_MS = env_ms("AGENTOPS_WAIT_ALERT_MS", 3_600_000)
 # Budgets (architecture.md §18): the time zone their day, week and month follow, and the
 # output a call without max_tokens is assumed to reserve (it has no bound of its own).
 AGENTOPS_BUDGET_TIME_ZONE = env_time_zone("AGENTOPS_BUDGET_TIME_ZONE", "UTC")
+# A call that fits its budget once the calls in flight settle is called again after this (§18.1).
+AGENTOPS_BUDGET_BUSY_RETRY_MS = env_ms("AGENTOPS_BUDGET_BUSY_RETRY_MS", 1000)
 AGENTOPS_BUDGET_DEFAULT_MAX_TOKENS = env_int(
     "AGENTOPS_BUDGET_DEFAULT_MAX_TOKENS", 4096, minimum=1, maximum=10_000_000
 )

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from functools import cache, partial
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -88,6 +88,11 @@ class Watch:
 OnWire = Callable[[str, Any], Awaitable[None]]
 # How a caller runs blocking work from the loop (``Runtime.db``, or a durable variant of it).
 Hop = Callable[[Callable[[], None]], Awaitable[None]]
+
+
+# The error type of a call a budget refused (architecture.md §18): held until the reset, sent
+# to a cheaper target, or called again once the calls in flight settle.
+BUDGET_ERRORS: Final = {"held": "budget", "edge": "budget_edge", "busy": "budget_busy"}
 
 
 class ProviderCall:
@@ -211,9 +216,9 @@ class ProviderCall:
             outcome="error",
             timeline=Timeline(sent=at, ended=at),
             error=ProviderError(
-                type="budget_edge" if outcome.edge else "budget",
-                provider_code="budget_edge" if outcome.edge else "budget_exceeded",
-                retryable=False,
+                type=BUDGET_ERRORS[outcome.kind],
+                provider_code=BUDGET_ERRORS[outcome.kind],
+                retryable=outcome.kind == "busy",
                 message=outcome.reason,
             ),
         )

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
+
 from agentops.exceptions import CallTimedOut, ProviderFailed, RateLimited
 from agentops.models import Agent
 from agentops.runtime import runtime
@@ -23,6 +25,7 @@ from calls.records import ms_to_dt
 from calls.run import ProviderCall
 from calls.types import CompiledRequest, Message, ProviderError
 from inference.models import InferenceCall
+from turns.holds import held_by
 from turns.routing import SWITCH_ON, alternates
 from turns.serving import (
     Serving,
@@ -71,10 +74,7 @@ def auxiliary_admit(*, agent: Agent, model: str, max_tokens: int | None) -> Defe
         agent=agent, kind=InferenceCall.Kind.AUXILIARY, model=model, max_tokens=max_tokens
     )
     return Deferred(
-        message=(
-            f"{agent.name} / {hold.model} is held by a provider wait ({hold.reason}); "
-            "no call was made"
-        ),
+        message=(f"{agent.name} / {hold.model} is held: {held_by(hold)}; no call was made"),
         retry_after_ms=remaining_ms(hold, now_ms),
         until=ms_to_dt(hold.until_ms),
     )
@@ -234,6 +234,16 @@ def _outcome(
         }
     error = result.error
     assert error is not None
+    if error.type == "budget_busy":  # not held: it fits once the calls in flight settle
+        raise RateLimited(
+            error.message,
+            data={
+                "retryable": True,
+                "retry_after_ms": settings.AGENTOPS_BUDGET_BUSY_RETRY_MS,
+                "recorded": False,
+                "call": call.pk,
+            },
+        )
     if result.outcome == "cut":
         raise CallTimedOut(error.message, data={"bound": error.bound, "call": call.pk})
     if error.retry_after_ms is not None:

@@ -121,6 +121,8 @@ def again_after_ms(
     error: ProviderError = result.error
     if result.outcome == "cut" or not error.retryable:
         return None
+    if error.type == "budget_busy":  # it fits once the budget's calls in flight settle
+        return settings.AGENTOPS_BUDGET_BUSY_RETRY_MS
     wait = error.retry_after_ms
     if wait is not None:
         if not math.isfinite(wait) or wait > fallback_after_ms:

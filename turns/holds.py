@@ -22,8 +22,16 @@ from calls.types import ProviderError
 from inference.models import InferenceCall, Turn
 from turns.moves import turn_hold
 from turns.queue import schedule_drain
-from waits.admission import admission_check, remaining_ms
+from waits.admission import Hold, admission_check, remaining_ms
 from waits.services import wait_record
+
+
+def held_by(hold: Hold) -> str:
+    """What holds a call, in words: a provider's wait on a model, or a budget (its reason
+    says so: §18.3)."""
+    if hold.reason.startswith("budget:"):
+        return hold.reason
+    return f"provider wait on {hold.model}: {hold.reason}"
 
 
 def hold_if_waiting(turn: Turn) -> bool:
@@ -35,7 +43,7 @@ def hold_if_waiting(turn: Turn) -> bool:
     if hold is None:
         return False
     until = ms_to_dt(hold.until_ms)
-    reason = bound_text(f"provider wait on {hold.model}: {hold.reason}", NOTE_TEXT_LIMIT)
+    reason = bound_text(held_by(hold), NOTE_TEXT_LIMIT)
     turn_hold(turn=turn, until=until, reason=reason)
     left = remaining_ms(hold, now_ms)
     # Re-check when the wait ends, and at least every AGENTOPS_WAIT_RECHECK_MS (a wait "until

@@ -30,7 +30,7 @@ from typing import Final, TypeVar
 from django.conf import settings
 from django.utils import timezone
 
-from agentops.budgets import budget_edge_held
+from agentops.budgets import budget_hold_tightest
 from agentops.models import Agent
 from agentops.runtime import Runtime, Wake
 from calls.run import ProviderCall, Watch
@@ -83,6 +83,9 @@ EMPTY_LENGTH_STOP: Final = ProviderError(
 # Acts on the window in one run, at most: each sets rows aside, so more would mean the estimate
 # and the rows disagree; the call then goes as it is and the provider decides.
 MAX_CONTEXT_ACTS: Final = 3
+# A call a busy budget refused is called again after 1, 2, 4, 8, 16 and 32 times
+# AGENTOPS_BUDGET_BUSY_RETRY_MS, then the budget holds (what is in flight is not settling).
+BUDGET_BUSY_TRIES: Final = 6
 
 
 class Step(enum.Enum):
@@ -107,6 +110,7 @@ class TurnRun:
         self.retry = RetryState()
         self.serving: Serving
         self.switches = 0  # calls sent to another target at once after a failure (§6.11)
+        self.busy_tries = 0  # calls a budget refused until its calls in flight settle (§18.1)
         # The tokens a request needs when an alternate with a larger window serves it instead
         # of a trim (§5.9, §6.11); 0: no such need.
         self.need_tokens = 0
@@ -244,11 +248,18 @@ class TurnRun:
         now_ms = time.time() * 1000
         if await self._switched(error, now_ms):
             return Step.ADMIT
-        if error.type == "budget_edge" and turn.agent.kind != Agent.Kind.EPHEMERAL:
-            # The cheaper target it was refused for cannot serve now (held or down): nothing
-            # fits the budget, so it holds as if spent (§18.4), and admission holds the turn.
+        if error.type == "budget_busy" and self.busy_tries < BUDGET_BUSY_TRIES:
+            # It fits once the budget's calls in flight settle (§18.1): again after them.
+            delay_ms = settings.AGENTOPS_BUDGET_BUSY_RETRY_MS * 2**self.busy_tries
+            self.busy_tries += 1
+            return await self._paced(error, delay_ms, "the budget's calls in flight settling")
+        if error.type in ("budget_edge", "budget_busy") and turn.agent.kind != Agent.Kind.EPHEMERAL:
+            # The cheaper target it was refused for cannot serve now (held or down), or the
+            # calls in flight do not settle: nothing fits the budget, so it holds as if spent
+            # (§18.4), and admission holds the turn.
             await self._durably(
-                "hold the budget", partial(budget_edge_held, agent=turn.agent, now=timezone.now())
+                "hold the budget",
+                partial(budget_hold_tightest, agent=turn.agent, now=timezone.now()),
             )
             return Step.ADMIT
         policy = _policy_settings()

@@ -329,7 +329,7 @@ def _answered(fmt: Format, result: CallResult | None, wire: tuple[str, Any] | No
     failure = result.error
     message = failure.message if failure else "the call did not complete"
     if failure is not None and failure.type == "budget":
-        # Not sent: the budget is spent until its period resets (architecture.md §18.3). An
+        # Not sent: the budget holds until its period resets (architecture.md §18.3). An
         # SDK must not retry for hours: the answer says so, with the reset.
         until = refusal_until(failure.message)
         left = until.timestamp() * 1000 - time.time() * 1000 if until else math.inf
@@ -340,6 +340,11 @@ def _answered(fmt: Format, result: CallResult | None, wire: tuple[str, Any] | No
             extra={"retryable": False, "until": until},
             headers={**wait_headers(left), "x-should-retry": "false"},
         )
+    if failure is not None and failure.type == "budget_busy":
+        # Not sent: it fits once the budget's calls in flight settle (§18.1); the SDK's own
+        # retry, after this wait, may be sent.
+        wait = settings.AGENTOPS_BUDGET_BUSY_RETRY_MS
+        return error(fmt, 429, message, extra={"retryable": True}, headers=wait_headers(wait))
     if failure is not None and failure.type == "budget_edge":
         # Not sent: only a cheaper target of another wire format fits what the budget has left
         # (§18.4). Not held, so no reset instant; an SDK's retry would be refused the same.
