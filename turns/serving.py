@@ -272,8 +272,9 @@ def serving_noted(agent: Agent, serving: Serving) -> None:
 
 
 def serving_out(agent: Agent, now_ms: float) -> dict[str, Any] | None:
-    """``GET /agents/{name}``'s ``serving``: the alternate that would serve the next call, or
-    None when the primary would."""
+    """``GET /agents/{name}``'s ``serving``: the alternate that would serve the agent's next turn
+    call, or None when the primary would. ``since``: that alternate's first call of the episode
+    (None while it has served none: a drop-in may be served by another, of its wire format)."""
     if not alternates(agent.fallbacks):
         return None
     serving = serving_choose(agent, now_ms)
@@ -284,8 +285,14 @@ def serving_out(agent: Agent, now_ms: float) -> dict[str, Any] | None:
     last_primary = (
         calls.exclude(route__startswith="fallback").order_by("-id").values_list("id", flat=True)
     ).first()
+    target = serving.target
     since = (
-        calls.filter(route__startswith="fallback", id__gt=last_primary or 0)
+        calls.filter(
+            route__startswith="fallback",
+            id__gt=last_primary or 0,
+            provider=target.provider,
+            model=target.model,
+        )
         .order_by("id")
         .values_list("sent_at", flat=True)
         .first()

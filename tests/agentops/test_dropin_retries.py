@@ -30,6 +30,7 @@ from tests.agentops.test_dropin_clients import sse_lines
 from tests.conftest import BASE_DIR, wait_for
 from tests.factories import AgentFactory, ProviderFactory
 from turns.dropin import JITTER_TOTAL_MS, again_after_ms
+from turns.serving import serving_out
 from waits.models import WaitJournalEntry
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
@@ -442,6 +443,24 @@ def test_an_alternate_of_another_wire_format_is_not_used_by_a_drop_in(
     with pytest.raises(openai.RateLimitError):
         oai.chat.completions.create(model=agent.name, messages=USER)
     assert [r["model"] for r in hostile_requests()] == [agent.model]
+
+
+def test_the_alternate_a_turn_would_take_has_no_since_before_it_served(
+    oai: openai.OpenAI, with_alternate: Any, hostile_requests: Any
+) -> None:
+    agent = with_alternate("429:all", other_format=True)
+    # A second alternate, of the request's own format: the drop-in goes there.
+    agent.fallbacks = [
+        *agent.fallbacks,
+        {"provider": agent.provider.name, "model": "answer", "context_window": None},
+    ]
+    agent.save(update_fields=["fallbacks"])
+    oai.chat.completions.create(model=agent.name, messages=USER)
+    assert [r["model"] for r in hostile_requests()] == [agent.model, "answer"]
+    # A turn would go to the first alternate, which has served nothing yet.
+    serving = serving_out(agent, time.time() * 1000)
+    assert serving is not None and serving["provider"] == "elsewhere"
+    assert serving["since"] is None
 
 
 def test_a_refusal_of_the_request_is_not_sent_to_the_alternate(
