@@ -12,7 +12,9 @@ A transient failure before the provider's response started is absorbed here (arc
 §14.1): a stated wait of at most ``AGENTOPS_FALLBACK_AFTER_MS`` is waited out and the call made
 again; a 5xx or a network failure is made again once after a jitter. Each attempt is a call of
 its own with its own row; what a failed attempt sent is never handed to the caller. Once the
-response started (2xx headers, or any event) nothing is made again.
+response started (any event, or a body) nothing is made again: 2xx headers alone are held back
+with the rest, so a provider that answers headers and then stays silent is cut and routed around
+within the request, like a refusal before headers.
 
 No database connection is held while the provider is waited on: each piece of bookkeeping runs
 in the runtime's database threads (``Runtime.db``), which in the web give it back when done.
@@ -109,7 +111,7 @@ def again_after_ms(
 ) -> float | None:
     """How long to wait before a drop-in request calls again after an attempt ended with
     ``result``, or None: it does not (the result is the answer). ``started``: the provider's
-    response had started (2xx headers or an event), so the caller may have read some of it.
+    response had started (an event or a body), so the caller may have read some of it.
 
     Again only with retries left, before the response started, for: a stated wait of at most
     ``fallback_after_ms`` (after that wait; a longer one is the caller's to honour), or, without
@@ -275,7 +277,7 @@ class DropinCall:
         async def on_wire(kind: str, value: Any) -> None:
             nonlocal started
             if not started:
-                if kind == "error_body" or (kind == "headers" and not 200 <= value < 300):
+                if kind in ("error_body", "headers"):  # nothing the caller could have read
                     held.append((kind, value))
                     return
                 started = True

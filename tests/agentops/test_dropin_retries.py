@@ -470,3 +470,18 @@ def test_a_refusal_of_the_request_is_not_sent_to_the_alternate(
     with pytest.raises(openai.BadRequestError):
         oai.chat.completions.create(model=agent.name, messages=USER)
     assert [r["model"] for r in hostile_requests()] == [agent.model]
+
+
+@pytest.mark.timeout(120)
+def test_a_primary_silent_after_its_headers_is_cut_and_routed_around_within_the_request(
+    oai: openai.OpenAI, with_alternate: Any, hostile_requests: Any
+) -> None:
+    # 2xx headers at once, then nothing past the before-content bound (25 s here).
+    agent = with_alternate("first-token-40000:1")
+    stream = oai.chat.completions.create(model=agent.name, messages=USER, stream=True)
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert text, "the alternate's answer, in the stream the client opened"
+    assert [r["model"] for r in hostile_requests()] == [agent.model, "answer"]
+    cut, served = rows(agent, 2)
+    assert (cut.outcome, cut.bound) == ("cut", "before_content")
+    assert served.outcome == "completed" and served.route.startswith("fallback: primary down")
