@@ -17,6 +17,7 @@ from agentops.alerts import alert_raise
 from agentops.models import Agent, HistoryRow
 from agentops.services import history_append
 from breaker.shedding import history_set_aside
+from calls.compile import SUMMARY_PREFIX, TRIM_PREFIX, presented_order
 from calls.types import ProviderError
 from inference.models import InferenceCall, Turn
 from turns.context.estimate import (
@@ -33,8 +34,6 @@ logger = logging.getLogger(__name__)
 
 SET_ASIDE_BY: Final = "context"
 SET_ASIDE_REASON: Final = "context"
-TRIM_PREFIX: Final = "[context-trim]"
-SUMMARY_PREFIX: Final = "[context-summary]"
 NOTE_PARTICIPANT: Final = "agentops"
 ALERT_KIND: Final = "context-trimmed"
 
@@ -70,7 +69,8 @@ def context_learn(*, agent: Agent, error: ProviderError) -> None:
 
 
 def _presented(agent: Agent) -> list[HistoryRow]:
-    return list(
+    """The presented rows in the order a request carries them: a summary is the oldest."""
+    return presented_order(
         HistoryRow.objects.filter(agent=agent, state=HistoryRow.State.PRESENTED).order_by("seq")
     )
 
