@@ -256,6 +256,23 @@ def test_a_trim_that_keeps_an_answer_without_its_question_still_starts_with_the_
     assert texts(conversation[-1]) == [f"alice: Third. {text}"]
 
 
+def test_a_refusal_of_a_turn_our_estimate_fits_says_the_provider_refused_it(
+    api: Client, make_agent: Any
+) -> None:
+    # The stand-in refuses every request as too long: the turn's 70 tokens fit the window of 300
+    # as we count, so the note must not say they do not fit.
+    agent = make_agent(model="context-length", max_tokens=64, context_window=300)
+    turn = wait_turn(api, submit(api, agent.name, ("alice", "short"))["id"], timeout=30)
+    assert turn["status"] == "failed", turn
+    message = turn["error"]["message"]
+    assert message.startswith("the provider refused even the newest turn alone as too long")
+    assert "64 kept for the answer, against the model's window of 300 tokens" in message
+    assert "does not fit" not in message
+    note = HistoryRow.objects.get(agent=agent, role="system-note")
+    assert message in str(note.content) and ".." not in str(note.content)
+    assert not HistoryRow.objects.filter(agent=agent, state="set_aside").exists()
+
+
 TOOLS = [
     {
         "name": "lookup",

@@ -48,10 +48,11 @@ class Plan:
     rows: list[Row]
     tokens: int  # the rows'
     estimate: int  # the request's before the act
-    window: int
+    window: int  # the known window; unknown, the refused request's size
     reserve: int
     kept_tokens: int  # the current turn's rows, with the system prompt and tools
     trigger: Literal["estimate", "refusal"]
+    window_known: bool = True
 
 
 def output_reserve(agent: Agent) -> int:
@@ -183,21 +184,38 @@ def context_plan(*, turn: Turn, refused: ProviderError | None = None) -> Plan | 
         reserve=reserve,
         kept_tokens=round((fixed + selection.kept_tokens) * ratio),
         trigger=trigger,
+        window_known=agent.known_window is not None,
     )
 
 
 def too_big_error(plan: Plan, refused: ProviderError | None = None) -> ProviderError:
     """The failure of a turn whose own rows do not fit: nothing was set aside. After a refusal
-    it keeps the refusal's status and code."""
+    it keeps the refusal's status and code. When our estimate of the turn fits the window, the
+    provider counted otherwise: the message says it refused, with our numbers beside it."""
+    alone = (
+        f"about {plan.kept_tokens} tokens with the system prompt and tools, and {plan.reserve} "
+        "kept for the answer"
+    )
+    if plan.kept_tokens + plan.reserve > plan.window:
+        said = (
+            f"the newest turn alone ({alone}) does not fit the model's window of "
+            f"{plan.window} tokens"
+        )
+    else:
+        against = (
+            f", against the model's window of {plan.window} tokens"
+            if plan.window_known
+            else "; no window is configured or stated"
+        )
+        said = (
+            "the provider refused even the newest turn alone as too long (our estimate: "
+            f"{alone}{against})"
+        )
     return ProviderError(
         type="context_length",
         http_status=refused.http_status if refused else None,
         provider_code=refused.provider_code if refused else None,
-        message=(
-            f"the newest turn alone (about {plan.kept_tokens} tokens with the system prompt and "
-            f"tools, and {plan.reserve} kept for the answer) does not fit the model's window of "
-            f"{plan.window} tokens; nothing was set aside"
-        ),
+        message=f"{said}; nothing was set aside",
         context_limit=plan.window,
     )
 
