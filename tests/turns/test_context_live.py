@@ -15,6 +15,7 @@ import pytest
 from django.test import Client
 
 from agentops.models import Agent, Alert, AuditEntry, HistoryRow
+from calls.compile import compile_request
 from inference.models import InferenceCall, Turn
 from tests.factories import HistoryRowFactory
 from tests.turns.test_turns import submit, wait_turn
@@ -254,6 +255,23 @@ def test_a_trim_that_keeps_an_answer_without_its_question_still_starts_with_the_
     assert [m["role"] for m in conversation] == ["user", "assistant", "user"]
     assert texts(conversation[0])[0].startswith("[context-trim] The 3 oldest rows")
     assert texts(conversation[-1]) == [f"alice: Third. {text}"]
+    # A restored row goes back to its place: after the note, before the answer that followed it.
+    second = HistoryRow.objects.get(agent=agent, seq=2)
+    restored = api.post(
+        f"/api/v1/agents/{agent.name}/history/{second.pk}/restore",
+        data="{}",
+        content_type="application/json",
+    )
+    assert restored.status_code == 200, restored.content
+    presented = HistoryRow.objects.filter(agent=agent, state="presented").order_by("seq")
+    request = compile_request(agent, presented)
+    assert [m.blocks[0]["text"][:16] for m in request.messages] == [
+        "[context-trim] T",
+        "bob: Second. The",
+        "An answer to bot",
+        "alice: Third. Th",
+        "Stand-in answer ",
+    ]
 
 
 def test_a_refusal_of_a_turn_our_estimate_fits_says_the_provider_refused_it(
