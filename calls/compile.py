@@ -3,10 +3,33 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Final
 
 from agentops.models import Agent, HistoryRow
 from calls.types import CompiledRequest, Message
+
+# The notes that stand for rows set aside to fit the model's window (architecture.md §5.9,
+# ``turns.context``). They are written after the turn that needed the room, but stand where
+# those rows were: a request carries them first, so the last thing the model reads is the
+# turn's own message, never the note.
+TRIM_PREFIX: Final = "[context-trim]"
+SUMMARY_PREFIX: Final = "[context-summary]"
+
+
+def leads(row: HistoryRow) -> bool:
+    """Whether the row is a note that a request carries first, before the rest of the history."""
+    return (
+        row.role == HistoryRow.Role.SYSTEM_NOTE
+        and isinstance(row.content, str)
+        and row.content.startswith((TRIM_PREFIX, SUMMARY_PREFIX))
+    )
+
+
+def presented_order(rows: Iterable[HistoryRow]) -> list[HistoryRow]:
+    """Rows (in sequence order) as a request presents them: the notes that stand for set-aside
+    rows first, then the others in sequence order (a restored row is back in its place)."""
+    rows = list(rows)
+    return [r for r in rows if leads(r)] + [r for r in rows if not leads(r)]
 
 
 def row_blocks(content: Any) -> list[dict[str, Any]]:
@@ -20,9 +43,11 @@ def compile_request(
     agent: Agent, rows: Iterable[HistoryRow], *, stream: bool | None = None
 ) -> CompiledRequest:
     """The agent's own rows become assistant messages; every other participant's rows become
-    user messages whose text is labelled ``participant: text``; notes go in as they are."""
+    user messages whose text is labelled ``participant: text``; notes go in as they are, as user
+    messages, those that stand for set-aside rows first (``presented_order``). ``rows``: in
+    sequence order."""
     messages: list[Message] = []
-    for row in rows:
+    for row in presented_order(rows):
         if row.state != HistoryRow.State.PRESENTED:
             continue
         blocks = row_blocks(row.content)

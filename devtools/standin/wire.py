@@ -96,12 +96,15 @@ def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def last_user_text(body: dict[str, Any]) -> str:
-    """Text of the last user message that has any text ("" if none)."""
+    """The last text a user message holds ("" if none): what a model reads last and answers.
+    Of a message with several text blocks (Anthropic merges consecutive user turns), its last."""
     for message in reversed(_messages(body)):
         if message.get("role") == "user":
-            text = content_text(message.get("content"))
-            if text:
-                return text
+            content = message.get("content")
+            for block in reversed(content if isinstance(content, list) else [content]):
+                text = content_text(block if isinstance(block, str) else [block])
+                if text:
+                    return text
     return ""
 
 

@@ -15,7 +15,9 @@ import pytest
 from django.test import Client
 
 from agentops.models import Agent, Alert, AuditEntry, HistoryRow
+from calls.compile import compile_request
 from inference.models import InferenceCall, Turn
+from tests.factories import HistoryRowFactory
 from tests.turns.test_turns import submit, wait_turn
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("workers")]
@@ -152,6 +154,141 @@ def test_a_turn_that_alone_does_not_fit_fails_saying_so_and_sets_nothing_aside(
     assert not HistoryRow.objects.filter(agent=agent, state="set_aside").exists()
     note = HistoryRow.objects.filter(agent=agent, role="system-note").last()
     assert note is not None and "the newest turn alone" in str(note.content)
+
+
+def texts(message: dict[str, Any]) -> list[str]:
+    """A recorded message's text, block by block (an OpenAI message's string is one block)."""
+    content = message["content"]
+    if isinstance(content, str):
+        return [content]
+    return [b["text"] for b in content or [] if b.get("type") == "text"]
+
+
+@pytest.mark.parametrize(
+    ("provider", "policy"),
+    [
+        ("openai", "trim"),
+        ("anthropic", "trim"),
+        ("openai", "summarize"),
+        ("anthropic", "summarize"),
+    ],
+)
+def test_the_note_stands_before_the_kept_history_and_the_turn_is_the_last_thing_read(
+    api: Client, make_agent: Any, standin_requests: Any, provider: str, policy: str
+) -> None:
+    # A new user's trial: a 400-token model configured as 1,000, six messages of ~150 tokens.
+    # Every trim used to append its note after the turn's message, and the model answered it.
+    # (A summary's own request needs room: that model's window is 1,000, configured as 2,000.)
+    window = 400 if policy == "trim" else 1000
+    agent = make_agent(
+        provider=provider,
+        model=f"window:tokens={window}",
+        system="You are a test agent.",
+        max_tokens=64,
+        context_window=window * 2 if policy == "summarize" else 1000,
+        context_policy=policy,
+    )
+    sent = [f"Message {i}. " + (FILLER * 5)[:580] for i in range(6)]
+    for text in sent:
+        turn = wait_turn(api, submit(api, agent.name, ("alice", text))["id"], timeout=60)
+        assert turn["status"] == "succeeded", turn
+        # The model answers the turn's message, not a note.
+        assert turn["output"]["content"].startswith("Stand-in answer to: alice: Message "), turn
+    prefix = "[context-summary]" if policy == "summarize" else "[context-trim]"
+    alerts = Alert.objects.filter(agent=agent.name, kind="context-trimmed")
+    assert alerts.count() >= 2, "the run never outgrew the window"
+    assert all(a.data["summarized"] == (policy == "summarize") for a in alerts)
+    carried_note = 0
+    last_read: list[str] = []
+    for request in standin_requests():
+        conversation = [m for m in request["body"]["messages"] if m["role"] != "system"]
+        if texts(conversation[-1])[-1].startswith("agentops: Summarize the conversation rows"):
+            continue  # the summary's own call
+        # Anthropic refuses a conversation that does not start with a user message.
+        assert conversation[0]["role"] == "user", conversation
+        assert conversation[-1]["role"] == "user", conversation
+        last_read.append(texts(conversation[-1])[-1])
+        notes_at = [
+            (i, j)
+            for i, m in enumerate(conversation)
+            for j, t in enumerate(texts(m))
+            if t.startswith(("[context-trim]", "[context-summary]"))
+        ]
+        # One note, and it is the first thing after the system prompt.
+        assert notes_at in ([], [(0, 0)]), conversation
+        if notes_at:
+            carried_note += 1
+            assert texts(conversation[0])[0].startswith(prefix)
+    assert carried_note >= 2
+    # Each request ends with its own turn's message (a refused one and its retry alike).
+    answered = [t for i, t in enumerate(last_read) if i == 0 or t != last_read[i - 1]]
+    assert answered == [f"alice: {text}" for text in sent]
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_trim_that_keeps_an_answer_without_its_question_still_starts_with_the_note(
+    api: Client, make_agent: Any, standin_requests: Any, provider: str
+) -> None:
+    # Turn A failed after a second message had come (its note lies between the messages and
+    # turn B's answer): the oldest unit goes with the note, and the kept history starts with
+    # B's answer. The request must still start with a user message: the trim's note.
+    agent = make_agent(
+        provider=provider, model="window:tokens=400", max_tokens=64, context_window=400
+    )
+    text = (FILLER * 3)[:400]
+    for seq, participant, role, content in [
+        (1, "alice", "user", f"First. {text}"),
+        (2, "bob", "user", f"Second. {text}"),
+        (3, "agentops", "system-note", "[inference-failed] The model call failed (server)."),
+        (4, agent.participant, "assistant", f"An answer to both. {text}"),
+    ]:
+        HistoryRowFactory.create(
+            agent=agent, seq=seq, participant=participant, role=role, content=content
+        )
+    turn = wait_turn(api, submit(api, agent.name, ("alice", f"Third. {text}"))["id"], timeout=60)
+    assert turn["status"] == "succeeded", turn
+    assert turn["output"]["content"].startswith("Stand-in answer to: alice: Third."), turn
+    kept = HistoryRow.objects.filter(agent=agent, state="presented").exclude(role="system-note")
+    assert kept.order_by("seq").first().role == "assistant"  # type: ignore[union-attr]
+    [body] = [r["body"] for r in standin_requests()]
+    conversation = [m for m in body["messages"] if m["role"] != "system"]
+    assert [m["role"] for m in conversation] == ["user", "assistant", "user"]
+    assert texts(conversation[0])[0].startswith("[context-trim] The 3 oldest rows")
+    assert texts(conversation[-1]) == [f"alice: Third. {text}"]
+    # A restored row goes back to its place: after the note, before the answer that followed it.
+    second = HistoryRow.objects.get(agent=agent, seq=2)
+    restored = api.post(
+        f"/api/v1/agents/{agent.name}/history/{second.pk}/restore",
+        data="{}",
+        content_type="application/json",
+    )
+    assert restored.status_code == 200, restored.content
+    presented = HistoryRow.objects.filter(agent=agent, state="presented").order_by("seq")
+    request = compile_request(agent, presented)
+    assert [m.blocks[0]["text"][:16] for m in request.messages] == [
+        "[context-trim] T",
+        "bob: Second. The",
+        "An answer to bot",
+        "alice: Third. Th",
+        "Stand-in answer ",
+    ]
+
+
+def test_a_refusal_of_a_turn_our_estimate_fits_says_the_provider_refused_it(
+    api: Client, make_agent: Any
+) -> None:
+    # The stand-in refuses every request as too long: the turn's 70 tokens fit the window of 300
+    # as we count, so the note must not say they do not fit.
+    agent = make_agent(model="context-length", max_tokens=64, context_window=300)
+    turn = wait_turn(api, submit(api, agent.name, ("alice", "short"))["id"], timeout=30)
+    assert turn["status"] == "failed", turn
+    message = turn["error"]["message"]
+    assert message.startswith("the provider refused even the newest turn alone as too long")
+    assert "64 kept for the answer, against the model's window of 300 tokens" in message
+    assert "does not fit" not in message
+    note = HistoryRow.objects.get(agent=agent, role="system-note")
+    assert message in str(note.content) and ".." not in str(note.content)
+    assert not HistoryRow.objects.filter(agent=agent, state="set_aside").exists()
 
 
 TOOLS = [

@@ -12,6 +12,7 @@ from turns.context.estimate import (
     target_tokens,
 )
 from turns.context.selection import Row, select, units_of
+from turns.context.services import Plan, too_big_error
 
 
 def row(seq: int, role: str, content: Any = "x", tokens: int = 100, note: bool = False) -> Row:
@@ -108,3 +109,38 @@ def test_the_estimate_is_the_providers_count_plus_the_rows_since() -> None:
     assert LastCall(5, sent, counted=0).ratio == 1.0
     assert row_tokens("x" * 2000) == 504  # 2,000 characters, a message's framing
     assert target_tokens(window=16000, reserve=1000, margin_percent=20) == 11800
+
+
+def too_big(kept: int, reserve: int, window: int, *, known: bool = True) -> str:
+    plan = Plan(
+        act="too_big",
+        policy="trim",
+        rows=[],
+        tokens=0,
+        estimate=kept,
+        window=window,
+        reserve=reserve,
+        kept_tokens=kept,
+        trigger="refusal",
+        window_known=known,
+    )
+    return too_big_error(plan).message
+
+
+def test_a_turn_that_alone_is_refused_is_told_by_whether_our_estimate_fits_the_window() -> None:
+    assert too_big(900, 500, 1000) == (
+        "the newest turn alone (about 900 tokens with the system prompt and tools, and 500 kept "
+        "for the answer) does not fit the model's window of 1000 tokens; nothing was set aside"
+    )
+    # 70 < 300: the provider counted otherwise, and the message says so with our numbers.
+    assert too_big(6, 64, 300) == (
+        "the provider refused even the newest turn alone as too long (our estimate: about 6 "
+        "tokens with the system prompt and tools, and 64 kept for the answer, against the "
+        "model's window of 300 tokens); nothing was set aside"
+    )
+    # No window configured or stated: the plan's window is the refused request's size.
+    assert too_big(6, 64, 200, known=False) == (
+        "the provider refused even the newest turn alone as too long (our estimate: about 6 "
+        "tokens with the system prompt and tools, and 64 kept for the answer; no window is "
+        "configured or stated); nothing was set aside"
+    )

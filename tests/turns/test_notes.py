@@ -151,3 +151,15 @@ def test_a_one_megabyte_reason_keeps_the_note_short() -> None:
     note = failure_note_text(cut("x" * 1_000_000), timed_out_again=True)
     assert len(note) < 600 + 200
     assert note.endswith(TIMED_OUT_AGAIN + " " + CLOSING)
+
+
+@pytest.mark.parametrize("kind", ["timeout", "server"])
+def test_a_reason_that_ends_its_own_sentence_is_not_given_a_second_period(kind: str) -> None:
+    message = (
+        "This model's maximum context length is 400 tokens. However, you requested 455 tokens "
+        "(391 in the messages, 64 in the completion). Please reduce the length of the messages "
+        "or completion."
+    )
+    note = failure_note_text(ProviderError(type=kind, message=message, http_status=400))
+    assert note.endswith("messages or completion. " + CLOSING)
+    assert ".." not in note

@@ -40,7 +40,7 @@ class Unit:
 
 @dataclass(frozen=True)
 class Selection:
-    """The rows to set aside (oldest first) and their tokens; ``fits`` says whether setting them
+    """The rows to set aside (in the given order) and their tokens; ``fits`` says whether setting them
     aside brings the request to the target (when not, nothing is to be set aside)."""
 
     rows: list[Row]
@@ -100,5 +100,6 @@ def select(rows: Sequence[Row], *, protected_from_seq: int | None, over_by: int)
         gone += unit.tokens
     if gone < over_by:
         return Selection(rows=[], tokens=0, fits=False, kept_tokens=kept_tokens)
-    picked = sorted((r for u in chosen for r in u.rows), key=lambda r: r.seq)
+    chosen_ids = {r.id for u in chosen for r in u.rows}
+    picked = [r for r in rows if r.id in chosen_ids]
     return Selection(rows=picked, tokens=gone, fits=True, kept_tokens=kept_tokens)

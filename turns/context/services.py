@@ -17,6 +17,7 @@ from agentops.alerts import alert_raise
 from agentops.models import Agent, HistoryRow
 from agentops.services import history_append
 from breaker.shedding import history_set_aside
+from calls.compile import SUMMARY_PREFIX, TRIM_PREFIX, presented_order
 from calls.types import ProviderError
 from inference.models import InferenceCall, Turn
 from turns.context.estimate import (
@@ -33,8 +34,6 @@ logger = logging.getLogger(__name__)
 
 SET_ASIDE_BY: Final = "context"
 SET_ASIDE_REASON: Final = "context"
-TRIM_PREFIX: Final = "[context-trim]"
-SUMMARY_PREFIX: Final = "[context-summary]"
 NOTE_PARTICIPANT: Final = "agentops"
 ALERT_KIND: Final = "context-trimmed"
 
@@ -49,10 +48,11 @@ class Plan:
     rows: list[Row]
     tokens: int  # the rows'
     estimate: int  # the request's before the act
-    window: int
+    window: int  # the known window; unknown, the refused request's size
     reserve: int
     kept_tokens: int  # the current turn's rows, with the system prompt and tools
     trigger: Literal["estimate", "refusal"]
+    window_known: bool = True
 
 
 def output_reserve(agent: Agent) -> int:
@@ -70,7 +70,8 @@ def context_learn(*, agent: Agent, error: ProviderError) -> None:
 
 
 def _presented(agent: Agent) -> list[HistoryRow]:
-    return list(
+    """The presented rows in the order a request carries them: a summary is the oldest."""
+    return presented_order(
         HistoryRow.objects.filter(agent=agent, state=HistoryRow.State.PRESENTED).order_by("seq")
     )
 
@@ -183,21 +184,38 @@ def context_plan(*, turn: Turn, refused: ProviderError | None = None) -> Plan | 
         reserve=reserve,
         kept_tokens=round((fixed + selection.kept_tokens) * ratio),
         trigger=trigger,
+        window_known=agent.known_window is not None,
     )
 
 
 def too_big_error(plan: Plan, refused: ProviderError | None = None) -> ProviderError:
     """The failure of a turn whose own rows do not fit: nothing was set aside. After a refusal
-    it keeps the refusal's status and code."""
+    it keeps the refusal's status and code. When our estimate of the turn fits the window, the
+    provider counted otherwise: the message says it refused, with our numbers beside it."""
+    alone = (
+        f"about {plan.kept_tokens} tokens with the system prompt and tools, and {plan.reserve} "
+        "kept for the answer"
+    )
+    if plan.kept_tokens + plan.reserve > plan.window:
+        said = (
+            f"the newest turn alone ({alone}) does not fit the model's window of "
+            f"{plan.window} tokens"
+        )
+    else:
+        against = (
+            f", against the model's window of {plan.window} tokens"
+            if plan.window_known
+            else "; no window is configured or stated"
+        )
+        said = (
+            "the provider refused even the newest turn alone as too long (our estimate: "
+            f"{alone}{against})"
+        )
     return ProviderError(
         type="context_length",
         http_status=refused.http_status if refused else None,
         provider_code=refused.provider_code if refused else None,
-        message=(
-            f"the newest turn alone (about {plan.kept_tokens} tokens with the system prompt and "
-            f"tools, and {plan.reserve} kept for the answer) does not fit the model's window of "
-            f"{plan.window} tokens; nothing was set aside"
-        ),
+        message=f"{said}; nothing was set aside",
         context_limit=plan.window,
     )
 

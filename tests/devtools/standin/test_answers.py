@@ -76,6 +76,21 @@ def test_anthropic_answer_non_streamed(ant: anthropic.Anthropic) -> None:
     assert message.usage.input_tokens > 0 and message.usage.output_tokens > 0
 
 
+def test_a_user_message_of_several_text_blocks_is_answered_to_its_last(
+    ant: anthropic.Anthropic,
+) -> None:
+    # Consecutive user turns arrive as one message (a note first, then the turn's text): a
+    # model reads the turn's text last and answers it.
+    blocks: Any = [
+        {"type": "text", "text": "[context-trim] The 2 oldest rows were set aside."},
+        {"type": "text", "text": QUESTION},
+    ]
+    message = ant.messages.create(
+        model="answer", max_tokens=256, messages=[{"role": "user", "content": blocks}]
+    )
+    assert anthropic_text(message) == ANSWER
+
+
 def test_anthropic_answer_streamed(ant: anthropic.Anthropic) -> None:
     with ant.messages.stream(
         model="answer:chunks=5,interval_ms=1", max_tokens=256, messages=USER
