@@ -151,6 +151,7 @@ class AgentForm(forms.ModelForm):
                 listed,
                 model=str(cleaned.get("model") or ""),
                 provider=provider.name if provider is not None else "",
+                max_tokens=cleaned.get("max_tokens"),
             )
         except BadRequest as exc:
             self.add_error("fallbacks", str(exc))
