@@ -91,6 +91,12 @@ class Price(models.Model):
         return f"{self.model} on {self.provider_id} from {self.effective_from:%Y-%m-%d %H:%M}"
 
 
+# A model's window in tokens, configured for an agent or an alternate: no model has less than
+# 256, none more than 100 million.
+CONTEXT_WINDOW_MIN = 256
+CONTEXT_WINDOW_MAX = 100_000_000
+
+
 class Agent(models.Model):
     class Kind(models.TextChoices):
         RESIDENT = "resident"
@@ -143,8 +149,15 @@ class Agent(models.Model):
 
     def clean(self) -> None:
         # The admin's form checks what the API's schema and agent_update check.
-        if self.context_window is not None and self.context_window < 256:
-            raise ValidationError({"context_window": "must be at least 256 tokens"})
+        if self.context_window is not None and not (
+            CONTEXT_WINDOW_MIN <= self.context_window <= CONTEXT_WINDOW_MAX
+        ):
+            raise ValidationError(
+                {
+                    "context_window": f"must be from {CONTEXT_WINDOW_MIN} to "
+                    f"{CONTEXT_WINDOW_MAX:,} tokens"
+                }
+            )
         if self.context_window and self.max_tokens and self.context_window <= self.max_tokens:
             raise ValidationError(
                 {"context_window": f"must be larger than max_tokens ({self.max_tokens})"}

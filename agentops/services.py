@@ -9,7 +9,14 @@ from django.db import IntegrityError, transaction
 
 from . import rows
 from .exceptions import Conflict, bad_field
-from .models import Agent, HistoryRow, Provider, default_project_id
+from .models import (
+    CONTEXT_WINDOW_MAX,
+    CONTEXT_WINDOW_MIN,
+    Agent,
+    HistoryRow,
+    Provider,
+    default_project_id,
+)
 from .providers import provider_problem
 
 
@@ -51,7 +58,9 @@ def agent_create(
     provider_row = Provider.objects.filter(name=provider).first()
     if provider_row is None:
         raise bad_field("provider", f"no provider named {provider!r}")
-    fallbacks = fallbacks_checked(fallbacks or [], model=model, provider=provider)
+    fallbacks = fallbacks_checked(
+        fallbacks or [], model=model, provider=provider, max_tokens=max_tokens
+    )
     check_context_window(context_window, max_tokens)
     if context_policy is None:  # residents trim; the others keep failing as they did
         resident = kind == Agent.Kind.RESIDENT
@@ -80,21 +89,32 @@ def agent_create(
         ) from None
 
 
-def check_context_window(window: int | None, max_tokens: int | None) -> None:
-    """A configured window must leave room for the answer: larger than ``max_tokens``."""
-    if window is not None and max_tokens is not None and window <= max_tokens:
+def check_context_window(
+    window: int | None, max_tokens: int | None, *, field: str = "context_window"
+) -> None:
+    """A configured window (the agent's, or an alternate's under ``field``) is one a model may
+    have, CONTEXT_WINDOW_MIN to CONTEXT_WINDOW_MAX tokens, and leaves room for the answer:
+    larger than ``max_tokens``. Raises ``BadRequest`` naming ``field``."""
+    if window is None:
+        return
+    if not CONTEXT_WINDOW_MIN <= window <= CONTEXT_WINDOW_MAX:
         raise bad_field(
-            "context_window",
+            field, f"must be from {CONTEXT_WINDOW_MIN} to {CONTEXT_WINDOW_MAX:,} tokens"
+        )
+    if max_tokens is not None and window <= max_tokens:
+        raise bad_field(
+            field,
             f"must be larger than max_tokens ({max_tokens}): the answer is part of the window",
         )
 
 
 def fallbacks_checked(
-    fallbacks: list[dict[str, Any]], *, model: str, provider: str
+    fallbacks: list[dict[str, Any]], *, model: str, provider: str, max_tokens: int | None
 ) -> list[dict[str, Any]]:
     """An agent's alternates as stored (architecture.md §6.11): each provider found, each
-    (provider, model) neither the agent's own nor listed before. Raises ``BadRequest`` naming
-    the field."""
+    (provider, model) neither the agent's own nor listed before, each window one the agent's
+    own could be (``check_context_window``: the answer's ``max_tokens`` goes to the alternate
+    too). Raises ``BadRequest`` naming the field."""
     names = {f["provider"] for f in fallbacks}
     known = {p.name: p for p in Provider.objects.filter(name__in=names)}
     seen = {(provider, model)}
@@ -112,6 +132,9 @@ def fallbacks_checked(
                 "provider and model or an earlier alternate",
             )
         seen.add(target)
+        check_context_window(
+            entry.get("context_window"), max_tokens, field=f"fallbacks[{index}].context_window"
+        )
         row = known[entry["provider"]]
         # The provider's id and kind kept beside its name: routing reads no provider rows.
         stored.append(
@@ -128,7 +151,8 @@ def fallbacks_checked(
 
 def agent_update(*, agent: Agent, changes: dict[str, Any]) -> Agent:
     allowed = {"model", "system", "max_tokens", "fallbacks", "context_window", "context_policy"}
-    if "fallbacks" in changes or "model" in changes:
+    # A new max_tokens is checked against the alternates' windows as against the agent's own.
+    if "fallbacks" in changes or "model" in changes or "max_tokens" in changes:
         listed = changes.get("fallbacks")
         changes = {
             **changes,
@@ -136,6 +160,7 @@ def agent_update(*, agent: Agent, changes: dict[str, Any]) -> Agent:
                 listed if listed is not None else list(agent.fallbacks or []),
                 model=changes.get("model") or agent.model,
                 provider=agent.provider.name,
+                max_tokens=changes.get("max_tokens", agent.max_tokens),
             ),
         }
     fields = [f for f in changes if f in allowed]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Annotated, Any, Final
 
 from pydantic import AfterValidator, Field
@@ -192,3 +193,19 @@ Line = Annotated[
     str, AfterValidator(_check_line), Field(json_schema_extra={"pattern": LINE_PATTERN})
 ]
 SafeJson = Annotated[Any, AfterValidator(_check_json)]
+
+
+# The instants a client may give (a price's effective_from, a query's since and until): both
+# Python and PostgreSQL hold every one of them in any zone, and none is before prices or calls
+# could exist. Outside, an offset can push a stored value past Python's datetime (year 1 at
+# +05:00 is stored as 1 BC), and every later read of that row fails.
+INSTANT_MIN: Final = datetime(1970, 1, 1, tzinfo=UTC)
+INSTANT_MAX: Final = datetime(9000, 1, 1, tzinfo=UTC)
+
+
+def instant_problem(value: datetime) -> str | None:
+    """Why an aware ``value`` may not be accepted (outside [INSTANT_MIN, INSTANT_MAX) in UTC),
+    or None. Compared, not converted: converting year 1 at +05:00 to UTC overflows."""
+    if not INSTANT_MIN <= value < INSTANT_MAX:
+        return "must be on or after 1970-01-01T00:00:00Z and before 9000-01-01T00:00:00Z"
+    return None

@@ -77,7 +77,7 @@ provider, _ = Provider.objects.update_or_create(name="bench-standin", defaults={
 Agent.objects.create(name="bench", provider=provider, model="answer", participant="bench", max_tokens=16)
 # The same agent with alternates configured (none used: the primary answers).
 from agentops.services import fallbacks_checked
-Agent.objects.create(name="bench-alternates", provider=provider, model="answer", participant="bench", max_tokens=16, fallbacks=fallbacks_checked([{"provider": "bench-standin", "model": "answer:text=alternate"}], model="answer", provider="bench-standin"))
+Agent.objects.create(name="bench-alternates", provider=provider, model="answer", participant="bench", max_tokens=16, fallbacks=fallbacks_checked([{"provider": "bench-standin", "model": "answer:text=alternate"}], model="answer", provider="bench-standin", max_tokens=16))
 print(api_token_create(name="bench", operator=False)[1])
 """
 

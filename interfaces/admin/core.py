@@ -28,6 +28,7 @@ from agentops.prices import PriceBook, decimal_text
 from agentops.providers import provider_problem
 from agentops.runtime import runtime
 from agentops.services import fallbacks_checked
+from agentops.validation import instant_problem
 from agentops.wording import excerpt
 from inference.models import InferenceCall
 from interfaces.admin.base import ReadOnlyAdmin
@@ -150,6 +151,7 @@ class AgentForm(forms.ModelForm):
                 listed,
                 model=str(cleaned.get("model") or ""),
                 provider=provider.name if provider is not None else "",
+                max_tokens=cleaned.get("max_tokens"),
             )
         except BadRequest as exc:
             self.add_error("fallbacks", str(exc))
@@ -158,6 +160,31 @@ class AgentForm(forms.ModelForm):
 
 # An agent's calls, grouped to one row in a subquery (the admin's spend column).
 _calls_of_agent = InferenceCall.objects.filter(agent=OuterRef("pk")).order_by().values("agent")
+
+
+class PriceForm(forms.ModelForm):
+    """The API's bounds on a price's instant (agentops.validation.instant_problem)."""
+
+    class Meta:
+        model = Price
+        fields = (
+            "provider",
+            "model",
+            "input_per_mtok",
+            "output_per_mtok",
+            "cached_input_per_mtok",
+            "cache_write_per_mtok",
+            "reasoning_per_mtok",
+            "currency",
+            "effective_from",
+        )
+
+    def clean_effective_from(self) -> Any:
+        value = self.cleaned_data.get("effective_from")
+        problem = instant_problem(value) if value is not None else None
+        if problem:
+            raise forms.ValidationError(problem)
+        return value
 
 
 @admin.register(Price)
@@ -176,6 +203,7 @@ class PriceAdmin(admin.ModelAdmin):
         "currency",
         "effective_from",
     )
+    form = PriceForm
     list_filter = ("provider", "currency")
     search_fields = ("model",)
 

@@ -10,11 +10,10 @@ from django.utils import timezone
 from ninja import Query, Router, Schema
 
 from agentops.alerts import alert_acknowledge
-from agentops.exceptions import bad_field
 from agentops.models import Alert
 from agentops.selectors import alert_out
 from interfaces.api.auth import OperatorTokenAuth, require_operator
-from interfaces.api.body import checked_text
+from interfaces.api.body import check_instant, checked_text
 from interfaces.api.schemas import ERRORS
 
 router = Router(tags=["alerts"], auth=OperatorTokenAuth())  # operator only, checked first
@@ -47,22 +46,6 @@ def _check_label(field: str, value: str | None, limit: int) -> str | None:
     # A line's rules (PostgreSQL refuses a NUL in a query parameter; no stored label holds any
     # of what they refuse).
     return checked_text(field, value, limit=limit, line=True) if value else None
-
-
-def check_instant(field: str, value: str | None) -> datetime | None:
-    if not value:
-        return None
-    try:
-        instant = datetime.fromisoformat(value)
-    except ValueError:
-        raise bad_field(
-            field, f"{value[:100]!r} is not an ISO 8601 instant (e.g. 2026-01-15T08:00:00Z)"
-        ) from None
-    if instant.tzinfo is None:
-        raise bad_field(
-            field, "must name its UTC offset (e.g. 2026-01-15T08:00:00Z): a local time is ambiguous"
-        )
-    return instant
 
 
 @router.get("", response={200: list[AlertOut], **ERRORS})

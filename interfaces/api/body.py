@@ -4,12 +4,14 @@ not JSON, or nests deeper than ``JSON_DEPTH_LIMIT``, is a 400, never a Recursion
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from datetime import UTC, datetime
 from typing import Any
 
 from django.http import HttpRequest
 
 from agentops.exceptions import bad_field
-from agentops.validation import json_loads, text_problem
+from agentops.validation import instant_problem, json_loads, text_problem
 
 
 def json_body(request: HttpRequest, *, shape: str, required: bool = True) -> dict[str, Any]:
@@ -25,6 +27,14 @@ def json_body(request: HttpRequest, *, shape: str, required: bool = True) -> dic
     if not isinstance(body, dict):
         raise bad_field("body", f"must be a JSON object {shape}")
     return body
+
+
+def check_fields(body: dict[str, Any], known: Collection[str], *, shape: str) -> None:
+    """A 400 naming the first field of ``body`` (sorted) not in ``known``: a misspelt field is
+    refused, never ignored (a release without its ``model`` releases every model)."""
+    unknown = sorted(set(body) - set(known))
+    if unknown:
+        raise bad_field(unknown[0], f"is not a field of {shape}")
 
 
 def optional_line(body: dict[str, Any], field: str, *, limit: int) -> str | None:
@@ -55,3 +65,24 @@ def checked_text(field: str, value: str, *, limit: int, line: bool) -> str:
     if len(value) > limit:
         raise bad_field(field, f"must be at most {limit} characters")
     return value
+
+
+def check_instant(field: str, value: str | None) -> datetime | None:
+    """``value`` as an instant in UTC (None when absent or empty): ISO 8601 with its UTC
+    offset, within what ``instant_problem`` allows, else a 400 naming ``field``."""
+    if not value:
+        return None
+    try:
+        instant = datetime.fromisoformat(value)
+    except ValueError:
+        raise bad_field(
+            field, f"{value[:100]!r} is not an ISO 8601 instant (e.g. 2026-01-15T08:00:00Z)"
+        ) from None
+    if instant.tzinfo is None:
+        raise bad_field(
+            field, "must name its UTC offset (e.g. 2026-01-15T08:00:00Z): a local time is ambiguous"
+        )
+    problem = instant_problem(instant)
+    if problem:
+        raise bad_field(field, problem)
+    return instant.astimezone(UTC)  # in range: no overflow; written back as API.md's UTC

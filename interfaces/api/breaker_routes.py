@@ -15,7 +15,7 @@ from agentops.selectors import agent_for, history_row_out, id_valid
 from breaker.selectors import breaker_out
 from breaker.services import history_row_restore
 from interfaces.api.auth import OperatorTokenAuth, require_operator
-from interfaces.api.body import json_body, optional_line
+from interfaces.api.body import check_fields, json_body, optional_line
 from interfaces.api.schemas import ERRORS, HistoryRowOut, RestoreIn
 
 router = Router(tags=["breaker"], auth=OperatorTokenAuth())  # operator only, checked first
@@ -61,6 +61,7 @@ def history_restore(request: HttpRequest, name: str, row_id: int) -> dict[str, A
             f"row_id: agent {name!r} has no history row {row_id}", data={"field": "row_id"}
         )
     body = json_body(request, shape="{requester?}", required=False)
+    check_fields(body, ("requester",), shape="a restore {requester?}")
     requester = optional_line(body, "requester", limit=1000)
     row = history_row_restore(
         agent_name=agent.name, row_id=row_id, actor=f"api:{token.name}", requester=requester

@@ -29,8 +29,8 @@ def error_response(
 ) -> HttpResponse:
     data = dict(data or {})
     field = data.get("field")
-    if status == 400 and isinstance(field, str) and "errors" not in data:
-        # API.md: every 400 lists its fields in data.errors, those checked by hand too.
+    if status in (400, 422) and isinstance(field, str) and "errors" not in data:
+        # API.md: every 400 and 422 lists its fields in data.errors, those checked by hand too.
         data["errors"] = [{"field": field, "message": message.removeprefix(f"{field}: ")}]
     return api.create_response(
         request, {"code": code, "message": message, "data": data}, status=status
@@ -96,6 +96,24 @@ def _field_path(loc: tuple[Any, ...] | list[Any]) -> str:
     return path or "body"
 
 
+def _message(error: dict[str, Any]) -> str:
+    """A pydantic error's message as a client reads it. A string checked by our validators
+    (``agentops.validation``) has its length checked after them, as any value's, which pydantic
+    words as a collection's ("Value should have at most 200 items"; a list's says "List"), and
+    ninja drops the input that would tell a string apart: in our schemas only those strings
+    are such values. A validator's own message needs no "Value error, " before it."""
+    kind, ctx = error.get("type"), error.get("ctx") or {}
+    if kind in ("too_long", "too_short") and ctx.get("field_type") == "Value":
+        if kind == "too_long":
+            return f"String should have at most {ctx.get('max_length')} characters"
+        least = ctx.get("min_length")
+        return f"String should have at least {least} character{'' if least == 1 else 's'}"
+    message = str(error.get("msg", "invalid value"))
+    for prefix in ("Value error, ", "Assertion failed, "):
+        message = message.removeprefix(prefix)
+    return message
+
+
 def install(api: NinjaAPI) -> None:
     @api.exception_handler(AgentopsError)
     def _agentops(request: HttpRequest, exc: AgentopsError) -> HttpResponse:
@@ -106,10 +124,9 @@ def install(api: NinjaAPI) -> None:
         errors = list(exc.errors)
         first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
         field = _field_path(first.get("loc", ()))
-        message = f"{field}: {first.get('msg', 'invalid value')}"
+        message = f"{field}: {_message(first)}"
         details = [
-            {"field": _field_path(e.get("loc", ())), "message": str(e.get("msg", ""))}
-            for e in errors[:20]
+            {"field": _field_path(e.get("loc", ())), "message": _message(e)} for e in errors[:20]
         ]
         return error_response(
             api, request, 400, "bad_request", message, {"field": field, "errors": details}

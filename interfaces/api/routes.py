@@ -73,7 +73,13 @@ def _provider_out(p: Provider, *, operator: bool) -> dict[str, str | None]:
     # Where a provider points and which variable holds its key are for operators only.
     if not operator:
         return {"name": p.name, "kind": p.kind, "base_url": None, "api_key_env": None}
-    return {"name": p.name, "kind": p.kind, "base_url": p.base_url, "api_key_env": p.api_key_env}
+    # A provider that takes no key is stored with "" and answered with null, as it is posted.
+    return {
+        "name": p.name,
+        "kind": p.kind,
+        "base_url": p.base_url,
+        "api_key_env": p.api_key_env or None,
+    }
 
 
 # --- providers ---------------------------------------------------------------

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from agentops.models import CONTEXT_WINDOW_MAX, CONTEXT_WINDOW_MIN
 from agentops.validation import Line, json_problem
 from agentops.validation import Text as SafeText
 from inference.models import InferenceCall, Turn
@@ -29,8 +30,7 @@ Name = Annotated[str, Field(min_length=1, max_length=100, pattern=NAME_PATTERN)]
 Label = Annotated[Line, Field(min_length=1, max_length=100)]
 Text = Annotated[SafeText, Field(max_length=200_000)]
 ModelName = Annotated[Line, Field(min_length=1, max_length=200)]
-# A model's window in tokens: at least 256 (no model has less), at most 100 million.
-ContextWindow = Annotated[int, Field(ge=256, le=100_000_000)]
+ContextWindow = Annotated[int, Field(ge=CONTEXT_WINDOW_MIN, le=CONTEXT_WINDOW_MAX)]
 ContextPolicy = Literal["trim", "summarize", "fail"]
 # Enums as enums in the OpenAPI document: the models' own choices.
 TurnStatus = Turn.Status
@@ -82,7 +82,8 @@ class ToolIn(Strict):
 class FallbackIn(Strict):
     provider: Name
     model: ModelName
-    context_window: Annotated[int, Field(ge=1, le=100_000_000)] | None = None
+    # Larger than the agent's max_tokens too (agentops.services.fallbacks_checked).
+    context_window: ContextWindow | None = None
 
 
 Fallbacks = Annotated[list[FallbackIn], Field(max_length=4)]

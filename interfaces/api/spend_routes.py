@@ -16,9 +16,8 @@ from agentops.exceptions import NotFound, bad_field
 from agentops.models import Agent, Budget, Price, Project
 from agentops.prices import PRICE_FIELDS, price_amount, price_create, price_out
 from inference.models import Turn
-from interfaces.api.alerts_routes import check_instant
 from interfaces.api.auth import require_operator
-from interfaces.api.body import checked_text, json_body
+from interfaces.api.body import check_fields, check_instant, checked_text, json_body
 from interfaces.api.schemas import ERRORS
 from interfaces.spend import spend_out, spent_since
 from turns.queue import schedule_drain
@@ -102,9 +101,7 @@ def _text(body: dict[str, Any], field: str, *, limit: int) -> str:
 def prices_create(request: HttpRequest) -> Status:
     require_operator(request)  # before the body is read: a 403 says nothing of its fields
     body = json_body(request, shape=PRICE_SHAPE)
-    unknown = sorted(set(body) - PRICE_KEYS)
-    if unknown:
-        raise bad_field(unknown[0], f"is not a field of a price {PRICE_SHAPE}")
+    check_fields(body, PRICE_KEYS, shape=f"a price {PRICE_SHAPE}")
     provider = _text(body, "provider", limit=100)
     model = _text(body, "model", limit=Price._meta.get_field("model").max_length or 200)
     amounts = {

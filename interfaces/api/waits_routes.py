@@ -16,7 +16,7 @@ from ninja import Field, Query, Router, Schema
 from agentops.exceptions import bad_field
 from agentops.validation import Line, Text
 from interfaces.api.auth import OperatorTokenAuth, require_operator
-from interfaces.api.body import json_body, optional_line, optional_text
+from interfaces.api.body import check_fields, json_body, optional_line, optional_text
 from interfaces.api.schemas import ErrorOut
 from turns.holds import next_call_at
 from turns.queue import held_turns_wake  # an interface may wake turns
@@ -34,6 +34,8 @@ ERRORS: dict[int, type] = {
     413: ErrorOut,
 }
 AgentName = Annotated[Line, Field(max_length=100)]
+RELEASE_SHAPE = "{agent, model?, requester?, reason?}"
+RELEASE_FIELDS = ("agent", "model", "requester", "reason")
 ModelName = Annotated[Line, Field(max_length=200)]
 
 
@@ -146,7 +148,8 @@ def waits_list(request: HttpRequest, filters: Query[WaitsFilter]) -> dict[str, A
 )
 def waits_release(request: HttpRequest) -> dict[str, Any]:
     token = require_operator(request)
-    body = json_body(request, shape="{agent, model?, requester?, reason?}")
+    body = json_body(request, shape=RELEASE_SHAPE)
+    check_fields(body, RELEASE_FIELDS, shape=f"a release {RELEASE_SHAPE}")
     if "agent" not in body:
         raise bad_field("agent", "is required")
     if "model" in body and body["model"] is None:

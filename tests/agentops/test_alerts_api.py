@@ -135,13 +135,38 @@ def test_a_since_that_is_not_an_iso_8601_instant_is_a_400_naming_since(
     assert body["message"].startswith("since: ")
 
 
-@pytest.mark.parametrize("since", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-12:00"])
-def test_a_since_at_the_edges_of_the_calendar_is_answered_not_a_500(
+# Instants both Python and PostgreSQL hold in any zone (API.md: 1970 up to 9000, in UTC).
+OUT_OF_RANGE = [
+    "0001-01-01T00:00:00+05:00",  # 1 BC once in UTC
+    "9999-12-31T23:59:59-14:00",  # the year 10000 once in UTC
+    "1969-12-31T23:59:59.999999Z",
+    "1970-01-01T04:59:59+05:00",  # 1969 in UTC
+    "9000-01-01T00:00:00Z",
+    "8999-12-31T23:00:00-01:00",  # 9000 in UTC
+]
+IN_RANGE = ["1970-01-01T00:00:00Z", "1970-01-01T05:00:00+05:00", "8999-12-31T23:59:59.999Z"]
+
+
+@pytest.mark.parametrize("since", OUT_OF_RANGE)
+def test_a_since_outside_1970_to_9000_in_utc_is_a_400_naming_since(
+    api: Client, alerts: dict[str, Alert], since: str
+) -> None:
+    response = api.get("/api/v1/alerts", {"since": since})
+    assert response.status_code == 400, response.content
+    body = response.json()
+    assert body["data"]["field"] == "since"
+    assert body["message"] == (
+        "since: must be on or after 1970-01-01T00:00:00Z and before 9000-01-01T00:00:00Z"
+    )
+
+
+@pytest.mark.parametrize("since", IN_RANGE)
+def test_a_since_at_the_edges_of_the_range_is_answered(
     api: Client, alerts: dict[str, Alert], since: str
 ) -> None:
     expected = (
         []
-        if since.startswith("9999")
+        if since.startswith("8999")
         else [alerts[k].pk for k in ("ada-down", "bob-wait", "ada-wait")]
     )
     assert ids(api.get("/api/v1/alerts", {"since": since})) == expected

@@ -217,10 +217,139 @@ def test_every_400_lists_its_field_in_data_errors(
     assert out["message"] == f"{field}: {error['message']}"
 
 
+@pytest.mark.parametrize(
+    ("method", "url", "body", "message"),
+    [
+        (
+            "patch",
+            "/api/v1/agents/ada",
+            {"fallbacks": [{"provider": "p1", "model": "m" * 201}]},
+            "fallbacks[0].model: String should have at most 200 characters",
+        ),
+        (
+            "post",
+            "/api/v1/agents/ada/turns",
+            {"messages": [{"participant": "p" * 101, "content": "hi"}]},
+            "messages[0].participant: String should have at most 100 characters",
+        ),
+        (
+            "post",
+            "/api/v1/agents/ada/turns",
+            {"messages": [{"participant": "alice", "content": ""}]},
+            "messages[0].content: String should have at least 1 character",
+        ),
+        (
+            "patch",
+            "/api/v1/agents/ada",
+            {"model": "a\nb"},
+            "model: must not contain control characters",
+        ),
+        (
+            "patch",
+            "/api/v1/agents/ada",
+            {"fallbacks": [{"provider": "p1", "model": "m"}] * 5},
+            "fallbacks: List should have at most 4 items after validation, not 5",
+        ),
+    ],
+)
+def test_a_schemas_message_says_characters_of_a_string_and_no_value_error_prefix(
+    api: Client, agent: Agent, method: str, url: str, body: Any, message: str
+) -> None:
+    response = call(api, method, url, body)
+    assert response.status_code == 400, response.content
+    out = response.json()
+    assert out["message"] == message
+    field = out["data"]["field"]
+    assert out["data"]["errors"][0] == {"field": field, "message": message[len(field) + 2 :]}
+
+
+def test_a_provider_without_a_key_reads_back_null_as_posted(api: Client) -> None:
+    keyless = {k: v for k, v in GOOD_PROVIDER.items() if k != "api_key_env"}
+    created = post(api, "/api/v1/providers", keyless)
+    assert created.status_code == 201, created.content
+    assert created.json()["api_key_env"] is None
+    assert [p["api_key_env"] for p in api.get("/api/v1/providers").json()] == [None]
+    assert Provider.objects.get().api_key_env == ""  # stored as the column's empty value
+
+
 def test_an_unknown_field_is_refused_and_named(api: Client) -> None:
     response = post(api, "/api/v1/providers", {**GOOD_PROVIDER, "api_key": "sk-secret"})
     assert response.status_code == 400
     assert response.json()["data"]["field"] == "api_key"
+
+
+MESSAGE = {"participant": "alice", "content": "hi"}
+
+
+@pytest.mark.parametrize(
+    ("method", "url", "body", "field"),
+    [
+        ("post", "/api/v1/providers", {**GOOD_PROVIDER, "typo": 1}, "typo"),
+        (
+            "post",
+            "/api/v1/agents",
+            {"name": "bob", "provider": "p1", "model": "m", "typo": 1},
+            "typo",
+        ),
+        ("patch", "/api/v1/agents/ada", {"modle": "other"}, "modle"),
+        (
+            "patch",
+            "/api/v1/agents/ada",
+            {"fallbacks": [{"provider": "p1", "model": "m", "typo": 1}]},
+            "fallbacks[0].typo",
+        ),
+        ("post", "/api/v1/agents/ada/turns", {"messages": [MESSAGE], "typo": 1}, "typo"),
+        (
+            "post",
+            "/api/v1/agents/ada/turns",
+            {"messages": [{**MESSAGE, "role": "user"}]},
+            "messages[0].role",
+        ),
+        (
+            "post",
+            "/api/v1/turns/1/tool_results",
+            {"results": [{"tool_call_id": "t", "content": "x"}], "typo": 1},
+            "typo",
+        ),
+        (
+            "post",
+            "/api/v1/prices",
+            {
+                "provider": "p1",
+                "model": "m",
+                "input_per_mtok": 1,
+                "output_per_mtok": 1,
+                "effective_form": "2026-01-01T00:00:00Z",
+            },
+            "effective_form",
+        ),
+        ("put", "/api/v1/agents/ada/budget", {"amount": 1, "period": "day", "typo": 1}, "typo"),
+        (
+            "put",
+            "/api/v1/projects/default/budget",
+            {"amount": 1, "period": "day", "typo": 1},
+            "typo",
+        ),
+        (
+            "post",
+            "/api/v1/waits/release",
+            {"agent": "ada", "modle": "m", "reason": "typo test"},
+            "modle",
+        ),
+        ("post", "/api/v1/agents/ada/history/1/restore", {"requestor": "alice"}, "requestor"),
+    ],
+)
+def test_every_body_refuses_a_field_it_does_not_know_naming_it_and_changes_nothing(
+    api: Client, agent: Agent, method: str, url: str, body: Any, field: str
+) -> None:
+    """A misspelt field is never ignored: a release without its model releases every model."""
+    before = Agent.objects.values().get(pk=agent.pk)
+    response = call(api, method, url, body)
+    assert response.status_code == 400, response.content
+    assert response.json()["data"]["field"] == field, response.json()
+    assert response.json()["message"].startswith(f"{field}: ")
+    assert Agent.objects.values().get(pk=agent.pk) == before
+    assert not AuditEntry.objects.exists() and not Turn.objects.exists()
 
 
 @pytest.mark.parametrize("body", ["{not json", "", "[]", "null", "42"])

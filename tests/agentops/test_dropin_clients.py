@@ -125,6 +125,14 @@ def test_anthropic_model_pages_follow_limit_and_after_id(
         f"{server}/v1/models?limit=10&after_id={names[1]}", headers={"x-api-key": user_token}
     ).json()
     assert [m["id"] for m in rest["data"]] == names[2:] and rest["has_more"] is False
+    # A cursor is a place in name order, not a lookup (API.md): one that names no agent, as
+    # when the last page's last agent was disposed since, goes on from where it would sort.
+    gone = names[1] + "~"  # sorts after names[1], before names[2]
+    after_gone = httpx.get(
+        f"{server}/v1/models?limit=10&after_id={gone}", headers={"x-api-key": user_token}
+    )
+    assert after_gone.status_code == 200
+    assert [m["id"] for m in after_gone.json()["data"]] == names[2:]
     bad = httpx.get(f"{server}/v1/models?limit=0", headers={"x-api-key": user_token})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "limit"
     assert httpx.get(f"{server}/v1/models").status_code == 401

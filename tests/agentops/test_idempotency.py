@@ -358,7 +358,17 @@ def test_a_repeated_turn_answers_the_same_turn_and_queues_none(
     assert HistoryRow.objects.filter(agent=agent).count() == 1  # not joined again either
     other = post_turn(api, agent.name, "something else", key)
     assert other.status_code == 422
-    assert other.json()["data"]["field"] == "Idempotency-Key"
+    refused = other.json()
+    assert refused["code"] == "unprocessable"
+    # Shaped as a 400 is: the field, and data.errors with the message less the field's name.
+    assert refused["data"]["field"] == "Idempotency-Key"
+    assert refused["data"]["errors"] == [
+        {
+            "field": "Idempotency-Key",
+            "message": refused["message"].removeprefix("Idempotency-Key: "),
+        }
+    ]
+    assert refused["message"].startswith("Idempotency-Key: this key was used")
     # Another agent's turn under the key is another request: refused too.
     assert post_turn(api, make_agent().name, "hello", key).status_code == 422
     bad = post_turn(api, agent.name, "hello", "")

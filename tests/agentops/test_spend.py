@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -26,6 +26,7 @@ from breaker.probes import breaker_probe_begin
 from calls.compile import compile_request
 from inference.models import InferenceCall, Turn
 from tests.agentops.live_asgi import asgi_server
+from tests.agentops.test_alerts_api import IN_RANGE, OUT_OF_RANGE
 from tests.conftest import scraper, wait_for
 from tests.factories import AgentFactory, HistoryRowFactory, ProviderFactory, TurnFactory
 from tests.turns.test_auxiliary import complete
@@ -199,6 +200,56 @@ def test_a_bad_price_is_a_400_naming_the_field_and_nothing_is_stored(
     error = response.json()
     assert error["data"]["field"] == field and says in error["message"], error
     assert not Price.objects.exists()
+
+
+@pytest.mark.parametrize("when", OUT_OF_RANGE)
+def test_a_price_from_outside_1970_to_9000_in_utc_is_a_400_and_nothing_is_stored(
+    api: Client, providers: dict[str, Provider], when: str
+) -> None:
+    """Stored, year 1 at +05:00 became 1 BC: every read of the model's prices failed after."""
+    response = post_price(
+        api, provider="standin-openai", model="answer", effective_from=when, **PRICE
+    )
+    assert response.status_code == 400, response.content
+    error = response.json()
+    assert error["data"]["field"] == "effective_from"
+    assert error["data"]["errors"] == [
+        {
+            "field": "effective_from",
+            "message": "must be on or after 1970-01-01T00:00:00Z and before 9000-01-01T00:00:00Z",
+        }
+    ]
+    assert not Price.objects.exists()
+    assert api.get("/api/v1/prices").json() == []
+
+
+def test_prices_at_the_edges_of_the_range_are_stored_and_listed(
+    api: Client, providers: dict[str, Provider]
+) -> None:
+    made = [
+        priced(api, "standin-openai", f"answer-{i}", effective_from=when, **PRICE)
+        for i, when in enumerate(IN_RANGE)
+    ]
+    listed = api.get("/api/v1/prices")
+    assert listed.status_code == 200, listed.content
+    assert sorted(p["effective_from"] for p in listed.json()) == sorted(
+        p["effective_from"] for p in made
+    )
+    assert [datetime.fromisoformat(p["effective_from"]) for p in made] == [
+        datetime.fromisoformat(when) for when in IN_RANGE
+    ]
+
+
+@pytest.mark.parametrize("field", ["since", "until"])
+def test_a_spend_period_outside_1970_to_9000_in_utc_is_a_400_naming_its_end(
+    api: Client, field: str
+) -> None:
+    for when in OUT_OF_RANGE:
+        response = api.get("/api/v1/spend", {field: when})
+        assert response.status_code == 400, (when, response.content)
+        assert response.json()["data"]["field"] == field
+    for when in IN_RANGE:
+        assert api.get("/api/v1/spend", {field: when}).status_code == 200
 
 
 def test_prices_are_for_operators_only_and_refused_before_the_body_is_read(
@@ -543,6 +594,20 @@ def test_the_admin_shows_costs_on_calls_and_agents_and_adds_prices(
         },
     )
     assert added.status_code == 200 and not Price.objects.exists()  # the form, with its error
+    too_early = client.post(
+        "/admin/agentops/price/add/",
+        {
+            "provider": providers["openai"].pk,
+            "model": "answer",
+            "input_per_mtok": "1",
+            "output_per_mtok": "2",
+            "currency": "USD",
+            "effective_from_0": "1969-12-31",
+            "effective_from_1": "23:59:59",
+        },
+    )
+    assert too_early.status_code == 200 and not Price.objects.exists()
+    assert "must be on or after 1970-01-01T00:00:00Z" in too_early.content.decode()
     added = client.post(
         "/admin/agentops/price/add/",
         {

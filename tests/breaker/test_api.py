@@ -161,6 +161,17 @@ def test_a_non_string_requester_is_a_400_naming_it(
     assert set_aside.state == "set_aside"
 
 
+def test_an_unknown_field_is_a_400_naming_it_and_nothing_is_restored(
+    api: Client, agent: Agent, set_aside: HistoryRow
+) -> None:
+    response = restore(api, agent, set_aside.pk, {"requestor": "alice"})
+    assert response.status_code == 400, response.content
+    assert response.json()["data"]["field"] == "requestor"
+    assert response.json()["message"] == "requestor: is not a field of a restore {requester?}"
+    set_aside.refresh_from_db()
+    assert set_aside.state == "set_aside"
+
+
 @pytest.mark.parametrize("body", ["not json", "[1]", '"x"'])
 def test_a_body_that_is_not_a_json_object_is_a_400(
     api: Client, agent: Agent, set_aside: HistoryRow, body: str

@@ -31,6 +31,14 @@ def test_an_auxiliary_call_answers(api: Client, make_agent: Any) -> None:
     assert body["call"]["kind"] == "auxiliary" and body["call"]["outcome"] == "completed"
 
 
+def test_an_unknown_field_is_a_400_naming_it_and_no_call(api: Client, make_agent: Any) -> None:
+    agent = make_agent()
+    response = complete(api, agent.name, max_token=5)
+    assert response.status_code == 400, response.content
+    assert response.json()["data"]["field"] == "max_token"
+    assert not InferenceCall.objects.exists()
+
+
 @pytest.mark.usefixtures("workers")
 def test_a_held_model_defers_auxiliary_calls_without_a_call_and_another_model_proceeds(
     api: Client, make_agent: Any, standin_requests: Any

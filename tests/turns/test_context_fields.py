@@ -209,3 +209,61 @@ def test_a_calls_error_shows_the_window_a_refusal_stated(api: Client, provider: 
     )
     [call] = api.get(f"/api/v1/turns/{turn.pk}").json()["calls"]
     assert call["error"]["context_limit"] == 16000
+
+
+# An alternate's window is held to the agent's own rules (architecture.md §6.11): the same
+# answer, max_tokens long, goes to whichever model serves.
+ALTERNATE_OK = {"provider": "p1", "model": "alt-ok", "context_window": 1001}
+
+
+@pytest.mark.parametrize("window", [10, 255, 1000, 200_000_000, "16000"])
+def test_an_alternates_bad_window_is_a_400_naming_it_and_nothing_is_made(
+    api: Client, provider: Any, window: Any
+) -> None:
+    alternates = [ALTERNATE_OK, {"provider": "p1", "model": "alt", "context_window": window}]
+    body = {**GOOD, "max_tokens": 1000, "fallbacks": alternates}
+    response = post(api, "/api/v1/agents", body)
+    assert response.status_code == 400, response.content
+    assert response.json()["data"]["field"] == "fallbacks[1].context_window"
+    assert not Agent.objects.filter(name="bob").exists()
+    made = post(api, "/api/v1/agents", {**body, "fallbacks": [ALTERNATE_OK]})
+    assert made.status_code == 201, made.content
+    assert made.json()["fallbacks"][0]["context_window"] == 1001
+
+
+def test_an_alternates_window_below_max_tokens_is_refused_on_patch_either_way_round(
+    api: Client, provider: Any
+) -> None:
+    AgentFactory.create(name="bob", provider=provider, max_tokens=100)
+    small = [{"provider": "p1", "model": "x", "context_window": 10}]
+    response = patch(api, "/api/v1/agents/bob", {"fallbacks": small})
+    assert response.status_code == 400, response.content
+    assert response.json()["data"]["field"] == "fallbacks[0].context_window"
+    assert Agent.objects.get(name="bob").fallbacks == []
+    fits = [{"provider": "p1", "model": "x", "context_window": 300}]
+    assert patch(api, "/api/v1/agents/bob", {"fallbacks": fits}).status_code == 200
+    # A max_tokens the alternate's window cannot hold is refused too, naming that window.
+    response = patch(api, "/api/v1/agents/bob", {"max_tokens": 300})
+    assert response.status_code == 400, response.content
+    assert response.json()["data"]["field"] == "fallbacks[0].context_window"
+    assert Agent.objects.get(name="bob").max_tokens == 100
+
+
+def test_the_admin_refuses_an_alternates_window_below_max_tokens(provider: Any) -> None:
+    from django.contrib.auth.models import User
+
+    agent = AgentFactory.create(name="bob", provider=provider, max_tokens=500)
+    client = Client()
+    client.force_login(User.objects.create_superuser("root", password="x"))
+    form = client.get(f"/admin/agentops/agent/{agent.pk}/change/").context["adminform"].form
+    data = {k: v for k, v in form.initial.items() if v is not None and k != "tools"}
+    data.update(provider=provider.pk, project=agent.project_id, tools="[]", stream="on")
+    for window, says in ((400, "must be larger than max_tokens (500)"), (10, "from 256")):
+        alternates = json.dumps([{"provider": "p1", "model": "alt", "context_window": window}])
+        response = client.post(
+            f"/admin/agentops/agent/{agent.pk}/change/", {**data, "fallbacks": alternates}
+        )
+        assert response.status_code == 200  # the form again, with the error
+        page = response.content.decode()
+        assert "fallbacks[0].context_window" in page and says in page
+        assert Agent.objects.get(pk=agent.pk).fallbacks == []

@@ -138,6 +138,9 @@ def test_release_of_one_model_returns_its_receipt(held_agent: Agent, api: Client
         ("agent", {"model": "m1"}),
         ("requester", {"agent": "ada", "requester": ["ops"]}),
         ("reason", {"agent": "ada", "reason": {"why": 1}}),
+        # A misspelt model must not release every model.
+        ("modle", {"agent": "ada", "modle": "m1", "reason": "typo test"}),
+        ("requestor", {"agent": "ada", "model": "m1", "requestor": "ops"}),
         ("body", "not json"),
         ("body", ["ada"]),
     ],
