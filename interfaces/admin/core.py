@@ -162,22 +162,25 @@ class AgentForm(forms.ModelForm):
 _calls_of_agent = InferenceCall.objects.filter(agent=OuterRef("pk")).order_by().values("agent")
 
 
+PRICE_COLUMNS = (
+    "provider",
+    "model",
+    "input_per_mtok",
+    "output_per_mtok",
+    "cached_input_per_mtok",
+    "cache_write_per_mtok",
+    "reasoning_per_mtok",
+    "currency",
+    "effective_from",
+)
+
+
 class PriceForm(forms.ModelForm):
     """The API's bounds on a price's instant (agentops.validation.instant_problem)."""
 
     class Meta:
         model = Price
-        fields = (
-            "provider",
-            "model",
-            "input_per_mtok",
-            "output_per_mtok",
-            "cached_input_per_mtok",
-            "cache_write_per_mtok",
-            "reasoning_per_mtok",
-            "currency",
-            "effective_from",
-        )
+        fields = PRICE_COLUMNS
 
     def clean_effective_from(self) -> Any:
         value = self.cleaned_data.get("effective_from")
@@ -192,17 +195,7 @@ class PriceAdmin(admin.ModelAdmin):
     """Prices are added, never edited: a change is a new row from its instant on, so the calls
     priced before keep their cost (the fields of a saved price are read-only)."""
 
-    list_display = (
-        "provider",
-        "model",
-        "input_per_mtok",
-        "output_per_mtok",
-        "cached_input_per_mtok",
-        "cache_write_per_mtok",
-        "reasoning_per_mtok",
-        "currency",
-        "effective_from",
-    )
+    list_display = PRICE_COLUMNS
     form = PriceForm
     list_filter = ("provider", "currency")
     search_fields = ("model",)

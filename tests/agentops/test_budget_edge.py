@@ -17,7 +17,7 @@ from django.test import Client
 from agentops.models import Agent, Alert, Budget
 from inference.models import InferenceCall
 from tests.agentops.live_asgi import asgi_server
-from tests.agentops.test_budgets import put_budget
+from tests.agentops.test_budgets import chat, put_budget
 from tests.agentops.test_spend import priced
 from tests.turns.test_auxiliary import complete
 from tests.turns.test_turns import submit, wait_turn
@@ -140,16 +140,7 @@ def test_a_drop_in_over_the_edge_is_served_by_the_cheaper_alternate(
     api: Client, make_agent: Any, server: str, user_token: str, standin_requests: Any
 ) -> None:
     agent = edge_agent(api, make_agent, CHEAP)
-    response = httpx.post(
-        f"{server}/v1/chat/completions",
-        json={
-            "model": agent.name,
-            "max_tokens": 100,
-            "messages": [{"role": "user", "content": "hi"}],
-        },
-        headers={"authorization": f"Bearer {user_token}"},
-        timeout=20,
-    )
+    response = chat(server, user_token, agent.name)
     assert response.status_code == 200, response.text
     assert response.json()["choices"][0]["message"]["content"] == "from-the-cheap-model"
     assert per_model(standin_requests()) == {CHEAP: 1}
@@ -185,9 +176,7 @@ def test_a_burst_past_the_reservations_in_flight_is_told_to_retry_and_the_budget
         assert "after the calls in flight" in refused.text
     assert len(standin_requests()) == statuses.count(200), "a refused call is never sent"
     assert_not_held(agent)
-    again = httpx.post(
-        url, json=body, headers={"authorization": f"Bearer {user_token}"}, timeout=30
-    )
+    again = chat(server, user_token, agent.name)
     assert again.status_code == 200, again.text
     budget = Budget.objects.get(agent=agent)
     assert budget.reserved == 0 and budget.spent <= Decimal("0.005")

@@ -34,6 +34,16 @@ from waits.admission import admission_check
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 
 
+def chat(server: str, token: str, agent: str) -> httpx.Response:
+    """A chat completion through the drop-in, 100 tokens at most."""
+    return httpx.post(
+        f"{server}/v1/chat/completions",
+        json={"model": agent, "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]},
+        headers={"authorization": f"Bearer {token}"},
+        timeout=30,
+    )
+
+
 def put_budget(api: Client, path: str, **body: Any) -> Any:
     return api.put(f"/api/v1/{path}/budget", data=json.dumps(body), content_type="application/json")
 
@@ -363,16 +373,7 @@ def test_a_drop_in_call_that_does_not_fit_answers_429_not_to_retry(
     priced(api, "standin-openai", "answer")
     agent = make_agent()
     put_budget(api, f"agents/{agent.name}", amount="0.001", period="day")
-    response = httpx.post(
-        f"{server}/v1/chat/completions",
-        json={
-            "model": agent.name,
-            "max_tokens": 100,
-            "messages": [{"role": "user", "content": "hi"}],
-        },
-        headers={"authorization": f"Bearer {user_token}"},
-        timeout=20,
-    )
+    response = chat(server, user_token, agent.name)
     assert response.status_code == 429, response.text
     assert response.headers["x-should-retry"] == "false"
     assert 0 < int(response.headers["retry-after"]) <= 86_400
