@@ -86,6 +86,7 @@ class Watch:
         self.slowest = 0.0
         self.checks = 0
         self._stop = threading.Event()
+        self._sampled = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
     def _sample(self) -> None:
@@ -105,10 +106,14 @@ class Watch:
                         self.failures.append(status)
                     self.slowest = max(self.slowest, time.monotonic() - began)
                     self.checks += 1
+                self._sampled.set()
                 self._stop.wait(0.01)  # dense enough for ten checks while a fast flood lasts
 
     def __enter__(self) -> Watch:
         self._thread.start()
+        # One sample before the watched call starts: a call faster than the thread's first
+        # check would otherwise leave none (a watch that saw nothing proves nothing).
+        self._sampled.wait(10)
         return self
 
     def __exit__(self, *exc: object) -> None:
