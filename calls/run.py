@@ -18,31 +18,28 @@ with its outcome, when it ends; a call that a binding wait refused gets its row 
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from decimal import Decimal
-from functools import cache, partial
-from typing import Any, Final, Protocol
+from functools import partial
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from agentops import rows, telemetry
-from agentops.budgets import Reserved, budget_reserve, budget_settle, reservation_amount
+from agentops.budgets import Reserved, budget_settle
 from agentops.live import broadcast_turn_event, publish_turn_event
 from agentops.models import Agent, Provider
 from agentops.outbound import proxy_configured
-from agentops.prices import price_in_force
 from agentops.providers import base_url_vet, key_env_problem, key_missing
 from agentops.runtime import Runtime, Settable, Wake, runtime
 from agentops.text import bound_text
 from agentops.urlsafety import HostUnresolved, IPAddress
 from calls.adapters import Adapter, WireRequest, build_wire
 from calls.bounds import Deadline
+from calls.budgeting import call_reservation
 from calls.classify import redacted
 from calls.client import CallResult, Timeline, now_ms
 from calls.config import bounds_settings
@@ -88,11 +85,6 @@ class Watch:
 OnWire = Callable[[str, Any], Awaitable[None]]
 # How a caller runs blocking work from the loop (``Runtime.db``, or a durable variant of it).
 Hop = Callable[[Callable[[], None]], Awaitable[None]]
-
-
-# The error type of a call a budget refused (architecture.md §18): held until the reset, sent
-# to a cheaper target, or called again once the calls in flight settle.
-BUDGET_ERRORS: Final = {"held": "budget", "edge": "budget_edge", "busy": "budget_busy"}
 
 
 class ProviderCall:
@@ -178,50 +170,20 @@ class ProviderCall:
 
     def _budget_reserved(self) -> CallResult | None:
         """The call's worst case reserved on its budgets (architecture.md §18), or, when a
-        budget is spent, the result of a call never sent (an error, not retryable)."""
-        now = timezone.now()
-
-        @cache
-        def given() -> int:
-            # The body's size in bytes bounds its tokens: a token is at least a byte.
-            return len(json.dumps(self.wire.body, ensure_ascii=False).encode())
-
-        def on(provider_id: int, model: str) -> Decimal | None:
-            """The request's worst case on a target (worked out only when a budget counts it)."""
-            terms = price_in_force(provider_id=provider_id, model=model, at=now)
-            if terms is None:
-                return None
-            most = self.request.max_tokens or settings.AGENTOPS_BUDGET_DEFAULT_MAX_TOKENS
-            return reservation_amount(input_tokens=given(), max_tokens=most, terms=terms)
-
-        def others() -> list[Decimal]:
-            """The same request's worst case on the agent's other priced targets (§18.4)."""
-            mine = (self.provider.pk, self.request.model)
-            found = [on(t, m) for t, m in self.agent.targets() if (t, m) != mine]
-            return [amount for amount in found if amount is not None]
-
-        outcome, amount = budget_reserve(
+        budget refuses it, the result of a call never sent."""
+        reservation = call_reservation(
             agent=self.agent,
-            worst_case=partial(on, self.provider.pk, self.request.model),
-            now=now,
-            others=list if self.kind == InferenceCall.Kind.PROBE else others,
+            provider_id=self.provider.pk,
+            model=self.request.model,
+            body=self.wire.body,
+            max_tokens=self.request.max_tokens,
+            look_elsewhere=self.kind != InferenceCall.Kind.PROBE,  # a probe tests its own model
+            now=timezone.now(),
         )
-        if isinstance(outcome, list):
-            self.reserved = outcome
-            if outcome:
-                self.row.reserved = amount
-            return None
-        at = now_ms()
-        return CallResult(
-            outcome="error",
-            timeline=Timeline(sent=at, ended=at),
-            error=ProviderError(
-                type=BUDGET_ERRORS[outcome.kind],
-                provider_code=BUDGET_ERRORS[outcome.kind],
-                retryable=outcome.kind == "busy",
-                message=outcome.reason,
-            ),
-        )
+        self.reserved = reservation.reserved
+        if reservation.reserved:
+            self.row.reserved = reservation.amount
+        return reservation.refused
 
     async def run(
         self,
