@@ -581,45 +581,27 @@ def test_the_admin_shows_costs_on_calls_and_agents_and_adds_prices(
     assert "0.00125" in calls and "unpriced" in calls
     agents = client.get("/admin/agentops/agent/").content.decode()
     assert "1.50125 (+1 unpriced)" in agents
-    added = client.post(
-        "/admin/agentops/price/add/",
-        {
-            "provider": providers["openai"].pk,
-            "model": "answer",
-            "input_per_mtok": "-1",
-            "output_per_mtok": "2",
-            "currency": "USD",
-            "effective_from_0": "2026-01-01",
-            "effective_from_1": "00:00:00",
-        },
-    )
+
+    def add(input_per_mtok: str, day: str, time: str) -> Any:
+        return client.post(
+            "/admin/agentops/price/add/",
+            {
+                "provider": providers["openai"].pk,
+                "model": "answer",
+                "input_per_mtok": input_per_mtok,
+                "output_per_mtok": "2",
+                "currency": "USD",
+                "effective_from_0": day,
+                "effective_from_1": time,
+            },
+        )
+
+    added = add("-1", "2026-01-01", "00:00:00")
     assert added.status_code == 200 and not Price.objects.exists()  # the form, with its error
-    too_early = client.post(
-        "/admin/agentops/price/add/",
-        {
-            "provider": providers["openai"].pk,
-            "model": "answer",
-            "input_per_mtok": "1",
-            "output_per_mtok": "2",
-            "currency": "USD",
-            "effective_from_0": "1969-12-31",
-            "effective_from_1": "23:59:59",
-        },
-    )
+    too_early = add("1", "1969-12-31", "23:59:59")
     assert too_early.status_code == 200 and not Price.objects.exists()
     assert "must be on or after 1970-01-01T00:00:00Z" in too_early.content.decode()
-    added = client.post(
-        "/admin/agentops/price/add/",
-        {
-            "provider": providers["openai"].pk,
-            "model": "answer",
-            "input_per_mtok": "1",
-            "output_per_mtok": "2",
-            "currency": "USD",
-            "effective_from_0": "2026-01-01",
-            "effective_from_1": "00:00:00",
-        },
-    )
+    added = add("1", "2026-01-01", "00:00:00")
     assert added.status_code == 302, added.content.decode()[-2000:]
     price = Price.objects.get()
     page = client.get(f"/admin/agentops/price/{price.pk}/change/").content.decode()

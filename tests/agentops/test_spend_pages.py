@@ -33,6 +33,26 @@ pytestmark = pytest.mark.django_db
 NEW_YORK = ZoneInfo("America/New_York")
 
 
+def set_budget(owner: Any, amount: str, period: str, *, now: Any, warn_at: str = "0.8") -> None:
+    """A budget as the API sets it (its ledger from the period's calls so far)."""
+    budget_put(
+        owner=owner,
+        amount=Decimal(amount),
+        period=period,
+        warn_at=Decimal(warn_at),
+        now=now,
+        spent_since=partial(spent_since, owner),
+    )
+
+
+def agent_and_held_project_budgets(agent: Any, project: Any, now: Any) -> None:
+    """2 a day on the agent; 10 a month on its project, spent and held."""
+    set_budget(agent, "2", "day", now=now)
+    set_budget(project, "10", "month", now=now, warn_at="1")
+    held = Budget.objects.get(project=project)
+    Budget.objects.filter(pk=held.pk).update(spent=Decimal("10"), held_period=held.period_start)
+
+
 def ended(agent: Agent, at: datetime, cost: str | None, **fields: Any) -> InferenceCall:
     """An ended call of ``agent`` at ``at``: priced at ``cost``, or unpriced (None)."""
     call: InferenceCall = CallFactory.create(
@@ -237,14 +257,7 @@ def test_the_spend_page_shows_the_projects_budget_and_whether_it_holds() -> None
     client = admin_client()
     assert "No budget is set for this project." in page(client, project).content.decode()
     now = timezone.now()
-    budget_put(
-        owner=project,
-        amount=Decimal("5"),
-        period="day",
-        warn_at=Decimal("0.8"),
-        now=now,
-        spent_since=partial(spent_since, project),
-    )
+    set_budget(project, "5", "day", now=now)
     shown = text(page(client, project).content.decode())
     assert "Budget: 5 USD per day; this day spent 0, reserved 0 (calls in flight)" in shown
     assert "; not held." in shown
@@ -313,24 +326,7 @@ def test_the_dashboard_shows_each_agents_budgets_and_holds_in_one_read() -> None
     bob = AgentFactory.create(name="bob", project=project)
     other = AgentFactory.create(name="zed")
     now = timezone.now()
-    budget_put(
-        owner=ada,
-        amount=Decimal("2"),
-        period="day",
-        warn_at=Decimal("0.8"),
-        now=now,
-        spent_since=partial(spent_since, ada),
-    )
-    budget_put(
-        owner=project,
-        amount=Decimal("10"),
-        period="month",
-        warn_at=Decimal("1"),
-        now=now,
-        spent_since=partial(spent_since, project),
-    )
-    held = Budget.objects.get(project=project)
-    Budget.objects.filter(pk=held.pk).update(spent=Decimal("10"), held_period=held.period_start)
+    agent_and_held_project_budgets(ada, project, now)
     ended(bob, now, "0.5")
     snapshot = dashboard_snapshot(now_ms=clock.time() * 1000)
     budgets = {b["agent"]: b["budgets"] for b in snapshot["breakers"]}
@@ -349,14 +345,7 @@ def test_the_dashboard_shows_each_agents_budgets_and_holds_in_one_read() -> None
     for n in range(12):
         agent = AgentFactory.create(name=f"more-{n}", project=project)
         ended(agent, now, "0.01")
-        budget_put(
-            owner=agent,
-            amount=Decimal("1"),
-            period="week",
-            warn_at=Decimal("1"),
-            now=now,
-            spent_since=partial(spent_since, agent),
-        )
+        set_budget(agent, "1", "week", now=now, warn_at="1")
     with CaptureQueriesContext(connection) as many:
         snapshot = dashboard_snapshot(now_ms=clock.time() * 1000)
     assert len(many) == len(few), [q["sql"][:120] for q in many.captured_queries]

@@ -6,16 +6,14 @@ from __future__ import annotations
 
 from datetime import timedelta
 from decimal import Decimal
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from agentops.budgets import budget_put
-from agentops.models import Budget, Project
-from interfaces.spend import spent_since
+from agentops.models import Project
+from tests.agentops.test_spend_pages import agent_and_held_project_budgets, set_budget
 from tests.conftest import wait_for
 from tests.factories import AgentFactory, CallFactory
 
@@ -64,14 +62,7 @@ def test_the_spend_page_fits_1366_px_and_shows_each_day(
     for n in range(0, 40, 3):
         spent(agent, f"{n * 1.37:.6f}", days_ago=n, model="claude-sonnet-4-5-20250929-very-long")
     spent(agent, None, days_ago=1)
-    budget_put(
-        owner=project,
-        amount=Decimal("25"),
-        period="month",
-        warn_at=Decimal("0.8"),
-        now=timezone.now(),
-        spent_since=partial(spent_since, project),
-    )
+    set_budget(project, "25", "month", now=timezone.now())
     User.objects.create_superuser("olga", password="a long operator password")
     browser.set_window_size(1366, 1000)
     url = f"/admin/agentops/project/{project.pk}/spend/"
@@ -107,24 +98,7 @@ def test_the_dashboard_shows_todays_spend_and_budgets(browser: WebDriver, live_s
     spent(ada, None)
     spent(bob, None)
     now = timezone.now()
-    budget_put(
-        owner=ada,
-        amount=Decimal("2"),
-        period="day",
-        warn_at=Decimal("0.8"),
-        now=now,
-        spent_since=partial(spent_since, ada),
-    )
-    budget_put(
-        owner=project,
-        amount=Decimal("10"),
-        period="month",
-        warn_at=Decimal("1"),
-        now=now,
-        spent_since=partial(spent_since, project),
-    )
-    held = Budget.objects.get(project=project)
-    Budget.objects.filter(pk=held.pk).update(spent=Decimal("10"), held_period=held.period_start)
+    agent_and_held_project_budgets(ada, project, now)
     User.objects.create_superuser("wanda", password="a long operator password")
     browser.set_window_size(1366, 1000)
     log_in(browser, live_server.url, "wanda", "/dashboard/")
