@@ -27,9 +27,8 @@ from waits.services import wait_record
 
 
 def held_by(hold: Hold) -> str:
-    """What holds a call, in words: a provider's wait on a model, or a budget (its reason
-    says so: §18.3)."""
-    if hold.reason.startswith("budget:"):
+    """What holds a call, in words: a provider's wait on a model, or a budget (§18.3)."""
+    if hold.by == "budget":
         return hold.reason
     return f"provider wait on {hold.model}: {hold.reason}"
 

@@ -33,6 +33,8 @@ class Hold:
     reason: str
     model: str
     source: Literal["recorded", "pending", "unreadable"]
+    # What holds: a provider's wait from the journal, or a spent budget (§18.3).
+    by: Literal["provider", "budget"] = "provider"
 
 
 def admission_check(*, agent: Agent, model: str, now_ms: float, provider: str = "") -> Hold | None:
@@ -109,6 +111,7 @@ def _budget_hold_read(agent: Agent, now_ms: float) -> Hold | None:
         reason=first.reason,
         model=EVERY_MODEL,
         source="recorded",
+        by="budget",
     )
 
 

@@ -288,6 +288,7 @@ def test_a_held_turn_waits_until_the_reset_and_a_release_resumes_it(
     turn_id = submit(api, agent.name, ("alice", "hello"))["id"]
     held = wait_turn(api, turn_id, {"held"}, timeout=20)
     assert datetime.fromisoformat(held["held_until"]) == resets_at(api, agent)
+    assert held["hold_reason"].startswith("budget: "), "a budget, not a provider's wait"
     spent_before = Budget.objects.get(agent=agent).spent
     released = api.post(
         "/api/v1/waits/release",
