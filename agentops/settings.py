@@ -201,6 +201,13 @@ AGENTOPS_WAIT_RECHECK_MS = env_ms("AGENTOPS_WAIT_RECHECK_MS", 30_000)
 # than answer 429); a target that failed is passed over for the second one, then tried once.
 AGENTOPS_FALLBACK_AFTER_MS = env_ms("AGENTOPS_FALLBACK_AFTER_MS", 30_000)
 AGENTOPS_FALLBACK_RETRY_PRIMARY_MS = env_ms("AGENTOPS_FALLBACK_RETRY_PRIMARY_MS", 30_000)
+# A provider's limit at its own scope (architecture.md §6.12, §6.13): the seeds' acceleration
+# cooldown on the whole account, how held turns spread out when a scoped wait ends with no
+# known rate, and how long a drop-in request waits for its provider's quota to come back.
+AGENTOPS_ACCELERATION_COOLDOWN_MS = env_ms("AGENTOPS_ACCELERATION_COOLDOWN_MS", 65_000)
+AGENTOPS_ACCELERATION_JITTER_MS = env_ms("AGENTOPS_ACCELERATION_JITTER_MS", 5_000)
+AGENTOPS_RESUME_SPREAD_MS = env_ms("AGENTOPS_RESUME_SPREAD_MS", 2_000)
+AGENTOPS_DROPIN_MAX_WAIT_MS = env_ms("AGENTOPS_DROPIN_MAX_WAIT_MS", 10_000)
 # In-flight calls' live progress (counts, nearest deadline) goes out at most this often per process.
 AGENTOPS_PROGRESS_INTERVAL_MS = env_ms("AGENTOPS_PROGRESS_INTERVAL_MS", 250)
 AGENTOPS_EPHEMERAL_MAX_SLEEP_MS = env_ms("AGENTOPS_EPHEMERAL_MAX_SLEEP_MS", 600_000)

@@ -16,6 +16,7 @@ import aiohttp
 
 from agentops.retrying import clamp_wait, retry_after_header_ms, wait_number
 from agentops.text import PROVIDER_CODE_LIMIT, bound_text, untrusted_json, untrusted_text
+from calls.limits import Quota, limit_scope, next_month_ms, quota_from_headers
 from calls.types import ProviderError
 
 RETRYABLE_TYPES = {"rate_limit", "server", "overloaded", "network", "timeout"}
@@ -191,7 +192,43 @@ def classify_http(
     wait = stated_wait_ms(headers, body, now_ms)
     # A gateway may answer a provider's rate limit with a status of its own and say it in the body.
     like = 429 if _throttled(err) else 400 if _overflow_code(err) else None
-    return _with_limit(_classify(status, code, message, wait, like=like), err)
+    error = _classify(status, code, message, wait, like=like)
+    return _scoped(_with_limit(error, err), err, quota_from_headers(headers, now_ms), now_ms)
+
+
+def _scoped(
+    error: ProviderError, err: Mapping[str, Any], quota: Quota | None, now_ms: float
+) -> ProviderError:
+    """Whom the refusal binds (architecture.md §6.12). A spent credit or spend cap holds the
+    account until released (a monthly cap until the next month begins) unless it states a
+    wait; an acceleration limit that may not be retried keeps its terminal disposition."""
+    if error.type not in ("rate_limit", "quota", "invalid_request"):
+        return error
+    details = err.get("details")
+    detail_code = details.get("error_code") if isinstance(details, dict) else None
+    scoped = limit_scope(
+        throttled=error.type in ("rate_limit", "quota"),
+        codes=(err.get("code"), err.get("type"), detail_code, error.provider_code),
+        message=error.message,
+        quota=quota,
+    )
+    if scoped.scope == "agent" or (scoped.acceleration and not error.retryable):
+        return error
+    wait = error.retry_after_ms
+    if scoped.spend and wait is None:
+        wait = next_month_ms(now_ms) - now_ms if scoped.monthly else math.inf
+    elif wait is None and quota is not None:
+        # No stated wait, but its headers say when what is spent comes back.
+        reset = quota.requests_reset_ms if quota.requests_remaining == 0 else quota.tokens_reset_ms
+        wait = max(0.0, reset - now_ms) if reset is not None else None
+    return replace(
+        error,
+        scope=scoped.scope,
+        acceleration=scoped.acceleration,
+        retry_after_ms=wait,
+        # A spent credit is no failure of the request: the account waits, its turns held.
+        type="quota" if scoped.spend else error.type,
+    )
 
 
 # A body or frame that says "rate limited" whatever status carries it: a ``code`` of 429 (a
@@ -230,7 +267,7 @@ def classify_frame(payload: Any, now_ms: float) -> ProviderError:
     code_text = code if isinstance(code, str) else etype
     message = str(err.get("message") or json.dumps(payload)[:2000])
     error = _classify(like, code_text, message, stated_wait_ms({}, payload, now_ms))
-    return _with_limit(error, err)
+    return _scoped(_with_limit(error, err), err, None, now_ms)
 
 
 def _classify(
@@ -265,6 +302,21 @@ def _classify(
         provider_code=bound_text(code_text, PROVIDER_CODE_LIMIT) if code_text else None,
         retryable=kind in RETRYABLE_TYPES,
         retry_after_ms=wait,
+    )
+
+
+def paced_error(*, provider: str, model: str, wait_ms: float) -> ProviderError:
+    """A call not sent because its provider's quota has no room for it within the caller's
+    wait (architecture.md §6.13): agentops's own 429, which may be retried after ``wait_ms``."""
+    return ProviderError(
+        type="paced",
+        provider_code="paced",
+        message=(
+            f"provider {provider}'s quota for {model} has no room now (its remaining-quota "
+            f"headers said so); no call was made; it comes back in {math.ceil(wait_ms)} ms"
+        ),
+        retryable=True,
+        retry_after_ms=wait_ms,
     )
 
 

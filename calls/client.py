@@ -13,6 +13,7 @@ from typing import Any
 from django.conf import settings
 
 from calls.bounds import Bound, CallState, Deadline
+from calls.limits import Quota
 from calls.types import CallOutput, ProviderError, TokenUsage
 
 logger = logging.getLogger(__name__)
@@ -122,6 +123,9 @@ class CallResult:
     # The token counts the provider reported (a completed call's, or what a stream that did
     # not complete had reported by its end); each None when not reported.
     usage: TokenUsage = field(default_factory=TokenUsage)
+    # What the answer's remaining-quota headers said (architecture.md §6.13); None: no answer,
+    # or an answer without them.
+    quota: Quota | None = None
 
 
 # Gets the text of the deltas that arrived together (read from the same bytes): a flood of

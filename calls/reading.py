@@ -42,6 +42,7 @@ from calls.client import (
     edge_limits,
     now_ms,
 )
+from calls.limits import Quota, quota_from_headers
 from calls.sse import SseParser
 from calls.types import CallOutput, ProviderError
 
@@ -93,6 +94,7 @@ class _Reading:
         "on_progress",
         "on_wire",
         "pumped",
+        "quota",
         "reader",
         "streamed",
         "timeline",
@@ -136,6 +138,7 @@ class _Reading:
         self.pumped = (
             False  # the stream's own reading ended the call (not a deadline, not an abort)
         )
+        self.quota: Quota | None = None  # the answer's remaining-quota headers
         # Text deltas not yet handed to ``on_delta`` (None: nobody asked for them).
         self.deltas: list[str] | None = [] if on_delta is not None else None
 
@@ -167,6 +170,7 @@ class _Reading:
             else {}
         )
         result.usage = self.adapter.usage(reported if isinstance(reported, dict) else {})
+        result.quota = self.quota
         return result
 
     def state(self) -> CallState:
@@ -280,6 +284,7 @@ class _Reading:
                 if await self.handle(("headers",)):
                     return
                 status = resp.status
+                self.quota = quota_from_headers(resp.headers, self.timeline.headers or now_ms())
                 if on_wire is not None:
                     await on_wire("headers", status)
                 if not 200 <= status <= 599:

@@ -18,7 +18,9 @@ with its outcome, when it ends; a call that a binding wait refused gets its row 
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from functools import partial
@@ -40,11 +42,12 @@ from agentops.urlsafety import HostUnresolved, IPAddress
 from calls.adapters import Adapter, WireRequest, build_wire
 from calls.bounds import Deadline
 from calls.budgeting import call_reservation
-from calls.classify import redacted
+from calls.classify import paced_error, redacted
 from calls.client import CallResult, Timeline, now_ms
 from calls.config import bounds_settings
 from calls.events import dashboard_call_ended, dashboard_call_started
 from calls.health import provider_health_note
+from calls.pacing import Pacer
 from calls.progress import progress_entry, progress_hub
 from calls.reading import perform_call
 from calls.records import call_cost_fields, stored
@@ -53,6 +56,9 @@ from calls.types import CompiledRequest, ProviderError
 from inference.models import InferenceCall, Turn
 
 logger = logging.getLogger(__name__)
+
+# Up to this much is added to each pacing wait (``ProviderCall.paced``).
+PACE_JITTER_MS = 50.0
 
 
 class Holding(Protocol):
@@ -192,12 +198,60 @@ class ProviderCall:
         watch: Watch | None = None,
         on_wire: OnWire | None = None,
         hop: Hop | None = None,
+        pace_max_ms: float | None = None,
     ) -> CallResult:
-        """``begin`` in a database hop (``hop``: the runtime's ``db`` unless the caller waits
-        out an outage), then ``perform``. The caller ends the call (``end``) once it decided."""
+        """Paced (``paced``), then ``begin`` in a database hop (``hop``: the runtime's ``db``
+        unless the caller waits out an outage), then ``perform``. The caller ends the call
+        (``end``) once it decided. A call that ``pace_max_ms`` would not wait for comes back
+        ``paced`` (never sent; its row is ``deferred``)."""
+        refused = await self.paced(pace_max_ms)
+        if refused is not None:
+            self.result = refused
+            return refused
         begin = partial(self.begin, in_flight=in_flight)
         await (hop(begin) if hop is not None else runtime().db(begin))
         return await self.perform(watch=watch, on_wire=on_wire)
+
+    async def paced(self, max_wait_ms: float | None) -> CallResult | None:
+        """Wait until the provider's quota has room for this call (architecture.md §6.13), or,
+        past ``max_wait_ms``, the result of a call never sent (``paced``). A provider that
+        sends no quota headers costs a dictionary lookup here."""
+        engine = runtime()
+        pacer = engine.part(Pacer)
+        provider, model = self.provider.name, self.request.model
+        if pacer.plain(provider, model):
+            return None
+        tokens = self._token_estimate()
+        waited = 0.0
+        while True:
+            wait = await engine.db(
+                partial(pacer.acquire, provider=provider, model=model, tokens=tokens),
+                now_ms=now_ms(),
+            )
+            if wait <= 0:
+                if waited:
+                    self.row.paced_ms = round(waited)
+                return None
+            if max_wait_ms is not None and waited + wait > max_wait_ms:
+                # Never sent: its row says ``deferred``, as a call a wait refused.
+                at = now_ms()
+                return CallResult(
+                    outcome=InferenceCall.Outcome.DEFERRED,
+                    timeline=Timeline(sent=at, ended=at),
+                    error=paced_error(provider=provider, model=model, wait_ms=wait),
+                )
+            # A little jitter: callers released by one reset do not all ask at one instant.
+            wait += random.uniform(0, PACE_JITTER_MS)
+            await asyncio.sleep(wait / 1000)
+            waited += wait
+
+    def _token_estimate(self) -> int:
+        """The call's tokens as a provider's tokens-per-minute count them: its input at about
+        four characters a token, and its answer's ``max_tokens``."""
+        chars = sum(len(str(block)) for m in self.request.messages for block in m.blocks)
+        if self.body is not None:
+            chars += sum(len(str(v)) for v in self.body.get("messages") or ())
+        return chars // 4 + len(self.request.system) // 4 + (self.request.max_tokens or 0)
 
     async def perform(
         self, *, watch: Watch | None = None, on_wire: OnWire | None = None
@@ -254,6 +308,13 @@ class ProviderCall:
 
         stored(write, self.result)
         self.reserved = []  # settled once: a record run again does not settle twice
+        if self.result.timeline.headers is not None:  # the provider answered: what is left
+            runtime().part(Pacer).note(
+                provider=self.provider.name,
+                model=self.request.model,
+                quota=self.result.quota,
+                now_ms=self.result.timeline.headers,
+            )
         return row
 
     def announce(self) -> None:

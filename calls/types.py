@@ -49,6 +49,11 @@ class ProviderError:
     bound: str | None = None
     # A context-length refusal's stated window in tokens, when its message or body gives one.
     context_limit: int | None = None
+    # Whom a rate limit or a spent credit binds (architecture.md §6.12): "agent", "model" (every
+    # agent on the provider's model) or "provider" (the whole account); ``acceleration``: worded
+    # as an acceleration limit (the seeds' cooldown).
+    scope: str = "agent"
+    acceleration: bool = False
 
     def __post_init__(self) -> None:
         # The provider's words reach logs, alerts, notes and API answers: an ESC or a CR in
@@ -60,7 +65,13 @@ class ProviderError:
     def as_dict(self) -> dict[str, Any]:
         wait = self.retry_after_ms
         finite = wait is not None and math.isfinite(wait)
-        stated = {"context_limit": self.context_limit} if self.context_limit is not None else {}
+        stated: dict[str, Any] = (
+            {"context_limit": self.context_limit} if self.context_limit is not None else {}
+        )
+        if self.scope != "agent":
+            stated["scope"] = self.scope
+        if self.acceleration:
+            stated["acceleration"] = True
         return {
             **stated,
             "type": self.type,

@@ -94,6 +94,9 @@ class InferenceCall(models.Model):
     route = models.CharField(max_length=300, blank=True, default="")
     streamed = models.BooleanField()
     max_tokens = models.PositiveIntegerField(null=True, blank=True)
+    # How long the call waited for its provider's quota before it was sent (architecture.md
+    # §6.13); null when it did not wait.
+    paced_ms = models.PositiveIntegerField(null=True, blank=True)
     round = models.PositiveIntegerField(default=0)
     sent_at = models.DateTimeField(null=True, blank=True)
     headers_at = models.DateTimeField(null=True, blank=True)

@@ -18,7 +18,7 @@ from typing import Any
 from django.conf import settings
 
 from agentops.exceptions import CallTimedOut, ProviderFailed, RateLimited
-from agentops.models import Agent
+from agentops.models import Agent, Provider
 from agentops.runtime import runtime
 from calls.client import CallResult
 from calls.records import ms_to_dt
@@ -32,10 +32,9 @@ from turns.serving import (
     primary_serving,
     serving_choose,
     serving_noted,
-    wait_provider,
 )
 from waits.admission import admission_check, remaining_ms
-from waits.services import wait_record
+from waits.limits import limit_record
 
 
 @dataclass(frozen=True)
@@ -147,7 +146,9 @@ async def _run(call: ProviderCall) -> None:
     """The call, not sent as in flight; when the client goes away (Django cancels the view)
     it ends and its row is written ``aborted``, as a drop-in's is: every provider request has
     its row."""
-    running = asyncio.ensure_future(call.run(in_flight=False))
+    running = asyncio.ensure_future(
+        call.run(in_flight=False, pace_max_ms=settings.AGENTOPS_DROPIN_MAX_WAIT_MS)
+    )
     try:
         await asyncio.shield(running)
     except asyncio.CancelledError:
@@ -186,8 +187,8 @@ def _next(call: ProviderCall, tried: set[int]) -> Serving | dict[str, Any]:
     assert result is not None
     error = result.error
     binding = None
-    if error is not None and error.retry_after_ms is not None:
-        binding = _wait_recorded(agent, row.model, error, wait_provider(agent, call.provider))
+    if error is not None and error.retry_after_ms is not None and error.type != "paced":
+        binding = _wait_recorded(agent, row.model, error, call.provider)
     if result.outcome != "completed" and error is not None and error.type in SWITCH_ON:
         serving = serving_choose(agent, time.time() * 1000)
         if serving is not None and serving.choice.fresh and serving.choice.index not in tried:
@@ -199,19 +200,20 @@ def _next(call: ProviderCall, tried: set[int]) -> Serving | dict[str, Any]:
 def _ended(call: ProviderCall) -> dict[str, Any]:
     row = call.end()
     assert call.result is not None
-    provider = wait_provider(call.agent, call.provider)
-    return _outcome(call.agent, call.request.model, row, call.result, provider)
+    return _outcome(call.agent, call.request.model, row, call.result, call.provider)
 
 
-def _wait_recorded(agent: Agent, model: str, error: ProviderError, provider: str = "") -> bool:
-    assert error.retry_after_ms is not None
-    return wait_record(
+def _wait_recorded(
+    agent: Agent, model: str, error: ProviderError, provider: Provider | None = None
+) -> bool:
+    """The refusal's wait recorded at its scope (§6.12), for ``model`` on ``provider``."""
+    return limit_record(
         agent=agent,
+        provider=provider or agent.provider,
         model=model,
-        provider=provider,
-        retry_after_ms=error.retry_after_ms,
-        reason=f"{error.type} (HTTP {error.http_status}): {error.message[:300]}",
+        error=error,
         now_ms=time.time() * 1000,
+        own_provider=provider is None or provider.pk == agent.provider_id,
     ).binding
 
 
@@ -220,7 +222,7 @@ def _outcome(
     model: str,
     call: InferenceCall,
     result: CallResult,
-    provider: str = "",
+    provider: Provider | None = None,
     *,
     binding: bool | None = None,
 ) -> dict[str, Any]:
@@ -234,12 +236,16 @@ def _outcome(
         }
     error = result.error
     assert error is not None
-    if error.type == "budget_busy":  # not held: it fits once the calls in flight settle
+    if error.type in ("budget_busy", "paced"):
+        # Not held: it fits once the calls in flight settle, or once the provider's quota
+        # comes back (§6.13); pacing is no wait to record.
         raise RateLimited(
             error.message,
             data={
                 "retryable": True,
-                "retry_after_ms": settings.AGENTOPS_BUDGET_BUSY_RETRY_MS,
+                "retry_after_ms": error.retry_after_ms
+                if error.type == "paced"
+                else settings.AGENTOPS_BUDGET_BUSY_RETRY_MS,
                 "recorded": False,
                 "call": call.pk,
             },

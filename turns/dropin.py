@@ -41,7 +41,7 @@ from turns.auxiliary import Deferred, auxiliary_admit
 from turns.routing import SWITCH_ON, alternates
 from turns.serving import serving_choose, serving_noted, wait_provider
 from waits.admission import admission_check, remaining_ms
-from waits.services import wait_record
+from waits.limits import limit_record
 
 # The field that bounds a reply's length in each wire format's request.
 MAX_TOKENS_FIELD = {
@@ -121,8 +121,8 @@ def again_after_ms(
     if result is None or result.error is None or started or retries_left <= 0:
         return None
     error: ProviderError = result.error
-    if result.outcome == "cut" or not error.retryable:
-        return None
+    if result.outcome == "cut" or not error.retryable or error.type == "paced":
+        return None  # a paced call already waited what a drop-in waits (§6.13)
     if error.type == "budget_busy":  # it fits once the budget's calls in flight settle
         return settings.AGENTOPS_BUDGET_BUSY_RETRY_MS
     wait = error.retry_after_ms
@@ -286,7 +286,11 @@ class DropinCall:
                 held.clear()
             await self._put(kind, value)
 
-        result = await call.run(in_flight=self.streamed, on_wire=on_wire)
+        result = await call.run(
+            in_flight=self.streamed,
+            on_wire=on_wire,
+            pace_max_ms=settings.AGENTOPS_DROPIN_MAX_WAIT_MS,
+        )
         return result, started, held
 
     async def _put(self, kind: str, value: Any) -> None:
@@ -342,14 +346,14 @@ class DropinCall:
         """The row written and the end announced; a stated wait recorded for (agent, model)."""
         row = self._call.end()
         error = self.result.error if self.result is not None else None
-        if error is not None and error.retry_after_ms is not None:
-            wait_record(
+        if error is not None and error.retry_after_ms is not None and error.type != "paced":
+            limit_record(
                 agent=self.agent,
+                provider=self._call.provider,
                 model=self._call.request.model,
-                provider=wait_provider(self.agent, self._call.provider),
-                retry_after_ms=error.retry_after_ms,
-                reason=f"{error.type} (HTTP {error.http_status}): {error.message[:300]}",
+                error=error,
                 now_ms=time.time() * 1000,
+                own_provider=self._call.provider.pk == self.agent.provider_id,
             )
         return row
 

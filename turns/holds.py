@@ -5,6 +5,7 @@ falls back to."""
 from __future__ import annotations
 
 import math
+import random
 import threading
 import time
 from datetime import datetime, timedelta
@@ -15,6 +16,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from agentops.models import Provider
 from agentops.runtime import Runtime, runtime
 from agentops.text import NOTE_TEXT_LIMIT, bound_text
 from calls.records import ms_to_dt
@@ -23,7 +25,7 @@ from inference.models import InferenceCall, Turn
 from turns.moves import turn_hold
 from turns.queue import schedule_drain
 from waits.admission import Hold, admission_check, remaining_ms
-from waits.services import wait_record
+from waits.limits import limit_record
 
 
 def held_by(hold: Hold) -> str:
@@ -52,6 +54,10 @@ def hold_if_waiting(turn: Turn) -> bool:
         if left is None
         else min(left + 10, settings.AGENTOPS_WAIT_RECHECK_MS)
     )
+    if hold.scope != "agent" and left is not None and left + 10 <= recheck_ms:
+        # Many agents share a scoped wait: they resume spread out, not in one second; the
+        # provider's own quota (§6.13) then paces them at the rate it states.
+        recheck_ms += random.uniform(0, settings.AGENTOPS_RESUME_SPREAD_MS)
     _recheck_once(turn.agent_id, recheck_ms / 1000)
     return True
 
@@ -147,17 +153,19 @@ def record_wait(
     now_ms: float,
     *,
     model: str | None = None,
-    provider: str = "",
+    provider: Provider | None = None,
 ) -> bool:
-    """Record the provider's stated wait for (agent, ``model``, ``provider``: the target that
-    stated it, the agent's own by default). Returns whether it binds."""
-    recorded = wait_record(
-        agent=turn.agent,
-        model=model or turn.agent.model,
-        provider=provider,
-        retry_after_ms=error.retry_after_ms if error.retry_after_ms is not None else 0,
-        reason=f"{error.type} (HTTP {error.http_status}): {error.message[:300]}",
+    """Record what the refusal says for the target that stated it (``model`` on
+    ``provider``, the agent's own by default), at the scope it binds (§6.12). Returns whether
+    it binds."""
+    agent = turn.agent
+    recorded = limit_record(
+        agent=agent,
+        provider=provider or agent.provider,
+        model=model or agent.model,
+        error=error,
         now_ms=now_ms,
+        own_provider=provider is None or provider.pk == agent.provider_id,
     )
     return recorded.binding
 

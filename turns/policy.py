@@ -7,6 +7,7 @@ The caller reads the clock once and passes ``now_ms``; randomness comes in as ``
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
@@ -74,6 +75,16 @@ def decide(
     jitter: float,
 ) -> tuple[Decision, RetryState]:
     """What to do after a failed call, and the retry state that follows it."""
+    if error.scope != "agent" and (
+        error.type == "quota" or (error.retryable and error.retry_after_ms is not None)
+    ):
+        # A limit on the provider's model or account (architecture.md §6.12): held, never
+        # failed, for as long as it binds (a spent credit: until released).
+        return Decision(
+            Action.HOLD,
+            delay_ms=error.retry_after_ms if error.retry_after_ms is not None else math.inf,
+            reason="the provider's limit binds its model or account",
+        ), state
     if error.type in TERMINAL_TYPES:
         return Decision(Action.FAIL, reason="terminal"), replace(state, consecutive_cuts=0)
 

@@ -25,7 +25,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from django.conf import settings
 from django.utils import timezone
@@ -57,7 +57,7 @@ from turns.moves import turn_fail, turn_fail_unstorable, turn_hand_back, turn_re
 from turns.policy import Action, PolicySettings, RetryState, decide
 from turns.routing import SWITCH_ON, alternates
 from turns.services import cancel_key
-from turns.serving import Serving, serving_choose, wait_provider
+from turns.serving import Serving, serving_choose
 from turns.tracing import turn_traced
 from turns.turn_rows import (
     AnswerUnstorable,
@@ -304,13 +304,9 @@ class TurnRun:
         status = Turn.Status.EXHAUSTED if decision.action is Action.EXHAUST else Turn.Status.FAILED
         return await self._fail(error, status, timed_out_again=decision.timed_out_again)
 
-    def _stated_by(self) -> dict[str, str]:
+    def _stated_by(self) -> dict[str, Any]:
         """The target a stated wait binds: the call's model on its provider (§6.11)."""
-        call = self.call
-        return {
-            "model": call.row.model,
-            "provider": wait_provider(self.turn.agent, call.provider),
-        }
+        return {"model": self.call.row.model, "provider": self.call.provider}
 
     async def _switched(self, error: ProviderError, now_ms: float) -> bool:
         """Whether the next call goes at once to another target than this one's: a failure

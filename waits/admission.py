@@ -35,6 +35,10 @@ class Hold:
     source: Literal["recorded", "pending", "unreadable"]
     # What holds: a provider's wait from the journal, or a spent budget (§18.3).
     by: Literal["provider", "budget"] = "provider"
+    # Whom the wait binds (§6.12): the agent, every agent on the provider's model, or every
+    # agent and model on the provider; ``operator`` for an operator's own hold.
+    scope: Literal["agent", "model", "provider"] = "agent"
+    operator: bool = False
 
 
 def admission_check(*, agent: Agent, model: str, now_ms: float, provider: str = "") -> Hold | None:
@@ -128,10 +132,23 @@ def _hold(book: WaitBook, agent: Agent, model: str, provider: str, now_ms: float
             model=EVERY_MODEL,
             source="unreadable",
         )
-    wait = book.lookup(agent.name, model, provider)
-    if wait is None or not wait_binds(wait.until, now_ms):
+    wait = book.binding_on(
+        agent=agent.name,
+        model=model,
+        provider=provider,
+        provider_name=provider or agent.provider.name,
+        now_ms=now_ms,
+    )
+    if wait is None:
         return None
-    return Hold(until_ms=wait.until, reason=wait.reason, model=model, source=wait.source)
+    return Hold(
+        until_ms=wait.until,
+        reason=wait.reason,
+        model=model,
+        source=wait.source,
+        scope=wait.scope,  # type: ignore[arg-type]
+        operator=bool(wait.ref),
+    )
 
 
 def remaining_ms(hold: Hold, now_ms: float) -> int | None:

@@ -19,19 +19,22 @@ from __future__ import annotations
 import math
 import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
 # The last instant a Python ``datetime`` can hold (9999-12-31T23:59:59.999Z). A deadline past it
 # cannot be shown or stored as an instant, so it holds until released.
 MAX_INSTANT_MS: Final = 253_402_300_799_999
 EVERY_MODEL: Final = "*"
+# A scoped wait's agent (architecture.md §6.12): every agent that calls its provider.
+EVERY_AGENT: Final = "*"
 AGENT_NAME_LIMIT: Final = 100  # agentops.models.Agent.name
 MODEL_NAME_LIMIT: Final = 200  # agentops.models.Agent.model
 PROVIDER_NAME_LIMIT: Final = 100  # agentops.models.Provider.name
 
-Kind = Literal["set", "release", "checkpoint"]
-KINDS: Final = ("set", "release", "checkpoint")
+Kind = Literal["set", "release", "checkpoint", "hold", "lift"]
+# "hold" and "lift": an operator's own hold and its end (§6.12), named by ``ref``.
+KINDS: Final = ("set", "release", "checkpoint", "hold", "lift")
 Source = Literal["recorded", "pending"]
 
 
@@ -102,6 +105,20 @@ class Wait:
     set_at: float
     source: Source = "recorded"
     provider: str = ""
+    # An acceleration cooldown (§6.12): when the service's own pacing would have ended it, and
+    # the model whose stated wait lengthened it past that ("" when none did).
+    own_until: int | None = None
+    lengthened_by: str = ""
+    # An operator's hold: its id (``ref``); "" for a provider's wait.
+    ref: str = ""
+
+    @property
+    def scope(self) -> str:
+        """Whom the wait binds: one agent, every agent on a provider's model, or every agent
+        and model on a provider."""
+        if self.agent != EVERY_AGENT:
+            return "agent"
+        return "provider" if self.model == EVERY_MODEL else "model"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +134,21 @@ class Entry:
     id: int | None = None
     waits: tuple[Wait, ...] = ()  # a checkpoint's snapshot
     provider: str = ""  # a set's provider ("" the agent's own); a release's ("" every one)
+    own_until: int | None = None  # an acceleration cooldown's own pacing (§6.12)
+    lengthened_by: str = ""
+    ref: str = ""  # an operator hold's id (a hold's own, a lift's target)
+    holds: tuple[Wait, ...] = ()  # a checkpoint's operator holds
+
+    def data(self) -> dict[str, Any]:
+        """What the row keeps in ``data`` beside its columns (the inverse of ``entry_parse``)."""
+        out: dict[str, Any] = {}
+        if self.own_until is not None:
+            out["own_until"] = self.own_until
+        if self.lengthened_by:
+            out["lengthened_by"] = self.lengthened_by
+        if self.ref:
+            out["ref"] = self.ref
+        return out
 
 
 class Malformed(ValueError):
@@ -202,12 +234,14 @@ def entry_parse(row: Mapping[str, Any]) -> Entry:
     Raises ``Malformed`` for an unknown kind, a missing or invalid field the reduction or its
     readers use, a deadline out of range, a checkpoint without a snapshot, or a snapshot that
     lists one (agent, model) twice. A release's ``by`` and ``at`` are never read back, so they
-    are not required.
+    are not required. A scoped row (agent ``*``: §6.12) names its provider.
     """
     row_id = row.get("id")
     kind = row.get("kind")
     if kind not in KINDS:
         raise Malformed(row_id, f"unknown kind {kind!r}"[:300])
+    data = row.get("data")
+    data = data if isinstance(data, Mapping) else {}
     if kind == "checkpoint":
         return Entry(
             kind="checkpoint",
@@ -215,13 +249,24 @@ def entry_parse(row: Mapping[str, Any]) -> Entry:
             model="",
             id=row_id,
             waits=_snapshot(row.get("data"), row_id),
+            holds=_snapshot(row.get("data"), row_id, key="holds"),
         )
-    agent = _name(row, "agent", row_id, limit=AGENT_NAME_LIMIT)
+    if kind == "lift":
+        return Entry(kind="lift", agent="", model="", id=row_id, ref=_ref(data, row_id))
+    agent = _name(row, "agent", row_id, limit=AGENT_NAME_LIMIT, every_model=True)
     provider = _provider(row, row_id)
+    if agent == EVERY_AGENT and not provider:
+        raise Malformed(row_id, 'agent "*" (every agent) without a provider')
     if kind == "release":
         model = _name(row, "model", row_id, limit=MODEL_NAME_LIMIT, every_model=True)
         return Entry(kind="release", agent=agent, model=model, id=row_id, provider=provider)
-    model = _name(row, "model", row_id, limit=MODEL_NAME_LIMIT)
+    model = _name(
+        row,
+        "model",
+        row_id,
+        limit=MODEL_NAME_LIMIT,
+        every_model=agent == EVERY_AGENT or kind == "hold",
+    )
     if "until_ms" not in row:
         raise Malformed(row_id, "until is missing")
     until = _until(row["until_ms"], row_id, "")
@@ -231,8 +276,9 @@ def entry_parse(row: Mapping[str, Any]) -> Entry:
     at = _instant(row.get("at_ms"))
     if at is None:
         raise Malformed(row_id, "at is missing or out of range")
+    own_until, lengthened_by = _cooldown(data, row_id, "")
     return Entry(
-        kind="set",
+        kind=kind,
         agent=agent,
         model=model,
         until=until,
@@ -240,7 +286,26 @@ def entry_parse(row: Mapping[str, Any]) -> Entry:
         at=at,
         id=row_id,
         provider=provider,
+        own_until=own_until,
+        lengthened_by=lengthened_by,
+        ref=_ref(data, row_id) if kind == "hold" else "",
     )
+
+
+def _ref(data: Mapping[str, Any], row_id: Any, where: str = "") -> str:
+    ref = data.get("ref")
+    if not isinstance(ref, str) or not ref or len(ref) > 64:
+        raise Malformed(row_id, f"{where}an operator hold without its ref")
+    return ref
+
+
+def _cooldown(data: Mapping[str, Any], row_id: Any, where: str) -> tuple[int | None, str]:
+    """An acceleration cooldown's own pacing and the model that lengthened it, if any."""
+    own = _until(data.get("own_until"), row_id, f"{where}own_") if "own_until" in data else None
+    by = data.get("lengthened_by", "")
+    if by:
+        by = _name(data, "lengthened_by", row_id, limit=MODEL_NAME_LIMIT, where=where)
+    return own, by
 
 
 def _provider(row: Mapping[str, Any], row_id: Any, where: str = "") -> str:
@@ -251,21 +316,39 @@ def _provider(row: Mapping[str, Any], row_id: Any, where: str = "") -> str:
     return _name(row, "provider", row_id, limit=PROVIDER_NAME_LIMIT, where=where)
 
 
-def _snapshot(data: object, row_id: Any) -> tuple[Wait, ...]:
-    if not isinstance(data, Mapping) or not isinstance(data.get("waits"), list):
+def _snapshot(data: object, row_id: Any, *, key: str = "waits") -> tuple[Wait, ...]:
+    if not isinstance(data, Mapping):
         raise Malformed(row_id, "a checkpoint without a snapshot (data.waits is not a list)")
+    if key == "holds" and key not in data:  # checkpoints written before operator holds
+        return ()
+    if not isinstance(data.get(key), list):
+        raise Malformed(row_id, f"a checkpoint without a snapshot (data.{key} is not a list)")
     seen: set[tuple[str, str, str]] = set()
     waits = []
-    for index, item in enumerate(data["waits"]):
-        where = f"snapshot wait {index}: "
+    for index, item in enumerate(data[key]):
+        where = f"snapshot {key[:-1]} {index}: "
         if not isinstance(item, Mapping):
             raise Malformed(row_id, f"{where}not an object")
-        agent = _name(item, "agent", row_id, limit=AGENT_NAME_LIMIT, where=where)
-        model = _name(item, "model", row_id, limit=MODEL_NAME_LIMIT, where=where)
+        agent = _name(item, "agent", row_id, limit=AGENT_NAME_LIMIT, where=where, every_model=True)
         provider = _provider(item, row_id, where)
-        if (agent, model, provider) in seen:
+        if agent == EVERY_AGENT and not provider:
+            raise Malformed(row_id, f'{where}agent "*" (every agent) without a provider')
+        model = _name(
+            item,
+            "model",
+            row_id,
+            limit=MODEL_NAME_LIMIT,
+            where=where,
+            every_model=agent == EVERY_AGENT or key == "holds",
+        )
+        ref = _ref(item, row_id, where) if key == "holds" else ""
+        if key == "holds":
+            agent_key: tuple[str, str, str] = (ref, "", "")
+        else:
+            agent_key = (agent, model, provider)
+        if agent_key in seen:
             raise Malformed(row_id, f"{where}({agent!r}, {model!r}) is listed twice"[:300])
-        seen.add((agent, model, provider))
+        seen.add(agent_key)
         if "until" not in item:
             raise Malformed(row_id, f"{where}until is missing")
         until = _until(item["until"], row_id, where)
@@ -274,6 +357,7 @@ def _snapshot(data: object, row_id: Any) -> tuple[Wait, ...]:
         set_at = _instant(item.get("set_at"))
         if set_at is None:
             raise Malformed(row_id, f"{where}set_at is missing or out of range")
+        own_until, lengthened_by = _cooldown(item, row_id, where)
         waits.append(
             Wait(
                 agent=agent,
@@ -282,6 +366,9 @@ def _snapshot(data: object, row_id: Any) -> tuple[Wait, ...]:
                 reason=item["reason"],
                 set_at=set_at,
                 provider=provider,
+                own_until=own_until,
+                lengthened_by=lengthened_by,
+                ref=ref,
             )
         )
     return tuple(waits)
@@ -299,6 +386,12 @@ def wait_snapshot(wait: Wait) -> dict[str, Any]:
     }
     if wait.provider:
         snapshot["provider"] = wait.provider
+    if wait.own_until is not None:
+        snapshot["own_until"] = wait.own_until
+    if wait.lengthened_by:
+        snapshot["lengthened_by"] = wait.lengthened_by
+    if wait.ref:
+        snapshot["ref"] = wait.ref
     return snapshot
 
 
@@ -345,6 +438,8 @@ class WaitBook:
     unreadable: Unreadable | None = None
     known_agents: set[str] = field(default_factory=set)
     known_pairs: set[tuple[str, str]] = field(default_factory=set)
+    # Operators' own holds by id (§6.12): only their own lift ends them, never a release.
+    holds: dict[str, Wait] = field(default_factory=dict)
 
     @property
     def readable(self) -> bool:
@@ -356,6 +451,7 @@ class WaitBook:
             unreadable=self.unreadable,
             known_agents=set(self.known_agents),
             known_pairs=set(self.known_pairs),
+            holds=dict(self.holds),
         )
 
     def apply(self, entry: Entry, *, source: Source = "recorded") -> Applied:
@@ -363,10 +459,17 @@ class WaitBook:
             return self._set(entry, source)
         if entry.kind == "release":
             return self._release(entry)
+        if entry.kind == "hold":
+            self.holds[entry.ref] = _wait_of(entry, source)
+            return Applied(changed=True)
+        if entry.kind == "lift":
+            lifted = self.holds.pop(entry.ref, None)
+            return Applied(lifted=(lifted,) if lifted else ())
         # A checkpoint is the reduction of everything before it: it replaces the book.
         self.waits = {}
         for wait in entry.waits:
             self.waits.setdefault(wait.agent, {})[(wait.model, wait.provider)] = wait
+        self.holds = {hold.ref: hold for hold in entry.holds}
         self.unreadable = None
         self.known_agents.clear()
         self.known_pairs.clear()
@@ -377,18 +480,12 @@ class WaitBook:
         key = (entry.model, entry.provider)
         if not set_changes(models.get(key), entry.until):
             return Applied(changed=False)
-        models[key] = Wait(
-            agent=entry.agent,
-            model=entry.model,
-            until=entry.until,
-            reason=entry.reason,
-            set_at=entry.at,
-            source=source,
-            provider=entry.provider,
-        )
+        models[key] = _wait_of(entry, source)
         return Applied(changed=True)
 
     def _release(self, entry: Entry) -> Applied:
+        if entry.agent == EVERY_AGENT:
+            return self._release_scoped(entry)
         models = self.waits.get(entry.agent, {})
         if entry.model == EVERY_MODEL:
             lifted = tuple(models.values())
@@ -404,6 +501,60 @@ class WaitBook:
         if self.unreadable and not entry.provider:
             self.known_pairs.add((entry.agent, entry.model))
         return Applied(lifted=lifted)
+
+    def _release_scoped(self, entry: Entry) -> Applied:
+        """A release of a provider's scoped waits (§6.12): the model's (or, for ``*``, every
+        one), on that provider only. An acceleration cooldown is shortened, never lifted: a
+        release covering the model whose stated wait lengthened it takes it back to the
+        service's own pacing, and a release of another model leaves it as it was."""
+        models = self.waits.get(EVERY_AGENT, {})
+        lifted: list[Wait] = []
+        for key in [k for k in models if k[1] == entry.provider]:
+            wait = models[key]
+            if wait.own_until is not None:
+                if wait.lengthened_by and entry.model in (EVERY_MODEL, wait.lengthened_by):
+                    shorter = (
+                        wait.own_until if wait.until is None else min(wait.until, wait.own_until)
+                    )
+                    models[key] = replace(wait, until=shorter, lengthened_by="")
+                    lifted.append(wait)
+                continue
+            if entry.model in (EVERY_MODEL, key[0]):
+                lifted.append(models.pop(key))
+        if not models:
+            self.waits.pop(EVERY_AGENT, None)
+        return Applied(lifted=tuple(lifted))
+
+    def binding_on(
+        self, *, agent: str, model: str, provider: str, provider_name: str, now_ms: float
+    ) -> Wait | None:
+        """The longest wait that binds a call of ``agent`` to ``model`` on a provider at
+        ``now`` (``provider`` as the agent's rows name it, "" for its own; ``provider_name``
+        its real name): the agent's own wait, the model's on the provider, the provider's,
+        or an operator's hold that covers the call."""
+        found = [
+            self.lookup(agent, model, provider),
+            self.lookup(EVERY_AGENT, model, provider_name),
+            self.lookup(EVERY_AGENT, EVERY_MODEL, provider_name),
+            *(
+                hold
+                for hold in self.holds.values()
+                if hold.provider == provider_name
+                and hold.model in (model, EVERY_MODEL)
+                and hold.agent in (agent, EVERY_AGENT)
+            ),
+        ]
+        longest: Wait | None = None
+        for wait in found:
+            if wait is not None and wait_binds(wait.until, now_ms):
+                if longest is None or outlasts(wait.until, longest.until):
+                    longest = wait
+        return longest
+
+    def scoped_binding(self, now_ms: float) -> list[Wait]:
+        """Every scoped wait and operator hold that binds at ``now``."""
+        scoped = [*self.waits.get(EVERY_AGENT, {}).values(), *self.holds.values()]
+        return [w for w in scoped if wait_binds(w.until, now_ms)]
 
     def mark_unreadable(self, row_id: Any, problem: str) -> None:
         """A row could not be read: from here on nothing is known until a release says so.
@@ -434,6 +585,21 @@ class WaitBook:
 
     def agent_binding(self, agent: str, now_ms: float) -> list[Wait]:
         return [w for w in self.waits.get(agent, {}).values() if wait_binds(w.until, now_ms)]
+
+
+def _wait_of(entry: Entry, source: Source) -> Wait:
+    return Wait(
+        agent=entry.agent,
+        model=entry.model,
+        until=entry.until,
+        reason=entry.reason,
+        set_at=entry.at,
+        source=source,
+        provider=entry.provider,
+        own_until=entry.own_until,
+        lengthened_by=entry.lengthened_by,
+        ref=entry.ref,
+    )
 
 
 def journal_reduce(rows: Iterable[Mapping[str, Any]], book: WaitBook | None = None) -> WaitBook:

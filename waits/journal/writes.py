@@ -17,7 +17,7 @@ from django.db import DataError, connection, transaction
 from agentops.alerts import alert_raise
 from agentops.exceptions import Conflict
 
-from ..core import Entry, journal_reduce, wait_snapshot
+from ..core import Entry, journal_reduce, wait_binds, wait_snapshot
 from .rows import (
     INSERT_SQL,
     LOCK_APPEND,
@@ -72,7 +72,7 @@ def act_write(act: Act, *, replay: bool) -> bool:
                     entry.reason,
                     act.by,
                     ms_to_datetime(entry.at),
-                    json.dumps({}),
+                    json.dumps(entry.data()),
                     entry.provider,
                 ],
             )
@@ -160,8 +160,12 @@ def checkpoint_write(*, now_ms: float, by: str) -> int:
                 "repair that row before writing a checkpoint"
             )
         waits = sorted(book.binding(now_ms), key=lambda w: (w.agent, w.model, w.provider))
+        holds = sorted(
+            (h for h in book.holds.values() if wait_binds(h.until, now_ms)), key=lambda w: w.ref
+        )
         data = {
             "waits": [wait_snapshot(w) for w in waits],
+            "holds": [wait_snapshot(w) for w in holds],
             "through": rows[-1]["id"] if rows else 0,
         }
         cursor.execute(

@@ -1,0 +1,224 @@
+"""Pacing before the 429 (architecture.md §6.13): what a provider's remaining-quota headers
+said is left for a (provider, model), shared by every process through Redis.
+
+Every call asks ``Pacer.acquire`` first: while requests remain (or tokens for its estimate),
+one is taken and the call goes; when none remain it waits until the provider said they come
+back. Every answer, successful or not, tells ``Pacer.note`` what the provider now says is
+left. Nothing is known at first: one call goes alone to learn it (``PROBE_MS`` at most),
+and a provider that sends no such headers is not paced at all (remembered ``PLAIN_MS``).
+
+Why Redis and not the journal: this is short-lived state read before every call by every
+process, stale within seconds, and losing it costs at most one 429, which is then journaled
+as any other (§6.12). The counters are updated by two Lua scripts so that concurrent callers
+in any process never take the same request twice. The ``limits`` library keeps limits an
+application sets for itself; these are the provider's own numbers, set from its headers, so
+the two scripts are ours.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Final
+
+import redis
+from django.conf import settings
+
+from agentops.runtime import Runtime
+from calls.limits import Quota
+
+logger = logging.getLogger(__name__)
+
+# How long one call goes alone to learn a (provider, model)'s quota before others follow.
+PROBE_MS: Final = 2_000
+# How long a (provider, model) whose answers carry no quota headers goes unpaced before its
+# next answer is looked at again.
+PLAIN_MS: Final = 300_000
+# A stated reset this close to the one kept is the same window (OpenAI's are whole seconds).
+SAME_WINDOW_MS: Final = 1_000
+# Kept this long past its latest reset: the limit is still known when the next burst comes.
+KEEP_MS: Final = 120_000
+# While another call learns the quota, or no reset is known, look again this often.
+POLL_MS: Final = 50.0
+
+# Returns 0 (go), or the ms to wait (-1: nobody knows yet; look again shortly).
+_ACQUIRE = """
+local key, probe = KEYS[1], KEYS[2]
+local now, need, probe_ms = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local s = redis.call('HMGET', key, 'none', 'rl', 'rr', 'rt', 'rw', 'tl', 'tr', 'tt', 'tw')
+if s[1] then return 0 end
+local rl, rr, rt, rw = tonumber(s[2]), tonumber(s[3]), tonumber(s[4]), tonumber(s[5])
+local tl, tr, tt, tw = tonumber(s[6]), tonumber(s[7]), tonumber(s[8]), tonumber(s[9])
+if rr == nil and tr == nil then
+  if redis.call('SET', probe, '1', 'NX', 'PX', probe_ms) then return 0 end
+  return -1
+end
+local function roll(limit, left, reset, window)
+  if left ~= nil and reset ~= nil and now >= reset then
+    left = limit
+    if window ~= nil and window > 0 then
+      reset = reset + math.ceil((now - reset + 1) / window) * window
+    else
+      reset = nil
+    end
+  end
+  return left, reset
+end
+rr, rt = roll(rl, rr, rt, rw)
+tr, tt = roll(tl, tr, tt, tw)
+if rr ~= nil and rr <= 0 then
+  if rt ~= nil then return math.max(1, rt - now) end
+  return -1
+end
+if tr ~= nil and need > 0 and tr < need and (tl == nil or need <= tl) then
+  if tt ~= nil then return math.max(1, tt - now) end
+  return -1
+end
+if rr ~= nil then redis.call('HSET', key, 'rr', rr - 1) end
+if rt ~= nil then redis.call('HSET', key, 'rt', rt) else redis.call('HDEL', key, 'rt') end
+if tr ~= nil then redis.call('HSET', key, 'tr', math.max(0, tr - need)) end
+if tt ~= nil then redis.call('HSET', key, 'tt', tt) else redis.call('HDEL', key, 'tt') end
+return 0
+"""
+
+# ARGV: now, then limit/remaining/reset for requests and for tokens ('' when not said).
+_NOTE = """
+local key, probe = KEYS[1], KEYS[2]
+local now, same, keep = tonumber(ARGV[1]), tonumber(ARGV[8]), tonumber(ARGV[9])
+local function note(l, r, t, fl, fr, ft, fw)
+  local limit, left, reset = tonumber(l), tonumber(r), tonumber(t)
+  if left == nil then return end
+  if limit ~= nil then redis.call('HSET', key, fl, limit) end
+  local kept = tonumber(redis.call('HGET', key, ft))
+  if reset == nil then
+    redis.call('HSET', key, fr, left)
+  elseif kept == nil or reset > kept + same then
+    redis.call('HSET', key, fr, left, ft, reset)
+    local window = tonumber(redis.call('HGET', key, fw)) or 0
+    if reset - now > window then redis.call('HSET', key, fw, reset - now) end
+  elseif reset >= kept - same then
+    local mine = tonumber(redis.call('HGET', key, fr))
+    if mine == nil or left < mine then redis.call('HSET', key, fr, left) end
+    if reset > kept then redis.call('HSET', key, ft, reset) end
+  end
+end
+redis.call('HDEL', key, 'none')
+note(ARGV[2], ARGV[3], ARGV[4], 'rl', 'rr', 'rt', 'rw')
+note(ARGV[5], ARGV[6], ARGV[7], 'tl', 'tr', 'tt', 'tw')
+local last = math.max(tonumber(redis.call('HGET', key, 'rt')) or now,
+                      tonumber(redis.call('HGET', key, 'tt')) or now)
+redis.call('PEXPIRE', key, math.ceil(last - now + keep))
+redis.call('DEL', probe)
+return 0
+"""
+
+
+def _key(provider: str, model: str) -> tuple[str, str]:
+    base = f"agentops:pace:{len(provider)}:{provider}:{model}"
+    return base, base + ":probe"
+
+
+def _arg(value: float | None) -> str:
+    return "" if value is None else str(int(value))
+
+
+class Pacer:
+    """This process's way to the shared pacing state (a part of the runtime). It remembers,
+    for ``PLAIN_MS``, which (provider, model)s send no quota headers, so those cost no
+    round trip to Redis."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._client = redis.Redis.from_url(
+            settings.REDIS_URL,
+            socket_timeout=1.0,
+            socket_connect_timeout=1.0,
+            decode_responses=True,
+        )
+        self._acquire = self._client.register_script(_ACQUIRE)
+        self._note = self._client.register_script(_NOTE)
+        # (provider, model) -> monotonic instant until which its answers are taken to carry
+        # no quota headers. One entry per target a process calls: bounded by the providers.
+        self._plain: dict[tuple[str, str], float] = {}
+        self._failing = False  # Redis did not answer: logged once per episode
+
+    async def stop(self) -> None:
+        self._client.close()
+
+    def plain(self, provider: str, model: str) -> bool:
+        """Whether the target is known to send no quota headers (no pacing, no round trip).
+        Cheap: called on the event loop before every call."""
+        until = self._plain.get((provider, model))
+        return until is not None and until > time.monotonic()
+
+    def acquire(self, *, provider: str, model: str, tokens: int, now_ms: float) -> float:
+        """In a thread: 0 when the call may go (a request, and ``tokens`` of the estimate,
+        taken from what is left), else how many ms to wait before asking again."""
+        if self.plain(provider, model):
+            return 0.0
+        try:
+            wait = float(
+                self._acquire(keys=_key(provider, model), args=[int(now_ms), tokens, PROBE_MS])
+            )
+        except (redis.RedisError, OSError) as exc:
+            self._unreachable(exc)
+            return 0.0  # losing the pacing costs at most a 429, which is journaled as any
+        self._failing = False
+        return POLL_MS if wait < 0 else wait
+
+    def note(self, *, provider: str, model: str, quota: Quota | None, now_ms: float) -> None:
+        """In a thread, after an answer: what its headers say is left (None: it had none)."""
+        key, probe = _key(provider, model)
+        try:
+            if quota is None:
+                if not self.plain(provider, model):
+                    self._plain[(provider, model)] = time.monotonic() + PLAIN_MS / 1000
+                    pipe = self._client.pipeline()
+                    pipe.hset(key, "none", 1)
+                    pipe.pexpire(key, PLAIN_MS)
+                    pipe.delete(probe)
+                    pipe.execute()
+                return
+            self._plain.pop((provider, model), None)
+            self._note(
+                keys=[key, probe],
+                args=[
+                    int(now_ms),
+                    _arg(quota.requests_limit),
+                    _arg(quota.requests_remaining),
+                    _arg(quota.requests_reset_ms),
+                    _arg(quota.tokens_limit),
+                    _arg(quota.tokens_remaining),
+                    _arg(quota.tokens_reset_ms),
+                    SAME_WINDOW_MS,
+                    KEEP_MS,
+                ],
+            )
+        except (redis.RedisError, OSError) as exc:
+            self._unreachable(exc)
+
+    def limits(self, provider: str) -> list[dict[str, object]]:
+        """What is known of each of ``provider``'s models now, for operators."""
+        found: list[dict[str, object]] = []
+        prefix = f"agentops:pace:{len(provider)}:{provider}:"
+        try:
+            pattern = "".join("\\" + c if c in "*?[]\\" else c for c in prefix) + "*"
+            for key in self._client.scan_iter(match=pattern, count=200):
+                if key.endswith(":probe"):
+                    continue
+                state: dict[str, str] = self._client.hgetall(key)  # type: ignore[assignment]
+                if "none" in state:
+                    continue
+                found.append({"model": key[len(prefix) :], **state})
+        except (redis.RedisError, OSError) as exc:
+            self._unreachable(exc)
+        return found
+
+    def _unreachable(self, exc: BaseException) -> None:
+        if not self._failing:
+            self._failing = True
+            logger.warning(
+                "pacing: Redis did not answer (%s: %s); calls go unpaced until it does "
+                "(a 429 that follows is recorded as usual)",
+                type(exc).__name__,
+                str(exc)[:200],
+            )
