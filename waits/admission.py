@@ -132,14 +132,18 @@ def _hold(book: WaitBook, agent: Agent, model: str, provider: str, now_ms: float
             model=EVERY_MODEL,
             source="unreadable",
         )
-    wait = book.binding_on(
-        agent=agent.name,
-        model=model,
-        provider=provider,
-        provider_name=provider or agent.provider.name,
-        now_ms=now_ms,
-    )
-    if wait is None:
+    if book.scoped_known and (provider or agent.provider_id is not None):
+        # Read the agent's provider only when a scoped wait or an operator's hold exists.
+        wait = book.binding_on(
+            agent=agent.name,
+            model=model,
+            provider=provider,
+            provider_name=provider or agent.provider.name,
+            now_ms=now_ms,
+        )
+    else:
+        wait = book.lookup(agent.name, model, provider)
+    if wait is None or not wait_binds(wait.until, now_ms):
         return None
     return Hold(
         until_ms=wait.until,

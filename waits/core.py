@@ -551,6 +551,11 @@ class WaitBook:
                     longest = wait
         return longest
 
+    @property
+    def scoped_known(self) -> bool:
+        """Whether any scoped wait or operator hold is kept (bound or not)."""
+        return EVERY_AGENT in self.waits or bool(self.holds)
+
     def scoped_binding(self, now_ms: float) -> list[Wait]:
         """Every scoped wait and operator hold that binds at ``now``."""
         scoped = [*self.waits.get(EVERY_AGENT, {}).values(), *self.holds.values()]

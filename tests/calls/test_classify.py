@@ -19,6 +19,7 @@ from calls.classify import (
     classify_http,
     stated_wait_ms,
 )
+from calls.limits import SPEND_CODES
 
 NOW = 1_700_000_000_000.0  # a whole second, so HTTP dates (second resolution) land exactly
 
@@ -275,7 +276,10 @@ def test_each_http_status_maps_to_its_type_and_retryable_flag(
     assert error.retryable is retryable
     assert error.http_status == status
     assert error.provider_code == code
-    assert error.retry_after_ms is None
+    if code in SPEND_CODES:  # a spent credit holds the whole account until released (§6.12)
+        assert (error.scope, error.retry_after_ms) == ("provider", math.inf)
+    else:
+        assert error.retry_after_ms is None
     assert error.message
 
 

@@ -381,7 +381,10 @@ PROBLEMS: dict[str, tuple[dict[str, Any], str]] = {
         row("set", model="m" * 201),
         "model must be at most 200 characters",
     ),
-    "agent every-model in a release": (row("release", agent="*"), 'agent "*" is not a name here'),
+    "agent every-model in a release": (
+        row("release", agent="*"),
+        'agent "*" (every agent) without a provider',
+    ),
     "until a fraction": (
         row("set", until_ms=5000.5),
         "until is not null or an instant in range: 5000.5",
