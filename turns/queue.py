@@ -23,12 +23,17 @@ def schedule_drain(agent_id: int, delay_s: float) -> None:
     after_commit(lambda: task_send(AGENT_DRAIN, agent_id, countdown_s=delay_s))
 
 
-def held_turns_wake(*, agent: str, model: str | None = None, by: str = "") -> int:
-    """After a release: re-check the named agent's held turns now rather than at the next
-    sweep (the release itself lives in waits, below turns, and knows nothing of them), and
-    note the release on their spans (``model``, ``by``: what was released, by whom).
-    Returns how many agents were woken."""
-    held = Turn.objects.filter(agent__name=agent, status=Turn.Status.HELD)
+def held_turns_wake(
+    *, agent: str | None = None, model: str | None = None, by: str = "", provider: str = ""
+) -> int:
+    """After a release: re-check the named agent's held turns (or, with ``provider``, every
+    agent's on that provider) now rather than at the next sweep (the release itself lives in
+    waits, below turns, and knows nothing of them), and note the release on their spans
+    (``model``, ``by``: what was released, by whom). Returns how many agents were woken."""
+    held = Turn.objects.filter(status=Turn.Status.HELD)
+    held = (
+        held.filter(agent__provider__name=provider) if provider else held.filter(agent__name=agent)
+    )
     if telemetry.enabled:
         held.update(
             **turn_event(

@@ -8,9 +8,36 @@ from typing import Any
 from agentops.budgets import budget_holds
 from agentops.models import Agent
 
-from .core import EVERY_MODEL, MAX_INSTANT_MS
+from .core import EVERY_AGENT, EVERY_MODEL, MAX_INSTANT_MS, Wait, wait_binds
 from .journal import entry_problem, journal_binding, ms_to_datetime
 from .models import WaitJournalEntry
+
+
+def _lists(wait: Wait, *, agent: str | None, model: str | None, own: str | None) -> bool:
+    """Whether ``wait`` is listed for the filter: a scoped one for an agent on its provider,
+    one on every model for any model."""
+    scoped = wait.agent == EVERY_AGENT
+    if agent is not None and (wait.provider != own if scoped else wait.agent != agent):
+        return False
+    if model is None:
+        return True
+    return wait.model in (model, EVERY_MODEL) if scoped or wait.ref else wait.model == model
+
+
+def wait_listed(wait: Wait) -> dict[str, Any]:
+    """A wait as ``GET /waits`` lists it (API.md)."""
+    return {
+        "agent": wait.agent,
+        "model": wait.model,
+        # The provider it binds on; null: the agent's own (§6.11). A scoped wait's always.
+        "provider": wait.provider or None,
+        "scope": wait.scope,
+        "id": wait.ref or None,
+        "until": ms_to_datetime(wait.until) if wait.until is not None else None,
+        "reason": wait.reason,
+        "set_at": ms_to_datetime(wait.set_at),
+        "source": "operator" if wait.ref else wait.source,
+    }
 
 
 def binding_waits(
@@ -26,20 +53,18 @@ def binding_waits(
     the poll cadence, so a turn another process reports ``held`` has its wait listed here. A
     periodic reader (the metrics scrape) passes ``fresh=False`` and keeps the cadence."""
     book = journal_binding(now_ms=now_ms, fresh=fresh)
-    waits: list[dict[str, Any]] = [
-        {
-            "agent": w.agent,
-            "model": w.model,
-            # The alternate's provider it binds on; null: the agent's own (§6.11).
-            "provider": w.provider or None,
-            "until": ms_to_datetime(w.until) if w.until is not None else None,
-            "reason": w.reason,
-            "set_at": ms_to_datetime(w.set_at),
-            "source": w.source,
-        }
-        for w in book.binding(now_ms)
-        if (agent is None or w.agent == agent) and (model is None or w.model == model)
+    # A scoped wait (§6.12) binds every agent on its provider: listed for one agent when it
+    # binds that agent's provider.
+    own = (
+        Agent.objects.filter(name=agent).values_list("provider__name", flat=True).first()
+        if agent is not None and book.scoped_known
+        else None
+    )
+    binding = [
+        *book.binding(now_ms),
+        *(h for h in book.holds.values() if wait_binds(h.until, now_ms)),
     ]
+    waits = [wait_listed(w) for w in binding if _lists(w, agent=agent, model=model, own=own)]
     if book.unreadable is not None:
         cause = book.unreadable
         agents = Agent.objects.filter(disposed_at__isnull=True).exclude(kind=Agent.Kind.EPHEMERAL)

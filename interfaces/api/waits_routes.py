@@ -16,12 +16,19 @@ from ninja import Field, Query, Router, Schema
 from agentops.exceptions import bad_field
 from agentops.validation import Line, Text
 from interfaces.api.auth import OperatorTokenAuth, require_operator
-from interfaces.api.body import check_fields, json_body, optional_line, optional_text
+from interfaces.api.body import (
+    check_fields,
+    check_instant,
+    json_body,
+    optional_line,
+    optional_text,
+)
 from interfaces.api.schemas import ErrorOut
 from turns.holds import next_call_at
 from turns.queue import held_turns_wake  # an interface may wake turns
 from waits.clock import clock_ms
-from waits.selectors import binding_waits, journal_entries
+from waits.limits import limit_release, operator_hold, operator_lift
+from waits.selectors import binding_waits, journal_entries, wait_listed
 from waits.services import RELEASE_REASON_LIMIT, REQUESTER_LIMIT, wait_release
 
 router = Router(tags=["waits"], auth=OperatorTokenAuth())  # operator only, checked first
@@ -34,20 +41,24 @@ ERRORS: dict[int, type] = {
     413: ErrorOut,
 }
 AgentName = Annotated[Line, Field(max_length=100)]
-RELEASE_SHAPE = "{agent, model?, requester?, reason?}"
-RELEASE_FIELDS = ("agent", "model", "requester", "reason")
+RELEASE_SHAPE = "{agent, model?, requester?, reason?} or {provider, model?, reason}"
+RELEASE_FIELDS = ("agent", "provider", "model", "requester", "reason")
+HOLD_SHAPE = "{provider, model?, agent?, until?, reason}"
+HOLD_FIELDS = ("provider", "model", "agent", "until", "reason")
 ModelName = Annotated[Line, Field(max_length=200)]
 
 
 class WaitOut(Schema):
-    agent: str
+    agent: str = Field(description='An agent\'s name, or "*": every agent on ``provider``.')
     model: str
-    # The alternate's provider the wait binds on; null: the agent's own (architecture §6.11).
+    # The provider the wait binds on; null: the agent's own (architecture §6.11).
     provider: str | None = None
+    scope: Literal["agent", "model", "provider"] = "agent"
+    id: str | None = Field(None, description="An operator's hold: its id, to lift it with.")
     until: datetime | None
     reason: str
     set_at: datetime | None
-    source: Literal["recorded", "pending", "unreadable"]
+    source: Literal["recorded", "pending", "unreadable", "operator"]
 
 
 class WaitsOut(Schema):
@@ -150,8 +161,10 @@ def waits_release(request: HttpRequest) -> dict[str, Any]:
     token = require_operator(request)
     body = json_body(request, shape=RELEASE_SHAPE)
     check_fields(body, RELEASE_FIELDS, shape=f"a release {RELEASE_SHAPE}")
+    if "provider" in body:
+        return _provider_release(body, by=f"api:{token.name}")
     if "agent" not in body:
-        raise bad_field("agent", "is required")
+        raise bad_field("agent", "is required (or provider, to release a provider's limits)")
     if "model" in body and body["model"] is None:
         raise bad_field(
             "model",
@@ -177,6 +190,80 @@ def waits_release(request: HttpRequest) -> dict[str, Any]:
             for r in receipts
         ]
     }
+
+
+def _provider_release(body: dict[str, Any], *, by: str) -> dict[str, Any]:
+    """A provider's scoped waits released (architecture.md §6.12): every agent held by them
+    is woken; an agent's own waits and operators' holds stay."""
+    if "agent" in body or "requester" in body:
+        name = "agent" if "agent" in body else "requester"
+        raise bad_field(name, "a provider's release names provider, model? and reason only")
+    if "model" in body and body["model"] is None:
+        raise bad_field(
+            "model", 'must be a non-empty string (omit it, or send "*", for every model)'
+        )
+    optional_text(body, "reason", limit=RELEASE_REASON_LIMIT)
+    receipts = limit_release(
+        provider=body["provider"], model=body.get("model"), reason=body.get("reason"), by=by
+    )
+    held_turns_wake(provider=str(body["provider"]), model=body.get("model"), by=by)
+    return {"receipts": [r.as_json() for r in receipts]}
+
+
+class HoldIn(Schema):
+    """For the OpenAPI document only: the handler validates the raw body itself."""
+
+    provider: Annotated[Line, Field(min_length=1, max_length=100)]
+    model: Annotated[Line, Field(min_length=1, max_length=200)] | None = None
+    agent: Annotated[Line, Field(min_length=1, max_length=100)] | None = None
+    until: datetime | None = None
+    reason: Annotated[Text, Field(min_length=1, max_length=1000)]
+
+
+@router.post(
+    "/holds",
+    response={201: WaitOut, **ERRORS},
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": HoldIn.model_json_schema()}},
+        }
+    },
+)
+def waits_hold(request: HttpRequest) -> tuple[int, dict[str, Any]]:
+    """An operator's own hold (architecture.md §6.12): no call at that scope until it ends or
+    is lifted (``DELETE /waits/holds/{id}``); no release of waits lifts it."""
+    token = require_operator(request)
+    body = json_body(request, shape=HOLD_SHAPE)
+    check_fields(body, HOLD_FIELDS, shape=f"a hold {HOLD_SHAPE}")
+    if "provider" not in body:
+        raise bad_field("provider", "is required")
+    optional_text(body, "reason", limit=RELEASE_REASON_LIMIT)
+    until = body.get("until")
+    if until is not None:
+        if not isinstance(until, str):
+            raise bad_field("until", "must be an ISO 8601 instant (or omitted: until lifted)")
+        instant = check_instant("until", until)
+        until = instant.timestamp() * 1000 if instant is not None else None
+    hold = operator_hold(
+        provider=body["provider"],
+        model=body.get("model"),
+        agent=body.get("agent"),
+        until=until,
+        reason=body.get("reason"),
+        by=f"api:{token.name}",
+    )
+    return 201, wait_listed(hold)
+
+
+@router.delete("/holds/{hold_id}", response={200: WaitOut, **ERRORS})
+def waits_lift(request: HttpRequest, hold_id: str) -> dict[str, Any]:
+    token = require_operator(request)
+    reason = request.GET.get("reason", "")
+    hold = operator_lift(ref=hold_id[:64], reason=reason, by=f"api:{token.name}")
+    agent = None if hold.agent == "*" else hold.agent
+    held_turns_wake(agent=agent, provider="" if agent else hold.provider, by=f"api:{token.name}")
+    return wait_listed(hold)
 
 
 @router.get("/journal", response={200: list[JournalEntryOut], **ERRORS})
