@@ -1,10 +1,11 @@
 """Budgets and their reservation ledger (architecture.md §18).
 
-A call that may cost reserves its worst case before it is sent (``budget_reserve``), under a
-row lock on each budget it counts against, so the check "spent + reserved + this <= amount"
-is serialized across every process; the reservation is replaced by the call's real cost when
-its row ends (``budget_settle``, in the transaction that writes the row's cost). N workers can
-then overspend a budget by at most what the reservations in flight under-estimated.
+A call that may cost reserves its estimate before it is sent (``budget_reserve``), under a row
+lock on each budget it counts against, so the check "spent + reserved + this <= amount" is
+serialized across every process; the reservation is replaced by the call's real cost when its
+row ends (``budget_settle``, in the transaction that writes the row's cost, on the ledger it was
+made on). N workers can then overspend a budget by at most what the reservations in flight
+under-estimated.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Literal
@@ -75,13 +76,29 @@ def period_bounds(period: str, at: datetime, tz: str) -> tuple[datetime, datetim
     return start, end
 
 
-def reservation_amount(*, input_tokens: int, max_tokens: int, terms: Terms) -> Decimal:
-    """A call's worst case: its input estimate at the dearest of the input, cached-input and
-    cache-write prices (any of its input may be either) and ``max_tokens`` at the dearer of the
-    output and reasoning prices (its output may all be reasoning)."""
-    given = max(p for p in (terms.input, terms.cached_input, terms.cache_write) if p is not None)
+@dataclass(frozen=True)
+class Estimate:
+    """What a call is likely to cost, margin included (``amount``, what it reserves), and the part
+    its output bound alone accounts for (``output``: ``max_tokens`` times ``n``), which no
+    shorter input can make fit."""
+
+    amount: Decimal
+    output: Decimal
+
+
+def reservation_estimate(
+    *, input_tokens: int, max_tokens: int, choices: int, terms: Terms, margin_percent: int
+) -> Estimate:
+    """A call's reservation: its input estimate at the input price plus ``max_tokens`` for each
+    of its ``choices`` at the dearer of the output and reasoning prices (its output may all be
+    reasoning), times ``1 + margin_percent/100``."""
     out = max(terms.output, terms.reasoning if terms.reasoning is not None else terms.output)
-    return ((input_tokens * given + max_tokens * out) / MTOK).quantize(Decimal("1e-12"))
+    scale = (100 + Decimal(margin_percent)) / 100
+    q = Decimal("1e-12")
+    output = (max_tokens * choices * out * scale / MTOK).quantize(q)
+    return Estimate(
+        amount=((input_tokens * terms.input * scale / MTOK) + output).quantize(q), output=output
+    )
 
 
 def fits(*, spent: Decimal, reserved: Decimal, more: Decimal, amount: Decimal) -> bool:
@@ -93,46 +110,77 @@ def fits(*, spent: Decimal, reserved: Decimal, more: Decimal, amount: Decimal) -
 
 @dataclass(frozen=True)
 class Reserved:
-    """One budget a call reserved against: settle it against the same period."""
+    """One budget a call reserved against: settle it on the same ledger (period and ledger)."""
 
     budget_id: int
     period_start: datetime
     amount: Decimal
+    ledger: int = 0
 
 
-Refusal = Literal["held", "edge", "busy"]
+Refusal = Literal["held", "edge", "busy", "too_large", "unpriced"]
 
 
 @dataclass(frozen=True)
 class Refused:
     """Why a call is not sent, by the budget that refused it: ``held`` (the budget holds until
     ``resets_at``), ``edge`` (not held: another of the agent's targets still fits what is left,
-    §18.4) or ``busy`` (not held: it fits once the calls in flight settle, §18.1)."""
+    §18.4), ``busy`` (not held: it fits once the calls in flight settle, §18.1), ``too_large``
+    (not held: its estimate, or its ``max_tokens`` alone, is over the whole amount: it never
+    fits; ``field`` names what to change) or ``unpriced`` (not held: no price in force, so it
+    cannot be bounded). The numbers are the budget's ledger as the refusal read it."""
 
     budget_id: int
     owner: str
     resets_at: datetime
     kind: Refusal = "held"
     worst: Decimal | None = None
-    left: Decimal | None = None  # the amount less what is spent (and, busy, reserved)
+    left: Decimal | None = None  # the amount less what is spent and reserved
+    spent: Decimal | None = None
+    reserved: Decimal | None = None
+    amount: Decimal | None = None
+    output: Decimal | None = None  # the part of ``worst`` its max_tokens alone accounts for
+    field: str | None = None  # too_large, unpriced: the request's field to change
 
     @property
     def reason(self) -> str:
-        worst = decimal_text(self.worst)
+        worst, left = decimal_text(self.worst), decimal_text(self.left)
+        ledger = (
+            f"spent {decimal_text(self.spent)}, reserved {decimal_text(self.reserved)} by the "
+            f"calls in flight, {left} left of {decimal_text(self.amount)}"
+        )
+        if self.kind == "unpriced":
+            return (
+                f"budget: {self.owner}'s budget counts this call but its model has no price in "
+                "force, so its cost cannot be bounded: add a price for it (or set "
+                "AGENTOPS_BUDGET_UNPRICED=allow to send such calls uncounted)"
+            )
+        if self.kind == "too_large":
+            if self.field == "max_tokens":
+                return (
+                    f"budget: this call's max_tokens alone would cost up to "
+                    f"{decimal_text(self.output)}, more than {self.owner}'s whole budget of "
+                    f"{decimal_text(self.amount)}: lower max_tokens"
+                )
+            return (
+                f"budget: this call's estimate ({worst}) is more than {self.owner}'s whole "
+                f"budget of {decimal_text(self.amount)}: it can never fit; shorten the request "
+                "or raise the budget"
+            )
         if self.kind == "edge":
             return (
-                f"budget: this call's worst case ({worst}) is over what {self.owner}'s budget has "
-                f"left ({decimal_text(self.left)}); a cheaper alternate of the agent's serves"
+                f"budget: this call's estimate ({worst}) is over what {self.owner}'s budget has "
+                f"left ({ledger}); a cheaper alternate of the agent's serves"
             )
         if self.kind == "busy":
             return (
-                f"budget: {self.owner}'s budget has {decimal_text(self.left)} left after the calls "
-                f"in flight, under this call's worst case ({worst}); it fits once they settle: "
-                "called again shortly"
+                f"budget: this call's estimate ({worst}) is over what {self.owner}'s budget has "
+                f"left ({ledger}); it fits after the calls in flight settle: called again shortly"
             )
+        numbers = f"this call's estimate {worst}; {ledger}" if self.worst is not None else ledger
         return (
             f"budget: {self.owner}'s budget is held until {self.resets_at.isoformat()}; "
-            "an operator may raise it or release the hold"
+            f"{numbers}; an operator may raise it or release the hold"
         )
 
 
@@ -165,25 +213,48 @@ def _resets_at(b: Budget) -> datetime:
     return period_bounds(b.period, b.period_start, settings.AGENTOPS_BUDGET_TIME_ZONE)[1]
 
 
+def _refused(b: Budget, kind: Refusal, estimate: Estimate | None, **more: Any) -> Refused:
+    return Refused(
+        b.pk,
+        _owner(b),
+        _resets_at(b),
+        kind=kind,
+        worst=estimate.amount if estimate is not None else None,
+        output=estimate.output if estimate is not None else None,
+        left=max(b.amount - b.spent - b.reserved, Decimal(0)),
+        spent=b.spent,
+        reserved=b.reserved,
+        amount=b.amount,
+        **more,
+    )
+
+
+LEDGER_FIELDS = ["period_start", "spent", "reserved", "refused_estimate", "refused_period"]
+
+
 def budget_reserve(
     *,
     agent: Agent,
-    worst_case: Callable[[], Decimal | None],
+    estimate: Callable[[], Estimate | None],
     now: datetime,
     others: Callable[[], list[Decimal]] = list,
-) -> tuple[list[Reserved] | Refused, Decimal | None]:
-    """Reserve the call's ``worst_case()`` (None: the call is unpriced and cannot be bounded)
-    on the agent's budget and its project's, under a row lock on each; returns what was
-    reserved and the amount. Refused when a budget is held this period or the reservation
-    does not fit; then nothing is reserved anywhere. A reservation that does not fit breaches
-    the budget (it holds) unless the smallest of ``others()``, the same request's worst case
-    on the agent's other priced targets, fits every budget: then it is refused at the edge."""
+    unpriced: str = "refuse",
+) -> tuple[list[Reserved] | Refused, Estimate | None]:
+    """Reserve the call's ``estimate()`` (None: the call is unpriced and cannot be bounded) on
+    the agent's budget and its project's, under a row lock on each; returns what was reserved
+    and the estimate. Refused, with nothing reserved anywhere, when: the call is unpriced and
+    ``unpriced`` is ``refuse``; its estimate (or its output bound alone) is over a budget's
+    whole amount (``too_large``: it never fits, nothing holds); a budget is held this period;
+    or the reservation does not fit. A reservation that does not fit holds the budget unless
+    the smallest of ``others()``, the same request's estimate on the agent's other priced
+    targets, fits every budget (refused at the edge), or it fits once the calls in flight
+    settle (busy). A refusal raises no alert: alerts are on money spent (``budget_settle``)."""
     mine = Q(agent_id=agent.pk) | Q(project_id=agent.project_id)
     # Most calls have no budget: one plain read, no transaction (its BEGIN and COMMIT were two
-    # more round trips on every call's way out), and no worst case worked out.
+    # more round trips on every call's way out), and no estimate worked out.
     if not Budget.objects.filter(mine).exists():
         return [], None
-    amount = worst_case()
+    est = estimate()
     with transaction.atomic():
         budgets = list(
             Budget.objects.select_for_update(of=("self",))
@@ -192,47 +263,61 @@ def budget_reserve(
             .order_by("id")  # one lock order for every process: no deadlock
         )
         if not budgets:
-            return [], amount
+            return [], est
         for b in budgets:
             _rolled(b, now)
+        enforced = [b for b in budgets if b.released_period != b.period_start]
+        if est is None and unpriced == "refuse" and enforced:
+            return _refused(enforced[0], "unpriced", None, field="model"), None
         held = [b for b in budgets if b.held_period == b.period_start]
-        short = [b for b in budgets if amount is not None and not _fits(b, amount)]
-        if not held and short:
+        short = [b for b in budgets if est is not None and not _fits(b, est.amount)]
+        if not held and short and est is not None:
             # Not held yet: another target that fits, or the calls in flight settling, may
-            # still let the agent go on within the amount (§18.4, §18.1).
+            # still let the agent go on within the amount (§18.4, §18.1). A call over the
+            # whole amount never fits: refused as it is, holding nothing for anyone.
             tightest = min(short, key=lambda b: b.amount - b.spent - b.reserved)
-            refusal = replace(
-                Refused(tightest.pk, _owner(tightest), _resets_at(tightest)),
-                worst=amount,
-                left=max(tightest.amount - tightest.spent - tightest.reserved, Decimal(0)),
-            )
-            settled = amount is not None and all(_fits(b, amount, settled=True) for b in short)
+            never = [b for b in short if est.amount > b.amount]
+            settled = all(_fits(b, est.amount, settled=True) for b in short)
             kind: Refusal | None = (
-                "edge" if _cheaper_fits(budgets, others) else "busy" if settled else None
+                "edge"
+                if _cheaper_fits(budgets, others)
+                else "too_large"
+                if never
+                else "busy"
+                if settled
+                else None
             )
             if kind is not None:
-                for b in budgets:
-                    b.save(update_fields=["period_start", "spent", "reserved"])
-                return replace(refusal, kind=kind), amount
+                _note_refused(budgets, est)
+                if kind == "too_large":
+                    b = min(never, key=lambda b: b.amount)
+                    field = "max_tokens" if est.output > b.amount else "messages"
+                    return _refused(b, kind, est, field=field), est
+                return _refused(tightest, kind, est), est
         if held or short:
             breached = (held or short)[0]
             transaction.on_commit(_changed)
             if breached.held_period != breached.period_start:
-                _breach(breached, agent=agent.name, now=now)
-            for b in budgets:
-                b.save(
-                    update_fields=["period_start", "spent", "reserved", "held_period", "held_at"]
-                )
-            return Refused(breached.pk, _owner(breached), _resets_at(breached)), amount
+                _breach(breached, agent=agent.name, now=now, alert=False)
+            _note_refused(budgets, est, more=["held_period", "held_at"])
+            return _refused(breached, "held", est), est
         done = []
         for b in budgets:
-            if amount:
-                b.reserved += amount
-            _maybe_warn(b, agent=agent.name)
-            b.save(update_fields=["period_start", "spent", "reserved", "warned_period"])
-            if amount:
-                done.append(Reserved(b.pk, b.period_start, amount))
-        return done, amount
+            if est is not None and est.amount:
+                b.reserved += est.amount
+                done.append(Reserved(b.pk, b.period_start, est.amount, b.ledger))
+            b.save(update_fields=["period_start", "spent", "reserved"])
+        return done, est
+
+
+def _note_refused(
+    budgets: list[Budget], est: Estimate | None, more: list[str] | None = None
+) -> None:
+    """Keep the refused call's estimate on each budget for the period (GET .../budget)."""
+    for b in budgets:
+        if est is not None:
+            b.refused_estimate, b.refused_period = est.amount, b.period_start
+        b.save(update_fields=LEDGER_FIELDS + (more or []))
 
 
 def _fits(b: Budget, amount: Decimal, *, settled: bool = False) -> bool:
@@ -271,19 +356,22 @@ def budget_hold_tightest(*, agent: Agent, now: datetime) -> None:
         if not open_:
             return
         tightest = min(open_, key=lambda b: b.amount - b.spent - b.reserved)
-        _breach(tightest, agent=agent.name, now=now)
+        _breach(tightest, agent=agent.name, now=now, alert=False)
         tightest.save(update_fields=["period_start", "spent", "reserved", "held_period", "held_at"])
 
 
 def budget_settle(*, reserved: list[Reserved], cost: Decimal | None, agent: str) -> None:
     """Replace each reservation by the call's real cost (None, unknown: 0), in the caller's
-    transaction (the one writing the row's cost). A budget whose period rolled since is left
-    alone: the call counted in the period it was sent in."""
+    transaction (the one writing the row's cost), on the ledger it was made on: a budget whose
+    period rolled, or whose ledger started again (a new period set), since is left alone, so
+    ``reserved`` never goes below 0. Money spent raises the alerts: ``budget-warning`` once
+    spent reaches ``warn_at`` of the amount, ``budget-exceeded`` (and the hold) once it reaches
+    the amount."""
     real = cost or Decimal(0)
     for r in reserved:
-        changed = Budget.objects.filter(pk=r.budget_id, period_start=r.period_start).update(
-            reserved=F("reserved") - r.amount, spent=F("spent") + real
-        )
+        changed = Budget.objects.filter(
+            pk=r.budget_id, period_start=r.period_start, ledger=r.ledger
+        ).update(reserved=F("reserved") - r.amount, spent=F("spent") + real)
         if changed and real:
             b = (
                 Budget.objects.select_for_update(of=("self",))
@@ -295,42 +383,50 @@ def budget_settle(*, reserved: list[Reserved], cost: Decimal | None, agent: str)
                 and b.held_period != b.period_start
                 and b.released_period != b.period_start
             ):
-                _breach(b, agent=agent, now=timezone.now())
+                _breach(b, agent=agent, now=timezone.now(), alert=True)
                 b.save(update_fields=["held_period", "held_at"])
+            if _maybe_warn(b, agent=agent):
+                b.save(update_fields=["warned_period"])
 
 
-def _breach(b: Budget, *, agent: str, now: datetime) -> None:
+def _breach(b: Budget, *, agent: str, now: datetime, alert: bool) -> None:
+    """Hold the budget for the rest of its period; ``alert``: its spend reached the amount."""
     b.held_period, b.held_at = b.period_start, now
     transaction.on_commit(_changed)
+    if not alert:
+        return
     resets = _resets_at(b)
     alert_raise(
         kind="budget-exceeded",
         agent=agent,
         model="*",
         message=(
-            f"{_owner(b)}'s budget of {decimal_text(b.amount)} per {b.period} holds until "
-            f"{resets.isoformat()}: spent {decimal_text(b.spent)} (reserved "
-            f"{decimal_text(b.reserved)}), so a call's worst case no longer fits; no call that "
-            "costs is sent for it until then unless an operator raises it or releases the hold"
+            f"{_owner(b)} has spent {decimal_text(b.spent)} of its budget of "
+            f"{decimal_text(b.amount)} per {b.period}: it holds until {resets.isoformat()}; no "
+            "call that costs is sent for it until then unless an operator raises it or releases "
+            "the hold"
         ),
         data={"budget": b.pk, "resets_at": resets.isoformat(), "amount": str(b.amount)},
     )
 
 
-def _maybe_warn(b: Budget, *, agent: str) -> None:
-    if b.warned_period == b.period_start or b.spent + b.reserved < b.amount * b.warn_at:
-        return
+def _maybe_warn(b: Budget, *, agent: str) -> bool:
+    """Raise ``budget-warning`` once per period when spent reaches ``warn_at`` of the amount;
+    whether it did (``warned_period`` to save)."""
+    if b.warned_period == b.period_start or b.spent < b.amount * b.warn_at:
+        return False
     b.warned_period = b.period_start
     alert_raise(
         kind="budget-warning",
         agent=agent,
         model="*",
         message=(
-            f"{_owner(b)} has spent or reserved {decimal_text(b.spent + b.reserved)} of its "
-            f"budget of {decimal_text(b.amount)} per {b.period} (warns at {b.warn_at:.0%})"
+            f"{_owner(b)} has spent {decimal_text(b.spent)} of its budget of "
+            f"{decimal_text(b.amount)} per {b.period} (warns at {b.warn_at:.0%})"
         ),
         data={"budget": b.pk, "resets_at": _resets_at(b).isoformat(), "amount": str(b.amount)},
     )
+    return True
 
 
 # --- the budget hold (architecture.md §18.3) ---------------------------------------------------
@@ -352,10 +448,16 @@ def _binds(b: Budget, now: datetime) -> bool:
 
 
 def _hold_reason(b: Budget) -> str:
+    left = max(b.amount - b.spent - b.reserved, Decimal(0))
+    refused = (
+        f", under the {decimal_text(b.refused_estimate)} a call was estimated at"
+        if b.refused_estimate is not None and b.refused_period == b.period_start
+        else ""
+    )
     return (
-        f"budget: {_owner(b)}'s budget of {decimal_text(b.amount)} per {b.period} holds (spent "
-        f"{decimal_text(b.spent)}: a call's worst case no longer fits); an operator may raise it "
-        "or release the hold"
+        f"budget: {_owner(b)}'s budget of {decimal_text(b.amount)} per {b.period} holds: spent "
+        f"{decimal_text(b.spent)}, reserved {decimal_text(b.reserved)}, "
+        f"{decimal_text(left)} left{refused}; an operator may raise it or release the hold"
     )
 
 
@@ -454,6 +556,7 @@ def budget_put(
             # Calls in flight reserved nothing on this ledger: they settle on none (§18.1).
             b = b or Budget(**key)
             b.period_start, b.spent, b.reserved = start, spent_since(start), Decimal(0)
+            b.ledger += 1
         b.amount, b.period, b.warn_at = amount, period, warn_at
         if b.pk is not None:
             _rolled(b, now)
@@ -466,15 +569,21 @@ def budget_put(
 
 
 def budget_out(b: Budget, now: datetime) -> dict[str, Any]:
-    """As API.md shapes it: the ledger of the period in force at ``now``."""
+    """As API.md shapes it: the ledger of the period in force at ``now``, the room left and the
+    estimate of the last call it refused this period."""
     start, resets = period_bounds(b.period, now, settings.AGENTOPS_BUDGET_TIME_ZONE)
     current = start == b.period_start
+    spent = b.spent if current else Decimal(0)
+    reserved = b.reserved if current else Decimal(0)
+    refused = b.refused_estimate if current and b.refused_period == b.period_start else None
     return {
         "amount": decimal_text(b.amount),
         "period": b.period,
         "warn_at": float(b.warn_at),
-        "spent": decimal_text(b.spent if current else Decimal(0)),
-        "reserved": decimal_text(b.reserved if current else Decimal(0)),
+        "spent": decimal_text(spent),
+        "reserved": decimal_text(reserved),
+        "left": decimal_text(max(b.amount - spent - reserved, Decimal(0))),
+        "refused_estimate": decimal_text(refused) if refused is not None else None,
         "held": current and b.held_period == b.period_start,
         "resets_at": resets,
     }

@@ -338,6 +338,14 @@ class Budget(models.Model):
     # The period an operator released the hold in: its calls go out over the amount (still
     # reserved and counted) until the period resets or the budget is set again.
     released_period = models.DateTimeField(null=True, blank=True)
+    # Which ledger a reservation was made on: bumped whenever the ledger starts again within a
+    # period (a change of period starting on the same instant, a Monday's day and week), so a
+    # call in flight settles on the ledger it reserved on or on none, never below 0.
+    ledger = models.PositiveIntegerField(default=0)
+    # The estimate of the last call this budget refused, in the period it was refused in: what
+    # an operator reads beside the room left (GET .../budget).
+    refused_estimate = models.DecimalField(max_digits=30, decimal_places=12, null=True, blank=True)
+    refused_period = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -195,6 +195,14 @@ AGENTOPS_BUDGET_BUSY_RETRY_MS = env_ms("AGENTOPS_BUDGET_BUSY_RETRY_MS", 1000)
 AGENTOPS_BUDGET_DEFAULT_MAX_TOKENS = env_int(
     "AGENTOPS_BUDGET_DEFAULT_MAX_TOKENS", 4096, minimum=1, maximum=10_000_000
 )
+# A call reserves its likely cost (its input estimated at four characters a token, calibrated by
+# the provider's last count) times 1 + this/100: the share an estimate may run under (§18.1).
+AGENTOPS_BUDGET_MARGIN_PERCENT = env_int(
+    "AGENTOPS_BUDGET_MARGIN_PERCENT", 25, minimum=0, maximum=1000
+)
+# A budgeted call to a model with no price in force: refused (it cannot be bounded), or sent
+# unbounded (``allow``: its spend is not counted).
+AGENTOPS_BUDGET_UNPRICED = env_choice("AGENTOPS_BUDGET_UNPRICED", "refuse", ("refuse", "allow"))
 AGENTOPS_WAIT_RECHECK_MS = env_ms("AGENTOPS_WAIT_RECHECK_MS", 30_000)
 # Alternates (architecture.md §6.11): a primary held longer than this is served from an
 # alternate (a shorter wait is waited out, by a drop-in request too, which calls again rather

@@ -41,7 +41,7 @@ from agentops.text import bound_text
 from agentops.urlsafety import HostUnresolved, IPAddress
 from calls.adapters import Adapter, WireRequest, build_wire
 from calls.bounds import Deadline
-from calls.budgeting import call_reservation
+from calls.budgeting import OUTPUT_BOUND, call_reservation
 from calls.classify import paced_error, redacted
 from calls.client import CallResult, Timeline, now_ms
 from calls.config import bounds_settings
@@ -175,11 +175,13 @@ class ProviderCall:
             dashboard_call_started(call=self.row, agent=self.agent.name)
 
     def _budget_reserved(self) -> CallResult | None:
-        """The call's worst case reserved on its budgets (architecture.md §18), or, when a
-        budget refuses it, the result of a call never sent."""
+        """The call's estimate reserved on its budgets (architecture.md §18), or, when a
+        budget refuses it, the result of a call never sent. A reserved call without an output
+        bound is sent with the one it reserved for."""
         reservation = call_reservation(
             agent=self.agent,
             provider_id=self.provider.pk,
+            provider_kind=self.provider.kind,
             model=self.request.model,
             body=self.wire.body,
             max_tokens=self.request.max_tokens,
@@ -187,8 +189,13 @@ class ProviderCall:
             now=timezone.now(),
         )
         self.reserved = reservation.reserved
-        if reservation.reserved:
-            self.row.reserved = reservation.amount
+        if reservation.reserved and reservation.estimate is not None:
+            self.row.reserved = reservation.estimate.amount
+            self.row.input_estimate = reservation.input_estimate
+        if reservation.max_tokens is not None:
+            field = OUTPUT_BOUND[self.provider.kind]
+            self.wire = replace(self.wire, body={**self.wire.body, field: reservation.max_tokens})
+            self.row.max_tokens = reservation.max_tokens
         return reservation.refused
 
     async def run(

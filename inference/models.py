@@ -146,6 +146,9 @@ class InferenceCall(models.Model):
     # The worst case the call reserved on its budgets before it was sent (architecture.md
     # §18); null when no budget counted it or its model is unpriced.
     reserved = models.DecimalField(max_digits=30, decimal_places=12, null=True, blank=True)
+    # Our count of the call's input tokens when it reserved (characters over 4, agentops.estimate):
+    # with the provider's count once it ends, it calibrates the next call's estimate.
+    input_estimate = models.PositiveBigIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -17,7 +17,7 @@ from typing import Any
 
 from django.conf import settings
 
-from agentops.exceptions import CallTimedOut, ProviderFailed, RateLimited
+from agentops.exceptions import BadRequest, CallTimedOut, ProviderFailed, RateLimited
 from agentops.models import Agent, Provider
 from agentops.runtime import runtime
 from calls.client import CallResult
@@ -250,6 +250,8 @@ def _outcome(
                 "call": call.pk,
             },
         )
+    if error.type == "budget_refused":  # never fits as it is: the request must change
+        raise BadRequest(error.message, data={"field": error.provider_code, "call": call.pk})
     if result.outcome == "cut":
         raise CallTimedOut(error.message, data={"bound": error.bound, "call": call.pk})
     if error.retry_after_ms is not None:

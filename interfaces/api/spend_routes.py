@@ -15,6 +15,7 @@ from agentops.budgets import budget_out, budget_put, check_budget
 from agentops.exceptions import NotFound, bad_field
 from agentops.models import Agent, Budget, Price, Project
 from agentops.prices import PRICE_FIELDS, price_amount, price_create, price_out
+from agentops.validation import text_problem
 from inference.models import Turn
 from interfaces.api.auth import require_operator
 from interfaces.api.body import check_fields, check_instant, checked_text, json_body
@@ -160,6 +161,8 @@ class BudgetOut(BaseModel):
     warn_at: float
     spent: str
     reserved: str
+    left: str
+    refused_estimate: str | None
     held: bool
     resets_at: datetime
 
@@ -169,6 +172,10 @@ BUDGET_SHAPE = '{amount, period: "day"|"week"|"month", warn_at?}'
 
 def _owner(kind: str, name: str) -> Agent | Project:
     model: type[Agent] | type[Project] = Agent if kind == "agent" else Project
+    # A name that could not be stored (NUL, a control) names nothing: 404, not the database's
+    # refusal of the query as a 500.
+    if text_problem(name, line=True) is not None:
+        raise NotFound(f"no {kind} named {name!r}", data={"field": "name"})
     found = model.objects.filter(name=name).first()
     if found is None or (isinstance(found, Agent) and found.disposed_at is not None):
         raise NotFound(f"no {kind} named {name!r}", data={"field": "name"})

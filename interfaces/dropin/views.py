@@ -340,6 +340,17 @@ def _answered(fmt: Format, result: CallResult | None, wire: tuple[str, Any] | No
             extra={"retryable": False, "until": until},
             headers={**wait_headers(left), "x-should-retry": "false"},
         )
+    if failure is not None and failure.type == "budget_refused":
+        # Not sent, and never will be as it is: its estimate (or max_tokens alone) is over the
+        # whole budget, or its model has no price (§18.1). The request must change: a 400
+        # naming the field, not a hold for everyone until the reset.
+        return error(
+            fmt,
+            400,
+            message,
+            extra={"param": failure.provider_code, "retryable": False},
+            headers={"x-should-retry": "false"},
+        )
     if failure is not None and failure.type == "budget_busy":
         # Not sent: it fits once the budget's calls in flight settle (§18.1); the SDK's own
         # retry, after this wait, may be sent.

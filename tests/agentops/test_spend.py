@@ -17,7 +17,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from agentops.budgets import reservation_amount
+from agentops.budgets import reservation_estimate
 from agentops.models import Agent, HistoryRow, Price, Provider
 from agentops.prices import Basis, Terms, call_cost
 from agentops.tokens import api_token_create
@@ -147,13 +147,22 @@ def test_cache_writes_are_billed_at_their_own_price_else_at_the_input_price() ->
     assert plain.amount == Decimal("0.00246")  # (800 x 3 + 200 x 0.3) / 10^6
 
 
-def test_a_reservation_bills_every_input_token_at_the_dearest_input_price() -> None:
-    # A cache write dearer than input: the worst case must cover an input all written.
-    dear_writes = Terms(**{**TERMS.__dict__, "cache_write": Decimal("6")})
-    worst = reservation_amount(input_tokens=1000, max_tokens=100, terms=dear_writes)
-    assert worst == Decimal("0.0075")  # 1000 x 6 + 100 x 15, per million
-    real = cost(dear_writes, input_tokens=1000, cache_write_tokens=1000, output_tokens=100)
-    assert real.amount == worst
+def test_a_reservation_is_the_likely_cost_with_its_margin_and_counts_every_choice() -> None:
+    one = reservation_estimate(
+        input_tokens=1000, max_tokens=100, choices=1, terms=TERMS, margin_percent=25
+    )
+    assert one.amount == Decimal("0.005625")  # (1000 x 3 + 100 x 15) x 1.25, per million
+    assert one.output == Decimal("0.001875")  # 100 x 15 x 1.25: what max_tokens alone costs
+    # n: 10 is billed ten completions (the input once): it reserves ten.
+    ten = reservation_estimate(
+        input_tokens=1000, max_tokens=100, choices=10, terms=TERMS, margin_percent=25
+    )
+    assert ten.output == 10 * one.output
+    assert ten.amount == Decimal("0.00375") + 10 * one.output
+    bare = reservation_estimate(
+        input_tokens=1000, max_tokens=100, choices=1, terms=TERMS, margin_percent=0
+    )
+    assert bare.amount == cost(input_tokens=1000, output_tokens=100).amount
 
 
 def test_below_the_cent_nothing_is_rounded() -> None:

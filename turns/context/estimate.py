@@ -9,27 +9,36 @@ Pure: values in, numbers out."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Any
 
-# English prose and JSON run at about four characters a token in the BPE tokenizers providers
-# use; code and non-Latin text run denser, which the margin and the refusal path absorb.
-CHARS_PER_TOKEN: Final = 4
-MESSAGE_OVERHEAD: Final = 4
+from agentops.estimate import (
+    CHARS_PER_TOKEN,
+    MAX_RATIO,
+    MESSAGE_OVERHEAD,
+    MIN_RATIO,
+    row_tokens,
+    text_tokens,
+)
+from agentops.estimate import (
+    ratio as provider_ratio,
+)
 
-
-def text_tokens(value: Any) -> int:
-    """A value's tokens: its JSON's characters over ``CHARS_PER_TOKEN``, rounded up."""
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    return -(-len(text) // CHARS_PER_TOKEN)
-
-
-def row_tokens(content: Any) -> int:
-    """One history row's tokens as a message of the request."""
-    return text_tokens(content) + MESSAGE_OVERHEAD
+__all__ = [
+    "CHARS_PER_TOKEN",
+    "MAX_RATIO",
+    "MESSAGE_OVERHEAD",
+    "MIN_RATIO",
+    "EstimatedRow",
+    "LastCall",
+    "fixed_tokens",
+    "request_estimate",
+    "row_tokens",
+    "target_tokens",
+    "text_tokens",
+]
 
 
 def fixed_tokens(system: str, tools: Sequence[Any]) -> int:
@@ -37,12 +46,6 @@ def fixed_tokens(system: str, tools: Sequence[Any]) -> int:
     return (text_tokens(system) + MESSAGE_OVERHEAD if system else 0) + (
         text_tokens(list(tools)) if tools else 0
     )
-
-
-# The calibration is bounded: a count far off ours is more likely a provider's quirk (cached or
-# image tokens) than the text's density.
-MIN_RATIO: Final = 0.25
-MAX_RATIO: Final = 4.0
 
 
 @dataclass(frozen=True)
@@ -58,9 +61,7 @@ class LastCall:
     @property
     def ratio(self) -> float:
         """The provider's tokens per token of ours."""
-        if self.counted <= 0:
-            return 1.0
-        return min(max(self.input_tokens / self.counted, MIN_RATIO), MAX_RATIO)
+        return provider_ratio(reported=self.input_tokens, counted=self.counted)
 
 
 @dataclass(frozen=True)

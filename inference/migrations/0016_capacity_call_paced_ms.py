@@ -2,7 +2,7 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    dependencies = [("inference", "0014_spend_call_cache_write_tokens")]
+    dependencies = [("inference", "0015_spend_call_input_estimate")]
 
     operations = [
         migrations.AddField(
