@@ -4,7 +4,8 @@ remaining-quota headers of either dialect and the providers' own wordings when i
 
 Each scenario is a path prefix, configured by ``POST /_quota/config {"scenario": ..., ...}``:
 
-- ``limit`` (requests per window, default 5) and ``window_ms`` (default 2000);
+- ``limit`` (requests per window, default 5) and ``window_ms`` (default 2000), windows counted
+  from the scenario's first request (each request's ``window`` is in the log);
 - ``dialect``: ``openai`` (``x-ratelimit-*``, resets as ``1.234s``) or ``anthropic``
   (``anthropic-ratelimit-*``, RFC 3339 resets);
 - ``mode``: ``quota`` (the window's limit, refused in the provider's organization wording with
@@ -35,7 +36,6 @@ CONFIG: dict[str, dict[str, Any]] = {}
 LOG: list[dict[str, Any]] = []
 COUNTS: defaultdict[tuple[str, str, int], int] = defaultdict(int)
 REFUSED: defaultdict[str, int] = defaultdict(int)
-EPOCH_MS = 0.0
 
 
 def _now_ms() -> float:
@@ -43,9 +43,11 @@ def _now_ms() -> float:
 
 
 def _window(cfg: dict[str, Any], now: float) -> tuple[int, float]:
+    """The fixed window ``now`` falls in, counted from the scenario's first request."""
     width = float(cfg.get("window_ms", 2000))
-    index = int((now - EPOCH_MS) // width)
-    return index, EPOCH_MS + (index + 1) * width
+    start = cfg.setdefault("first_ms", now)
+    index = int((now - start) // width)
+    return index, start + (index + 1) * width
 
 
 def _quota_headers(
@@ -130,7 +132,8 @@ async def _answer(request: web.Request, kind: str) -> web.StreamResponse:
     payload = await request.json()
     model = str(payload.get("model", ""))
     now = _now_ms()
-    entry = {"scenario": scenario, "model": model, "at_ms": now, "status": 200}
+    entry: dict[str, Any] = {"scenario": scenario, "model": model, "at_ms": now, "status": 200}
+    entry["window"] = _window(cfg, now)[0]
     LOG.append(entry)
     mode = cfg.get("mode", "quota")
     if mode in ("insufficient_quota", "spend_cap"):
@@ -293,8 +296,6 @@ def app() -> web.Application:
 
 
 async def main(host: str, port: int) -> None:
-    global EPOCH_MS
-    EPOCH_MS = _now_ms()
     runner = web.AppRunner(app(), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)

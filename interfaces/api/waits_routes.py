@@ -102,7 +102,11 @@ class ReleaseIn(Schema):
 
 
 class ReceiptOut(Schema):
-    agent: str
+    agent: str | None = Field(None, description="The agent whose wait was lifted.")
+    provider: str | None = Field(
+        None, description="A provider's release: the provider whose scoped wait was lifted."
+    )
+    scope: Literal["model", "provider"] | None = None
     model: str
     until: datetime | None
     release: Literal["recorded", "pending", "in-process override"]

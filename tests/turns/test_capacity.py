@@ -1,0 +1,225 @@
+"""A provider's limit kept where the provider puts it (architecture.md §6.12, §6.13), against a
+provider that serves a real shared quota (``tests.quota``: N requests per window per model,
+counted across every agent and process), counting the provider's own 429s. Turns run on the
+real worker pool; drop-ins through a real web process with the official SDK."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from django.test import Client
+
+from agentops.models import Agent, Provider
+from tests.agentops.live_asgi import asgi_server
+from tests.conftest import BASE_DIR, LOG_DIR, poll_until
+from tests.factories import AgentFactory, ProviderFactory
+from tests.turns.test_turns import submit, wait_turn
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(scope="session")
+def quota() -> Iterator[str]:
+    """The shared-quota provider in its own process. Yields its base URL."""
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.quota", "--port", "0"],
+        cwd=BASE_DIR,
+        stdout=subprocess.PIPE,
+        stderr=open(LOG_DIR / "quota.log", "w"),
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    assert line.startswith("quota listening on "), f"the quota provider did not start: {line!r}"
+    yield line.removeprefix("quota listening on ")
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+Scenario = Callable[..., tuple[Provider, Callable[[], list[dict[str, Any]]]]]
+
+
+@pytest.fixture
+def scenario(quota: str) -> Scenario:
+    """A provider on a fresh scenario of the quota server (its own counters), and a reader of
+    the requests it received."""
+
+    def make(
+        *, kind: str = "openai", **config: Any
+    ) -> tuple[Provider, Callable[[], list[dict[str, Any]]]]:
+        name = f"q{uuid.uuid4().hex[:10]}"
+        httpx.post(f"{quota}/_quota/config", json={"scenario": name, **config}).raise_for_status()
+        base = f"{quota}/{name}/v1" if kind == "openai" else f"{quota}/{name}"
+        provider = ProviderFactory.create(name=name, kind=kind, base_url=base)
+
+        def requests() -> list[dict[str, Any]]:
+            return [r for r in httpx.get(f"{quota}/_quota/log").json() if r["scenario"] == name]
+
+        return provider, requests
+
+    return make
+
+
+def agents(provider: Provider, count: int, model: str = "shared-model") -> list[Agent]:
+    return [AgentFactory.create(provider=provider, model=model) for _ in range(count)]
+
+
+def refused(requests: list[dict[str, Any]]) -> int:
+    return sum(1 for r in requests if r["status"] == 429)
+
+
+@pytest.mark.usefixtures("workers")
+def test_twenty_agents_sharing_a_models_quota_earn_at_most_two_429s(
+    api: Client, scenario: Scenario
+) -> None:
+    provider, requests = scenario(limit=5, window_ms=2000)
+    group = agents(provider, 20)
+    for _ in range(3):  # three turns each, the twenty at once
+        turns = [submit(api, agent.name, ("alice", "hi"))["id"] for agent in group]
+        for turn_id in turns:
+            assert wait_turn(api, turn_id, timeout=90)["status"] == "succeeded"
+    seen = requests()
+    assert len([r for r in seen if r["status"] == 200]) == 60
+    assert refused(seen) <= 2, Counter(r["status"] for r in seen)
+
+
+@pytest.mark.usefixtures("workers")
+def test_one_agent_told_nothing_is_left_waits_for_the_reset_instead_of_earning_a_429(
+    api: Client, scenario: Scenario
+) -> None:
+    provider, requests = scenario(limit=1, window_ms=1000, dialect="anthropic", kind="anthropic")
+    (agent,) = agents(provider, 1)
+    for _ in range(10):
+        turn_id = submit(api, agent.name, ("alice", "hi"))["id"]
+        assert wait_turn(api, turn_id, timeout=30)["status"] == "succeeded"
+    seen = requests()
+    assert (len(seen), refused(seen)) == (10, 0)
+
+
+@pytest.mark.usefixtures("workers")
+def test_a_spent_credit_holds_every_agent_of_the_account_without_a_call_until_released(
+    api: Client, scenario: Scenario, quota: str
+) -> None:
+    provider, requests = scenario(mode="insufficient_quota")
+    first, second = agents(provider, 2, model="model-a")
+    third = AgentFactory.create(provider=provider, model="model-b")  # every model of the account
+    turn = submit(api, first.name, ("alice", "hi"))["id"]
+    held = wait_turn(api, turn, {"held", "failed", "succeeded"}, timeout=30)
+    assert held["status"] == "held", held
+    others = [submit(api, a.name, ("bob", "hi"))["id"] for a in (second, third)]
+    for other in others:
+        assert (
+            wait_turn(api, other, {"held", "failed", "succeeded"}, timeout=30)["status"] == "held"
+        )
+    assert len(requests()) == 1  # the other agents called nothing
+    listed = api.get("/api/v1/waits").json()["waits"]
+    scoped = [w for w in listed if w["provider"] == provider.name]
+    assert [(w["agent"], w["model"], w["scope"], w["until"]) for w in scoped] == [
+        ("*", "*", "provider", None)
+    ]
+    alerts = api.get("/api/v1/alerts?kind=provider-limit").json()
+    assert any(provider.name in a["message"] for a in alerts)
+    # The credit is topped up; an operator releases the account: every held turn answers.
+    httpx.post(f"{quota}/_quota/config", json={"scenario": provider.name, "limit": 100})
+    released = api.post(
+        "/api/v1/waits/release",
+        data=json.dumps({"provider": provider.name, "reason": "credit topped up"}),
+        content_type="application/json",
+    )
+    assert released.status_code == 200, released.content
+    assert [r["scope"] for r in released.json()["receipts"]] == ["provider"]
+    for turn_id in (turn, *others):
+        assert wait_turn(api, turn_id, timeout=30)["status"] == "succeeded"
+
+
+@pytest.mark.usefixtures("workers")
+def test_fifty_agents_held_by_an_account_hold_resume_no_faster_than_the_stated_rate(
+    api: Client, scenario: Scenario
+) -> None:
+    provider, requests = scenario(limit=10, window_ms=1000)
+    group = agents(provider, 50)
+    # Learn the provider's rate first, as a running account has.
+    warm = submit(api, group[0].name, ("alice", "hi"))["id"]
+    assert wait_turn(api, warm, timeout=30)["status"] == "succeeded"
+    until = time.time() + 2
+    hold = api.post(
+        "/api/v1/waits/holds",
+        data=json.dumps(
+            {
+                "provider": provider.name,
+                "until": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(until))
+                + f".{int(until * 1000) % 1000:03d}Z",
+                "reason": "a 2 s account-wide wait",
+            }
+        ),
+        content_type="application/json",
+    )
+    assert hold.status_code == 201, hold.content
+    assert hold.json()["source"] == "operator" and hold.json()["scope"] == "provider"
+    turns = [submit(api, agent.name, ("alice", "again"))["id"] for agent in group]
+    for turn_id in turns:
+        assert wait_turn(api, turn_id, timeout=60)["status"] == "succeeded"
+    after = [r for r in requests() if r["at_ms"] >= until * 1000 - 50]
+    assert len(after) >= 50
+    windows = Counter(r["window"] for r in after)  # the provider's own windows
+    assert max(windows.values()) <= 11, windows
+    assert refused(after) <= 1
+
+
+@pytest.fixture(scope="module")
+def web(django_db_setup: None, django_db_blocker: Any) -> Iterator[str]:
+    yield from asgi_server("capacity", {"AGENTOPS_DROPIN_MAX_WAIT_MS": "10000"})
+
+
+def test_sixteen_concurrent_dropin_requests_share_the_pacing_without_a_5xx(
+    web: str, user_token: str, scenario: Scenario
+) -> None:
+    provider, requests = scenario(limit=4, window_ms=2000)
+    (agent,) = agents(provider, 1)
+    client = openai.OpenAI(base_url=f"{web}/v1", api_key=user_token, max_retries=0)
+
+    def one(_: int) -> int:
+        try:
+            client.chat.completions.create(
+                model=agent.name, messages=[{"role": "user", "content": "hi"}]
+            )
+        except openai.APIStatusError as exc:
+            return exc.status_code
+        return 200
+
+    with ThreadPoolExecutor(16) as pool:
+        statuses = list(pool.map(one, range(16)))
+    assert all(s < 500 for s in statuses), statuses
+    assert statuses.count(200) >= 14, statuses
+    assert refused(requests()) <= 1
+
+
+def test_a_dropin_past_its_wait_is_answered_by_agentops_with_no_provider_call(
+    web: str, user_token: str, scenario: Scenario
+) -> None:
+    provider, requests = scenario(limit=1, window_ms=60_000)
+    (agent,) = agents(provider, 1)
+    client = openai.OpenAI(base_url=f"{web}/v1", api_key=user_token, max_retries=0)
+    client.chat.completions.create(model=agent.name, messages=[{"role": "user", "content": "a"}])
+    with pytest.raises(openai.RateLimitError) as caught:
+        client.chat.completions.create(
+            model=agent.name, messages=[{"role": "user", "content": "b"}]
+        )
+    response = caught.value.response
+    assert response.headers["x-should-retry"] == "true"
+    assert 50 <= int(response.headers["retry-after"]) <= 60  # the provider's reset, not ours
+    assert len(requests()) == 1  # the second was never sent
+    poll_until(lambda: agent.calls.filter(outcome="deferred").exists(), timeout=5)
+    assert agent.calls.filter(outcome="deferred").count() == 1
