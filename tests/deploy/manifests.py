@@ -21,7 +21,10 @@ OVERLAYS = ("small", "production", "keda")
 KUBECTL = None if os.environ.get("AGENTOPS_DEPLOY_PLAIN") else shutil.which("kubectl")
 WORKLOAD_KINDS = ("Deployment", "Job")
 # Kinds of custom resources, which the Kubernetes schemas do not have; their own tests check them.
-CUSTOM_KINDS = {("keda.sh/v1alpha1", "ScaledObject"), ("monitoring.coreos.com/v1", "PrometheusRule")}
+CUSTOM_KINDS = {
+    ("keda.sh/v1alpha1", "ScaledObject"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"),
+}
 
 Obj = dict[str, Any]
 

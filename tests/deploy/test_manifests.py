@@ -85,7 +85,9 @@ def test_the_worker_grace_period_is_the_warm_shutdown_bound_plus_30_s_at_least(
     objects = render(overlay)
     bound = warm_shutdown_bound_s(objects)
     assert bound >= 4500  # the 75-minute default, unless someone lowers it
-    grace = pod_spec(find(objects, "Deployment", "agentops-worker"))["terminationGracePeriodSeconds"]
+    grace = pod_spec(find(objects, "Deployment", "agentops-worker"))[
+        "terminationGracePeriodSeconds"
+    ]
     assert grace >= bound + SHUTDOWN_MARGIN_S, (
         f"agentops-worker's terminationGracePeriodSeconds {grace} s cuts the warm shutdown: a "
         f"call may run {bound} s (AGENTOPS_INFERENCE_BOUNDS.absolute_ms), so it needs "
@@ -270,7 +272,11 @@ def test_keda_scales_workers_on_the_celery_queue_and_the_held_streams_alone() ->
     assert re.fullmatch(r"[\w.-]+:\d+", triggers["redis"]["address"])  # host:port, no URL
     assert 'outcome="in_flight"' in triggers["prometheus"]["query"]
     # Its own HorizontalPodAutoscaler is the only one on the workers; the web keeps its own.
-    targets = [h["spec"]["scaleTargetRef"]["name"] for h in objects if h["kind"] == "HorizontalPodAutoscaler"]
+    targets = [
+        h["spec"]["scaleTargetRef"]["name"]
+        for h in objects
+        if h["kind"] == "HorizontalPodAutoscaler"
+    ]
     assert targets == ["agentops-web"]
 
 
