@@ -4,14 +4,18 @@ schemas, and the parts that are easy to get wrong are as they must be (issue 56)
 from __future__ import annotations
 
 import math
+import os
 import re
 import subprocess
+import sys
+from pathlib import Path
 
 import kubernetes_validate
 import pytest
 
 from agentops.conf import bounds_values
 from calls.bounds import BoundsSettings
+from tests.conftest import BASE_DIR, _database_url
 from tests.deploy.manifests import (
     CUSTOM_KINDS,
     DEPLOY,
@@ -312,3 +316,25 @@ def test_the_example_secret_is_not_applied_by_any_overlay() -> None:
     kubernetes_validate.validate(example[0], KUBERNETES_VERSION, strict=True)
     for overlay in OVERLAYS:
         assert not named(render(overlay), "Secret")
+
+
+def test_wait_migrations_returns_on_a_migrated_database(django_db_setup: None) -> None:
+    """The init container's role against the (migrated) test database, run as the image runs it:
+    it finds nothing unapplied and returns; the migrate role's check is the one it waits on."""
+    env = dict(
+        os.environ,
+        DATABASE_URL=_database_url(),
+        DJANGO_SETTINGS_MODULE="agentops.settings",
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        AGENTOPS_WAIT_MIGRATIONS_S="1",
+    )
+    done = subprocess.run(
+        ["sh", str(DEPLOY / "docker" / "entrypoint.sh"), "wait-migrations"],
+        cwd=BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip().endswith("no migration left unapplied"), done.stdout
