@@ -27,6 +27,7 @@ from agentops.models import (
 from agentops.prices import PriceBook, decimal_text
 from agentops.providers import provider_problem
 from agentops.runtime import runtime
+from agentops.selectors import providers_granted
 from agentops.services import fallbacks_checked
 from agentops.validation import instant_problem
 from agentops.wording import excerpt
@@ -75,8 +76,21 @@ class ProjectAdmin(admin.ModelAdmin):
     """Each project links to its spend page (interfaces.admin.spend), from the list and from
     its own page (the "Spend" button, templates/admin/agentops/project/change_form.html)."""
 
-    list_display = ("name", "spend", "created_at")
+    list_display = ("name", "providers", "spend", "created_at")
     search_fields = ("name",)
+    # The grant is made through the API (PUT /projects/{name}/providers), which refuses a list
+    # that leaves out a provider a live agent names: shown here, not edited.
+    fields = ("name", "providers", "providers_granted_at")
+    readonly_fields = ("providers", "providers_granted_at")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Project]:
+        return super().get_queryset(request).prefetch_related("granted_providers")
+
+    @admin.display(description="providers granted")
+    def providers(self, obj: Project) -> str:
+        if obj.providers_granted_at is None:
+            return "all (never granted)"
+        return ", ".join(sorted(p.name for p in obj.granted_providers.all())) or "none"
 
     def get_urls(self) -> list[URLPattern]:
         from interfaces.admin.spend import project_spend_view
@@ -145,13 +159,21 @@ class AgentForm(forms.ModelForm):
                 "(and optionally a context_window in tokens)",
             )
             return cleaned
+        provider, project = cleaned.get("provider"), cleaned.get("project")
+        project_id = project.pk if project is not None else None
+        if (
+            provider is not None
+            and project_id is not None
+            and not providers_granted(project_id=project_id).filter(pk=provider.pk).exists()
+        ):
+            self.add_error("provider", f"{provider.name!r} is not granted to project {project}")
         try:
-            provider = cleaned.get("provider")
             cleaned["fallbacks"] = fallbacks_checked(
                 listed,
                 model=str(cleaned.get("model") or ""),
                 provider=provider.name if provider is not None else "",
                 max_tokens=cleaned.get("max_tokens"),
+                project_id=project_id,
             )
         except BadRequest as exc:
             self.add_error("fallbacks", str(exc))
