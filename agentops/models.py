@@ -19,6 +19,13 @@ class Project(models.Model):
 
     name = models.CharField(max_length=100, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # The providers the project's agents may name, once an operator granted a list
+    # (``PUT /projects/{name}/providers``). Until then ``providers_granted_at`` is null and every
+    # provider is granted: the projects made before grants existed keep what they could name.
+    granted_providers: models.ManyToManyField[Provider, Any] = models.ManyToManyField(
+        "Provider", blank=True, related_name="granted_to"
+    )
+    providers_granted_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return self.name

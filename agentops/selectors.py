@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import Exists, OuterRef, QuerySet
+
 from . import rows
 from .exceptions import NotFound
 from .models import Agent, Alert, ApiToken, HistoryRow, Project, Provider
@@ -12,13 +14,19 @@ from .validation import text_problem
 ID_LIMIT = 2**63 - 1  # the largest id PostgreSQL's bigint holds
 
 
+def name_storable(name: object) -> bool:
+    """Whether ``name`` could be a stored name at all (one with a NUL, a lone surrogate or a
+    control is unknown without asking the database, which would refuse the query)."""
+    return isinstance(name, str) and len(name) <= 100 and text_problem(name, line=True) is None
+
+
 def agent_for(*, token: ApiToken, name: str) -> Agent:
     """The live agent named ``name`` as ``token`` may see it: the one lookup behind every
     client-named agent (the API, the websocket). A non-operator token sees only its own
     project's agents; another project's agent answers exactly as an unknown name does, so names
     of other projects do not leak. A name that could not be stored (NUL, a lone surrogate, a
     control) is unknown too."""
-    if isinstance(name, str) and len(name) <= 100 and text_problem(name, line=True) is None:
+    if name_storable(name):
         # Hand-written (``agentops.rows``): every request that names an agent reads it.
         sql = f"""
             SELECT {rows.columns(Agent, "a")}, {rows.columns(Provider, "p")}, {rows.columns(Project, "j")}
@@ -41,6 +49,29 @@ def agent_for(*, token: ApiToken, name: str) -> Agent:
             agent.provider, agent.project = provider, project
             return agent
     raise NotFound(f"no agent named {name!r}", data={"field": "name"})
+
+
+def providers_granted(*, project_id: int) -> QuerySet[Provider]:
+    """The providers the project's agents may name: the list an operator granted, or every
+    provider while none was granted (``providers_granted_at`` null). One lazy query, read
+    fresh each time: a grant binds the next request."""
+    never_granted = Project.objects.filter(pk=project_id, providers_granted_at__isnull=True)
+    granted = Project.granted_providers.through.objects.filter(
+        project_id=project_id, provider_id=OuterRef("pk")
+    )
+    return Provider.objects.filter(Exists(never_granted) | Exists(granted))
+
+
+def provider_for(*, token: ApiToken, name: str) -> Provider:
+    """The provider named ``name`` as ``token`` may see it: any for an operator, a granted one
+    for a tenant. One not granted answers exactly as an unknown name does."""
+    found = (
+        Provider.objects.all() if token.operator else providers_granted(project_id=token.project_id)
+    )
+    provider = found.filter(name=name).first() if name_storable(name) else None
+    if provider is None:
+        raise NotFound(f"no provider named {name!r}", data={"field": "name"})
+    return provider
 
 
 def visible_to(token: ApiToken, agent: Agent) -> bool:

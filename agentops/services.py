@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from . import rows
 from .exceptions import Conflict, bad_field
@@ -13,11 +14,14 @@ from .models import (
     CONTEXT_WINDOW_MAX,
     CONTEXT_WINDOW_MIN,
     Agent,
+    AuditEntry,
     HistoryRow,
+    Project,
     Provider,
     default_project_id,
 )
 from .providers import provider_problem
+from .selectors import providers_granted
 
 
 def provider_create(*, name: str, kind: str, base_url: str, api_key_env: str = "") -> Provider:
@@ -55,18 +59,26 @@ def agent_create(
     context_window: int | None = None,
     context_policy: str | None = None,
 ) -> Agent:
-    provider_row = Provider.objects.filter(name=provider).first()
-    if provider_row is None:
-        raise bad_field("provider", f"no provider named {provider!r}")
-    fallbacks = fallbacks_checked(
-        fallbacks or [], model=model, provider=provider, max_tokens=max_tokens
-    )
-    check_context_window(context_window, max_tokens)
+    project_id = project_id if project_id is not None else default_project_id()
     if context_policy is None:  # residents trim; the others keep failing as they did
         resident = kind == Agent.Kind.RESIDENT
         context_policy = Agent.ContextPolicy.TRIM if resident else Agent.ContextPolicy.FAIL
     try:
         with transaction.atomic():
+            _project_grant_held(project_id)
+            # A provider not granted to the project answers as an unknown one: its name is
+            # not told.
+            provider_row = providers_granted(project_id=project_id).filter(name=provider).first()
+            if provider_row is None:
+                raise bad_field("provider", f"no provider named {provider!r}")
+            fallbacks = fallbacks_checked(
+                fallbacks or [],
+                model=model,
+                provider=provider,
+                max_tokens=max_tokens,
+                project_id=project_id,
+            )
+            check_context_window(context_window, max_tokens)
             return Agent.objects.create(
                 name=name,
                 kind=kind,
@@ -81,12 +93,19 @@ def agent_create(
                 fallbacks=fallbacks,
                 context_window=context_window,
                 context_policy=context_policy,
-                project_id=project_id if project_id is not None else default_project_id(),
+                project_id=project_id,
             )
     except IntegrityError:
         raise Conflict(
             f"the agent name {name!r} is taken (names are never reused)", data={"field": "name"}
         ) from None
+
+
+def _project_grant_held(project_id: int) -> None:
+    """Hold the project's row (FOR NO KEY UPDATE) for the rest of the transaction, so its grant
+    does not change while an agent's providers are checked against it and written: a grant made
+    meanwhile waits, then sees the agent (``project_providers_grant``)."""
+    Project.objects.select_for_update(no_key=True).filter(pk=project_id).exists()
 
 
 def check_context_window(
@@ -109,14 +128,23 @@ def check_context_window(
 
 
 def fallbacks_checked(
-    fallbacks: list[dict[str, Any]], *, model: str, provider: str, max_tokens: int | None
+    fallbacks: list[dict[str, Any]],
+    *,
+    model: str,
+    provider: str,
+    max_tokens: int | None,
+    project_id: int | None = None,
 ) -> list[dict[str, Any]]:
-    """An agent's alternates as stored (architecture.md §6.11): each provider found, each
+    """An agent's alternates as stored (architecture.md §6.11): each provider found (and
+    granted to ``project_id``, when given: one not granted answers as unknown), each
     (provider, model) neither the agent's own nor listed before, each window one the agent's
     own could be (``check_context_window``: the answer's ``max_tokens`` goes to the alternate
     too). Raises ``BadRequest`` naming the field."""
     names = {f["provider"] for f in fallbacks}
-    known = {p.name: p for p in Provider.objects.filter(name__in=names)}
+    found = (
+        Provider.objects.all() if project_id is None else providers_granted(project_id=project_id)
+    )
+    known = {p.name: p for p in found.filter(name__in=names)}
     seen = {(provider, model)}
     stored = []
     for index, entry in enumerate(fallbacks):
@@ -151,28 +179,91 @@ def fallbacks_checked(
 
 def agent_update(*, agent: Agent, changes: dict[str, Any]) -> Agent:
     allowed = {"model", "system", "max_tokens", "fallbacks", "context_window", "context_policy"}
-    # A new max_tokens is checked against the alternates' windows as against the agent's own.
-    if "fallbacks" in changes or "model" in changes or "max_tokens" in changes:
-        listed = changes.get("fallbacks")
-        changes = {
-            **changes,
-            "fallbacks": fallbacks_checked(
-                listed if listed is not None else list(agent.fallbacks or []),
-                model=changes.get("model") or agent.model,
-                provider=agent.provider.name,
-                max_tokens=changes.get("max_tokens", agent.max_tokens),
-            ),
-        }
-    fields = [f for f in changes if f in allowed]
-    check_context_window(
-        changes.get("context_window", agent.context_window),
-        changes.get("max_tokens", agent.max_tokens),
-    )
-    for field in fields:
-        setattr(agent, field, changes[field])
-    if fields:
-        agent.save(update_fields=fields)
+    with transaction.atomic():
+        # A new max_tokens is checked against the alternates' windows as against the agent's own.
+        if "fallbacks" in changes or "model" in changes or "max_tokens" in changes:
+            _project_grant_held(agent.project_id)
+            listed = changes.get("fallbacks")
+            changes = {
+                **changes,
+                "fallbacks": fallbacks_checked(
+                    listed if listed is not None else list(agent.fallbacks or []),
+                    model=changes.get("model") or agent.model,
+                    provider=agent.provider.name,
+                    max_tokens=changes.get("max_tokens", agent.max_tokens),
+                    project_id=agent.project_id,
+                ),
+            }
+        fields = [f for f in changes if f in allowed]
+        check_context_window(
+            changes.get("context_window", agent.context_window),
+            changes.get("max_tokens", agent.max_tokens),
+        )
+        for field in fields:
+            setattr(agent, field, changes[field])
+        if fields:
+            agent.save(update_fields=fields)
     return agent
+
+
+def project_providers_grant(*, project: Project, names: list[str], actor: str) -> list[Provider]:
+    """Grant ``project`` exactly the providers ``names``, in place of any earlier list, and
+    audit it; the granted providers come back by name. Refused, with nothing changed:
+    ``BadRequest`` naming ``providers[i]`` for a name no provider has; ``Conflict`` when a live
+    agent of the project names a provider left out (its provider or an alternate's): change or
+    dispose of that agent first, so no agent calls a provider its project was not granted."""
+    known = {p.name: p for p in Provider.objects.filter(name__in=set(names))}
+    for index, name in enumerate(names):
+        if name not in known:
+            raise bad_field(f"providers[{index}]", f"no provider named {name!r}")
+    granted = {p.pk for p in known.values()}
+    with transaction.atomic():
+        # Locked: an agent created in the project meanwhile waits for the grant, then is
+        # checked against it.
+        locked = Project.objects.select_for_update().get(pk=project.pk)
+        left_out = _agents_naming_others(project_id=locked.pk, granted=granted)
+        if left_out:
+            raise Conflict(
+                f"{len(left_out)} live agent target(s) of project {locked.name!r} name a provider "
+                "the list leaves out: change or dispose of those agents first",
+                data={"field": "providers", "agents": left_out[:20]},
+            )
+        before = (
+            sorted(locked.granted_providers.values_list("name", flat=True))
+            if locked.providers_granted_at is not None
+            else None
+        )
+        locked.granted_providers.set(granted)
+        locked.providers_granted_at = timezone.now()
+        locked.save(update_fields=["providers_granted_at"])
+        AuditEntry.objects.create(
+            actor=actor,
+            action="project.providers-grant",
+            target=f"project:{locked.name}",
+            data={"providers": sorted(known), "before": before},
+        )
+    return sorted(known.values(), key=lambda p: p.name)
+
+
+def _agents_naming_others(*, project_id: int, granted: set[int]) -> list[dict[str, str]]:
+    """Each live agent's target (its own provider or an alternate's) outside ``granted``."""
+    found = []
+    live = Agent.objects.filter(project_id=project_id, disposed_at__isnull=True)
+    for agent in live.select_related("provider").order_by("name"):
+        if agent.provider_id not in granted:
+            found.append(
+                {"agent": agent.name, "field": "provider", "provider": agent.provider.name}
+            )
+        for index, entry in enumerate(agent.fallbacks if isinstance(agent.fallbacks, list) else []):
+            if isinstance(entry, dict) and entry.get("provider_id") not in granted:
+                found.append(
+                    {
+                        "agent": agent.name,
+                        "field": f"fallbacks[{index}].provider",
+                        "provider": str(entry.get("provider")),
+                    }
+                )
+    return found
 
 
 def history_append(*, agent: Agent, participant: str, role: str, content: Any) -> HistoryRow:

@@ -209,14 +209,22 @@ def breaker_probe_withdraw(*, agent: Agent, reason: str) -> bool:
     return True
 
 
-def history_row_restore(*, agent_name: str, row_id: int, actor: str, requester: Any) -> HistoryRow:
-    """Put a set-aside row back into the presented history, with an audit entry.
+RESTORE_REASON_LIMIT = 1000  # agentops.models.AuditEntry.reason
 
-    Raises BadRequest naming ``requester`` when it is given and not a string, NotFound for an
-    unknown agent or a row not in its history, Conflict when the row is not set aside."""
-    if requester is not None and not isinstance(requester, str):
-        raise bad_field("requester", "must be a string")
+
+def history_row_restore(
+    *, agent_name: str, row_id: int, actor: str, requester: Any, reason: Any = None
+) -> HistoryRow:
+    """Put a set-aside row back into the presented history, with an audit entry whose
+    ``reason`` is the one given (else the requester, as before reasons were asked for).
+
+    Raises BadRequest naming ``requester`` or ``reason`` when given and not a string, NotFound
+    for an unknown agent or a row not in its history, Conflict when the row is not set aside."""
+    for field, value in (("requester", requester), ("reason", reason)):
+        if value is not None and not isinstance(value, str):
+            raise bad_field(field, "must be a string")
     who = clean_requester(requester, limit=REQUESTER_LIMIT) if requester else ""
+    why = clean_requester(reason, limit=RESTORE_REASON_LIMIT) if reason else ""
     with transaction.atomic():
         agent = (
             Agent.objects.select_for_update()
@@ -250,12 +258,13 @@ def history_row_restore(*, agent_name: str, row_id: int, actor: str, requester: 
             actor=actor[:220],
             action="history.restore",
             target=f"agent:{agent.name}/history:{row.pk}",
-            reason=who,
+            reason=why or who,
             data={
                 "agent": agent.name,
                 "row_id": row.pk,
                 "seq": row.seq,
                 "requester": who or None,
+                "reason": why or None,
                 **previous,
             },
         )
@@ -264,7 +273,7 @@ def history_row_restore(*, agent_name: str, row_id: int, actor: str, requester: 
         row.seq,
         agent.name,
         actor,
-        f" for {who}" if who else "",
+        (f" for {who}" if who else "") + (f": {why}" if why else ""),
     )
     if telemetry.enabled:  # a span an operator finds by agent, under the request that restored
         telemetry.tracer().start_span(

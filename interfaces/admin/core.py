@@ -6,10 +6,12 @@ from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.contrib import admin
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import Count, OuterRef, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 
@@ -27,6 +29,7 @@ from agentops.models import (
 from agentops.prices import PriceBook, decimal_text
 from agentops.providers import provider_problem
 from agentops.runtime import runtime
+from agentops.selectors import providers_granted
 from agentops.services import fallbacks_checked
 from agentops.validation import instant_problem
 from agentops.wording import excerpt
@@ -75,8 +78,21 @@ class ProjectAdmin(admin.ModelAdmin):
     """Each project links to its spend page (interfaces.admin.spend), from the list and from
     its own page (the "Spend" button, templates/admin/agentops/project/change_form.html)."""
 
-    list_display = ("name", "spend", "created_at")
+    list_display = ("name", "providers", "spend", "created_at")
     search_fields = ("name",)
+    # The grant is made through the API (PUT /projects/{name}/providers), which refuses a list
+    # that leaves out a provider a live agent names: shown here, not edited.
+    fields = ("name", "providers", "providers_granted_at")
+    readonly_fields = ("providers", "providers_granted_at")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Project]:
+        return super().get_queryset(request).prefetch_related("granted_providers")
+
+    @admin.display(description="providers granted")
+    def providers(self, obj: Project) -> str:
+        if obj.providers_granted_at is None:
+            return "all (never granted)"
+        return ", ".join(sorted(p.name for p in obj.granted_providers.all())) or "none"
 
     def get_urls(self) -> list[URLPattern]:
         from interfaces.admin.spend import project_spend_view
@@ -145,13 +161,21 @@ class AgentForm(forms.ModelForm):
                 "(and optionally a context_window in tokens)",
             )
             return cleaned
+        provider, project = cleaned.get("provider"), cleaned.get("project")
+        project_id = project.pk if project is not None else None
+        if (
+            provider is not None
+            and project_id is not None
+            and not providers_granted(project_id=project_id).filter(pk=provider.pk).exists()
+        ):
+            self.add_error("provider", f"{provider.name!r} is not granted to project {project}")
         try:
-            provider = cleaned.get("provider")
             cleaned["fallbacks"] = fallbacks_checked(
                 listed,
                 model=str(cleaned.get("model") or ""),
                 provider=provider.name if provider is not None else "",
                 max_tokens=cleaned.get("max_tokens"),
+                project_id=project_id,
             )
         except BadRequest as exc:
             self.add_error("fallbacks", str(exc))
@@ -217,14 +241,15 @@ class PriceAdmin(admin.ModelAdmin):
 class AgentAdmin(admin.ModelAdmin):
     """The list reads a fixed handful of queries whatever the page size: each agent's streak is
     annotated, its open turns prefetched, and the binding waits read once for the page (a
-    journal read reduces the whole journal; once per row made a page of 100 agents crawl)."""
+    journal read reduces the whole journal; once per row made a page of 100 agents crawl).
+    Only an agent with alternates adds its routing choice's few reads (the on-alternate mark)."""
 
     list_display = (
         "name",
         "project",
         "kind",
         "provider",
-        "model",
+        "model_served",
         "status",
         "failure_streak",
         "holds",
@@ -276,8 +301,13 @@ class AgentAdmin(admin.ModelAdmin):
         by_agent: dict[str, list[dict[str, Any]]] = {}
         for wait in waits:
             by_agent.setdefault(wait["agent"], []).append(wait)
+        from interfaces.selectors import agent_serving
+
         for agent in changelist.result_list:
             agent.page_holds = by_agent.get(agent.name, [])
+            # The routing choice (turns.serving): no query for an agent without alternates, a
+            # few for one with them.
+            agent.page_serving = agent_serving(agent)
         return changelist
 
     def _current(self, obj: Agent) -> Turn | None:
@@ -285,6 +315,20 @@ class AgentAdmin(admin.ModelAdmin):
 
         open_turns = getattr(obj, "open_turns", None)
         return agent_current_turn(obj) if open_turns is None else current_turn_of(open_turns)
+
+    @admin.display(description="model", ordering="model")
+    def model_served(self, obj: Agent) -> str:
+        """The agent's model, marked when an alternate serves it now (and which, and why)."""
+        serving = getattr(obj, "page_serving", None)
+        if serving is None:
+            return obj.model
+        return format_html(
+            '{}<br><span class="on-alternate" title="{}">on alternate: {} on {}</span>',
+            obj.model,
+            serving["reason"],
+            serving["model"],
+            serving["provider"],
+        )
 
     @admin.display(description="served by")
     def serving(self, obj: Agent) -> str:
@@ -387,23 +431,54 @@ class HistoryRowAdmin(ReadOnlyAdmin):
         return request.user.has_perm("breaker.restore_historyrow")
 
     @admin.action(description="Restore the selected set-aside rows", permissions=["restore"])
-    def restore(self, request: HttpRequest, queryset: Any) -> None:
+    def restore(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:
+        """A confirmation page that asks for a reason, as Release does; its POST (``confirmed``)
+        restores each row with the reason in its audit entry (``history_row_restore``)."""
         from agentops.exceptions import AgentopsError
-        from breaker.services import history_row_restore
+        from breaker.services import RESTORE_REASON_LIMIT, history_row_restore
 
-        restored = 0
-        for row in queryset.filter(state=HistoryRow.State.SET_ASIDE).select_related("agent"):
-            try:
-                history_row_restore(
-                    agent_name=row.agent.name,
-                    row_id=row.pk,
-                    actor=f"admin:{request.user.get_username()}",
-                    requester=None,
-                )
-                restored += 1
-            except AgentopsError as exc:
-                self.message_user(request, f"Row {row.pk}: {exc.message}", level="warning")
-        self.message_user(request, f"Restored {restored} row(s).")
+        rows = list(
+            queryset.filter(state=HistoryRow.State.SET_ASIDE)
+            .select_related("agent")
+            .order_by("agent__name", "seq")
+        )
+        reason = request.POST.get("reason", "")
+        error = ""
+        if request.POST.get("confirmed"):
+            if not reason.strip():
+                error = "reason: a reason is required"
+            else:
+                restored = 0
+                for row in rows:
+                    try:
+                        history_row_restore(
+                            agent_name=row.agent.name,
+                            row_id=row.pk,
+                            actor=f"admin:{request.user.get_username()}",
+                            requester=None,
+                            reason=reason,
+                        )
+                        restored += 1
+                    except AgentopsError as exc:
+                        self.message_user(request, f"Row {row.pk}: {exc.message}", level="warning")
+                self.message_user(request, f"Restored {restored} row(s).")
+                return None
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": "Restore set-aside history rows",
+            "rows": rows,
+            "selected": request.POST.getlist(ACTION_CHECKBOX_NAME),
+            "reason": reason,
+            "reason_limit": RESTORE_REASON_LIMIT,
+            "error": error,
+        }
+        return TemplateResponse(
+            request,
+            "admin/agentops/historyrow/restore_confirm.html",
+            context,
+            status=400 if error else 200,
+        )
 
     @admin.display(description="content")
     def short_content(self, obj: HistoryRow) -> str:

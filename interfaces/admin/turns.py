@@ -7,6 +7,7 @@ from typing import Any
 
 from django.contrib import admin
 from django.http import HttpRequest
+from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from agentops.prices import decimal_text
@@ -41,6 +42,20 @@ def cost_shown(call: InferenceCall) -> str:
     return decimal_text(call.cost) or "-"
 
 
+def target_html(call: InferenceCall) -> SafeString:
+    """Which target served the call and why: ``model on provider`` over its route, so a
+    fallback turn's calls read as the primary's and the alternate's, not as two "primary"."""
+    provider = call.provider.name if call.provider_id and call.provider else "-"
+    return format_html(
+        '<span class="call-target"><strong>{}</strong> on {}<br>'
+        '<span class="call-route{}">{}</span></span>',
+        call.model,
+        provider,
+        " call-route-fallback" if call.route.startswith("fallback") else "",
+        call.route or "-",
+    )
+
+
 class InferenceCallInline(admin.TabularInline):
     model = InferenceCall
     extra = 0
@@ -50,6 +65,7 @@ class InferenceCallInline(admin.TabularInline):
     fields = (
         "timeline",
         "kind",
+        "target",
         "outcome",
         "bound",
         "lateness",
@@ -57,9 +73,21 @@ class InferenceCallInline(admin.TabularInline):
         "model_events",
         "keepalives",
         "tokens",
+        "cost_text",
         "sent",
     )
     readonly_fields = fields
+
+    def get_queryset(self, request: HttpRequest) -> Any:
+        return super().get_queryset(request).select_related("provider")
+
+    @admin.display(description="served by (route)")
+    def target(self, obj: InferenceCall) -> SafeString:
+        return target_html(obj)
+
+    @admin.display(description="cost")
+    def cost_text(self, obj: InferenceCall) -> str:
+        return cost_shown(obj)
 
     @admin.display(description="tokens in / out")
     def tokens(self, obj: InferenceCall) -> str:

@@ -33,14 +33,19 @@ RELEASE_PERMISSION = "waits.release_wait"
 
 def _with_links(waits: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each wait with the admin links of its agent and of the turn it holds (the agent's open
-    turn, held ones first), and its end in epoch ms for the page's countdown."""
+    turn, held ones first), the alternate serving the agent meanwhile (``serving``, None while
+    its own provider and model serve), and its end in epoch ms for the page's countdown."""
     from agentops.models import Agent
     from inference.models import Turn
+    from interfaces.selectors import agent_serving
 
     names = {w["agent"] for w in waits}
-    agents = dict(
-        Agent.objects.filter(name__in=names, disposed_at__isnull=True).values_list("name", "pk")
-    )
+    live = Agent.objects.filter(name__in=names, disposed_at__isnull=True).select_related("provider")
+    agents: dict[str, int] = {}
+    serving: dict[str, dict[str, Any] | None] = {}
+    for found in live:
+        agents[found.name] = found.pk
+        serving[found.name] = agent_serving(found)  # no query for an agent without alternates
     turns: dict[int, int] = {}
     order: dict[str, int] = {
         Turn.Status.HELD: 0,
@@ -65,6 +70,7 @@ def _with_links(waits: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 if agent_id is not None
                 else None,
                 "turn_id": turn_id,
+                "serving": serving.get(wait["agent"]),
                 "turn_url": reverse("admin:inference_turn_change", args=[turn_id])
                 if turn_id is not None
                 else None,

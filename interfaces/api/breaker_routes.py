@@ -13,9 +13,9 @@ from pydantic import BaseModel
 from agentops.exceptions import NotFound
 from agentops.selectors import agent_for, history_row_out, id_valid
 from breaker.selectors import breaker_out
-from breaker.services import history_row_restore
+from breaker.services import RESTORE_REASON_LIMIT, history_row_restore
 from interfaces.api.auth import OperatorTokenAuth, require_operator
-from interfaces.api.body import check_fields, json_body, optional_line
+from interfaces.api.body import check_fields, json_body, optional_line, optional_text
 from interfaces.api.schemas import ERRORS, HistoryRowOut, RestoreIn
 
 router = Router(tags=["breaker"], auth=OperatorTokenAuth())  # operator only, checked first
@@ -60,10 +60,15 @@ def history_restore(request: HttpRequest, name: str, row_id: int) -> dict[str, A
         raise NotFound(
             f"row_id: agent {name!r} has no history row {row_id}", data={"field": "row_id"}
         )
-    body = json_body(request, shape="{requester?}", required=False)
-    check_fields(body, ("requester",), shape="a restore {requester?}")
+    body = json_body(request, shape="{requester?, reason?}", required=False)
+    check_fields(body, ("requester", "reason"), shape="a restore {requester?, reason?}")
     requester = optional_line(body, "requester", limit=1000)
+    reason = optional_text(body, "reason", limit=RESTORE_REASON_LIMIT)
     row = history_row_restore(
-        agent_name=agent.name, row_id=row_id, actor=f"api:{token.name}", requester=requester
+        agent_name=agent.name,
+        row_id=row_id,
+        actor=f"api:{token.name}",
+        requester=requester,
+        reason=reason,
     )
     return history_row_out(row)

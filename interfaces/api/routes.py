@@ -16,12 +16,13 @@ from agentops import idempotency, services
 from agentops.exceptions import bad_field
 from agentops.models import ApiToken, HistoryRow, Provider
 from agentops.runtime import runtime
-from agentops.selectors import agent_for, history_row_out
+from agentops.selectors import agent_for, history_row_out, provider_for, providers_granted
 from interfaces import selectors as turn_selectors
 from interfaces.api import errors
 from interfaces.api.alerts_routes import router as alerts_router
 from interfaces.api.auth import AsyncTokenAuth, OperatorTokenAuth, TokenAuth, require_operator
 from interfaces.api.breaker_routes import router as breaker_router
+from interfaces.api.projects_routes import router as projects_router
 from interfaces.api.schemas import (
     ERRORS,
     AgentIn,
@@ -61,6 +62,7 @@ api.add_router("/waits", waits_router, tags=["waits"])
 api.add_router("/alerts", alerts_router, tags=["alerts"])
 api.add_router("", breaker_router, tags=["breaker"])
 api.add_router("", spend_router, tags=["spend"])
+api.add_router("", projects_router, tags=["projects"])
 
 # Every operation can answer 400 (a bad value), 401, 404 and 413 (a body over the limit).
 
@@ -104,8 +106,18 @@ def provider_create(request: HttpRequest, payload: ProviderIn) -> Status:
 
 @api.get("/providers", response={200: list[ProviderOut], **ERRORS}, tags=["providers"])
 def provider_list(request: HttpRequest) -> list[dict[str, str | None]]:
-    operator = _token(request).operator
-    return [_provider_out(p, operator=operator) for p in Provider.objects.order_by("name")]
+    """Every provider to an operator; to a tenant, those granted to its project."""
+    token = _token(request)
+    found = (
+        Provider.objects.all() if token.operator else providers_granted(project_id=token.project_id)
+    )
+    return [_provider_out(p, operator=token.operator) for p in found.order_by("name")]
+
+
+@api.get("/providers/{name}", response={200: ProviderOut, **ERRORS}, tags=["providers"])
+def provider_read(request: HttpRequest, name: str) -> dict[str, str | None]:
+    token = _token(request)
+    return _provider_out(provider_for(token=token, name=name), operator=token.operator)
 
 
 # --- agents -------------------------------------------------------------------

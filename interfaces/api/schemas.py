@@ -316,6 +316,7 @@ ERRORS: dict[int, type] = {
 
 class RestoreIn(Strict):
     requester: Annotated[Line, Field(max_length=1000)] | None = None
+    reason: Annotated[Text, Field(max_length=1000)] | None = None
 
 
 class CompleteIn(Strict):

@@ -74,7 +74,8 @@ def test_restoring_a_set_aside_row_needs_the_permission_and_is_audited() -> None
     assert HistoryRow.objects.get(pk=row.pk).state == HistoryRow.State.SET_ASIDE
 
     allowed = staff("view_historyrow", "restore_historyrow")
-    allowed.post("/admin/agentops/historyrow/", {"action": "restore", "_selected_action": [row.pk]})
+    confirmed = {"action": "restore", "_selected_action": [row.pk], "confirmed": "yes"}
+    allowed.post("/admin/agentops/historyrow/", {**confirmed, "reason": "the provider is fixed"})
     assert HistoryRow.objects.get(pk=row.pk).state == HistoryRow.State.PRESENTED
     assert (
         AuditEntry.objects.filter(

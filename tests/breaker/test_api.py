@@ -122,6 +122,29 @@ def test_restoring_a_row_returns_it_presented_and_audits_it(
     assert entry.actor == "api:test-operator" and entry.data["requester"] == "alice"
 
 
+def test_a_restores_reason_is_kept_in_its_audit_entry(
+    api: Client, agent: Agent, set_aside: HistoryRow
+) -> None:
+    response = restore(
+        api, agent, set_aside.pk, {"requester": "alice", "reason": "fixed\nupstream"}
+    )
+    assert response.status_code == 200, response.content
+    entry = AuditEntry.objects.get(action="history.restore")
+    assert entry.reason == "fixed upstream" and entry.data["reason"] == "fixed upstream"
+    assert entry.data["requester"] == "alice"
+
+
+@pytest.mark.parametrize("reason", [7, ["why"], "bad\x00"])
+def test_a_bad_reason_is_a_400_naming_it_and_nothing_is_restored(
+    api: Client, agent: Agent, set_aside: HistoryRow, reason: Any
+) -> None:
+    response = restore(api, agent, set_aside.pk, {"reason": reason})
+    assert response.status_code == 400, response.content
+    assert response.json()["data"]["field"] == "reason"
+    set_aside.refresh_from_db()
+    assert set_aside.state == "set_aside"
+
+
 def test_restoring_with_no_body_is_fine(api: Client, agent: Agent, set_aside: HistoryRow) -> None:
     assert restore(api, agent, set_aside.pk).status_code == 200
 
@@ -167,7 +190,9 @@ def test_an_unknown_field_is_a_400_naming_it_and_nothing_is_restored(
     response = restore(api, agent, set_aside.pk, {"requestor": "alice"})
     assert response.status_code == 400, response.content
     assert response.json()["data"]["field"] == "requestor"
-    assert response.json()["message"] == "requestor: is not a field of a restore {requester?}"
+    assert (
+        response.json()["message"] == "requestor: is not a field of a restore {requester?, reason?}"
+    )
     set_aside.refresh_from_db()
     assert set_aside.state == "set_aside"
 

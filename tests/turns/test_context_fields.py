@@ -166,7 +166,12 @@ def test_a_row_set_aside_for_the_window_is_restored_from_the_admin_with_an_audit
     assert "context" in listing
     response = client.post(
         "/admin/agentops/historyrow/",
-        {"action": "restore", "_selected_action": [row.pk]},
+        {
+            "action": "restore",
+            "_selected_action": [row.pk],
+            "confirmed": "yes",
+            "reason": "the window is larger now",
+        },
     )
     assert response.status_code == 302
     row.refresh_from_db()
