@@ -161,7 +161,7 @@ def test_each_wording_binds_at_the_scope_the_provider_states(case: str) -> None:
         assert error.type == "quota" and error.retry_after_ms == math.inf  # until released
     if case == "anthropic-spend-cap":
         # Until 00:00 UTC on the first of the next month, unless a wait is stated.
-        assert error.type == "quota"
+        assert error.type == "quota" and error.retry_after_ms is not None
         assert NOW + error.retry_after_ms == next_month_ms(NOW)
         assert datetime.fromtimestamp(next_month_ms(NOW) / 1000, UTC).day == 1
 

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agentops', '0011_spend_price_cache_write'),
+        ('agentops', '0012_spend_budget_ledger'),
     ]
 
     operations = [
