@@ -34,8 +34,12 @@ PROBE_MS: Final = 2_000
 # How long a (provider, model) whose answers carry no quota headers goes unpaced before its
 # next answer is looked at again.
 PLAIN_MS: Final = 300_000
-# A stated reset this close to the one kept is the same window (OpenAI's are whole seconds).
+# A stated reset this close to the one kept is the same window (OpenAI's are whole seconds),
+# or a quarter of the window when that is shorter.
 SAME_WINDOW_MS: Final = 1_000
+# No request is taken this close to its window's end: sent then, it may reach the provider in
+# the next window and be counted there too.
+GUARD_MS: Final = 100
 # Kept this long past its latest reset: the limit is still known when the next burst comes.
 KEEP_MS: Final = 120_000
 # While another call learns the quota, or no reset is known, look again this often.
@@ -45,6 +49,7 @@ POLL_MS: Final = 50.0
 _ACQUIRE = """
 local key, probe = KEYS[1], KEYS[2]
 local now, need, probe_ms = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local guard = tonumber(ARGV[4])
 local s = redis.call('HMGET', key, 'none', 'rl', 'rr', 'rt', 'rw', 'tl', 'tr', 'tt', 'tw')
 if s[1] then return 0 end
 local rl, rr, rt, rw = tonumber(s[2]), tonumber(s[3]), tonumber(s[4]), tonumber(s[5])
@@ -66,6 +71,8 @@ local function roll(limit, left, reset, window)
 end
 rr, rt = roll(rl, rr, rt, rw)
 tr, tt = roll(tl, tr, tt, tw)
+-- A call taken this close to its window's end may reach the provider in the next one.
+if rr ~= nil and rt ~= nil and rt - now < guard then return math.max(1, rt - now) end
 if rr ~= nil and rr <= 0 then
   if rt ~= nil then return math.max(1, rt - now) end
   return -1
@@ -90,13 +97,16 @@ local function note(l, r, t, fl, fr, ft, fw)
   if left == nil then return end
   if limit ~= nil then redis.call('HSET', key, fl, limit) end
   local kept = tonumber(redis.call('HGET', key, ft))
+  local width = tonumber(redis.call('HGET', key, fw)) or 0
+  local tol = same
+  if width > 0 and width / 4 < tol then tol = width / 4 end
   if reset == nil then
     redis.call('HSET', key, fr, left)
-  elseif kept == nil or reset > kept + same then
+  elseif kept == nil or reset > kept + tol then
     redis.call('HSET', key, fr, left, ft, reset)
     local window = tonumber(redis.call('HGET', key, fw)) or 0
     if reset - now > window then redis.call('HSET', key, fw, reset - now) end
-  elseif reset >= kept - same then
+  elseif reset >= kept - tol then
     local mine = tonumber(redis.call('HGET', key, fr))
     if mine == nil or left < mine then redis.call('HSET', key, fr, left) end
     if reset > kept then redis.call('HSET', key, ft, reset) end
@@ -157,7 +167,9 @@ class Pacer:
             return 0.0
         try:
             wait = float(
-                self._acquire(keys=_key(provider, model), args=[int(now_ms), tokens, PROBE_MS])
+                self._acquire(
+                    keys=_key(provider, model), args=[int(now_ms), tokens, PROBE_MS, GUARD_MS]
+                )
             )
         except (redis.RedisError, OSError) as exc:
             self._unreachable(exc)

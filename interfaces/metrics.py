@@ -21,11 +21,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from agentops.models import Alert
+from agentops.models import Alert, Provider
 from agentops.tokens import api_token_check
 from agentops.webhooks.models import WebhookAttempt, WebhookDelivery
 from inference.models import InferenceCall, Turn
 from waits.clock import clock_ms
+from waits.limits import provider_limits
 from waits.selectors import binding_waits
 
 # The token counts of a call row (``<type>_tokens``), as the ``type`` label of agentops_tokens.
@@ -60,6 +61,36 @@ class DatabaseCollector(Collector):
         yield self._turns()
         yield self._alerts()
         yield from self._webhook_deliveries()
+        yield from self._provider_limits()
+
+    def _provider_limits(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        """What each provider's remaining-quota headers last said (architecture.md §6.13),
+        and the calls that waited for it."""
+        remaining = GaugeMetricFamily(
+            "agentops_provider_remaining",
+            "What a provider's remaining-quota headers last said is left, by model and kind "
+            "(requests or tokens), as every process shares it.",
+            labels=["provider", "model", "kind"],
+        )
+        for name in Provider.objects.order_by("name").values_list("name", flat=True):
+            for limit in provider_limits(name, self.now_ms):
+                for kind in ("requests", "tokens"):
+                    value = limit[f"remaining_{kind}"]
+                    if value is not None:
+                        remaining.add_metric([name, limit["model"], kind], float(value))
+        yield remaining
+        paced = CounterMetricFamily(
+            "agentops_calls_paced",
+            "Calls that waited for their provider's quota before they were sent, by provider.",
+            labels=["provider"],
+        )
+        for provider, n in (
+            InferenceCall.objects.filter(paced_ms__isnull=False)
+            .values_list("provider__name")
+            .annotate(n=Count("id"))
+        ):
+            paced.add_metric([provider or ""], float(n))
+        yield paced
 
     def _calls(self) -> Iterator[CounterMetricFamily]:
         calls = CounterMetricFamily(

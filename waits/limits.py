@@ -23,9 +23,11 @@ from django.db import DatabaseError, transaction
 from agentops.alerts import alert_raise
 from agentops.exceptions import NotFound, bad_field
 from agentops.models import Agent, AuditEntry, Provider
+from agentops.runtime import runtime
 from agentops.text import FAILURE_TEXT_LIMIT, bound_text, clean_requester
 from agentops.wording import instant_text
 from calls.limits import acceleration_cooldown
+from calls.pacing import Pacer
 from calls.types import ProviderError
 
 from .clock import clock_ms
@@ -363,6 +365,51 @@ def scoped_waits(now_ms: float | None = None) -> list[Wait]:
     now = clock_ms() if now_ms is None else now_ms
     found = journal_binding(now_ms=now, fresh=True).scoped_binding(now)
     return sorted(found, key=lambda w: (w.until is not None, -(w.until or 0)))
+
+
+def provider_limits(provider: str, now_ms: float | None = None) -> list[dict[str, Any]]:
+    """What is known of each of ``provider``'s limits now, by model (``*``: the account):
+    what its headers last said is left (§6.13) and the scoped waits that bind (§6.12)."""
+    now = clock_ms() if now_ms is None else now_ms
+    found: dict[str, dict[str, Any]] = {}
+
+    def entry(model: str) -> dict[str, Any]:
+        return found.setdefault(
+            model,
+            {
+                "model": model,
+                "remaining_requests": None,
+                "remaining_tokens": None,
+                "resets_at": None,
+                "paced_until": None,
+                "held_until": None,
+                "held": False,
+                "scope": "provider" if model == EVERY_MODEL else "model",
+            },
+        )
+
+    for state in runtime().part(Pacer).limits(provider):
+        row = entry(str(state["model"]))
+        requests, tokens = _number(state.get("rr")), _number(state.get("tr"))
+        resets = [r for r in (_number(state.get("rt")), _number(state.get("tt"))) if r and r > now]
+        row["remaining_requests"] = None if requests is None else int(requests)
+        row["remaining_tokens"] = None if tokens is None else int(tokens)
+        row["resets_at"] = _iso(math.ceil(min(resets))) if resets else None
+        if requests is not None and requests <= 0 and resets:
+            row["paced_until"] = _iso(math.ceil(min(resets)))
+    for wait in scoped_waits(now):
+        if wait.provider == provider and wait.agent == EVERY_AGENT:
+            row = entry(wait.model)
+            row["held"] = True
+            row["held_until"] = _iso(wait.until)
+    return sorted(found.values(), key=lambda r: r["model"])
+
+
+def _number(value: object) -> float | None:
+    try:
+        return float(value) if value not in (None, "") else None  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
 
 
 def _provider_named(provider: Any) -> str:

@@ -46,6 +46,7 @@ from interfaces.api.spend_routes import router as spend_router
 from interfaces.api.waits_routes import router as waits_router
 from turns import services as turn_services
 from turns.auxiliary import AuxMessage, auxiliary_complete_on_loop
+from waits.limits import provider_limits
 
 api = NinjaAPI(
     title="agentops",
@@ -115,9 +116,13 @@ def provider_list(request: HttpRequest) -> list[dict[str, str | None]]:
 
 
 @api.get("/providers/{name}", response={200: ProviderOut, **ERRORS}, tags=["providers"])
-def provider_read(request: HttpRequest, name: str) -> dict[str, str | None]:
+def provider_read(request: HttpRequest, name: str) -> dict[str, Any]:
     token = _token(request)
-    return _provider_out(provider_for(token=token, name=name), operator=token.operator)
+    provider = provider_for(token=token, name=name)
+    return {
+        **_provider_out(provider, operator=token.operator),
+        "limits": provider_limits(provider.name),
+    }
 
 
 # --- agents -------------------------------------------------------------------

@@ -63,12 +63,27 @@ class ProviderIn(Strict):
     ) = None
 
 
+class ProviderLimitOut(BaseModel):
+    """A provider's limit on one model (``*``: the account), architecture.md §6.12, §6.13."""
+
+    model: str
+    remaining_requests: int | None
+    remaining_tokens: int | None
+    resets_at: datetime | None
+    paced_until: datetime | None
+    held: bool
+    held_until: datetime | None
+    scope: Literal["model", "provider"]
+
+
 class ProviderOut(BaseModel):
     name: str
     kind: ProviderKind
     # Operator tokens only; null for any other token.
     base_url: str | None
     api_key_env: str | None
+    # ``GET /providers/{name}`` only: what its headers said is left and what holds it.
+    limits: list[ProviderLimitOut] | None = None
 
 
 class ToolIn(Strict):

@@ -89,6 +89,8 @@ def test_metrics_parse_need_no_token_and_name_every_family(db: None) -> None:
         "agentops_alerts": "counter",
         "agentops_webhook_deliveries": "counter",
         "agentops_webhook_deliveries_pending": "gauge",
+        "agentops_provider_remaining": "gauge",
+        "agentops_calls_paced": "counter",
     }
     assert value(samples, "agentops_journal_readable") == 1
     assert value(samples, "agentops_holds_binding") == 0

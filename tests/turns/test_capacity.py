@@ -106,6 +106,10 @@ def test_one_agent_told_nothing_is_left_waits_for_the_reset_instead_of_earning_a
         assert wait_turn(api, turn_id, timeout=30)["status"] == "succeeded"
     seen = requests()
     assert (len(seen), refused(seen)) == (10, 0)
+    limits = api.get(f"/api/v1/providers/{provider.name}").json()["limits"]
+    assert [(li["model"], li["scope"]) for li in limits] == [("shared-model", "model")]
+    assert limits[0]["remaining_requests"] in (0, 1) and limits[0]["resets_at"] is not None
+    assert agent.calls.filter(paced_ms__isnull=False).count() >= 8  # waited, not refused
 
 
 @pytest.mark.usefixtures("workers")
@@ -129,6 +133,8 @@ def test_a_spent_credit_holds_every_agent_of_the_account_without_a_call_until_re
     assert [(w["agent"], w["model"], w["scope"], w["until"]) for w in scoped] == [
         ("*", "*", "provider", None)
     ]
+    limits = api.get(f"/api/v1/providers/{provider.name}").json()["limits"]
+    assert [(li["model"], li["held"], li["held_until"]) for li in limits] == [("*", True, None)]
     alerts = api.get("/api/v1/alerts?kind=provider-limit").json()
     assert any(provider.name in a["message"] for a in alerts)
     # The credit is topped up; an operator releases the account: every held turn answers.
