@@ -177,6 +177,20 @@ class Pacer:
         self._failing = False
         return POLL_MS if wait < 0 else wait
 
+    def paced_ms(self, *, provider: str, model: str, now_ms: float) -> float:
+        """In a thread: how long a call to the target would wait for its quota now (0: it
+        may go), without taking anything. For choosing among targets (§6.11)."""
+        if self.plain(provider, model):
+            return 0.0
+        try:
+            left, reset = self._client.hmget(_key(provider, model)[0], ["rr", "rt"])
+        except (redis.RedisError, OSError) as exc:
+            self._unreachable(exc)
+            return 0.0
+        if left is None or reset is None or float(reset) <= now_ms or float(left) > 0:
+            return 0.0
+        return float(reset) - now_ms
+
     def note(self, *, provider: str, model: str, quota: Quota | None, now_ms: float) -> None:
         """In a thread, after an answer: what its headers say is left (None: it had none)."""
         key, probe = _key(provider, model)

@@ -32,6 +32,7 @@ from turns.serving import (
     primary_serving,
     serving_choose,
     serving_noted,
+    serving_switch,
 )
 from waits.admission import admission_check, remaining_ms
 from waits.limits import limit_record
@@ -124,10 +125,10 @@ async def auxiliary_complete_on_loop(
     # With alternates (architecture.md §6.11): the target the agent's turns would get, and
     # after a failure that routes around, the next one, at once, within this request.
     serving = await db(_served, agent, max_tokens)
-    tried: set[int] = set()
+    tried: set[tuple[int, str]] = set()
     while True:
-        tried.add(serving.choice.index)
         target = serving.target
+        tried.add((target.provider.pk, target.model))
         call = ProviderCall(
             agent,
             _request(agent, messages, target.model, max_tokens),
@@ -178,7 +179,7 @@ def _served(agent: Agent, max_tokens: int | None) -> Serving:
     return serving
 
 
-def _next(call: ProviderCall, tried: set[int]) -> Serving | dict[str, Any]:
+def _next(call: ProviderCall, tried: set[tuple[int, str]]) -> Serving | dict[str, Any]:
     """After a call with alternates, in one hop: its row written, its stated wait recorded
     (once); the next target when the failure routes around and one not yet tried may serve,
     else what the call means (``_outcome``)."""
@@ -190,8 +191,8 @@ def _next(call: ProviderCall, tried: set[int]) -> Serving | dict[str, Any]:
     if error is not None and error.retry_after_ms is not None and error.type != "paced":
         binding = _wait_recorded(agent, row.model, error, call.provider)
     if result.outcome != "completed" and error is not None and error.type in SWITCH_ON:
-        serving = serving_choose(agent, time.time() * 1000)
-        if serving is not None and serving.choice.fresh and serving.choice.index not in tried:
+        serving = serving_switch(agent, time.time() * 1000, tried=tried)
+        if serving is not None:
             serving_noted(agent, serving)
             return serving
     return _outcome(agent, row.model, row, result, binding=binding)

@@ -39,7 +39,7 @@ from calls.types import CompiledRequest, ProviderError
 from inference.models import InferenceCall
 from turns.auxiliary import Deferred, auxiliary_admit
 from turns.routing import SWITCH_ON, alternates
-from turns.serving import serving_choose, serving_noted, wait_provider
+from turns.serving import serving_choose, serving_noted, serving_switch, wait_provider
 from waits.admission import admission_check, remaining_ms
 from waits.limits import limit_record
 
@@ -89,16 +89,16 @@ def dropin_target(agent: Agent, tried: set[Target], *, failed: bool) -> Target |
     target may serve (the same one may be called again, ``again_after_ms``)."""
     if not alternates(agent.fallbacks):
         return None
-    serving = serving_choose(agent, time.time() * 1000, kind=agent.provider.kind)
-    if serving is None or (failed and not serving.choice.fresh):
-        return None
-    target = Target(serving.target.provider, serving.target.model, serving.choice.reason)
-    if failed and any(
-        (t.provider.pk, t.model) == (target.provider.pk, target.model) for t in tried
-    ):
+    now_ms, kind = time.time() * 1000, agent.provider.kind
+    serving = (
+        serving_switch(agent, now_ms, tried={(t.provider.pk, t.model) for t in tried}, kind=kind)
+        if failed
+        else serving_choose(agent, now_ms, kind=kind)
+    )
+    if serving is None:
         return None
     serving_noted(agent, serving)
-    return target
+    return Target(serving.target.provider, serving.target.model, serving.choice.reason)
 
 
 def again_after_ms(

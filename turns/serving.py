@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -19,6 +19,8 @@ from django.db import connection
 
 from agentops.alerts import alert_raise
 from agentops.models import Agent, Provider
+from agentops.runtime import runtime
+from calls.pacing import Pacer
 from calls.types import CompiledRequest
 from inference.models import InferenceCall
 from turns.routing import Choice, Failure, Seen, alternates, down_until, route_choose
@@ -123,6 +125,7 @@ def serving_choose(
     ]
     holds = admission_checks(agent=agent, targets=keys, now_ms=now_ms)
     latest = _latest_calls(agent, candidates)
+    pacer = runtime().part(Pacer)
     seen: list[Seen] = []
     latest_id, previous = 0, None
     for index, (candidate, hold) in enumerate(zip(candidates, holds, strict=True)):
@@ -134,6 +137,12 @@ def serving_choose(
             retry_after_ms=settings.AGENTOPS_FALLBACK_RETRY_PRIMARY_MS,
         )
         held, hold_until = hold is not None, hold.until_ms if hold else None
+        paced = pacer.paced_ms(
+            provider=candidate.provider_name, model=candidate.model, now_ms=now_ms
+        )
+        if not held and paced > settings.AGENTOPS_FALLBACK_AFTER_MS:
+            # Its quota is spent for longer than a wait worth waiting out (§6.13): as held.
+            held, hold_until = True, math.ceil(now_ms + paced)
         if agent.kind == Agent.Kind.EPHEMERAL and rows:
             # An ephemeral agent records no wait (§6.9): its target's latest stated wait is
             # read from the row, so a long one is routed around all the same.
@@ -165,6 +174,21 @@ def serving_choose(
         primary_until=seen[0].hold_until,
         primary_held=seen[0].held,
     )
+
+
+def serving_switch(
+    agent: Agent, now_ms: float, *, tried: Collection[tuple[int, str]], kind: str | None = None
+) -> Serving | None:
+    """After a failure that routes around (``SWITCH_ON``): the target the next call goes to
+    at once, or None. The one choice (``serving_choose``: holds at every scope, pacing, the
+    down state) when it may serve and is not a target already tried, as (provider id,
+    model). Turns, ``/complete`` and the drop-ins all switch through it."""
+    serving = serving_choose(agent, now_ms, kind=kind)
+    if serving is None or not serving.choice.fresh:
+        return None
+    if (serving.target.provider.pk, serving.target.model) in tried:
+        return None
+    return serving
 
 
 def _latest_calls(

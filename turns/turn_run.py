@@ -57,7 +57,7 @@ from turns.moves import turn_fail, turn_fail_unstorable, turn_hand_back, turn_re
 from turns.policy import Action, PolicySettings, RetryState, decide
 from turns.routing import SWITCH_ON, alternates
 from turns.services import cancel_key
-from turns.serving import Serving, serving_choose
+from turns.serving import Serving, serving_choose, serving_switch
 from turns.tracing import turn_traced
 from turns.turn_rows import (
     AnswerUnstorable,
@@ -320,10 +320,14 @@ class TurnRun:
             self.binding = await self.runtime.db(
                 record_wait, self.turn, error, now_ms, **self._stated_by()
             )
-        serving = await self.runtime.db(serving_choose, self.turn.agent, now_ms)
-        if serving is None or not serving.choice.fresh:
-            return False
-        if serving.choice.index == self.serving.choice.index:
+        current = self.serving.target
+        serving = await self.runtime.db(
+            serving_switch,
+            self.turn.agent,
+            now_ms,
+            tried={(current.provider.pk, current.model)},
+        )
+        if serving is None:
             return False
         self.switches += 1
         logger.info(
