@@ -229,3 +229,24 @@ def test_a_dropin_past_its_wait_is_answered_by_agentops_with_no_provider_call(
     assert len(requests()) == 1  # the second was never sent
     poll_until(lambda: agent.calls.filter(outcome="deferred").exists(), timeout=5)
     assert agent.calls.filter(outcome="deferred").count() == 1
+
+
+@pytest.mark.usefixtures("workers")
+def test_an_acceleration_limit_pauses_every_agent_of_the_account_for_its_cooldown(
+    api: Client, scenario: Scenario
+) -> None:
+    provider, requests = scenario(mode="acceleration", times=1, retry_after_ms=1500, limit=50)
+    first = AgentFactory.create(provider=provider, model="model-a")
+    second = AgentFactory.create(provider=provider, model="model-b")
+    turn = submit(api, first.name, ("alice", "hi"))["id"]
+    assert wait_turn(api, turn, {"held", "failed", "succeeded"}, timeout=30)["status"] == "held"
+    listed = [w for w in api.get("/api/v1/waits").json()["waits"] if w["provider"] == provider.name]
+    assert [(w["agent"], w["model"], w["scope"]) for w in listed] == [("*", "*", "provider")]
+    other = submit(api, second.name, ("bob", "hi"))["id"]
+    for turn_id in (turn, other):
+        assert wait_turn(api, turn_id, timeout=30)["status"] == "succeeded"
+    seen = requests()
+    refusal = next(r for r in seen if r["status"] == 429)
+    later = [r for r in seen if r["at_ms"] > refusal["at_ms"]]
+    # Every model of the account waited the stated 1.5 s at least (plus up to the jitter).
+    assert len(later) == 2 and all(r["at_ms"] - refusal["at_ms"] >= 1500 for r in later)
