@@ -135,6 +135,10 @@ class Agent(models.Model):
     # Alternates, in order, for a held or failing model (architecture.md §6.11):
     # [{"provider": name, "model", "context_window": tokens | null}], at most 4.
     fallbacks = models.JSONField(default=list, blank=True)
+    # Members that share the agent's calls while they are healthy (architecture.md §6.15):
+    # [{provider, model, weight, context_window, provider_id, kind}]; the agent's own
+    # (provider, model) is a member of weight 1.
+    pool = models.JSONField(default=list, blank=True)
     # The model's window in tokens as configured, and as a refusal last stated it (learned): the
     # smaller known one is the one a request must fit (architecture.md §5.9).
     context_window = models.PositiveIntegerField(null=True, blank=True)
@@ -177,8 +181,12 @@ class Agent(models.Model):
         return min(known) if known else None
 
     def targets(self) -> list[tuple[int, str]]:
-        """The (provider id, model) of the agent's own target and of its stored alternates."""
-        listed = self.fallbacks if isinstance(self.fallbacks, list) else []
+        """The (provider id, model) of the agent's own target, its pool's members and its
+        stored alternates."""
+        listed = [
+            *(self.pool if isinstance(self.pool, list) else []),
+            *(self.fallbacks if isinstance(self.fallbacks, list) else []),
+        ]
         return [(self.provider_id, self.model)] + [
             (f["provider_id"], str(f.get("model")))
             for f in listed

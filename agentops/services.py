@@ -55,6 +55,7 @@ def agent_create(
     stream: bool = True,
     tools: list[dict[str, Any]] | None = None,
     fallbacks: list[dict[str, Any]] | None = None,
+    pool: list[dict[str, Any]] | None = None,
     project_id: int | None = None,
     context_window: int | None = None,
     context_policy: str | None = None,
@@ -71,12 +72,20 @@ def agent_create(
             provider_row = providers_granted(project_id=project_id).filter(name=provider).first()
             if provider_row is None:
                 raise bad_field("provider", f"no provider named {provider!r}")
+            pool = targets_checked(
+                pool or [],
+                field="pool",
+                seen={(provider, model)},
+                max_tokens=max_tokens,
+                project_id=project_id,
+            )
             fallbacks = fallbacks_checked(
                 fallbacks or [],
                 model=model,
                 provider=provider,
                 max_tokens=max_tokens,
                 project_id=project_id,
+                pool=pool,
             )
             check_context_window(context_window, max_tokens)
             return Agent.objects.create(
@@ -91,6 +100,7 @@ def agent_create(
                 stream=stream,
                 tools=tools or [],
                 fallbacks=fallbacks,
+                pool=pool,
                 context_window=context_window,
                 context_policy=context_policy,
                 project_id=project_id,
@@ -134,64 +144,101 @@ def fallbacks_checked(
     provider: str,
     max_tokens: int | None,
     project_id: int | None = None,
+    pool: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """An agent's alternates as stored (architecture.md §6.11): each provider found (and
-    granted to ``project_id``, when given: one not granted answers as unknown), each
-    (provider, model) neither the agent's own nor listed before, each window one the agent's
-    own could be (``check_context_window``: the answer's ``max_tokens`` goes to the alternate
-    too). Raises ``BadRequest`` naming the field."""
-    names = {f["provider"] for f in fallbacks}
+    """An agent's alternates as stored (architecture.md §6.11): ``targets_checked``, none the
+    agent's own target or a member of its pool."""
+    seen = {(provider, model)} | {(m["provider"], m["model"]) for m in pool or []}
+    return targets_checked(
+        fallbacks, field="fallbacks", seen=seen, max_tokens=max_tokens, project_id=project_id
+    )
+
+
+def targets_checked(
+    entries: list[dict[str, Any]],
+    *,
+    field: str,
+    seen: set[tuple[str, str]],
+    max_tokens: int | None,
+    project_id: int | None = None,
+) -> list[dict[str, Any]]:
+    """An agent's alternates or pool members as stored (§6.11, §6.15): each provider found
+    (and granted to ``project_id``, when given: one not granted answers as unknown), each
+    (provider, model) not in ``seen`` nor listed before, each window one the agent's own could
+    be (``check_context_window``: the answer's ``max_tokens`` goes to every target). A pool
+    member keeps its ``weight`` (default 1). Raises ``BadRequest`` naming ``field[i].name``."""
+    names = {f["provider"] for f in entries}
     found = (
         Provider.objects.all() if project_id is None else providers_granted(project_id=project_id)
     )
     known = {p.name: p for p in found.filter(name__in=names)}
-    seen = {(provider, model)}
+    seen = set(seen)
     stored = []
-    for index, entry in enumerate(fallbacks):
+    for index, entry in enumerate(entries):
         if entry["provider"] not in known:
             raise bad_field(
-                f"fallbacks[{index}].provider", f"no provider named {entry['provider']!r}"
+                f"{field}[{index}].provider", f"no provider named {entry['provider']!r}"
             )
         target = (entry["provider"], entry["model"])
         if target in seen:
             raise bad_field(
-                f"fallbacks[{index}].model",
+                f"{field}[{index}].model",
                 f"{entry['model']!r} on {entry['provider']!r} is already the agent's own "
-                "provider and model or an earlier alternate",
+                "provider and model, a pool member or an earlier alternate",
             )
         seen.add(target)
         check_context_window(
-            entry.get("context_window"), max_tokens, field=f"fallbacks[{index}].context_window"
+            entry.get("context_window"), max_tokens, field=f"{field}[{index}].context_window"
         )
         row = known[entry["provider"]]
         # The provider's id and kind kept beside its name: routing reads no provider rows.
-        stored.append(
-            {
-                "provider": entry["provider"],
-                "model": entry["model"],
-                "context_window": entry.get("context_window"),
-                "provider_id": row.pk,
-                "kind": row.kind,
-            }
-        )
+        kept = {
+            "provider": entry["provider"],
+            "model": entry["model"],
+            "context_window": entry.get("context_window"),
+            "provider_id": row.pk,
+            "kind": row.kind,
+        }
+        if field == "pool":
+            kept["weight"] = entry.get("weight") or 1
+        stored.append(kept)
     return stored
 
 
 def agent_update(*, agent: Agent, changes: dict[str, Any]) -> Agent:
-    allowed = {"model", "system", "max_tokens", "fallbacks", "context_window", "context_policy"}
+    allowed = {
+        "model",
+        "system",
+        "max_tokens",
+        "fallbacks",
+        "pool",
+        "context_window",
+        "context_policy",
+    }
     with transaction.atomic():
         # A new max_tokens is checked against the alternates' windows as against the agent's own.
-        if "fallbacks" in changes or "model" in changes or "max_tokens" in changes:
+        if {"fallbacks", "pool", "model", "max_tokens"} & set(changes):
             _project_grant_held(agent.project_id)
-            listed = changes.get("fallbacks")
+            listed, members = changes.get("fallbacks"), changes.get("pool")
+            model = changes.get("model") or agent.model
+            max_tokens = changes.get("max_tokens", agent.max_tokens)
+            pool = targets_checked(
+                members if members is not None else list(agent.pool or []),
+                field="pool",
+                seen={(agent.provider.name, model)},
+                max_tokens=max_tokens,
+                project_id=agent.project_id,
+            )
             changes = {
                 **changes,
+                "pool": pool,
                 "fallbacks": fallbacks_checked(
                     listed if listed is not None else list(agent.fallbacks or []),
-                    model=changes.get("model") or agent.model,
+                    model=model,
                     provider=agent.provider.name,
-                    max_tokens=changes.get("max_tokens", agent.max_tokens),
+                    max_tokens=max_tokens,
                     project_id=agent.project_id,
+                    pool=pool,
                 ),
             }
         fields = [f for f in changes if f in allowed]

@@ -177,19 +177,34 @@ class Pacer:
         self._failing = False
         return POLL_MS if wait < 0 else wait
 
-    def paced_ms(self, *, provider: str, model: str, now_ms: float) -> float:
-        """In a thread: how long a call to the target would wait for its quota now (0: it
-        may go), without taking anything. For choosing among targets (§6.11)."""
-        if self.plain(provider, model):
-            return 0.0
+    def standing(
+        self, targets: list[tuple[str, str]], *, now_ms: float
+    ) -> list[tuple[float, float | None]]:
+        """In a thread, for each (provider, model): how long a call would wait for its quota
+        now (0: it may go) and the share of its requests left (None: not known), without
+        taking anything, in one round trip. For choosing among targets (§6.11, §6.15)."""
+        asked = [
+            i for i, (provider, model) in enumerate(targets) if not self.plain(provider, model)
+        ]
+        out: list[tuple[float, float | None]] = [(0.0, None)] * len(targets)
+        if not asked:
+            return out
         try:
-            left, reset = self._client.hmget(_key(provider, model)[0], ["rr", "rt"])
+            pipe = self._client.pipeline(transaction=False)
+            for i in asked:
+                pipe.hmget(_key(*targets[i])[0], ["rl", "rr", "rt"])
+            found = pipe.execute()
         except (redis.RedisError, OSError) as exc:
             self._unreachable(exc)
-            return 0.0
-        if left is None or reset is None or float(reset) <= now_ms or float(left) > 0:
-            return 0.0
-        return float(reset) - now_ms
+            return out
+        for i, (limit, left, reset) in zip(asked, found, strict=True):
+            if left is None:
+                continue
+            passed = reset is None or float(reset) <= now_ms
+            room = 1.0 if passed else float(left) / float(limit) if limit else None
+            wait = 0.0 if passed or float(left) > 0 else float(reset) - now_ms
+            out[i] = (wait, room)
+        return out
 
     def note(self, *, provider: str, model: str, quota: Quota | None, now_ms: float) -> None:
         """In a thread, after an answer: what its headers say is left (None: it had none)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -18,7 +19,7 @@ from calls.records import ms_to_dt
 from inference.models import InferenceCall, Turn
 from turns.context.selectors import context_out, last_input_tokens
 from turns.routing import alternates
-from turns.serving import serving_out
+from turns.serving import pool_out, serving_out
 from waits.clock import clock_ms
 from waits.selectors import binding_waits
 
@@ -147,6 +148,7 @@ def agent_out(
             {k: f.get(k) for k in ("provider", "model", "context_window")}
             for f in alternates(agent.fallbacks)
         ],
+        "pool": pool_out(agent, time.time() * 1000) if alternates(agent.pool) else [],
         "serving": agent_serving(agent),
         "status": agent_status_of(current),
         "failure_streak": agent_failure_streak(agent) if streak is None else streak,

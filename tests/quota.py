@@ -11,7 +11,8 @@ Each scenario is a path prefix, configured by ``POST /_quota/config {"scenario":
 - ``mode``: ``quota`` (the window's limit, refused in the provider's organization wording with
   ``retry-after-ms`` to the window's end), ``insufficient_quota`` (every request refused: the
   credit is spent), ``acceleration`` (the first ``times`` requests refused in acceleration
-  wording, with ``retry_after_ms`` if given), ``spend_cap`` (Anthropic's monthly cap);
+  wording, with ``retry_after_ms`` if given), ``spend_cap`` (Anthropic's monthly cap), ``503``
+  (every request answered 503);
 - ``latency_ms``: how long each answer takes.
 
 OpenAI's wire format at ``/{scenario}/v1/chat/completions`` and Anthropic's at
@@ -136,6 +137,11 @@ async def _answer(request: web.Request, kind: str) -> web.StreamResponse:
     entry["window"] = _window(cfg, now)[0]
     LOG.append(entry)
     mode = cfg.get("mode", "quota")
+    if mode == "503":
+        entry["status"] = 503
+        return web.json_response(
+            {"error": {"message": "The server is overloaded.", "type": "server_error"}}, status=503
+        )
     if mode in ("insufficient_quota", "spend_cap"):
         entry["status"] = 429
         return _refusal(cfg, model, kind, None)

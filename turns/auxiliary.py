@@ -26,10 +26,11 @@ from calls.run import ProviderCall
 from calls.types import CompiledRequest, Message, ProviderError
 from inference.models import InferenceCall
 from turns.holds import held_by
-from turns.routing import SWITCH_ON, alternates
+from turns.routing import SWITCH_ON
 from turns.serving import (
     Serving,
     primary_serving,
+    routed,
     serving_choose,
     serving_noted,
     serving_switch,
@@ -112,7 +113,7 @@ async def auxiliary_complete_on_loop(
     outcome (so an auxiliary call made here is not among the dashboard's calls in flight; it
     shows as it ends)."""
     db = runtime().db
-    if model is not None or not alternates(agent.fallbacks):
+    if model is not None or not routed(agent):
         model = model or agent.model
         await db(_admit, agent, model, max_tokens)
         call = ProviderCall(

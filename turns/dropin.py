@@ -38,8 +38,8 @@ from calls.run import ProviderCall
 from calls.types import CompiledRequest, ProviderError
 from inference.models import InferenceCall
 from turns.auxiliary import Deferred, auxiliary_admit
-from turns.routing import SWITCH_ON, alternates
-from turns.serving import serving_choose, serving_noted, serving_switch, wait_provider
+from turns.routing import SWITCH_ON
+from turns.serving import routed, serving_choose, serving_noted, serving_switch, wait_provider
 from waits.admission import admission_check, remaining_ms
 from waits.limits import limit_record
 
@@ -87,7 +87,7 @@ def dropin_target(agent: Agent, tried: set[Target], *, failed: bool) -> Target |
     request's own wire format (architecture.md §6.11), or None: the first attempt goes to the
     agent's own (its admission check may defer it), and after a ``failed`` attempt no other
     target may serve (the same one may be called again, ``again_after_ms``)."""
-    if not alternates(agent.fallbacks):
+    if not routed(agent):
         return None
     now_ms, kind = time.time() * 1000, agent.provider.kind
     serving = (

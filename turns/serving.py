@@ -10,12 +10,15 @@ from __future__ import annotations
 import json
 import logging
 import math
+import random
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
 from django.db import connection
+from django.db.models import Count, Q
 
 from agentops.alerts import alert_raise
 from agentops.models import Agent, Provider
@@ -49,6 +52,7 @@ class Candidate:
     kind: str
     model: str
     context_window: int | None = None
+    weight: int = 1  # a pool member's (§6.15)
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,8 @@ class Serving:
     previous: int | None = None
     primary_until: int | None = None
     primary_held: bool = False
+    # With a pool (§6.15): which member serves (0: the agent's own), when ``choice.index`` is 0.
+    member: int = 0
 
     @property
     def on_alternate(self) -> bool:
@@ -73,51 +79,70 @@ def wait_provider(agent: Agent, provider: Provider) -> str:
     return "" if provider.pk == agent.provider_id else provider.name
 
 
+def routed(agent: Agent) -> bool:
+    """Whether the agent's calls have a choice to make: a pool or alternates (§6.11, §6.15)."""
+    return bool(alternates(agent.pool) or alternates(agent.fallbacks))
+
+
 def primary_serving(agent: Agent) -> Serving:
     return Serving(Target(agent.provider, agent.model), Choice(0, "primary"))
 
 
-def agent_candidates(agent: Agent, *, kind: str | None = None) -> list[Candidate]:
-    """The agent's own provider and model, then its alternates (with ``kind``, those of that
-    wire format: a drop-in request's body is in its own). Stored alternates carry their
-    provider's id and kind, so this reads nothing; an entry without them (written by hand)
-    is looked up by name."""
+def agent_candidates(agent: Agent, *, kind: str | None = None) -> tuple[list[Candidate], int]:
+    """The agent's own provider and model, its pool's members, then its alternates (with
+    ``kind``, those of that wire format: a drop-in request's body is in its own), and how many
+    of them are the pool (the agent's own counts: at least 1). Stored targets carry their
+    provider's id and kind, so this reads nothing; an entry without them (written by hand) is
+    looked up by name."""
     primary = agent.provider
     candidates = [Candidate(primary.pk, primary.name, primary.kind, agent.model)]
+    members = alternates(agent.pool)
     listed = alternates(agent.fallbacks)
-    missing = {str(f.get("provider")) for f in listed if "provider_id" not in f}
+    missing = {str(f.get("provider")) for f in (*members, *listed) if "provider_id" not in f}
     found = {
         p.name: (p.pk, p.kind)
         for p in (Provider.objects.filter(name__in=missing) if missing else ())
     }
-    for entry in listed:
+    pooled = 1
+    for index, entry in enumerate((*members, *listed)):
         name = str(entry.get("provider"))
         ref = (
             (entry["provider_id"], entry.get("kind")) if "provider_id" in entry else found.get(name)
         )
         if ref is None:
-            logger.warning(
-                "agent %s: alternate provider %r does not exist; skipped", agent.name, name
-            )
+            logger.warning("agent %s: target provider %r does not exist; skipped", agent.name, name)
             continue
         if kind is None or ref[1] == kind:
             candidates.append(
                 Candidate(
-                    ref[0], name, str(ref[1]), str(entry["model"]), entry.get("context_window")
+                    ref[0],
+                    name,
+                    str(ref[1]),
+                    str(entry["model"]),
+                    entry.get("context_window"),
+                    weight=int(entry.get("weight") or 1),
                 )
             )
-    return candidates
+            pooled += index < len(members)
+    return candidates, pooled
 
 
 def serving_choose(
-    agent: Agent, now_ms: float, *, kind: str | None = None, need_tokens: int = 0
+    agent: Agent,
+    now_ms: float,
+    *,
+    kind: str | None = None,
+    need_tokens: int = 0,
+    avoid: Collection[tuple[int, str]] = (),
 ) -> Serving | None:
     """The target for the agent's next call (among those of wire format ``kind``, if given;
-    with ``need_tokens``, among those whose known window is at least that: §5.9), or None when
-    the call waits out the primary's hold (the caller holds the turn as before alternates
-    existed). Two reads whatever the number of alternates: the journal (its
-    cached view) and each target's two latest ended calls, in one statement."""
-    candidates = agent_candidates(agent, kind=kind)
+    with ``need_tokens``, among those whose known window is at least that: §5.9; never one in
+    ``avoid``, as (provider id, model)), or None when the call waits out the primary's hold
+    (the caller holds the turn as before alternates existed). With a pool (§6.15) a usable
+    member is chosen by weight and what it has left; the alternates come only when none is.
+    Three reads whatever the number of targets: the journal (its cached view), each target's
+    two latest ended calls in one statement, and their quotas in one round trip to Redis."""
+    candidates, pooled = agent_candidates(agent, kind=kind)
     if len(candidates) == 1:
         return primary_serving(agent)
     keys = [
@@ -125,7 +150,11 @@ def serving_choose(
     ]
     holds = admission_checks(agent=agent, targets=keys, now_ms=now_ms)
     latest = _latest_calls(agent, candidates)
-    pacer = runtime().part(Pacer)
+    quotas = (
+        runtime()
+        .part(Pacer)
+        .standing([(c.provider_name, c.model) for c in candidates], now_ms=now_ms)
+    )
     seen: list[Seen] = []
     latest_id, previous = 0, None
     for index, (candidate, hold) in enumerate(zip(candidates, holds, strict=True)):
@@ -137,9 +166,7 @@ def serving_choose(
             retry_after_ms=settings.AGENTOPS_FALLBACK_RETRY_PRIMARY_MS,
         )
         held, hold_until = hold is not None, hold.until_ms if hold else None
-        paced = pacer.paced_ms(
-            provider=candidate.provider_name, model=candidate.model, now_ms=now_ms
-        )
+        paced = quotas[index][0]
         if not held and paced > settings.AGENTOPS_FALLBACK_AFTER_MS:
             # Its quota is spent for longer than a wait worth waiting out (§6.13): as held.
             held, hold_until = True, math.ceil(now_ms + paced)
@@ -151,20 +178,38 @@ def serving_choose(
         if need_tokens and (window is None or window < need_tokens):
             # Too small a window (or none known) is no target for this request.
             until, why = math.inf, f"the request, about {need_tokens} tokens, is over its window"
+        if (candidate.provider_id, candidate.model) in avoid:
+            until, why = math.inf, "tried in this request"
         seen.append(Seen(held=held, hold_until=hold_until, down_until=until, down_why=why))
+    member, first = 0, seen[0]
+    if pooled > 1:
+        usable = [
+            i
+            for i in range(pooled)
+            if not seen[i].held and not _is_down(seen[i], now_ms) and quotas[i][0] <= 0
+        ]
+        waiting = [i for i in range(pooled) if not seen[i].held and not _is_down(seen[i], now_ms)]
+        if usable:
+            member, first = _member_pick(candidates, quotas, usable), Seen()
+        elif waiting:  # every usable member is paced: the one whose quota comes back first
+            member, first = min(waiting, key=lambda i: quotas[i][0]), Seen()
+        elif not first.held:
+            first = Seen(down_until=math.inf, down_why="every pool member is held, paced or down")
+    route = [first, *seen[pooled:]]
     choice = route_choose(
-        seen, now_ms=now_ms, fallback_after_ms=settings.AGENTOPS_FALLBACK_AFTER_MS
+        route, now_ms=now_ms, fallback_after_ms=settings.AGENTOPS_FALLBACK_AFTER_MS
     )
     if choice is None:
         return None
-    if choice.index == 0 and previous not in (None, 0):
+    if previous is not None:  # as routing counts targets: the pool is the primary
+        previous = 0 if previous < pooled else previous - pooled + 1
+    if choice.index == 0 and pooled > 1 and choice.fresh:
+        choice = Choice(0, "pool", True)
+    elif choice.index == 0 and previous not in (None, 0):
         choice = Choice(0, "return to primary", choice.fresh)
-    chosen = candidates[choice.index]
-    provider = (
-        agent.provider
-        if choice.index == 0
-        else Provider.objects.filter(pk=chosen.provider_id).first()
-    )
+    at = member if choice.index == 0 else pooled + choice.index - 1
+    chosen = candidates[at]
+    provider = agent.provider if at == 0 else Provider.objects.filter(pk=chosen.provider_id).first()
     if provider is None:  # deleted since it was listed
         return primary_serving(agent)
     return Serving(
@@ -173,7 +218,73 @@ def serving_choose(
         previous=previous,
         primary_until=seen[0].hold_until,
         primary_held=seen[0].held,
+        member=member if choice.index == 0 else 0,
     )
+
+
+def pool_out(agent: Agent, now_ms: float) -> list[dict[str, Any]]:
+    """``GET /agents/{name}``'s ``pool``: each member (the agent's own first) as routing sees
+    it now, with its calls and errors in the last hour (§6.15)."""
+    candidates, pooled = agent_candidates(agent)
+    members = candidates[:pooled]
+    keys = [
+        (c.model, "" if c.provider_id == agent.provider_id else c.provider_name) for c in members
+    ]
+    holds = admission_checks(agent=agent, targets=keys, now_ms=now_ms)
+    latest = _latest_calls(agent, members)
+    quotas = (
+        runtime().part(Pacer).standing([(c.provider_name, c.model) for c in members], now_ms=now_ms)
+    )
+    since = datetime.fromtimestamp(now_ms / 1000 - 3600, UTC)
+    counts = {
+        (row["provider_id"], row["model"]): row
+        for row in InferenceCall.objects.filter(agent=agent, sent_at__gte=since)
+        .values("provider_id", "model")
+        .annotate(calls=Count("id"), errors=Count("id", filter=Q(outcome__in=FAILED)))
+    }
+    out = []
+    for member, hold, quota in zip(members, holds, quotas, strict=True):
+        rows = latest.get((member.provider_id, member.model), [])
+        down, _ = down_until(
+            [_failure(row) for row in rows],
+            retry_after_ms=settings.AGENTOPS_FALLBACK_RETRY_PRIMARY_MS,
+        )
+        counted = counts.get((member.provider_id, member.model), {})
+        out.append(
+            {
+                "provider": member.provider_name,
+                "model": member.model,
+                "weight": member.weight,
+                "calls_last_hour": counted.get("calls", 0),
+                "errors_last_hour": counted.get("errors", 0),
+                "remaining": None if quota[1] is None else round(quota[1], 3),
+                "paced_until": _instant(now_ms + quota[0]) if quota[0] > 0 else None,
+                "held": hold is not None,
+                "held_until": _instant(hold.until_ms) if hold and hold.until_ms else None,
+                "down_until": _instant(down) if down and down > now_ms else None,
+            }
+        )
+    return out
+
+
+def _instant(ms: float | None) -> datetime | None:
+    return None if ms is None or not math.isfinite(ms) else datetime.fromtimestamp(ms / 1000, UTC)
+
+
+FAILED = (InferenceCall.Outcome.ERROR, InferenceCall.Outcome.CUT)
+
+
+def _is_down(seen: Seen, now_ms: float) -> bool:
+    return seen.down_until is not None and seen.down_until > now_ms
+
+
+def _member_pick(
+    candidates: list[Candidate], quotas: list[tuple[float, float | None]], usable: list[int]
+) -> int:
+    """A usable pool member, by its weight times the share of its quota its provider last
+    said is left (a member that has said nothing counts as full)."""
+    scores = [candidates[i].weight * max(0.05, quotas[i][1] or 1.0) for i in usable]
+    return random.choices(usable, weights=scores)[0]
 
 
 def serving_switch(
@@ -183,7 +294,7 @@ def serving_switch(
     at once, or None. The one choice (``serving_choose``: holds at every scope, pacing, the
     down state) when it may serve and is not a target already tried, as (provider id,
     model). Turns, ``/complete`` and the drop-ins all switch through it."""
-    serving = serving_choose(agent, now_ms, kind=kind)
+    serving = serving_choose(agent, now_ms, kind=kind, avoid=tried)
     if serving is None or not serving.choice.fresh:
         return None
     if (serving.target.provider.pk, serving.target.model) in tried:

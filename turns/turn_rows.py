@@ -28,8 +28,14 @@ from turns.durable import pace, paced_left_ms
 from turns.holds import hold_if_waiting, pacing_left_ms
 from turns.lease import TurnLease
 from turns.moves import turn_claim, turn_complete
-from turns.routing import alternates
-from turns.serving import Serving, primary_serving, request_for, serving_choose, serving_noted
+from turns.serving import (
+    Serving,
+    primary_serving,
+    request_for,
+    routed,
+    serving_choose,
+    serving_noted,
+)
 from turns.tracing import held_since_ns, turn_held_recorded, turn_noted, turn_traced
 
 logger = logging.getLogger(__name__)
@@ -155,7 +161,7 @@ def turn_ready(turn_id: int, *, need_tokens: int = 0) -> Ready | Outcome:
     # when the primary's wait is to be waited out, the admission check holds the turn.
     serving = (
         serving_choose(agent, time.time() * 1000, need_tokens=need_tokens)
-        if alternates(agent.fallbacks)
+        if routed(agent)
         else None
     )
     if serving is None:

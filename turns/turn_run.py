@@ -57,7 +57,7 @@ from turns.moves import turn_fail, turn_fail_unstorable, turn_hand_back, turn_re
 from turns.policy import Action, PolicySettings, RetryState, decide
 from turns.routing import SWITCH_ON, alternates
 from turns.services import cancel_key
-from turns.serving import Serving, serving_choose, serving_switch
+from turns.serving import Serving, routed, serving_choose, serving_switch
 from turns.tracing import turn_traced
 from turns.turn_rows import (
     AnswerUnstorable,
@@ -312,7 +312,8 @@ class TurnRun:
         """Whether the next call goes at once to another target than this one's: a failure
         that routes around (``SWITCH_ON``) left a target that may serve. At most once per
         target in a run, so targets failing in turn end under the retry policy."""
-        listed = alternates(self.turn.agent.fallbacks)
+        agent = self.turn.agent
+        listed = [*alternates(agent.pool), *alternates(agent.fallbacks)]
         if error.type not in SWITCH_ON or not listed or self.switches > len(listed):
             return False
         if error.retry_after_ms is not None and self.binding is None:
@@ -394,7 +395,7 @@ class TurnRun:
     async def _wider_alternate(self, need: int) -> bool:
         """Whether an alternate that may serve has a window of at least ``need`` tokens: the
         next call goes there (``need_tokens``) rather than trim for the primary's window."""
-        if self.need_tokens or not alternates(self.turn.agent.fallbacks):
+        if self.need_tokens or not routed(self.turn.agent):
             return False
         serving = await self.runtime.db(
             serving_choose, self.turn.agent, time.time() * 1000, need_tokens=need

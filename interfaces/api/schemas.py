@@ -104,6 +104,16 @@ class FallbackIn(Strict):
 Fallbacks = Annotated[list[FallbackIn], Field(max_length=4)]
 
 
+class PoolMemberIn(Strict):
+    provider: Name
+    model: ModelName
+    weight: Annotated[int, Field(ge=1, le=1000)] = 1
+    context_window: ContextWindow | None = None
+
+
+Pool = Annotated[list[PoolMemberIn], Field(max_length=8)]
+
+
 class AgentIn(Strict):
     name: Name
     kind: Literal["resident", "conversation", "ephemeral"] = "resident"
@@ -116,6 +126,7 @@ class AgentIn(Strict):
     stream: bool = True
     tools: Annotated[list[ToolIn], Field(max_length=64)] = Field(default_factory=list)
     fallbacks: Fallbacks = Field(default_factory=list)
+    pool: Pool = Field(default_factory=list)
     context_window: ContextWindow | None = None
     # Default: trim for resident agents, fail for the others (architecture.md §5.9).
     context_policy: ContextPolicy | None = None
@@ -126,6 +137,7 @@ class AgentPatch(Strict):
     system: Text | None = None
     max_tokens: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
     fallbacks: Fallbacks | None = None
+    pool: Pool | None = None
     # null clears the configured window (the learned one, if any, still binds).
     context_window: ContextWindow | None = None
     context_policy: ContextPolicy | None = None
@@ -167,6 +179,22 @@ class ServedBy(BaseModel):
     model: str
 
 
+class PoolMemberOut(BaseModel):
+    """A pool member as it stands (architecture.md §6.15); the agent's own target first."""
+
+    provider: str
+    model: str
+    weight: int
+    calls_last_hour: int
+    errors_last_hour: int
+    # The share (0..1) of its requests its provider last said is left; null: not said.
+    remaining: float | None
+    paced_until: datetime | None
+    held_until: datetime | None
+    held: bool
+    down_until: datetime | None
+
+
 class AgentOut(BaseModel):
     name: str
     project: str
@@ -180,6 +208,7 @@ class AgentOut(BaseModel):
     stream: bool
     tools: list[dict[str, Any]]
     fallbacks: list[dict[str, Any]]
+    pool: list[PoolMemberOut]
     serving: ServingOut | None
     status: AgentStatus
     failure_streak: int

@@ -6,12 +6,9 @@ real worker pool; drop-ins through a real web process with the official SDK."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
-import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -22,54 +19,12 @@ from django.test import Client
 
 from agentops.models import Agent, Provider
 from tests.agentops.live_asgi import asgi_server
-from tests.conftest import BASE_DIR, LOG_DIR, poll_until
-from tests.factories import AgentFactory, ProviderFactory
+from tests.conftest import poll_until
+from tests.factories import AgentFactory
+from tests.turns.conftest import Scenario
 from tests.turns.test_turns import submit, wait_turn
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture(scope="session")
-def quota() -> Iterator[str]:
-    """The shared-quota provider in its own process. Yields its base URL."""
-    LOG_DIR.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.quota", "--port", "0"],
-        cwd=BASE_DIR,
-        stdout=subprocess.PIPE,
-        stderr=open(LOG_DIR / "quota.log", "w"),
-        text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline().strip()
-    assert line.startswith("quota listening on "), f"the quota provider did not start: {line!r}"
-    yield line.removeprefix("quota listening on ")
-    proc.terminate()
-    proc.wait(timeout=10)
-
-
-Scenario = Callable[..., tuple[Provider, Callable[[], list[dict[str, Any]]]]]
-
-
-@pytest.fixture
-def scenario(quota: str) -> Scenario:
-    """A provider on a fresh scenario of the quota server (its own counters), and a reader of
-    the requests it received."""
-
-    def make(
-        *, kind: str = "openai", **config: Any
-    ) -> tuple[Provider, Callable[[], list[dict[str, Any]]]]:
-        name = f"q{uuid.uuid4().hex[:10]}"
-        httpx.post(f"{quota}/_quota/config", json={"scenario": name, **config}).raise_for_status()
-        base = f"{quota}/{name}/v1" if kind == "openai" else f"{quota}/{name}"
-        provider = ProviderFactory.create(name=name, kind=kind, base_url=base)
-
-        def requests() -> list[dict[str, Any]]:
-            return [r for r in httpx.get(f"{quota}/_quota/log").json() if r["scenario"] == name]
-
-        return provider, requests
-
-    return make
 
 
 def agents(provider: Provider, count: int, model: str = "shared-model") -> list[Agent]:
