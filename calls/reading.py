@@ -27,6 +27,7 @@ from agentops.outbound import (
     outbound,
     read_capped,
 )
+from agentops.providers import secrets_redacted
 from agentops.text import bound_text, untrusted_json, untrusted_text
 from calls.adapters import Adapter, WireRequest
 from calls.bounds import BoundsSettings, CallState, Deadline, describe_cut, next_deadline
@@ -42,7 +43,7 @@ from calls.client import (
     edge_limits,
     now_ms,
 )
-from calls.sse import SseParser
+from calls.sse import SseEvent, SseParser
 from calls.types import CallOutput, ProviderError
 
 logger = logging.getLogger(__name__)
@@ -307,11 +308,14 @@ class _Reading:
                         )
                     )
                 elif status >= 400:
-                    body = await read_capped(
-                        resp, limits.error_body, what="the error body", setting=None
+                    body = _key_free(
+                        await read_capped(
+                            resp, limits.error_body, what="the error body", setting=None
+                        )
                     )
                     headers = {
-                        name.lower(): untrusted_text(value) for name, value in resp.headers.items()
+                        name.lower(): secrets_redacted(untrusted_text(value))
+                        for name, value in resp.headers.items()
                     }
                     if on_wire is not None:
                         await on_wire("error_body", (status, headers, body))
@@ -331,6 +335,12 @@ class _Reading:
                                 continue
                             if self.done.done():
                                 return
+                            if '"error"' in event.data:
+                                # An error frame, maybe: its words are a provider's, to be
+                                # relayed and classified without a key. (A substring test:
+                                # this runs for every event; an answer's own text is escaped
+                                # inside its JSON string, so it never matches.)
+                                event = SseEvent(event.event, secrets_redacted(event.data))
                             if on_wire is not None:
                                 await on_wire("sse", event)
                             if await self.handle(("sse", event)):
@@ -378,6 +388,14 @@ def _answer_bounded(result: CallResult, limit: int) -> CallResult:
         stop_reason=result.output.stop_reason, usage=result.output.usage, model=result.output.model
     )
     return CallResult(outcome="error", timeline=result.timeline, error=error, output=kept)
+
+
+def _key_free(body: bytes) -> bytes:
+    """An error body with every provider key and credential form redacted (``secrets_redacted``),
+    before it is classified or relayed; the same bytes when there was none."""
+    text = body.decode("utf-8", "replace")
+    redacted = secrets_redacted(text)
+    return body if redacted is text else redacted.encode()
 
 
 def _header_hook(reading: weakref.ref[_Reading]) -> Callable[[], None]:
