@@ -242,8 +242,15 @@ class _Reading:
         timeline = self.timeline
         events, had_content = timeline.model_events, timeline.first_content is not None
         result = _handle(item, self.adapter, self.reader, timeline, self.deltas)
-        if result is not None:
+        if result is None and self.reader.answer_size > self.answer_limit:
+            # Counted as it arrives: nothing past the limit is read (the connection closes as
+            # the pump leaves the response unread), and the stream's end never comes.
+            result = _over_limit(
+                timeline, self.reader.output(), self.reader.answer_size, self.answer_limit
+            )
+        elif result is not None and not self.streamed:
             result = _answer_bounded(result, self.answer_limit)
+        if result is not None:
             await self.flush_deltas()
             self.pumped = not self.done.done()
             self.finish(result)
@@ -371,23 +378,29 @@ class _Reading:
 
 
 def _answer_bounded(result: CallResult, limit: int) -> CallResult:
-    """``result``, or the error it becomes when what it would store passes ``limit``."""
+    """A whole answer's ``result``, or the error it becomes when what it would store passes
+    ``limit``. (A stream is counted as it arrives instead: ``_over_limit``.)"""
     if result.output is None or not result.output.blocks:
         return result
     size = len(json.dumps(result.output.blocks, ensure_ascii=False).encode())
     if size <= limit:
         return result
-    error = protocol_error(
-        "answer_too_large",
-        f"the provider's answer holds {size} bytes of text, thinking and tool-call arguments, "
-        f"more than the {limit} kept of one answer (AGENTOPS_PROVIDER_MAX_ANSWER_BYTES)",
+    return _over_limit(result.timeline, result.output, size, limit)
+
+
+def _over_limit(timeline: Timeline, output: CallOutput, size: int, limit: int) -> CallResult:
+    """The error an answer past what is kept of one ends as: terminal (``unknown``, like a
+    runaway length stop), since the same request would bring the same answer to pay for again;
+    what the provider said it used is kept (it was made, and paid for), nothing of the answer."""
+    error = ProviderError(
+        type="unknown",
+        provider_code="answer_too_large",
+        message=f"the provider's answer holds more than {limit} bytes of text, thinking and "
+        f"tool-call arguments ({size} read), more than is kept of one answer "
+        "(AGENTOPS_PROVIDER_MAX_ANSWER_BYTES); it was not read further nor requested again",
     )
-    # The answer without its blocks: what the provider said it used is kept (it was made, and
-    # paid for), and nothing of it is stored.
-    kept = CallOutput(
-        stop_reason=result.output.stop_reason, usage=result.output.usage, model=result.output.model
-    )
-    return CallResult(outcome="error", timeline=result.timeline, error=error, output=kept)
+    kept = CallOutput(stop_reason=output.stop_reason, usage=output.usage, model=output.model)
+    return CallResult(outcome="error", timeline=timeline, error=error, output=kept)
 
 
 def _key_free(body: bytes) -> bytes:
