@@ -291,7 +291,10 @@ def test_a_malformed_key_is_a_400_naming_the_header_and_no_call(
     response = httpx.post(
         f"{server}/v1/chat/completions",
         json={"model": agent.name, "messages": USER},
-        headers={"Authorization": f"Bearer {user_token}", "Idempotency-Key": value},
+        headers={
+            b"Authorization": f"Bearer {user_token}".encode(),
+            b"Idempotency-Key": value if isinstance(value, bytes) else value.encode(),
+        },
     )
     assert response.status_code == 400
     assert response.json()["error"]["param"] == "Idempotency-Key"

@@ -44,7 +44,7 @@ def retried(agent: Agent) -> dict[str, Any]:
         turn_queue_retry(agent=agent)
     turn = Turn.objects.filter(agent=agent).latest("id")
     wait_for(lambda: Turn.objects.get(pk=turn.pk).status in Turn.ENDED, what="the turn to end")
-    return Turn.objects.values("status", "output", "error").get(pk=turn.pk)
+    return dict(Turn.objects.values("status", "output", "error").get(pk=turn.pk))
 
 
 def last_sent(standin_requests: Any) -> dict[str, Any]:
