@@ -35,7 +35,8 @@ def idempotency_key_check(value: str | None) -> str | None:
         raise BadRequest(
             f"{HEADER}: at most {KEY_MAX} characters, got {len(value)}", data={"field": HEADER}
         )
-    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+    # C1 controls too (U+0080-U+009F): a header's bytes are read as Latin-1, so 0x85 is NEL.
+    if any(ord(c) < 32 or 127 <= ord(c) <= 159 for c in value):
         raise BadRequest(f"{HEADER}: must not hold control characters", data={"field": HEADER})
     return value
 

@@ -25,7 +25,7 @@ import functools
 import json
 import socket
 import weakref
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextvars import ContextVar
 from typing import Any, Final
 from urllib.request import proxy_bypass
@@ -123,6 +123,8 @@ class _FirstByteWatched(ResponseHandler):
 class Outbound:
     """A loop's session, its resolver and the proxies read from the environment."""
 
+    closer: AsyncGenerator[None, None]  # closes the session (``outbound``)
+
     def __init__(self) -> None:
         self.proxies: dict[str, ProxyInfo] = (
             proxies_from_env() if settings.AGENTOPS_PROVIDER_PROXY_FROM_ENV else {}
@@ -199,19 +201,36 @@ _per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Outbound] = (
 
 
 def outbound() -> Outbound:
-    """The running loop's session (one per loop: its connections are bound to it)."""
+    """The running loop's session (one per loop: its connections are bound to it), closed when
+    ``outbound_close`` is awaited or, failing that, when the loop shuts down."""
     loop = asyncio.get_running_loop()
     made = _per_loop.get(loop)
     if made is None or made.session.closed:
         made = _per_loop[loop] = Outbound()
+        made.closer = _closed_at_loop_end(made)
+        # Started at once: the loop keeps an async generator begun on it and closes it when it
+        # shuts down (asyncio.run, a Runner, uvicorn), so a session on a loop nobody closes it
+        # on (Django's test Client runs each async view on a loop asyncio.run ends) is closed
+        # there, not left to warn "Unclosed client session" when collected at exit.
+        try:
+            made.closer.asend(None).send(None)
+        except StopIteration:
+            pass
     return made
+
+
+async def _closed_at_loop_end(made: Outbound) -> AsyncGenerator[None, None]:
+    try:
+        yield
+    finally:
+        await made.session.close()
 
 
 async def outbound_close() -> None:
     """Close the running loop's session and its kept connections (a loop that ends)."""
     made = _per_loop.pop(asyncio.get_running_loop(), None)
     if made is not None:
-        await made.session.close()
+        await made.closer.aclose()
 
 
 async def read_capped(

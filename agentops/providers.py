@@ -19,11 +19,14 @@ checked again, the name resolved, and the call connects to the addresses that we
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
+import re
 from urllib.parse import urlsplit
 
 from django.conf import settings
 
+from .text import redact_secrets
 from .urlsafety import METADATA, HostUnresolved, Policy, Vetted, url_form_refusal, url_vet
 
 PROVIDERS = Policy(
@@ -34,15 +37,43 @@ PROVIDERS = Policy(
 DEFAULT_KEY_ENVS = "*_API_KEY"
 
 
-def key_env_problem(name: str) -> str | None:
-    """Why a provider may not read its key from the variable ``name``, or None ("" is no key)."""
-    if not name:
-        return None
-    allowed = [
+def _key_env_patterns() -> list[str]:
+    return [
         p.strip()
         for p in (settings.AGENTOPS_PROVIDER_KEY_ENVS or DEFAULT_KEY_ENVS).split(",")
         if p.strip()
     ]
+
+
+@functools.lru_cache(maxsize=8)
+def _key_env_names(patterns: str) -> re.Pattern[str]:
+    return re.compile("|".join(fnmatch.translate(p) for p in patterns.split(",") if p.strip()))
+
+
+def provider_keys() -> tuple[str, ...]:
+    """Every key a provider may send now: the values of the environment variables
+    ``AGENTOPS_PROVIDER_KEY_ENVS`` allows. Each provider's ``api_key_env`` is one of them, so
+    this holds every configured provider's key (and no row has to be read); longest first, so
+    a key that begins another is redacted after it."""
+    named = _key_env_names(settings.AGENTOPS_PROVIDER_KEY_ENVS or DEFAULT_KEY_ENVS).match
+    # Names first, values only for the few that match: os.environ decodes what is read.
+    keys = {os.environ[name] for name in os.environ if named(name)}
+    return tuple(sorted((k for k in keys if k), key=len, reverse=True))
+
+
+def secrets_redacted(text: str) -> str:
+    """A provider's words (an error message, an error body, a stream's error frame, a header
+    echoed into an error) as the service may store, log or relay them: every provider key
+    (``provider_keys``) and every ``Bearer``/``x-api-key`` value replaced by ``[redacted]``
+    (``agentops.text.redact_secrets``; architecture.md §15)."""
+    return redact_secrets(text, provider_keys())
+
+
+def key_env_problem(name: str) -> str | None:
+    """Why a provider may not read its key from the variable ``name``, or None ("" is no key)."""
+    if not name:
+        return None
+    allowed = _key_env_patterns()
     if any(fnmatch.fnmatchcase(name, pattern) for pattern in allowed):
         return None
     return (

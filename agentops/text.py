@@ -117,6 +117,46 @@ def visible_controls(text: str) -> str:
     return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text.replace("\r\n", "\n"))
 
 
+REDACTED = "[redacted]"
+# A key's first characters that identify it: a provider that echoes a key masked
+# ("sk-proj-abcd****wxyz") or cut short still shows this many of them.
+KEY_HEAD = 8
+# Shorter "keys" are no secret worth the damage: redacting every "test" in a message.
+KEY_SHORTEST = 4
+# The forms a credential is written in whatever its value: an echoed header
+# (``authorization: Bearer <value>``, ``x-api-key: <value>``, Google's ``x-goog-api-key``) or a
+# parameter (``api_key=<value>``). The value ends where a quote, a space or JSON's punctuation
+# does, so a redacted JSON body is still JSON.
+_CREDENTIAL_FORMS = re.compile(
+    r"(\bbearer\s+|\bapi[-_]?key[\"']?\s*[:=]\s*[\"']?)[^\s\"'`,;&<>\\]+", re.IGNORECASE
+)
+
+
+def redact_secrets(text: str, secrets: tuple[str, ...]) -> str:
+    """``text`` with each of ``secrets`` replaced by ``[redacted]``: the whole secret, or any
+    run of its first ``KEY_HEAD`` or more characters (a secret shorter than that, whole; one
+    shorter than ``KEY_SHORTEST``, not at all); and the value of every ``Bearer <value>``,
+    ``x-api-key: <value>`` or ``api_key=<value>`` form, whatever the value. The same string
+    comes back when there was nothing to redact."""
+    for secret in secrets:
+        if len(secret) < KEY_SHORTEST:
+            continue
+        head = secret[:KEY_HEAD]
+        start = text.find(head)
+        while start != -1:
+            end, size = start + len(head), len(secret)
+            # As far as the text goes on spelling the secret.
+            while end - start < size and end < len(text) and text[end] == secret[end - start]:
+                end += 1
+            text = text[:start] + REDACTED + text[end:]
+            start = text.find(head, start + len(REDACTED))
+    return _CREDENTIAL_FORMS.sub(_value_redacted, text)
+
+
+def _value_redacted(found: re.Match[str]) -> str:
+    return found.group(1) + REDACTED
+
+
 def untrusted_json(raw: str | bytes) -> Any:
     """A provider's JSON (bytes are read as UTF-8, an invalid byte as U+FFFD), parsed, its
     strings and keys passed through ``untrusted_text``. Raises ValueError for what is not JSON,

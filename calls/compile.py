@@ -32,6 +32,32 @@ def presented_order(rows: Iterable[HistoryRow]) -> list[HistoryRow]:
     return [r for r in rows if leads(r)] + [r for r in rows if not leads(r)]
 
 
+def notes_not_last(rows: list[HistoryRow]) -> list[HistoryRow]:
+    """``rows`` (presented, as a request carries them) with the service's notes that would end
+    the request moved to just before the newest participant's row: a model reads the last
+    message as what to answer, and once answered the service's own ``[inference-failed]``
+    note (architecture.md §5.8). Unchanged when no note ends them or no participant's row is
+    among them (then nothing is left to answer: ``nothing_to_answer``)."""
+    end = len(rows)
+    while end and rows[end - 1].role == HistoryRow.Role.SYSTEM_NOTE:
+        end -= 1
+    at = next((i for i in range(end - 1, -1, -1) if rows[i].role == HistoryRow.Role.USER), None)
+    if end == len(rows) or at is None:
+        return rows
+    return rows[:at] + rows[end:] + rows[at:end]
+
+
+def nothing_to_answer(rows: list[HistoryRow]) -> bool:
+    """Whether nothing in ``rows`` (presented, in sequence order) awaits the agent's answer:
+    every row after its newest answer is one of the service's notes (or there is none)."""
+    for row in reversed(rows):
+        if row.role == HistoryRow.Role.ASSISTANT:
+            return True
+        if row.role != HistoryRow.Role.SYSTEM_NOTE:
+            return False
+    return True
+
+
 def row_blocks(content: Any) -> list[dict[str, Any]]:
     """A row's content as blocks (a plain string is one text block)."""
     if isinstance(content, str):
@@ -44,12 +70,11 @@ def compile_request(
 ) -> CompiledRequest:
     """The agent's own rows become assistant messages; every other participant's rows become
     user messages whose text is labelled ``participant: text``; notes go in as they are, as user
-    messages, those that stand for set-aside rows first (``presented_order``). ``rows``: in
-    sequence order."""
+    messages, those that stand for set-aside rows first (``presented_order``), and never last
+    (``notes_not_last``). ``rows``: in sequence order."""
     messages: list[Message] = []
-    for row in presented_order(rows):
-        if row.state != HistoryRow.State.PRESENTED:
-            continue
+    presented = [r for r in rows if r.state == HistoryRow.State.PRESENTED]
+    for row in notes_not_last(presented_order(presented)):
         blocks = row_blocks(row.content)
         if row.role == HistoryRow.Role.ASSISTANT:
             messages.append(Message(role="assistant", blocks=blocks))

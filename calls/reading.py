@@ -27,6 +27,7 @@ from agentops.outbound import (
     outbound,
     read_capped,
 )
+from agentops.providers import secrets_redacted
 from agentops.text import bound_text, untrusted_json, untrusted_text
 from calls.adapters import Adapter, WireRequest
 from calls.bounds import BoundsSettings, CallState, Deadline, describe_cut, next_deadline
@@ -43,7 +44,7 @@ from calls.client import (
     now_ms,
 )
 from calls.limits import Quota, quota_from_headers
-from calls.sse import SseParser
+from calls.sse import SseEvent, SseParser
 from calls.types import CallOutput, ProviderError
 
 logger = logging.getLogger(__name__)
@@ -245,8 +246,15 @@ class _Reading:
         timeline = self.timeline
         events, had_content = timeline.model_events, timeline.first_content is not None
         result = _handle(item, self.adapter, self.reader, timeline, self.deltas)
-        if result is not None:
+        if result is None and self.reader.answer_size > self.answer_limit:
+            # Counted as it arrives: nothing past the limit is read (the connection closes as
+            # the pump leaves the response unread), and the stream's end never comes.
+            result = _over_limit(
+                timeline, self.reader.output(), self.reader.answer_size, self.answer_limit
+            )
+        elif result is not None and not self.streamed:
             result = _answer_bounded(result, self.answer_limit)
+        if result is not None:
             await self.flush_deltas()
             self.pumped = not self.done.done()
             self.finish(result)
@@ -312,11 +320,14 @@ class _Reading:
                         )
                     )
                 elif status >= 400:
-                    body = await read_capped(
-                        resp, limits.error_body, what="the error body", setting=None
+                    body = _key_free(
+                        await read_capped(
+                            resp, limits.error_body, what="the error body", setting=None
+                        )
                     )
                     headers = {
-                        name.lower(): untrusted_text(value) for name, value in resp.headers.items()
+                        name.lower(): secrets_redacted(untrusted_text(value))
+                        for name, value in resp.headers.items()
                     }
                     if on_wire is not None:
                         await on_wire("error_body", (status, headers, body))
@@ -336,6 +347,12 @@ class _Reading:
                                 continue
                             if self.done.done():
                                 return
+                            if '"error"' in event.data:
+                                # An error frame, maybe: its words are a provider's, to be
+                                # relayed and classified without a key. (A substring test:
+                                # this runs for every event; an answer's own text is escaped
+                                # inside its JSON string, so it never matches.)
+                                event = SseEvent(event.event, secrets_redacted(event.data))
                             if on_wire is not None:
                                 await on_wire("sse", event)
                             if await self.handle(("sse", event)):
@@ -366,23 +383,37 @@ class _Reading:
 
 
 def _answer_bounded(result: CallResult, limit: int) -> CallResult:
-    """``result``, or the error it becomes when what it would store passes ``limit``."""
+    """A whole answer's ``result``, or the error it becomes when what it would store passes
+    ``limit``. (A stream is counted as it arrives instead: ``_over_limit``.)"""
     if result.output is None or not result.output.blocks:
         return result
     size = len(json.dumps(result.output.blocks, ensure_ascii=False).encode())
     if size <= limit:
         return result
-    error = protocol_error(
-        "answer_too_large",
-        f"the provider's answer holds {size} bytes of text, thinking and tool-call arguments, "
-        f"more than the {limit} kept of one answer (AGENTOPS_PROVIDER_MAX_ANSWER_BYTES)",
+    return _over_limit(result.timeline, result.output, size, limit)
+
+
+def _over_limit(timeline: Timeline, output: CallOutput, size: int, limit: int) -> CallResult:
+    """The error an answer past what is kept of one ends as: terminal (``unknown``, like a
+    runaway length stop), since the same request would bring the same answer to pay for again;
+    what the provider said it used is kept (it was made, and paid for), nothing of the answer."""
+    error = ProviderError(
+        type="unknown",
+        provider_code="answer_too_large",
+        message=f"the provider's answer holds more than {limit} bytes of text, thinking and "
+        f"tool-call arguments ({size} read), more than is kept of one answer "
+        "(AGENTOPS_PROVIDER_MAX_ANSWER_BYTES); it was not read further nor requested again",
     )
-    # The answer without its blocks: what the provider said it used is kept (it was made, and
-    # paid for), and nothing of it is stored.
-    kept = CallOutput(
-        stop_reason=result.output.stop_reason, usage=result.output.usage, model=result.output.model
-    )
-    return CallResult(outcome="error", timeline=result.timeline, error=error, output=kept)
+    kept = CallOutput(stop_reason=output.stop_reason, usage=output.usage, model=output.model)
+    return CallResult(outcome="error", timeline=timeline, error=error, output=kept)
+
+
+def _key_free(body: bytes) -> bytes:
+    """An error body with every provider key and credential form redacted (``secrets_redacted``),
+    before it is classified or relayed; the same bytes when there was none."""
+    text = body.decode("utf-8", "replace")
+    redacted = secrets_redacted(text)
+    return body if redacted is text else redacted.encode()
 
 
 def _header_hook(reading: weakref.ref[_Reading]) -> Callable[[], None]:

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agentops.providers import secrets_redacted
 from agentops.text import visible_controls
 
 Role = Literal["user", "assistant"]
@@ -56,11 +57,12 @@ class ProviderError:
     acceleration: bool = False
 
     def __post_init__(self) -> None:
-        # The provider's words reach logs, alerts, notes and API answers: an ESC or a CR in
-        # them must show, not act (a colour, a rewritten log line).
-        self.message = visible_controls(self.message)
+        # The provider's words reach logs, alerts, notes, API answers and (in a note) another
+        # provider: an ESC or a CR in them must show, not act (a colour, a rewritten log line),
+        # and a key a provider or gateway echoed ("Bearer <key>") must not be there at all.
+        self.message = visible_controls(secrets_redacted(self.message))
         if self.provider_code is not None:
-            self.provider_code = visible_controls(self.provider_code)
+            self.provider_code = visible_controls(secrets_redacted(self.provider_code))
 
     def as_dict(self) -> dict[str, Any]:
         wait = self.retry_after_ms

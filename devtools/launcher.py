@@ -140,14 +140,15 @@ def run(env: dict[str, str]) -> int:
             "stop it, or set AGENTOPS_PORT to a free port"
         )
     _servers_answer(env)
-    # The first process to load the settings: a refused one says so in one line and ends the run.
-    migrated = subprocess.run(
-        [PY, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=BASE_DIR, env=env, check=False
-    )
-    if migrated.returncode:
-        return migrated.returncode
     children: list[subprocess.Popen[str]] = []
     try:
+        # The first process to load the settings: a refused one says so in one line and ends
+        # the run. (In the try: a Ctrl-C while it migrates stops the run as any other does.)
+        migrated = subprocess.run(
+            [PY, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=BASE_DIR, env=env, check=False
+        )
+        if migrated.returncode:
+            return migrated.returncode
         standin, standin_url = _start_standin(env, standin_port)
         children.append(standin)
         seeded = subprocess.run(
@@ -263,7 +264,7 @@ def run(env: dict[str, str]) -> int:
     except KeyboardInterrupt as stop:
         _say("\nstopping…")
         # A Ctrl-C reached every process of the terminal: each is stopping already.
-        _stop_children(children, interrupted=not isinstance(stop, Terminated))
+        _stopped(children, interrupted=not isinstance(stop, Terminated))
         _say("stopped.")
         return 0
     finally:
@@ -302,6 +303,25 @@ def _terminated(*_: object) -> None:
 
 # How long children that a Ctrl-C reached get to stop on their own before a SIGTERM.
 INTERRUPTED_GRACE_S = 15.0
+
+
+def _stopped(children: list[subprocess.Popen[str]], *, interrupted: bool) -> None:
+    """Stop the children after a Ctrl-C or SIGTERM, and return only once they are gone. Another
+    Ctrl-C meanwhile (someone impatient with a worker's warm shutdown) hurries them, SIGTERM at
+    once and then SIGKILL, but never ends the launcher first: it escaped as an exit status of
+    130 ("make: *** Error 130"), with no "stopped." and children maybe still running."""
+    hurried = 0
+    while True:
+        try:
+            if hurried >= 2:
+                for child in children:
+                    if child.poll() is None:
+                        child.kill()
+            _stop_children(children, interrupted=interrupted and not hurried)
+            return
+        except KeyboardInterrupt:
+            hurried += 1
+            _say("stopping at once…" if hurried == 1 else "killing what is left…")
 
 
 def _stop_children(children: list[subprocess.Popen[str]], *, interrupted: bool = False) -> None:

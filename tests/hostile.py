@@ -13,6 +13,7 @@ misbehaviour:
   byte (in an SSE comment when streamed); ``bad-utf8``: an answer with bytes that are not UTF-8;
   ``nul-error``: a 400 whose body (not JSON) holds a raw NUL byte and invalid UTF-8;
   ``tool-args-N``: a streamed tool call whose arguments run N MiB, in 512 KiB deltas;
+  ``text-N``: a streamed answer of N MiB of text in 512 KiB deltas, then its usage and end;
   ``esc-error``: a 400 whose JSON error message and code hold ESC sequences, a bell and a CR;
 - ``status-999``: ``HTTP/1.1 999``; ``redirect``: a 302; ``html-error``: a 502 HTML page;
 - ``two-responses``: two answers in one write (only the first was asked for);
@@ -108,6 +109,30 @@ async def tool_arguments(writer: asyncio.StreamWriter, size: int) -> None:
     parts.append(b"data: [DONE]\n\n")
     writer.write(chunked(parts))
     await writer.drain()
+
+
+async def long_text(writer: asyncio.StreamWriter, size: int, model: str) -> None:
+    """A streamed answer whose text runs ``size`` bytes, then its usage, stop and ``[DONE]``;
+    noted in ``floods`` as a flood is (``sent``: the text's deltas the socket took)."""
+    note: dict[str, Any] = {"model": model, "sent": 0, "gone_at": None, "done_at": None}
+    floods.append(note)
+    writer.write(
+        head("200 OK", [("content-type", "text/event-stream"), ("transfer-encoding", "chunked")])
+    )
+    step = 512 * 1024
+    try:
+        for _ in range(size // step):
+            writer.write(chunks([chunk_event({"content": "z" * step})]))
+            await writer.drain()
+            note["sent"] += 1
+        usage = {"prompt_tokens": 3, "completion_tokens": size // 4, "total_tokens": size // 4 + 3}
+        end = b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n"
+        writer.write(chunked([chunk_event({}, finish="stop"), end, b"data: [DONE]\n\n"]))
+        await writer.drain()
+    except ConnectionError:
+        note["gone_at"] = time.time()
+        raise
+    note["done_at"] = time.time()
 
 
 def head(status: str, headers: list[tuple[str, str]]) -> bytes:
@@ -438,6 +463,9 @@ async def respond(model: str, streamed: bool, writer: asyncio.StreamWriter) -> b
         return True
     if model.startswith("tool-args-"):
         await tool_arguments(writer, int(model.rsplit("-", 1)[1]) << 20)
+        return True
+    if model.startswith("text-"):
+        await long_text(writer, int(model.rsplit("-", 1)[1]) << 20, model)
         return True
     if model == "esc-error":
         error = {"message": "refused \x1b[31mred\x1b[0m\x07 and\rover", "code": "\x1b[2Jwiped"}

@@ -183,6 +183,42 @@ def turn_complete(*, turn: Turn, output: CallOutput) -> None:
             turn_trace_end(locked, agent=agent, status=locked.status)
 
 
+# A turn's ``output.stop_reason`` when it ended without a call: what followed the agent's newest
+# answer was only the service's own notes (architecture.md §5.8).
+NOTHING_TO_ANSWER = "nothing_to_answer"
+
+
+def turn_end_unanswered(*, turn: Turn) -> bool:
+    """End a running turn that has nothing to answer, without a call: it succeeds, its output
+    empty with the stop reason ``nothing_to_answer``, and the breaker's run of failures ends as
+    after a completed call (what is left presented fails no more: nothing of it is sent).
+    False when it no longer may end (cancelled meanwhile)."""
+    with transaction.atomic():
+        locked = _locked_with_agent(turn.pk)
+        if not turn_may_move(locked, Status.SUCCEEDED):
+            return False
+        locked.output = {"content": "", "stop_reason": NOTHING_TO_ANSWER, "tool_calls": []}
+        locked.status, locked.ended_at = Status.SUCCEEDED, timezone.now()
+        rows.update(
+            Turn,
+            turn.pk,
+            output=locked.output,
+            status=locked.status,
+            ended_at=locked.ended_at,
+            pending_tool_calls=[],
+        )
+        breaker_note_success(agent=locked.agent)
+        logger.info(
+            "agent %s turn %s ended without a call: nothing is left to answer (after the "
+            "agent's newest answer come only agentops' own notes)",
+            locked.agent.name,
+            turn.pk,
+        )
+        turn_announce(turn.pk, Status.SUCCEEDED)
+        turn_trace_end(locked, agent=locked.agent, status=Status.SUCCEEDED)
+    return True
+
+
 def turn_rearm(*, turn: Turn, error: ProviderError) -> bool:
     """Queue an exhausted turn to be sent again after the next delay of the ladder (architecture.md
     §5.7). Returns False when the ladder is spent (or the turn moved meanwhile)."""

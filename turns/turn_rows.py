@@ -18,7 +18,7 @@ from agentops import rows, telemetry
 from agentops.models import Agent, HistoryRow, Provider
 from agentops.prices import Basis
 from calls.client import CallResult, Timeline
-from calls.compile import compile_request
+from calls.compile import compile_request, nothing_to_answer
 from calls.records import UNSTORABLE
 from calls.run import ProviderCall
 from calls.tracing import attempt_traced
@@ -27,7 +27,7 @@ from inference.models import InferenceCall, Turn
 from turns.durable import pace, paced_left_ms
 from turns.holds import hold_if_waiting, pacing_left_ms
 from turns.lease import TurnLease
-from turns.moves import turn_claim, turn_complete
+from turns.moves import turn_claim, turn_complete, turn_end_unanswered
 from turns.serving import (
     Serving,
     primary_serving,
@@ -151,12 +151,19 @@ def call_settled(call: ProviderCall, turn: Turn, *, answer: CallOutput | None) -
 
 def turn_ready(turn_id: int, *, need_tokens: int = 0) -> Ready | Outcome:
     """The running turn, its request compiled from its presented rows and its call made ready,
-    at the last moment before the call; or why not: it is no longer running (``STOPPED``), or
-    the admission check holds it (``HELD``)."""
+    at the last moment before the call; or why not: it is no longer running (``STOPPED``),
+    nothing is left to answer and it ended without a call (``ENDED``), or the admission check
+    holds it (``HELD``)."""
     turn = _turn_loaded(turn_id)
     if turn.status != Turn.Status.RUNNING:
         return Outcome.STOPPED
     agent = turn.agent
+    presented = rows.instances(
+        _sql().presented, [turn.agent_id, HistoryRow.State.PRESENTED.value], HistoryRow
+    )
+    if nothing_to_answer(presented):  # no request is sent whose only question is a note
+        turn_end_unanswered(turn=turn)
+        return Outcome.ENDED
     # With alternates, a held or down primary may be served from one (§6.11); without, or
     # when the primary's wait is to be waited out, the admission check holds the turn.
     serving = (
@@ -169,9 +176,6 @@ def turn_ready(turn_id: int, *, need_tokens: int = 0) -> Ready | Outcome:
             return Outcome.HELD
         serving = primary_serving(agent)
     serving_noted(agent, serving)
-    presented = rows.instances(
-        _sql().presented, [turn.agent_id, HistoryRow.State.PRESENTED.value], HistoryRow
-    )
     request, left_out = request_for(compile_request(agent, presented), agent, serving.target)
     call = ProviderCall(
         agent,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from calls.adapters.base import WireRequest, event_object, parse_arguments
+from calls.adapters.base import WireRequest, event_object, parse_arguments, utf8_size
 from calls.classify import classify_frame
 from calls.sse import SseEvent
 from calls.types import (
@@ -133,6 +133,7 @@ class AnthropicAdapter:
 
 class AnthropicStreamReader:
     def __init__(self) -> None:
+        self.answer_size = 0
         self._blocks: dict[int, dict[str, Any]] = {}
         self._stop = ""
         self._usage: dict[str, Any] = {}
@@ -177,6 +178,7 @@ class AnthropicStreamReader:
                     return [Progress(model_event=False)]
                 if slot is not None:
                     slot["text"] = slot.get("text", "") + text
+                self.answer_size += utf8_size(text)
                 return [Progress(model_event=True, content=True, text_delta=text)]
             if dtype == "thinking_delta":
                 text = delta.get("thinking", "")
@@ -184,6 +186,7 @@ class AnthropicStreamReader:
                     return [Progress(model_event=False)]
                 if slot is not None:
                     slot["thinking"] = slot.get("thinking", "") + text
+                self.answer_size += utf8_size(text)
                 return [Progress(model_event=True)]
             if dtype == "signature_delta":
                 if slot is not None:
@@ -195,6 +198,7 @@ class AnthropicStreamReader:
                     return [Progress(model_event=False)]
                 if slot is not None:
                     slot["_json"] = slot.get("_json", "") + part
+                self.answer_size += utf8_size(part)
                 return [Progress(model_event=True, content=True)]
             return [Progress(model_event=False)]
         if kind == "content_block_stop":

@@ -20,6 +20,10 @@ class WireRequest:
 
 
 class StreamReader(Protocol):
+    # The UTF-8 bytes of text, thinking and tool-call arguments read so far (``utf8_size``):
+    # the call's reading stops once it passes AGENTOPS_PROVIDER_MAX_ANSWER_BYTES (§15).
+    answer_size: int
+
     def feed(self, event: SseEvent, now_ms: float) -> list[Progress]:
         """Parse one SSE event (or comment) into progress items; always at least one."""
 
@@ -35,6 +39,11 @@ class Adapter(Protocol):
 
     def usage(self, raw: dict[str, Any]) -> TokenUsage:
         """The wire format's usage object (a body's, or what a stream reported) as counts."""
+
+
+def utf8_size(text: str) -> int:
+    """``text``'s size in UTF-8, without encoding it when it is ASCII (a flag, not a scan)."""
+    return len(text) if text.isascii() else len(text.encode())
 
 
 def event_object(event: SseEvent) -> dict[str, Any] | None:

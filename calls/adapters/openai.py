@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from calls.adapters.base import WireRequest, event_object, parse_arguments
+from calls.adapters.base import WireRequest, event_object, parse_arguments, utf8_size
 from calls.classify import classify_frame
 from calls.sse import SseEvent
 from calls.types import (
@@ -133,6 +133,7 @@ class OpenAIAdapter:
 
 class OpenAIStreamReader:
     def __init__(self) -> None:
+        self.answer_size = 0
         self._thinking = ""
         self._text = ""
         self._calls: dict[int, dict[str, Any]] = {}
@@ -164,11 +165,13 @@ class OpenAIStreamReader:
                 start = not self._thinking_started
                 self._thinking_started = self._in_thinking = True
                 self._thinking += reasoning
+                self.answer_size += utf8_size(reasoning)
                 items.append(Progress(model_event=True, thinking_start=start))
             text = delta.get("content")
             if text:
                 self._in_thinking = False
                 self._text += text
+                self.answer_size += utf8_size(text)
                 items.append(Progress(model_event=True, content=True, text_delta=text))
             for call in delta.get("tool_calls") or []:
                 self._in_thinking = False
@@ -181,6 +184,7 @@ class OpenAIStreamReader:
                     slot["name"] += fn["name"]
                 if fn.get("arguments"):
                     slot["arguments"] += fn["arguments"]
+                    self.answer_size += utf8_size(fn["arguments"])
                 if call.get("id") or fn.get("name") or fn.get("arguments"):
                     items.append(Progress(model_event=True, content=True))
             if choice.get("finish_reason"):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from calls.adapters.base import WireRequest, event_object, parse_arguments
+from calls.adapters.base import WireRequest, event_object, parse_arguments, utf8_size
 from calls.classify import classify_frame
 from calls.sse import SseEvent
 from calls.types import (
@@ -174,6 +174,7 @@ class ResponsesAdapter:
 
 class ResponsesStreamReader:
     def __init__(self) -> None:
+        self.answer_size = 0
         self._output: CallOutput | None = None
         self._thinking = ""
         self._text = ""
@@ -228,12 +229,14 @@ class ResponsesStreamReader:
             if not delta:
                 return [Progress(model_event=False)]
             self._thinking += delta
+            self.answer_size += utf8_size(delta)
             return [Progress(model_event=True)]
         if kind in ("response.output_text.delta", "response.refusal.delta"):
             delta = data.get("delta") or ""
             if not delta:
                 return [Progress(model_event=False)]
             self._text += delta
+            self.answer_size += utf8_size(delta)
             return [Progress(model_event=True, content=True, text_delta=delta)]
         if kind == "response.function_call_arguments.delta":
             delta = data.get("delta") or ""
@@ -244,6 +247,7 @@ class ResponsesStreamReader:
                 {"id": data.get("item_id", ""), "name": "", "arguments": ""},
             )
             slot["arguments"] += delta
+            self.answer_size += utf8_size(delta)
             return [Progress(model_event=True, content=True)]
         if kind in _MODEL_EVENTS:
             return [Progress(model_event=True)]

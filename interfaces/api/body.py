@@ -72,6 +72,10 @@ def check_instant(field: str, value: str | None) -> datetime | None:
     offset, within what ``instant_problem`` allows, else a 400 naming ``field``."""
     if not value:
         return None
+    # Before parsing: Python's fromisoformat reads "…Z\x00" as the instant without its NUL.
+    refused = text_problem(value, line=True)
+    if refused:
+        raise bad_field(field, refused)
     try:
         instant = datetime.fromisoformat(value)
     except ValueError:

@@ -408,9 +408,17 @@ def _relayed(event: SseEvent) -> bytes:
 
 
 # The provider's answers after which the stream gets an error event of ours: its own error
-# frames are relayed as they came, but not these.
+# frames are relayed as they came, but not these (an answer past what is kept of one ends
+# with the error event, never with the stream's own end).
 REFUSED_CODES = frozenset(
-    {"bad_status", "bad_response", "response_too_large", "line_too_long", "event_too_large"}
+    {
+        "bad_status",
+        "bad_response",
+        "response_too_large",
+        "line_too_long",
+        "event_too_large",
+        "answer_too_large",
+    }
 )
 
 

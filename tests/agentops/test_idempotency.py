@@ -270,16 +270,31 @@ def test_an_expired_key_is_a_new_request_and_the_sweep_deletes_it(
 
 @pytest.mark.parametrize(
     ("value", "why"),
-    [("", "must not be empty"), ("k" * 256, "at most 255"), ("a\tb", "control characters")],
+    [
+        ("", "must not be empty"),
+        ("k" * 256, "at most 255"),
+        ("a\tb", "control characters"),
+        # C1 controls, as their Latin-1 bytes on the wire: NEXT LINE and CSI.
+        (b"a\x85b", "control characters"),
+        (b"a\x9bb", "control characters"),
+    ],
 )
 def test_a_malformed_key_is_a_400_naming_the_header_and_no_call(
-    standin_requests: Any, server: str, user_token: str, make_agent: Any, value: str, why: str
+    standin_requests: Any,
+    server: str,
+    user_token: str,
+    make_agent: Any,
+    value: str | bytes,
+    why: str,
 ) -> None:
     agent = make_agent()
     response = httpx.post(
         f"{server}/v1/chat/completions",
         json={"model": agent.name, "messages": USER},
-        headers={"Authorization": f"Bearer {user_token}", "Idempotency-Key": value},
+        headers={
+            b"Authorization": f"Bearer {user_token}".encode(),
+            b"Idempotency-Key": value if isinstance(value, bytes) else value.encode(),
+        },
     )
     assert response.status_code == 400
     assert response.json()["error"]["param"] == "Idempotency-Key"

@@ -261,6 +261,21 @@ def test_a_spend_period_outside_1970_to_9000_in_utc_is_a_400_naming_its_end(
         assert api.get("/api/v1/spend", {field: when}).status_code == 200
 
 
+@pytest.mark.parametrize("field", ["since", "until"])
+def test_a_spend_instant_with_a_control_character_is_a_400_naming_it(
+    api: Client, field: str
+) -> None:
+    # Python's fromisoformat would read the first as 2026-01-15T08:00:00Z, NUL ignored.
+    for when in (
+        "2026-01-15T08:00:00Z\x00",
+        "2026-01-15T08:00:00+00:00\x00",
+        "2026-01-15T08:00:00Z\x85",
+    ):
+        response = api.get("/api/v1/spend", {field: when})
+        assert response.status_code == 400, (when, response.content)
+        assert response.json()["data"]["field"] == field
+
+
 def test_prices_are_for_operators_only_and_refused_before_the_body_is_read(
     providers: dict[str, Provider],
 ) -> None:

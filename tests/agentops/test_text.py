@@ -19,6 +19,7 @@ from agentops.text import (
     bound_data,
     bound_text,
     clean_requester,
+    redact_secrets,
     untrusted_json,
     untrusted_json_text,
     untrusted_text,
@@ -431,3 +432,46 @@ def test_json_text_from_outside_is_relayed_unchanged_unless_it_escapes_a_nul_or_
     raw: str, relayed: str
 ) -> None:
     assert untrusted_json_text(raw) == relayed
+
+
+# --- provider keys redacted (architecture.md §15) ----------------------------------------------
+
+KEY = "sk-proj-Abc123Def456Ghi789"
+
+
+@pytest.mark.parametrize(
+    ("said", "kept"),
+    [
+        (f"key {KEY} refused", "key [redacted] refused"),
+        # Its first 8 characters or more, then whatever masks the rest.
+        (f"key {KEY[:8]}****i789", "key [redacted]****i789"),
+        (f"key {KEY[:11]}...", "key [redacted]..."),
+        # 7 are not enough to name it.
+        (f"key {KEY[:7]}****", f"key {KEY[:7]}****"),
+        (f"{KEY}{KEY}", "[redacted][redacted]"),
+        # The credential forms, whatever the value.
+        ("authorization: Bearer abc.def-ghi", "authorization: Bearer [redacted]"),
+        ("AUTHORIZATION: bearer abc", "AUTHORIZATION: bearer [redacted]"),
+        ("x-api-key: zzz-999 was refused", "x-api-key: [redacted] was refused"),
+        ('{"x-goog-api-key": "zzz"}', '{"x-goog-api-key": "[redacted]"}'),
+        ("?api_key=zzz&b=1", "?api_key=[redacted]&b=1"),
+        ("Bearer [redacted]", "Bearer [redacted]"),
+        ("an API key provided: no", "an API key provided: no"),
+    ],
+)
+def test_a_key_and_the_forms_a_credential_is_written_in_are_redacted(said: str, kept: str) -> None:
+    assert redact_secrets(said, (KEY,)) == kept
+
+
+def test_a_redacted_json_body_is_still_json_and_text_without_a_secret_is_the_same_string() -> None:
+    body = json.dumps({"error": {"message": f"authorization: Bearer {KEY}", "key": KEY}})
+    assert json.loads(redact_secrets(body, (KEY,))) == {
+        "error": {"message": "authorization: Bearer [redacted]", "key": "[redacted]"}
+    }
+    plain = "nothing secret here, " * 10
+    assert redact_secrets(plain, (KEY,)) is plain
+
+
+def test_a_key_too_short_to_be_one_is_not_redacted_everywhere() -> None:
+    assert redact_secrets("the test passed", ("tes",)) == "the test passed"
+    assert redact_secrets("the test passed", ("test",)) == "the [redacted] passed"

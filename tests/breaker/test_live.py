@@ -12,6 +12,7 @@ from agentops.models import Alert, HistoryRow
 from breaker.models import BreakerState
 from inference.models import InferenceCall, Turn
 from tests.conftest import wait_for
+from tests.factories import HistoryRowFactory
 from tests.turns.test_turns import submit, wait_turn
 
 TOOLS = [
@@ -135,6 +136,9 @@ def test_the_cap_stops_shedding_and_a_completed_turn_starts_a_run_that_probes_ag
     # completed turn, then a new run: three refusals and its own probe, refused.
     steps = ["refuse"] * 3 + ["answer"] + ["refuse"] * 3 + ["answer"] + ["refuse"] * 4
     agent = make_agent(model=sequence(*steps))
+    # An older message never answered: after three sheds something is left to answer (with
+    # only notes left, the retry would end without a call, §5.8), so the third retry is refused.
+    HistoryRowFactory.create(agent=agent, seq=1, content="message 0")
     fail_in_a_row(api, agent, 3)
     wait_for(
         lambda: (

@@ -80,3 +80,37 @@ def test_children_a_ctrl_c_reached_are_not_sent_a_second_stop() -> None:
     launcher._stop_children([child], interrupted=True)  # type: ignore[list-item]
     assert child.stdout.read().split() == ["SIGINT"]
     assert child.returncode == 0
+
+
+SLOW_CHILD = """
+import signal, sys, time
+def on(sig, _):
+    print("SIGINT" if sig == signal.SIGINT else "SIGTERM", flush=True)
+    if sig == signal.SIGINT:
+        time.sleep(10)  # a warm shutdown that takes its time
+    sys.exit(0)
+signal.signal(signal.SIGINT, on)
+signal.signal(signal.SIGTERM, on)
+print("ready", flush=True)
+while True:
+    time.sleep(0.1)
+"""
+
+
+def test_a_second_ctrl_c_while_stopping_hurries_the_children_and_the_launcher_still_stops() -> None:
+    """Another Ctrl-C while the children finish their warm shutdown: they are sent SIGTERM at
+    once, and the launcher waits for them and says it stopped (it once ended at once with
+    status 130, "make: *** Error 130", no "stopped.")."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    child = subprocess.Popen([sys.executable, "-c", SLOW_CHILD], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    child.send_signal(signal.SIGINT)  # the terminal's first Ctrl-C
+    threading.Timer(0.5, signal.raise_signal, [signal.SIGINT]).start()  # and the second
+    began = time.monotonic()
+    launcher._stopped([child], interrupted=True)  # type: ignore[list-item]
+    assert child.returncode is not None  # gone when it returns, and it did return
+    assert time.monotonic() - began < 5  # hurried: not the 10 s warm shutdown
