@@ -21,12 +21,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from agentops.models import Alert, Provider
+from agentops.models import Alert
+from agentops.runtime import runtime
 from agentops.tokens import api_token_check
 from agentops.webhooks.models import WebhookAttempt, WebhookDelivery
+from calls.pacing import Pacer
 from inference.models import InferenceCall, Turn
 from waits.clock import clock_ms
-from waits.limits import provider_limits
 from waits.selectors import binding_waits
 
 # The token counts of a call row (``<type>_tokens``), as the ``type`` label of agentops_tokens.
@@ -64,33 +65,47 @@ class DatabaseCollector(Collector):
         yield from self._provider_limits()
 
     def _provider_limits(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
-        """What each provider's remaining-quota headers last said (architecture.md §6.13),
-        and the calls that waited for it."""
+        """Calls by the target that served them, those that waited for their provider's
+        quota, and what each provider's remaining-quota headers last said (architecture.md
+        §6.13, §6.15): one statement, and Redis for the quotas."""
+        targets = CounterMetricFamily(
+            "agentops_target_calls",
+            "Inference calls by the provider and model that served them (a pool's member, an "
+            "alternate) and outcome (in_flight while running).",
+            labels=["provider", "model", "outcome"],
+        )
+        paced = CounterMetricFamily(
+            "agentops_calls_paced",
+            "Calls that waited for their provider's quota before they were sent, by provider.",
+            labels=["provider"],
+        )
+        waited: dict[str, int] = {}
+        for provider, model, outcome, n, n_paced in (
+            InferenceCall.objects.values_list("provider__name", "model", "outcome")
+            .annotate(n=Count("id"), paced=Count("id", filter=Q(paced_ms__isnull=False)))
+            .order_by()
+        ):
+            targets.add_metric([provider or "", model, outcome or IN_FLIGHT], float(n))
+            waited[provider or ""] = waited.get(provider or "", 0) + n_paced
+        for provider, n in sorted(waited.items()):
+            paced.add_metric([provider], float(n))
+        yield targets
+        yield paced
         remaining = GaugeMetricFamily(
             "agentops_provider_remaining",
             "What a provider's remaining-quota headers last said is left, by model and kind "
             "(requests or tokens), as every process shares it.",
             labels=["provider", "model", "kind"],
         )
-        for name in Provider.objects.order_by("name").values_list("name", flat=True):
-            for limit in provider_limits(name, self.now_ms):
-                for kind in ("requests", "tokens"):
-                    value = limit[f"remaining_{kind}"]
-                    if value is not None:
-                        remaining.add_metric([name, limit["model"], kind], float(value))
+        pacer = runtime().part(Pacer)
+        for provider in sorted(p for p in waited if p):
+            for state in pacer.limits(provider):
+                for kind, field in (("requests", "rr"), ("tokens", "tr")):
+                    if state.get(field) not in (None, ""):
+                        remaining.add_metric(
+                            [provider, str(state["model"]), kind], float(str(state[field]))
+                        )
         yield remaining
-        paced = CounterMetricFamily(
-            "agentops_calls_paced",
-            "Calls that waited for their provider's quota before they were sent, by provider.",
-            labels=["provider"],
-        )
-        for provider, n in (
-            InferenceCall.objects.filter(paced_ms__isnull=False)
-            .values_list("provider__name")
-            .annotate(n=Count("id"))
-        ):
-            paced.add_metric([provider or ""], float(n))
-        yield paced
 
     def _calls(self) -> Iterator[CounterMetricFamily]:
         calls = CounterMetricFamily(

@@ -30,7 +30,7 @@ from agentops.prices import PriceBook, decimal_text
 from agentops.providers import provider_problem
 from agentops.runtime import runtime
 from agentops.selectors import providers_granted
-from agentops.services import fallbacks_checked
+from agentops.services import fallbacks_checked, targets_checked
 from agentops.validation import instant_problem
 from agentops.wording import excerpt
 from inference.models import InferenceCall
@@ -114,7 +114,8 @@ class ProjectAdmin(admin.ModelAdmin):
 
 
 class AgentForm(forms.ModelForm):
-    """The alternates are checked as the API checks them (architecture.md §6.11)."""
+    """The pool and the alternates are checked as the API checks them (architecture.md §6.11,
+    §6.15)."""
 
     class Meta:
         model = Agent
@@ -124,6 +125,7 @@ class AgentForm(forms.ModelForm):
             "kind",
             "provider",
             "model",
+            "pool",
             "fallbacks",
             "context_window",
             "context_policy",
@@ -135,8 +137,11 @@ class AgentForm(forms.ModelForm):
             "tools",
         )
         help_texts = {
+            "pool": 'Members sharing the calls, at most 8: [{"provider": "name", "model": '
+            '"name", "weight": 1}], each a provider and model other than the agent\'s own '
+            "(which is a member of weight 1).",
             "fallbacks": 'In order, at most 4: [{"provider": "name", "model": "name", '
-            '"context_window": null}], each a provider and model other than the agent\'s own.'
+            '"context_window": null}], each a provider and model other than the agent\'s own.',
         }
 
     def clean(self) -> dict[str, Any]:
@@ -161,6 +166,25 @@ class AgentForm(forms.ModelForm):
                 "(and optionally a context_window in tokens)",
             )
             return cleaned
+        members = cleaned.get("pool") or []
+        if not (
+            isinstance(members, list)
+            and len(members) <= 8
+            and all(
+                isinstance(m, dict)
+                and isinstance(m.get("provider"), str)
+                and isinstance(m.get("model"), str)
+                and m["model"].strip()
+                and (m.get("weight") is None or (type(m["weight"]) is int and m["weight"] >= 1))
+                for m in members
+            )
+        ):
+            self.add_error(
+                "pool",
+                "a list of at most 8 objects, each with a provider and a model name "
+                "(and optionally a weight of 1 or more)",
+            )
+            return cleaned
         provider, project = cleaned.get("provider"), cleaned.get("project")
         project_id = project.pk if project is not None else None
         if (
@@ -169,13 +193,26 @@ class AgentForm(forms.ModelForm):
             and not providers_granted(project_id=project_id).filter(pk=provider.pk).exists()
         ):
             self.add_error("provider", f"{provider.name!r} is not granted to project {project}")
+        own = (provider.name if provider is not None else "", str(cleaned.get("model") or ""))
+        try:
+            cleaned["pool"] = targets_checked(
+                members,
+                field="pool",
+                seen={own},
+                max_tokens=cleaned.get("max_tokens"),
+                project_id=project_id,
+            )
+        except BadRequest as exc:
+            self.add_error("pool", str(exc))
+            return cleaned
         try:
             cleaned["fallbacks"] = fallbacks_checked(
                 listed,
-                model=str(cleaned.get("model") or ""),
-                provider=provider.name if provider is not None else "",
+                model=own[1],
+                provider=own[0],
                 max_tokens=cleaned.get("max_tokens"),
                 project_id=project_id,
+                pool=cleaned["pool"],
             )
         except BadRequest as exc:
             self.add_error("fallbacks", str(exc))

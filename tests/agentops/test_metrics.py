@@ -91,6 +91,7 @@ def test_metrics_parse_need_no_token_and_name_every_family(db: None) -> None:
         "agentops_webhook_deliveries_pending": "gauge",
         "agentops_provider_remaining": "gauge",
         "agentops_calls_paced": "counter",
+        "agentops_target_calls": "counter",
     }
     assert value(samples, "agentops_journal_readable") == 1
     assert value(samples, "agentops_holds_binding") == 0
@@ -292,8 +293,9 @@ def test_a_scrape_costs_the_same_few_queries_however_many_rows_there_are(agent: 
         call(agent, turn=turn, outcome="cut", bound="flat", cut_lateness_ms=i)
         call(agent, turn=turn, kind="auxiliary", outcome="deferred")
         alert_raise(kind=f"kind-{i % 3}", agent="ada", message="x")
-    # The token's check, and 10 for the counts (one: the budget holds, read beside the journal).
-    assert queries() == empty <= 11
+    # The token's check, and 11 for the counts (one: the budget holds, read beside the journal;
+    # one: calls by the target that served them).
+    assert queries() == empty <= 12
 
 
 def test_metrics_answer_only_get_and_head(db: None) -> None:

@@ -8,12 +8,16 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import openai
 import pytest
 from django.test import Client
 
 from agentops.models import Agent, Provider
+from tests.agentops.live_asgi import asgi_server
 from tests.factories import AgentFactory
 from tests.turns.conftest import Scenario
 from tests.turns.test_auxiliary import complete
@@ -128,3 +132,36 @@ def test_two_accounts_in_one_pool_serve_a_burst_faster_than_one_with_at_most_two
     alone_time = _burst(api, [AgentFactory.create(provider=alone, model="m") for _ in range(16)])
     assert refused(alone_requests()) <= 2
     assert pool_time <= 0.6 * alone_time, (pool_time, alone_time)
+
+
+@pytest.fixture(scope="module")
+def web(django_db_setup: None, django_db_blocker: Any) -> Iterator[str]:
+    yield from asgi_server("pools", {"AGENTOPS_DROPIN_MAX_WAIT_MS": "10000"})
+
+
+def test_sixteen_concurrent_dropins_on_a_two_account_pool_are_spread_without_a_5xx(
+    web: str, user_token: str, scenario: Scenario
+) -> None:
+    first, first_requests = scenario(limit=4, window_ms=2000)
+    second, second_requests = scenario(limit=4, window_ms=2000)
+    agent = pooled(first, (second, 1))
+    client = openai.OpenAI(base_url=f"{web}/v1", api_key=user_token, max_retries=0)
+
+    def one(_: int) -> tuple[int, float]:
+        started = time.monotonic()
+        try:
+            client.chat.completions.create(
+                model=agent.name, messages=[{"role": "user", "content": "hi"}]
+            )
+        except openai.APIStatusError as exc:
+            return exc.status_code, time.monotonic() - started
+        return 200, time.monotonic() - started
+
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(one, range(16)))
+    assert all(status < 500 for status, _ in answers), answers
+    # Two accounts of 4 each answer 8 in the first window, without waiting for a reset.
+    assert sum(1 for status, took in answers if status == 200 and took < 1.5) >= 8, answers
+    served = first_requests() + second_requests()
+    assert first_requests() and second_requests()
+    assert refused(served) <= 1
