@@ -301,15 +301,17 @@ def _agents_naming_others(*, project_id: int, granted: set[int]) -> list[dict[st
             found.append(
                 {"agent": agent.name, "field": "provider", "provider": agent.provider.name}
             )
-        for index, entry in enumerate(agent.fallbacks if isinstance(agent.fallbacks, list) else []):
-            if isinstance(entry, dict) and entry.get("provider_id") not in granted:
-                found.append(
-                    {
-                        "agent": agent.name,
-                        "field": f"fallbacks[{index}].provider",
-                        "provider": str(entry.get("provider")),
-                    }
-                )
+        for field in ("pool", "fallbacks"):
+            listed = getattr(agent, field)
+            for index, entry in enumerate(listed if isinstance(listed, list) else []):
+                if isinstance(entry, dict) and entry.get("provider_id") not in granted:
+                    found.append(
+                        {
+                            "agent": agent.name,
+                            "field": f"{field}[{index}].provider",
+                            "provider": str(entry.get("provider")),
+                        }
+                    )
     return found
 
 

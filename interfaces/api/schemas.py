@@ -154,8 +154,11 @@ class ContextOut(BaseModel):
 class WaitOut(BaseModel):
     agent: str
     model: str
-    # The alternate's provider the wait binds on; null for the agent's own provider.
+    # The alternate's provider the wait binds on; null for the agent's own provider. A scoped
+    # wait's always (architecture.md §6.12), with agent "*".
     provider: str | None = None
+    scope: str = "agent"
+    id: str | None = None  # an operator's hold
     until: datetime | None
     reason: str
     set_at: datetime | None

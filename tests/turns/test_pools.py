@@ -165,3 +165,20 @@ def test_sixteen_concurrent_dropins_on_a_two_account_pool_are_spread_without_a_5
     served = first_requests() + second_requests()
     assert first_requests() and second_requests()
     assert refused(served) <= 1
+
+
+def test_a_grant_that_leaves_out_a_pool_members_provider_is_refused_naming_it(
+    api: Client, scenario: Scenario
+) -> None:
+    own, _ = scenario()
+    member, _ = scenario()
+    agent = pooled(own, (member, 1))
+    refused_grant = api.put(
+        f"/api/v1/projects/{agent.project.name}/providers",
+        data=json.dumps({"providers": [own.name]}),
+        content_type="application/json",
+    )
+    assert refused_grant.status_code == 409, refused_grant.content
+    assert refused_grant.json()["data"]["agents"] == [
+        {"agent": agent.name, "field": "pool[0].provider", "provider": member.name}
+    ]
