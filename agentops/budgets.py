@@ -11,7 +11,6 @@ under-estimated.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -182,16 +181,6 @@ class Refused:
             f"budget: {self.owner}'s budget is held until {self.resets_at.isoformat()}; "
             f"{numbers}; an operator may raise it or release the hold"
         )
-
-
-def refusal_until(message: str) -> datetime | None:
-    """The reset instant a refusal's message (``Refused.reason``) names: the error of a call
-    a budget refused travels as a ``ProviderError``, whose text is all it carries."""
-    found = re.search(r"is held until (\S+);", message)
-    try:
-        return datetime.fromisoformat(found.group(1)) if found else None
-    except ValueError:
-        return None
 
 
 def _owner(b: Budget) -> str:

@@ -161,6 +161,7 @@ def call_reservation(
             provider_code=outcome.field or BUDGET_ERRORS[outcome.kind],
             retryable=outcome.kind == "busy",
             message=outcome.reason,
+            resets_at_ms=outcome.resets_at.timestamp() * 1000 if outcome.kind == "held" else None,
         ),
     )
     return Reservation([], estimate, refused)

@@ -55,6 +55,9 @@ class ProviderError:
     # as an acceleration limit (the seeds' cooldown).
     scope: str = "agent"
     acceleration: bool = False
+    # A refusal of our own that lasts until an instant (a spent budget's reset, ms since the
+    # epoch): carried as a value, not read back from the message.
+    resets_at_ms: float | None = None
 
     def __post_init__(self) -> None:
         # The provider's words reach logs, alerts, notes, API answers and (in a note) another
@@ -74,6 +77,8 @@ class ProviderError:
             stated["scope"] = self.scope
         if self.acceleration:
             stated["acceleration"] = True
+        if self.resets_at_ms is not None:
+            stated["resets_at_ms"] = self.resets_at_ms
         return {
             **stated,
             "type": self.type,

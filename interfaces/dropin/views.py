@@ -19,6 +19,7 @@ import math
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
@@ -32,7 +33,6 @@ from django.http import (
 from django.views.decorators.csrf import csrf_exempt
 
 from agentops import selectors
-from agentops.budgets import refusal_until
 from agentops.exceptions import NotFound
 from agentops.models import Agent, ApiToken
 from agentops.runtime import runtime
@@ -331,8 +331,9 @@ def _answered(fmt: Format, result: CallResult | None, wire: tuple[str, Any] | No
     if failure is not None and failure.type == "budget":
         # Not sent: the budget holds until its period resets (architecture.md §18.3). An
         # SDK must not retry for hours: the answer says so, with the reset.
-        until = refusal_until(failure.message)
-        left = until.timestamp() * 1000 - time.time() * 1000 if until else math.inf
+        reset = failure.resets_at_ms
+        until = datetime.fromtimestamp(reset / 1000, UTC) if reset is not None else None
+        left = reset - time.time() * 1000 if reset is not None else math.inf
         return error(
             fmt,
             429,
