@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-import time
 
 from django.utils import timezone
 
 from . import rows
+from .memory import Recent
 from .models import DEFAULT_PROJECT, ApiToken, Project
 
 TOKEN_PREFIX = "ao_"
 # A token's last_used_at is written on its first use in a process and then at most once per
 # this many seconds: not one UPDATE per request.
 LAST_USED_EVERY_S = 30.0
-# When each token's last_used_at was last written by this process; cleared past
-# LAST_WRITTEN_KEPT tokens (a bound: a process seeing that many tokens writes each once more).
-_last_written: dict[int, float] = {}
+# The tokens whose last_used_at this process wrote within LAST_USED_EVERY_S (a process seeing
+# more than LAST_WRITTEN_KEPT tokens in that time writes the oldest once more).
 LAST_WRITTEN_KEPT = 10_000
+_last_written: Recent[int, bool] = Recent(size=LAST_WRITTEN_KEPT, ttl_s=LAST_USED_EVERY_S)
 
 
 def _hash(token: str) -> str:
@@ -61,11 +61,7 @@ def api_token_check(token: str) -> ApiToken | None:
     row, project = found[0]
     assert isinstance(row, ApiToken) and isinstance(project, Project)
     row.project = project
-    now = time.monotonic()
-    last = _last_written.get(row.pk)
-    if last is None or now - last >= LAST_USED_EVERY_S:
-        if len(_last_written) >= LAST_WRITTEN_KEPT:
-            _last_written.clear()
-        _last_written[row.pk] = now
+    if _last_written.get(row.pk) is None:
+        _last_written.put(row.pk, True)
         ApiToken.objects.filter(pk=row.pk).update(last_used_at=timezone.now())
     return row

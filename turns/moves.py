@@ -15,6 +15,7 @@ from django.utils import timezone
 from agentops import rows, telemetry
 from agentops.alerts import alert_raise
 from agentops.failures import failures_log_write
+from agentops.memory import Recent
 from agentops.models import Agent, HistoryRow
 from agentops.services import history_append
 from agentops.text import bound_text
@@ -54,10 +55,12 @@ def turn_claim(*, turn_id: int, owner: str, now: datetime) -> bool:
     return claimed
 
 
-# The last hold logged per turn, so a re-check that holds it again logs nothing (cleared past
-# HOLDS_LOGGED_KEPT: a bound, not a policy).
-_HOLDS_LOGGED: dict[int, tuple[datetime | None, str]] = {}
+# The last hold logged per turn, so a re-check that holds it again logs nothing (a bound, not a
+# policy: a turn held past a day, or among more than this many, logs its hold once more).
 HOLDS_LOGGED_KEPT = 10_000
+_HOLDS_LOGGED: Recent[int, tuple[datetime | None, str]] = Recent(
+    size=HOLDS_LOGGED_KEPT, ttl_s=86_400
+)
 
 
 def turn_hold(*, turn: Turn, until: datetime | None, reason: str) -> bool:
@@ -81,9 +84,7 @@ def turn_hold(*, turn: Turn, until: datetime | None, reason: str) -> bool:
         # The drain claims a held turn at each re-check and holds it again: one line per hold,
         # not one per re-check (the same end and reason is the same hold).
         if _HOLDS_LOGGED.get(turn.pk) != (until, reason):
-            if len(_HOLDS_LOGGED) > HOLDS_LOGGED_KEPT:
-                _HOLDS_LOGGED.clear()
-            _HOLDS_LOGGED[turn.pk] = (until, reason)
+            _HOLDS_LOGGED.put(turn.pk, (until, reason))
             logger.info(
                 "agent %s turn %s held until %s: %s",
                 turn.agent.name,

@@ -17,6 +17,7 @@ from typing import Literal
 from django.db import DatabaseError
 
 from agentops.budgets import budget_holds, holds_changed
+from agentops.memory import Recent
 from agentops.models import Agent
 
 from .core import EVERY_MODEL, WaitBook, wait_binds
@@ -76,7 +77,9 @@ def admission_checks(
 # another process records is seen within this, while its reservation, under the budget's lock,
 # already refuses every call (§18.3).
 BUDGET_HOLDS_CACHE_S = 1.0
-_budget_copies: dict[int, tuple[WaitBook, int, float, Hold | None]] = {}
+_budget_copies: Recent[int, tuple[WaitBook, int, float, Hold | None]] = Recent(
+    size=10_000, ttl_s=BUDGET_HOLDS_CACHE_S
+)
 
 
 def _budget_hold(agent: Agent, now_ms: float, book: WaitBook) -> Hold | None:
@@ -98,9 +101,7 @@ def _budget_hold(agent: Agent, now_ms: float, book: WaitBook) -> Hold | None:
         # Admission keeps answering from the journal's view while the database is away; the
         # reservation, which needs the database to send anything that costs, still decides.
         return kept[3] if kept is not None else None
-    if len(_budget_copies) > 10_000:  # agents come and go: the copies do not grow unbounded
-        _budget_copies.clear()
-    _budget_copies[agent.pk] = (book, changes, now, hold)
+    _budget_copies.put(agent.pk, (book, changes, now, hold))
     return hold
 
 

@@ -34,6 +34,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from agentops import selectors
 from agentops.exceptions import NotFound
+from agentops.memory import Recent
 from agentops.models import Agent, ApiToken
 from agentops.runtime import runtime
 from agentops.text import bound_text, untrusted_json, untrusted_json_text
@@ -115,21 +116,18 @@ class Looked:
 # no query for them: a revoked token, a disposed or changed agent reach these endpoints within
 # this many seconds. What was not found is never kept.
 CACHE_S = 2.0
-_tokens: dict[str, tuple[float, ApiToken]] = {}
-_agents: dict[tuple[int, str], tuple[float, Agent]] = {}
 CACHE_LIMIT = 10_000
+_tokens: Recent[str, ApiToken] = Recent(size=CACHE_LIMIT, ttl_s=CACHE_S)
+_agents: Recent[tuple[int, str], Agent] = Recent(size=CACHE_LIMIT, ttl_s=CACHE_S)
 
 
-def _cached(cache: dict[Any, tuple[float, Any]], key: Any, find: Any) -> Any:
-    now = time.monotonic()
+def _cached(cache: Recent[Any, Any], key: Any, find: Any) -> Any:
     hit = cache.get(key)
-    if hit is not None and now - hit[0] < CACHE_S:
-        return hit[1]
+    if hit is not None:
+        return hit
     value = find()
     if value is not None:
-        if len(cache) >= CACHE_LIMIT:
-            cache.clear()
-        cache[key] = (now, value)
+        cache.put(key, value)
     return value
 
 
