@@ -35,6 +35,7 @@ from interfaces.api.schemas import (
     HealthOut,
     HistoryRowOut,
     Label,
+    ProviderDetailOut,
     ProviderIn,
     ProviderOut,
     ToolResultsIn,
@@ -115,7 +116,7 @@ def provider_list(request: HttpRequest) -> list[dict[str, str | None]]:
     return [_provider_out(p, operator=token.operator) for p in found.order_by("name")]
 
 
-@api.get("/providers/{name}", response={200: ProviderOut, **ERRORS}, tags=["providers"])
+@api.get("/providers/{name}", response={200: ProviderDetailOut, **ERRORS}, tags=["providers"])
 def provider_read(request: HttpRequest, name: str) -> dict[str, Any]:
     token = _token(request)
     provider = provider_for(token=token, name=name)

@@ -82,8 +82,11 @@ class ProviderOut(BaseModel):
     # Operator tokens only; null for any other token.
     base_url: str | None
     api_key_env: str | None
-    # ``GET /providers/{name}`` only: what its headers said is left and what holds it.
-    limits: list[ProviderLimitOut] | None = None
+
+
+class ProviderDetailOut(ProviderOut):
+    # What its headers said is left and what holds it (architecture.md §6.12, §6.13).
+    limits: list[ProviderLimitOut]
 
 
 class ToolIn(Strict):
