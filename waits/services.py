@@ -30,6 +30,7 @@ from .alerting import hold_already_alerted
 from .clock import clock_ms
 from .core import (
     AGENT_NAME_LIMIT,
+    EVERY_AGENT,
     EVERY_MODEL,
     MODEL_NAME_LIMIT,
     Entry,
@@ -336,9 +337,15 @@ def wait_release(
     """
     if via not in VIAS:
         raise ValueError(f"wait_release: via must be one of {VIAS}, not {via!r}")
-    problem = name_problem(agent, limit=AGENT_NAME_LIMIT, every_model=True)
+    problem = name_problem(agent, limit=AGENT_NAME_LIMIT)
     if problem:
-        raise bad_field("agent", problem)
+        raise bad_field(
+            "agent",
+            f"{problem} (a provider's limit on every agent is released by provider: "
+            "send provider instead of agent)"
+            if agent == EVERY_AGENT
+            else problem,
+        )
     if model is None:
         model = EVERY_MODEL
     else:

@@ -36,6 +36,7 @@ from agentops.wording import excerpt
 from inference.models import InferenceCall
 from interfaces.admin.base import ReadOnlyAdmin
 from interfaces.admin.display import when
+from waits.limits import provider_limits
 
 if TYPE_CHECKING:
     from inference.models import Turn
@@ -71,6 +72,54 @@ class ProviderAdmin(admin.ModelAdmin):
     form = ProviderForm
     list_display = ("name", "kind", "base_url", "api_key_env", "created_at")
     search_fields = ("name",)
+    readonly_fields = ("limits",)
+
+    @admin.display(description="limits (architecture.md §6.12, §6.13)")
+    def limits(self, obj: Provider) -> str:
+        """What its remaining-quota headers last said per model, the scoped waits that hold
+        it, and a Release for those."""
+        if obj.pk is None:
+            return "-"
+        rows = provider_limits(obj.name)
+        if not rows:
+            return "none known: no answer with quota headers yet, and nothing holds it"
+        release = reverse("admin:waits_bindingwait_release_limit")
+        return format_html(
+            "<table class='provider-limits'><tr><th>model</th><th>requests left</th>"
+            "<th>tokens left</th><th>resets at</th><th>paced until</th><th>held until</th>"
+            "<th></th></tr>{}</table>",
+            format_html_join(
+                "",
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+                "<td>{}</td></tr>",
+                (
+                    (
+                        row["model"],
+                        _shown(row["remaining_requests"]),
+                        _shown(row["remaining_tokens"]),
+                        _shown(row["resets_at"]),
+                        _shown(row["paced_until"]),
+                        ("until released" if row["held_until"] is None else row["held_until"])
+                        if row["held"]
+                        else "-",
+                        format_html(
+                            "<a class='button release-limit' href='{}?provider={}&amp;model={}'>"
+                            "Release</a>",
+                            release,
+                            obj.name,
+                            row["model"],
+                        )
+                        if row["held"]
+                        else "",
+                    )
+                    for row in rows
+                ),
+            ),
+        )
+
+
+def _shown(value: object) -> str:
+    return "-" if value is None else str(value)
 
 
 @admin.register(Project)

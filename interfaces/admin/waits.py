@@ -18,12 +18,14 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
 from agentops.exceptions import AgentopsError
+from calls.records import ms_to_dt
 from interfaces.admin.base import ReadOnlyAdmin
 from turns.holds import next_call_at
 from turns.queue import held_turns_wake  # an interface may wake turns
 from waits.clock import clock_ms
 from waits.core import EVERY_MODEL
 from waits.journal import entry_problem
+from waits.limits import limit_release, scoped_waits
 from waits.models import BindingWait, WaitJournalEntry
 from waits.selectors import binding_waits
 from waits.services import wait_release
@@ -136,7 +138,54 @@ class BindingWaitAdmin(ReadOnlyAdmin):
             self.admin_site.admin_view(self.release_view),
             name="waits_bindingwait_release",
         )
-        return [release, *super().get_urls()]
+        release_limit = path(
+            "release-limit/",
+            self.admin_site.admin_view(self.release_limit_view),
+            name="waits_bindingwait_release_limit",
+        )
+        return [release, release_limit, *super().get_urls()]
+
+    def release_limit_view(self, request: HttpRequest) -> HttpResponse:
+        """A provider's limits on every agent (architecture.md §6.12). GET: the confirmation
+        page; POST: release, with a reason (required)."""
+        if not request.user.has_perm(RELEASE_PERMISSION):
+            raise PermissionDenied
+        provider, model = _one(request, "provider"), _one(request, "model")
+        error, status = "", 200
+        by = f"admin:{request.user.get_username()}"
+        if request.method == "POST":
+            reason = _one(request, "reason")
+            if not isinstance(reason, str) or not reason.strip():
+                error, status = "reason: a reason is required", 400
+            else:
+                try:
+                    receipts = limit_release(provider=provider, model=model, reason=reason, by=by)
+                except AgentopsError as exc:
+                    error, status = exc.message, exc.status
+                else:
+                    held_turns_wake(provider=str(provider), model=model, by=by)
+                    lifted = ", ".join(f"{r.model} ({r.release})" for r in receipts) or "none"
+                    messages.success(request, f"Released {provider}'s limits: {lifted}.")
+                    return HttpResponseRedirect(reverse("admin:waits_bindingwait_changelist"))
+        limits = (
+            [w for w in scoped_waits() if w.provider == provider and not w.ref]
+            if isinstance(provider, str)
+            else []
+        )
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": "Release a provider's limit",
+            "provider": provider if isinstance(provider, str) else "",
+            "model": model if isinstance(model, str) else EVERY_MODEL,
+            "limits": [
+                {"model": w.model, "until": ms_to_dt(w.until), "reason": w.reason} for w in limits
+            ],
+            "error": error,
+        }
+        return TemplateResponse(
+            request, "admin/waits/release_limit_confirm.html", context, status=status
+        )
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None

@@ -29,7 +29,7 @@ from typing import Final
 
 from django.conf import settings
 
-from ..core import Entry, WaitBook, journal_reduce, pending_overlay
+from ..core import EVERY_AGENT, Entry, WaitBook, journal_reduce, pending_overlay
 from .rows import (
     READ_ERRORS,
     connection_recover,
@@ -353,7 +353,11 @@ class Session:
 
     def append(self, entry: Entry, *, by: str, on_insert: OnInsert | None = None) -> bool:
         """Make ``entry`` (a set or a release) an act of this process: it binds here at once.
-        Returns True when it is recorded in the journal, False when it is pending."""
+        Returns True when it is recorded in the journal, False when it is pending. An act the
+        journal would not read back (a scoped act without its provider) is refused here, as
+        a ValueError: once written it would make the records unreadable for every agent."""
+        if entry.agent == EVERY_AGENT and not entry.provider:
+            raise ValueError(f"a {entry.kind} for every agent must name its provider")
         act = Act(entry=entry, act_id=uuid.uuid4(), by=by, on_insert=on_insert)
         return self._journal._append(act, self.now_ms)
 
