@@ -54,6 +54,9 @@ class ProviderError:
     # as an acceleration limit (the seeds' cooldown).
     scope: str = "agent"
     acceleration: bool = False
+    # The project limit that refused the call before it was sent (architecture.md §6.14):
+    # "requests_per_minute", "tokens_per_minute" or "concurrent_calls"; None for any other.
+    limit: str | None = None
 
     def __post_init__(self) -> None:
         # The provider's words reach logs, alerts, notes and API answers: an ESC or a CR in
@@ -72,6 +75,8 @@ class ProviderError:
             stated["scope"] = self.scope
         if self.acceleration:
             stated["acceleration"] = True
+        if self.limit is not None:
+            stated["limit"] = self.limit
         return {
             **stated,
             "type": self.type,
