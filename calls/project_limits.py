@@ -168,7 +168,9 @@ class ProjectLimiter:
                 if cost and not self._sliding.hit(item, known.identity, "tokens", cost=cost):
                     self.release(taken)
                     stats = self._sliding.get_window_stats(item, known.identity, "tokens")
-                    return self._refused(known, "tokens_per_minute", _ms_until(stats.reset_time))
+                    # The counter's reset is a weighted guess: never sooner than a poll.
+                    wait = max(SLOT_POLL_MS, _ms_until(stats.reset_time))
+                    return self._refused(known, "tokens_per_minute", wait)
                 taken = Taken(known, taken.slot, cost)
             if limits.requests_per_minute is not None:
                 item = _window_item(limits.requests_per_minute)
