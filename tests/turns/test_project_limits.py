@@ -4,6 +4,7 @@ real web process with the official SDK, ``/complete`` over HTTP, turns on real w
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import Counter
 from collections.abc import Iterator
@@ -210,3 +211,54 @@ def test_tokens_per_minute_count_the_estimate_and_give_back_what_was_not_used(
     refused = next(h for s, h in answers if s == 429)
     assert refused["x-agentops-limit"] == "project tokens_per_minute"
     assert len(slow_requests()) == 2
+
+
+@pytest.fixture(scope="module")
+def webs(web: str) -> Iterator[list[str]]:
+    """Four web processes: ``web`` and three more."""
+    servers = [asgi_server(f"plimits{i}") for i in range(3)]
+    bases = [next(server) for server in servers]
+    yield [web, *bases]
+    for server in servers:
+        next(server, None)  # stops it
+
+
+def test_two_hundred_dropins_from_four_web_processes_get_exactly_fifty_provider_calls(
+    api: Client,
+    webs: list[str],
+    scenario: Scenario,  # noqa: F811
+) -> None:
+    provider, requests = scenario(limit=10_000, window_ms=60_000)
+    limited, token = project_with_token("limited")
+    other, other_token = project_with_token("other")
+    agent = AgentFactory.create(provider=provider, model="m-limited", project=limited)
+    neighbour = AgentFactory.create(provider=provider, model="m-other", project=other)
+    limits_put(api, "limited", requests_per_minute=50)
+
+    async def burst() -> tuple[list[httpx.Response], list[httpx.Response]]:
+        limits = httpx.Limits(max_connections=300)
+        async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+
+            def post(i: int, bearer: str, model: str) -> Any:
+                return client.post(
+                    f"{webs[i % len(webs)]}/v1/chat/completions",
+                    headers={"authorization": f"Bearer {bearer}"},
+                    json={"model": model, "messages": [{"role": "user", "content": f"hi {i}"}]},
+                )
+
+            mine = [post(i, token, agent.name) for i in range(200)]
+            theirs = [post(i, other_token, neighbour.name) for i in range(40)]
+            answers = await asyncio.gather(*mine, *theirs)
+        return list(answers[:200]), list(answers[200:])
+
+    answers, others = asyncio.run(burst())
+    statuses = Counter(a.status_code for a in answers)
+    assert statuses == {200: 50, 429: 150}, statuses
+    for answer in answers:
+        if answer.status_code == 429:
+            assert answer.headers["x-agentops-limit"] == "project requests_per_minute"
+            assert answer.headers["x-should-retry"] == "true"
+            assert int(answer.headers["retry-after"]) >= 1
+    assert [a.status_code for a in others] == [200] * 40
+    seen = Counter(r["model"] for r in requests())
+    assert seen == {"m-limited": 50, "m-other": 40}, seen
