@@ -26,6 +26,12 @@ class Project(models.Model):
         "Provider", blank=True, related_name="granted_to"
     )
     providers_granted_at = models.DateTimeField(null=True, blank=True)
+    # Limits an operator sets on every call the project's agents make (architecture.md §6.14;
+    # ``PUT /projects/{name}/limits``): null is no limit. Bounds in ``agentops.project_limits``.
+    requests_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    tokens_per_minute = models.PositiveBigIntegerField(null=True, blank=True)
+    concurrent_calls = models.PositiveIntegerField(null=True, blank=True)
+    limits_set_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return self.name

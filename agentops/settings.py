@@ -216,6 +216,11 @@ AGENTOPS_ACCELERATION_COOLDOWN_MS = env_ms("AGENTOPS_ACCELERATION_COOLDOWN_MS", 
 AGENTOPS_ACCELERATION_JITTER_MS = env_ms("AGENTOPS_ACCELERATION_JITTER_MS", 5_000)
 AGENTOPS_RESUME_SPREAD_MS = env_ms("AGENTOPS_RESUME_SPREAD_MS", 2_000)
 AGENTOPS_DROPIN_MAX_WAIT_MS = env_ms("AGENTOPS_DROPIN_MAX_WAIT_MS", 10_000)
+# The window a project's "per minute" limits count over (architecture.md §6.14), in seconds:
+# a minute; shorter only in tests, where a window must pass in seconds.
+AGENTOPS_PROJECT_LIMIT_WINDOW_S = env_int(
+    "AGENTOPS_PROJECT_LIMIT_WINDOW_S", 60, minimum=1, maximum=3600
+)
 # In-flight calls' live progress (counts, nearest deadline) goes out at most this often per process.
 AGENTOPS_PROGRESS_INTERVAL_MS = env_ms("AGENTOPS_PROGRESS_INTERVAL_MS", 250)
 AGENTOPS_EPHEMERAL_MAX_SLEEP_MS = env_ms("AGENTOPS_EPHEMERAL_MAX_SLEEP_MS", 600_000)

@@ -81,11 +81,12 @@ async def probe_send(
     watch = Watch(abort_key=probe_abort_key(ticket.probe_id), holding=holding)
     result = await call.run(watch=watch)
     await runtime().db(call.end)
-    outcomes: dict[str, Literal["answered", "error", "cut", "aborted"]] = {
+    outcomes: dict[str, Literal["answered", "error", "cut", "aborted", "deferred"]] = {
         "completed": "answered",
         "error": "error",
         "cut": "cut",
         "aborted": "aborted",
+        "deferred": "deferred",  # its project's limit had no room (architecture.md §6.14)
     }
     return ProbeOutcome(outcomes[result.outcome], result.error, call.row.pk)
 

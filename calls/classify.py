@@ -320,6 +320,21 @@ def paced_error(*, provider: str, model: str, wait_ms: float) -> ProviderError:
     )
 
 
+def project_limit_error(*, limit: str, message: str, wait_ms: float) -> ProviderError:
+    """A call not sent because a limit of its project (``limit``) has no room for it within
+    the caller's wait (architecture.md §6.14): agentops's own 429, like ``paced_error``'s,
+    scoped to the project, which may be retried after ``wait_ms``."""
+    return ProviderError(
+        type="paced",
+        provider_code="project_limit",
+        message=message,
+        retryable=True,
+        retry_after_ms=wait_ms,
+        scope="project",
+        limit=limit,
+    )
+
+
 def protocol_error(code: str, message: str) -> ProviderError:
     """An answer that breaks HTTP or a limit of ours (architecture.md §15): the provider misbehaved,
     as a server error does, and the call may be made again."""

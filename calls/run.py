@@ -27,6 +27,7 @@ from functools import partial
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -42,13 +43,21 @@ from agentops.urlsafety import HostUnresolved, IPAddress
 from calls.adapters import Adapter, WireRequest, build_wire
 from calls.bounds import Deadline
 from calls.budgeting import OUTPUT_BOUND, call_reservation
-from calls.classify import paced_error, redacted
+from calls.classify import paced_error, project_limit_error, redacted
 from calls.client import CallResult, Timeline, now_ms
 from calls.config import bounds_settings
 from calls.events import dashboard_call_ended, dashboard_call_started
 from calls.health import provider_health_note
 from calls.pacing import Pacer
 from calls.progress import progress_entry, progress_hub
+from calls.project_limits import (
+    SLOT_POLL_MS,
+    SLOT_RENEW_S,
+    ProjectLimiter,
+    Refusal,
+    Taken,
+    refusal_words,
+)
 from calls.reading import perform_call
 from calls.records import call_cost_fields, stored
 from calls.tracing import attempt_traced
@@ -103,6 +112,7 @@ class ProviderCall:
     __slots__ = (
         "_aborts",
         "_announced",
+        "_taken",
         "adapter",
         "agent",
         "body",
@@ -153,6 +163,7 @@ class ProviderCall:
         self.watch: Watch | None = None
         self._aborts: list[Callable[[], None]] = []
         self._announced = False
+        self._taken: Taken | None = None  # what it took from its project's limits (§6.14)
 
     def begin(self, *, in_flight: bool = True) -> None:
         """In a thread, just before the call is sent: its wire request and the provider policy
@@ -210,20 +221,43 @@ class ProviderCall:
         """Paced (``paced``), then ``begin`` in a database hop (``hop``: the runtime's ``db``
         unless the caller waits out an outage), then ``perform``. The caller ends the call
         (``end``) once it decided. A call that ``pace_max_ms`` would not wait for comes back
-        ``paced`` (never sent; its row is ``deferred``)."""
-        refused = await self.paced(pace_max_ms)
-        if refused is not None:
-            self.result = refused
-            return refused
-        begin = partial(self.begin, in_flight=in_flight)
-        await (hop(begin) if hop is not None else runtime().db(begin))
-        return await self.perform(watch=watch, on_wire=on_wire)
+        ``paced`` (never sent; its row is ``deferred``). Its project's slot, if it took one, is
+        held until it returns."""
+        try:
+            refused = await self.paced(pace_max_ms)
+            if refused is not None:
+                self.result = refused
+                return refused
+            begin = partial(self.begin, in_flight=in_flight)
+            await (hop(begin) if hop is not None else runtime().db(begin))
+            if self._taken is None or self._taken.slot is None:
+                return await self.perform(watch=watch, on_wire=on_wire)
+            renewing = asyncio.ensure_future(self._slot_renewed(self._taken))
+            try:
+                return await self.perform(watch=watch, on_wire=on_wire)
+            finally:
+                renewing.cancel()
+        finally:
+            if self._taken is not None and self._taken.slot is not None:
+                await runtime().db(runtime().part(ProjectLimiter).release, self._taken)
+
+    async def _slot_renewed(self, taken: Taken) -> None:
+        """While the call runs: its project slot renewed, so only a dead process's lapses."""
+        engine = runtime()
+        while True:
+            await asyncio.sleep(SLOT_RENEW_S)
+            await engine.db(engine.part(ProjectLimiter).renew, taken)
 
     async def paced(self, max_wait_ms: float | None) -> CallResult | None:
         """Wait until the provider's quota has room for this call (architecture.md §6.13), or,
         past ``max_wait_ms``, the result of a call never sent (``paced``). A provider that
-        sends no quota headers costs a dictionary lookup here."""
+        sends no quota headers costs a dictionary lookup here. Its project's limits come
+        first (``_project_admitted``): a call they refuse takes nothing of the provider's quota,
+        which other projects share."""
         engine = runtime()
+        refused = await self._project_admitted(max_wait_ms)
+        if refused is not None:
+            return refused
         pacer = engine.part(Pacer)
         provider, model = self.provider.name, self.request.model
         if pacer.plain(provider, model):
@@ -237,7 +271,7 @@ class ProviderCall:
             )
             if wait <= 0:
                 if waited:
-                    self.row.paced_ms = round(waited)
+                    self.row.paced_ms = (self.row.paced_ms or 0) + round(waited)
                 return None
             if max_wait_ms is not None and waited + wait > max_wait_ms:
                 # Never sent: its row says ``deferred``, as a call a wait refused.
@@ -248,6 +282,42 @@ class ProviderCall:
                     error=paced_error(provider=provider, model=model, wait_ms=wait),
                 )
             # A little jitter: callers released by one reset do not all ask at one instant.
+            wait += random.uniform(0, PACE_JITTER_MS)
+            await asyncio.sleep(wait / 1000)
+            waited += wait
+
+    async def _project_admitted(self, max_wait_ms: float | None) -> CallResult | None:
+        """Take the call from its project's limits (architecture.md §6.14), waiting while one
+        has room within ``max_wait_ms`` (a turn's call: ``AGENTOPS_FALLBACK_AFTER_MS``, then
+        its turn is held); else the result of a call never sent (``paced``, naming the limit).
+        A project without limits costs a dictionary lookup here."""
+        engine = runtime()
+        limiter = engine.part(ProjectLimiter)
+        project_id = self.agent.project_id
+        if limiter.unlimited(project_id):
+            return None
+        most = max_wait_ms if max_wait_ms is not None else settings.AGENTOPS_FALLBACK_AFTER_MS
+        tokens = self._token_estimate()
+        waited = 0.0
+        while True:
+            taken = await engine.db(
+                partial(limiter.take, project_id=project_id, tokens=tokens, now_ms=now_ms())
+            )
+            if not isinstance(taken, Refusal):
+                self._taken = taken
+                if waited:
+                    self.row.paced_ms = (self.row.paced_ms or 0) + round(waited)
+                return None
+            wait = SLOT_POLL_MS if taken.limit == "concurrent_calls" else taken.wait_ms
+            if waited + wait > most:
+                at = now_ms()
+                return CallResult(
+                    outcome=InferenceCall.Outcome.DEFERRED,
+                    timeline=Timeline(sent=at, ended=at),
+                    error=project_limit_error(
+                        limit=taken.limit, message=refusal_words(taken), wait_ms=taken.wait_ms
+                    ),
+                )
             wait += random.uniform(0, PACE_JITTER_MS)
             await asyncio.sleep(wait / 1000)
             waited += wait
@@ -315,6 +385,14 @@ class ProviderCall:
 
         stored(write, self.result)
         self.reserved = []  # settled once: a record run again does not settle twice
+        if self._taken is not None:  # the project's tokens corrected by what was used
+            usage = self.result.usage
+            used = 0 if self.result.outcome == InferenceCall.Outcome.DEFERRED else None
+            if usage is not None and usage.input_tokens is not None:
+                used = usage.input_tokens + (usage.output_tokens or 0)
+            if used is not None:
+                runtime().part(ProjectLimiter).tokens_used(self._taken, used)
+            self._taken = replace(self._taken, tokens=used if used is not None else 0, slot=None)
         if self.result.timeline.headers is not None:  # the provider answered: what is left
             runtime().part(Pacer).note(
                 provider=self.provider.name,

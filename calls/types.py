@@ -58,6 +58,9 @@ class ProviderError:
     # A refusal of our own that lasts until an instant (a spent budget's reset, ms since the
     # epoch): carried as a value, not read back from the message.
     resets_at_ms: float | None = None
+    # The project limit that refused the call before it was sent (architecture.md §6.14):
+    # "requests_per_minute", "tokens_per_minute" or "concurrent_calls"; None for any other.
+    limit: str | None = None
 
     def __post_init__(self) -> None:
         # The provider's words reach logs, alerts, notes, API answers and (in a note) another
@@ -79,6 +82,8 @@ class ProviderError:
             stated["acceleration"] = True
         if self.resets_at_ms is not None:
             stated["resets_at_ms"] = self.resets_at_ms
+        if self.limit is not None:
+            stated["limit"] = self.limit
         return {
             **stated,
             "type": self.type,

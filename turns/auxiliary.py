@@ -250,6 +250,7 @@ def _outcome(
                 else settings.AGENTOPS_BUDGET_BUSY_RETRY_MS,
                 "recorded": False,
                 "call": call.pk,
+                **({"limit": error.limit} if error.limit is not None else {}),
             },
         )
     if error.type == "budget_refused":  # never fits as it is: the request must change

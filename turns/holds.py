@@ -62,6 +62,20 @@ def hold_if_waiting(turn: Turn) -> bool:
     return True
 
 
+def hold_for_project_limit(turn: Turn, error: ProviderError) -> bool:
+    """A call its project's limit refused for longer than a turn waits (architecture.md §6.14):
+    hold the turn (no failure, no note, no wait recorded: the limit is the project's, not the
+    provider's) until the window may have room, and re-check then. False if it moved meanwhile."""
+    wait_ms = error.retry_after_ms if error.retry_after_ms is not None else 1000.0
+    until = timezone.now() + timedelta(milliseconds=wait_ms)
+    if not turn_hold(turn=turn, until=until, reason=bound_text(error.message, NOTE_TEXT_LIMIT)):
+        return False
+    # Many turns of the project resume spread out, each then taking its place in the window.
+    spread = random.uniform(0, settings.AGENTOPS_RESUME_SPREAD_MS)
+    _recheck_once(turn.agent_id, (wait_ms + 10 + spread) / 1000)
+    return True
+
+
 # A scheduled re-check due later than this is still ahead; one due sooner may be the delivery
 # now running (Celery runs a countdown at its instant or after it, never before).
 RECHECK_AHEAD_S = 0.25

@@ -49,6 +49,7 @@ from turns.durable import offer_pending_waits, pace, paced_left_ms, retry_reason
 from turns.holds import (
     ephemeral_sleep_ms,
     ephemeral_wait_error,
+    hold_for_project_limit,
     own_pacing_ms,
     record_wait,
 )
@@ -192,7 +193,8 @@ class TurnRun:
         assert result is not None
         error = result.error
         self.binding = None
-        if error is not None and error.retry_after_ms is not None:
+        # A project limit's refusal (§6.14) is agentops's own: no provider wait to record.
+        if error is not None and error.retry_after_ms is not None and error.limit is None:
             if turn.agent.kind != Agent.Kind.EPHEMERAL:
                 self.binding = await self.runtime.db(
                     record_wait, turn, error, time.time() * 1000, **self._stated_by()
@@ -241,6 +243,13 @@ class TurnRun:
         if error.type == "context_length" and (step := await self._after_overflow(error)):
             return step
         turn = self.turn
+        if error.limit is not None:  # its project's limit had no room within the threshold
+            if turn.agent.kind == Agent.Kind.EPHEMERAL:  # never held (§6.9): it waits
+                return await self._paced(error, error.retry_after_ms or 1000.0, "project limit")
+            held = await self._durably(
+                "hold it for its project's limit", partial(hold_for_project_limit, turn, error)
+            )
+            return self._end(Outcome.HELD if held else Outcome.STOPPED)
         if error.type == "budget" and turn.agent.kind != Agent.Kind.EPHEMERAL:
             # The refusal recorded the budget hold: admission now holds the turn until the
             # period resets or an operator acts (§18.3). (An ephemeral run is never held.)

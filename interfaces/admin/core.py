@@ -27,6 +27,12 @@ from agentops.models import (
     Provider,
 )
 from agentops.prices import PriceBook, decimal_text
+from agentops.project_limits import (
+    LIMIT_MAXIMA,
+    ProjectLimits,
+    project_limits_of,
+    project_limits_put,
+)
 from agentops.providers import provider_problem
 from agentops.runtime import runtime
 from agentops.selectors import providers_granted
@@ -122,17 +128,54 @@ def _shown(value: object) -> str:
     return "-" if value is None else str(value)
 
 
+class ProjectForm(forms.ModelForm):  # type: ignore[type-arg]
+    """A project's limits (architecture.md §6.14) within the API's bounds; empty: no limit."""
+
+    requests_per_minute = forms.IntegerField(
+        required=False, min_value=1, max_value=LIMIT_MAXIMA["requests_per_minute"]
+    )
+    tokens_per_minute = forms.IntegerField(
+        required=False, min_value=1, max_value=LIMIT_MAXIMA["tokens_per_minute"]
+    )
+    concurrent_calls = forms.IntegerField(
+        required=False, min_value=1, max_value=LIMIT_MAXIMA["concurrent_calls"]
+    )
+
+    class Meta:
+        model = Project
+        fields = ("name", *LIMIT_MAXIMA)
+
+
 @admin.register(Project)
 class ProjectAdmin(admin.ModelAdmin):
     """Each project links to its spend page (interfaces.admin.spend), from the list and from
     its own page (the "Spend" button, templates/admin/agentops/project/change_form.html)."""
 
-    list_display = ("name", "providers", "spend", "created_at")
+    form = ProjectForm
+    list_display = ("name", "providers", "limits", "spend", "created_at")
     search_fields = ("name",)
     # The grant is made through the API (PUT /projects/{name}/providers), which refuses a list
     # that leaves out a provider a live agent names: shown here, not edited.
-    fields = ("name", "providers", "providers_granted_at")
-    readonly_fields = ("providers", "providers_granted_at")
+    fields = ("name", "providers", "providers_granted_at", *LIMIT_MAXIMA, "limits_set_at")
+    readonly_fields = ("providers", "providers_granted_at", "limits_set_at")
+
+    @admin.display(description="limits")
+    def limits(self, obj: Project) -> str:
+        set_ = {k: v for k, v in project_limits_of(obj).as_dict().items() if v is not None}
+        return ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in set_.items()) or "none"
+
+    def save_model(self, request: HttpRequest, obj: Project, form: Any, change: bool) -> None:
+        """The limits through their service (audited, ``admin:<user>``); the rest as usual."""
+        limits = ProjectLimits(**{f: form.cleaned_data.get(f) for f in LIMIT_MAXIMA})
+        stored = Project.objects.filter(pk=obj.pk).first() if change else None
+        for field in LIMIT_MAXIMA:
+            setattr(obj, field, getattr(stored, field) if stored is not None else None)
+        super().save_model(request, obj, form, change)
+        if any(f in form.changed_data for f in LIMIT_MAXIMA):
+            project_limits_put(
+                project=obj, limits=limits, actor=f"admin:{request.user.get_username()}"
+            )
+            obj.refresh_from_db()
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Project]:
         return super().get_queryset(request).prefetch_related("granted_providers")

@@ -14,7 +14,8 @@ from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
-from agentops.exceptions import AgentopsError
+from agentops.exceptions import AgentopsError, RateLimited
+from turns.dropin import wait_headers
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +118,18 @@ def _message(error: dict[str, Any]) -> str:
 def install(api: NinjaAPI) -> None:
     @api.exception_handler(AgentopsError)
     def _agentops(request: HttpRequest, exc: AgentopsError) -> HttpResponse:
-        return error_response(api, request, exc.status, exc.code, exc.message, exc.data)
+        response = error_response(api, request, exc.status, exc.code, exc.message, exc.data)
+        limit = exc.data.get("limit") if isinstance(exc, RateLimited) else None
+        if isinstance(limit, str):
+            # A project limit refused it (architecture.md §6.14): the headers a drop-in's
+            # refusal carries, so one client reads both.
+            wait = exc.data.get("retry_after_ms")
+            if isinstance(wait, int | float):
+                for name, value in wait_headers(wait).items():
+                    response[name] = value
+            response["x-should-retry"] = "true"
+            response["x-agentops-limit"] = f"project {limit}"
+        return response
 
     @api.exception_handler(ValidationError)
     def _validation(request: HttpRequest, exc: ValidationError) -> HttpResponse:

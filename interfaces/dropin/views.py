@@ -356,15 +356,17 @@ def _answered(fmt: Format, result: CallResult | None, wire: tuple[str, Any] | No
         wait = settings.AGENTOPS_BUDGET_BUSY_RETRY_MS
         return error(fmt, 429, message, extra={"retryable": True}, headers=wait_headers(wait))
     if failure is not None and failure.type == "paced":
-        # Not sent: the provider's quota has no room within AGENTOPS_DROPIN_MAX_WAIT_MS
-        # (§6.13). agentops's own 429: the SDK may retry once it comes back.
+        # Not sent: the provider's quota, or a limit of the agent's project (§6.14), has no
+        # room within AGENTOPS_DROPIN_MAX_WAIT_MS (§6.13). agentops's own 429: the SDK may
+        # retry once it comes back.
         wait = failure.retry_after_ms if failure.retry_after_ms is not None else 1000.0
+        named = {"x-agentops-limit": f"project {failure.limit}"} if failure.limit else {}
         return error(
             fmt,
             429,
             message,
-            extra={"retryable": True},
-            headers={**wait_headers(wait), "x-should-retry": "true"},
+            extra={"retryable": True, **({"limit": failure.limit} if failure.limit else {})},
+            headers={**wait_headers(wait), "x-should-retry": "true", **named},
         )
     if failure is not None and failure.type == "budget_edge":
         # Not sent: only a cheaper target of another wire format fits what the budget has left
