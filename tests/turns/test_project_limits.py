@@ -22,7 +22,7 @@ from inference.models import InferenceCall
 from tests.agentops.live_asgi import asgi_server
 from tests.conftest import WorkerPool, poll_until, worker_pool
 from tests.factories import AgentFactory
-from tests.turns.test_capacity import Scenario, quota, scenario  # noqa: F401 (fixtures)
+from tests.turns.conftest import Scenario
 from tests.turns.test_turns import submit, wait_turn
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -84,7 +84,7 @@ def dropin(web: str, token: str, agent: Agent, count: int) -> list[tuple[int, An
 def test_concurrent_dropins_over_a_projects_requests_per_minute_get_agentops_429s_and_no_call(
     api: Client,
     web: str,
-    scenario: Scenario,  # noqa: F811
+    scenario: Scenario,
 ) -> None:
     provider, requests = scenario(limit=1000, window_ms=60_000)
     limited, token = project_with_token("limited")
@@ -120,7 +120,7 @@ def test_concurrent_dropins_over_a_projects_requests_per_minute_get_agentops_429
 def test_a_complete_over_the_projects_limit_is_answered_429_by_agentops(
     api: Client,
     web: str,
-    scenario: Scenario,  # noqa: F811
+    scenario: Scenario,
 ) -> None:
     provider, requests = scenario(limit=1000, window_ms=60_000)
     limited, token = project_with_token("limited")
@@ -142,7 +142,7 @@ def test_a_complete_over_the_projects_limit_is_answered_429_by_agentops(
 def test_concurrent_dropins_over_a_projects_calls_at_once_never_exceed_it(
     api: Client,
     web: str,
-    scenario: Scenario,  # noqa: F811
+    scenario: Scenario,
 ) -> None:
     # Each answer takes 200 ms: 10 requests with 2 at once take 5 rounds, within the 2.5 s a
     # drop-in waits for room, so every one is answered.
@@ -161,7 +161,7 @@ def test_concurrent_dropins_over_a_projects_calls_at_once_never_exceed_it(
 def test_turns_of_a_limited_project_are_held_and_all_succeed_after_the_window(
     api: Client,
     limit_workers: WorkerPool,
-    scenario: Scenario,  # noqa: F811
+    scenario: Scenario,
 ) -> None:
     limit_workers.routed()
     provider, requests = scenario(limit=1000, window_ms=60_000)
@@ -189,7 +189,7 @@ def test_turns_of_a_limited_project_are_held_and_all_succeed_after_the_window(
 def test_tokens_per_minute_count_the_estimate_and_give_back_what_was_not_used(
     api: Client,
     web: str,
-    scenario: Scenario,  # noqa: F811
+    scenario: Scenario,
 ) -> None:
     # Each request is estimated at about 1000 tokens (its max_tokens) and uses 13: with 2500
     # tokens a minute, ten in a row go, as each answer gives back its unused estimate; three
@@ -226,7 +226,7 @@ def webs(web: str) -> Iterator[list[str]]:
 def test_two_hundred_dropins_from_four_web_processes_get_exactly_fifty_provider_calls(
     api: Client,
     webs: list[str],
-    scenario: Scenario,  # noqa: F811
+    scenario: Scenario,
 ) -> None:
     provider, requests = scenario(limit=10_000, window_ms=60_000)
     limited, token = project_with_token("limited")
