@@ -29,8 +29,10 @@ from calls.limits import Quota
 
 logger = logging.getLogger(__name__)
 
-# How long one call goes alone to learn a (provider, model)'s quota before others follow.
-PROBE_MS: Final = 2_000
+# While a (provider, model)'s quota is not known, this many calls at most go to learn it, each
+# holding its place until its answer's head arrives or this long has passed.
+PROBES: Final = 2
+PROBE_MS: Final = 1_000
 # How long a (provider, model) whose answers carry no quota headers goes unpaced before its
 # next answer is looked at again.
 PLAIN_MS: Final = 300_000
@@ -55,7 +57,9 @@ if s[1] then return 0 end
 local rl, rr, rt, rw = tonumber(s[2]), tonumber(s[3]), tonumber(s[4]), tonumber(s[5])
 local tl, tr, tt, tw = tonumber(s[6]), tonumber(s[7]), tonumber(s[8]), tonumber(s[9])
 if rr == nil and tr == nil then
-  if redis.call('SET', probe, '1', 'NX', 'PX', probe_ms) then return 0 end
+  for i = 1, tonumber(ARGV[5]) do
+    if redis.call('SET', probe .. ':' .. i, '1', 'NX', 'PX', probe_ms) then return 0 end
+  end
   return -1
 end
 local function roll(limit, left, reset, window)
@@ -118,7 +122,7 @@ note(ARGV[5], ARGV[6], ARGV[7], 'tl', 'tr', 'tt', 'tw')
 local last = math.max(tonumber(redis.call('HGET', key, 'rt')) or now,
                       tonumber(redis.call('HGET', key, 'tt')) or now)
 redis.call('PEXPIRE', key, math.ceil(last - now + keep))
-redis.call('DEL', probe)
+for i = 1, tonumber(ARGV[10]) do redis.call('DEL', probe .. ':' .. i) end
 return 0
 """
 
@@ -168,7 +172,8 @@ class Pacer:
         try:
             wait = float(
                 self._acquire(
-                    keys=_key(provider, model), args=[int(now_ms), tokens, PROBE_MS, GUARD_MS]
+                    keys=_key(provider, model),
+                    args=[int(now_ms), tokens, PROBE_MS, GUARD_MS, PROBES],
                 )
             )
         except (redis.RedisError, OSError) as exc:
@@ -216,7 +221,7 @@ class Pacer:
                     pipe = self._client.pipeline()
                     pipe.hset(key, "none", 1)
                     pipe.pexpire(key, PLAIN_MS)
-                    pipe.delete(probe)
+                    pipe.delete(*(f"{probe}:{i}" for i in range(1, PROBES + 1)))
                     pipe.execute()
                 return
             self._plain.pop((provider, model), None)
@@ -232,6 +237,7 @@ class Pacer:
                     _arg(quota.tokens_reset_ms),
                     SAME_WINDOW_MS,
                     KEEP_MS,
+                    PROBES,
                 ],
             )
         except (redis.RedisError, OSError) as exc:
@@ -244,7 +250,7 @@ class Pacer:
         try:
             pattern = "".join("\\" + c if c in "*?[]\\" else c for c in prefix) + "*"
             for key in self._client.scan_iter(match=pattern, count=200):
-                if key.endswith(":probe"):
+                if key.rsplit(":", 2)[-2:-1] == ["probe"]:
                     continue
                 state: dict[str, str] = self._client.hgetall(key)  # type: ignore[assignment]
                 if "none" in state:

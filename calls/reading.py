@@ -49,6 +49,10 @@ from calls.types import CallOutput, ProviderError
 
 logger = logging.getLogger(__name__)
 
+# Gets what an answer's remaining-quota headers said (None: it had none), once its head
+# arrived (architecture.md §6.13). Called on the loop: it must not block.
+QuotaHook = Callable[[Quota | None], None]
+
 # A stream whose bytes are always there is read about this many lines at a time, the loop's
 # other work (health checks, other calls, timers, a cancel) run between: aiohttp hands over
 # what it buffered without a pause, so a fast provider would otherwise hold the loop.
@@ -67,12 +71,17 @@ async def perform_call(
     on_milestone: MilestoneHook | None = None,
     on_wire: WireHook | None = None,
     on_progress: ProgressHook | None = None,
+    on_quota: QuotaHook | None = None,
 ) -> CallResult:
     """Make one call and read it under the bounds, on the running loop's session
-    (``agentops.outbound``): its connections are kept alive, its TLS trust store loaded once."""
-    return await _Reading(
+    (``agentops.outbound``): its connections are kept alive, its TLS trust store loaded once.
+    ``on_quota`` gets what the answer's remaining-quota headers say (None: none) as soon as
+    its head arrives."""
+    reading = _Reading(
         adapter, wire, streamed, max_tokens, bounds, on_delta, on_milestone, on_wire, on_progress
-    ).run(on_abortable)
+    )
+    reading.on_quota = on_quota
+    return await reading.run(on_abortable)
 
 
 class _Reading:
@@ -93,6 +102,7 @@ class _Reading:
         "on_delta",
         "on_milestone",
         "on_progress",
+        "on_quota",
         "on_wire",
         "pumped",
         "quota",
@@ -140,6 +150,7 @@ class _Reading:
             False  # the stream's own reading ended the call (not a deadline, not an abort)
         )
         self.quota: Quota | None = None  # the answer's remaining-quota headers
+        self.on_quota: QuotaHook | None = None
         # Text deltas not yet handed to ``on_delta`` (None: nobody asked for them).
         self.deltas: list[str] | None = [] if on_delta is not None else None
 
@@ -293,6 +304,8 @@ class _Reading:
                     return
                 status = resp.status
                 self.quota = quota_from_headers(resp.headers, self.timeline.headers or now_ms())
+                if self.on_quota is not None:
+                    self.on_quota(self.quota)
                 if on_wire is not None:
                     await on_wire("headers", status)
                 if not 200 <= status <= 599:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Protocol
@@ -48,6 +48,7 @@ from calls.client import CallResult, Timeline, now_ms
 from calls.config import bounds_settings
 from calls.events import dashboard_call_ended, dashboard_call_started
 from calls.health import provider_health_note
+from calls.limits import Quota
 from calls.pacing import Pacer
 from calls.progress import progress_entry, progress_hub
 from calls.project_limits import (
@@ -68,6 +69,8 @@ logger = logging.getLogger(__name__)
 
 # Up to this much is added to each pacing wait (``ProviderCall.paced``).
 PACE_JITTER_MS = 50.0
+# The quota notes in flight: a task the loop holds only weakly must be kept until it ends.
+_noting: set[asyncio.Future[None]] = set()
 
 
 class Holding(Protocol):
@@ -124,6 +127,7 @@ class ProviderCall:
         "reserved",
         "result",
         "row",
+        "spares",
         "turn",
         "watch",
         "wire",
@@ -140,8 +144,12 @@ class ProviderCall:
         headers: dict[str, str] | None = None,
         provider: Provider | None = None,
         route: str = "primary",
+        spares: Sequence[tuple[Provider, str]] = (),
     ) -> None:
         self.agent, self.request, self.kind, self.turn = agent, request, kind, turn
+        # Pool members that may take the call instead, when its quota has none left before
+        # they do (architecture.md §6.15): (provider, model), in the order to try them.
+        self.spares = tuple(spares)
         self.provider = provider if provider is not None else agent.provider
         self.body, self.headers = body, headers or {}
         self.row = InferenceCall(
@@ -269,6 +277,17 @@ class ProviderCall:
                 partial(pacer.acquire, provider=provider, model=model, tokens=tokens),
                 now_ms=now_ms(),
             )
+            for spare, spare_model in self.spares if wait > 0 else ():
+                # A pool member with room now takes the call rather than wait (§6.15).
+                spare_wait = await engine.db(
+                    partial(pacer.acquire, provider=spare.name, model=spare_model, tokens=tokens),
+                    now_ms=now_ms(),
+                )
+                if spare_wait <= 0:
+                    self._moved_to(spare, spare_model)
+                    wait = 0.0
+                    break
+                wait = min(wait, spare_wait)
             if wait <= 0:
                 if waited:
                     self.row.paced_ms = (self.row.paced_ms or 0) + round(waited)
@@ -322,6 +341,31 @@ class ProviderCall:
             await asyncio.sleep(wait / 1000)
             waited += wait
 
+    def _moved_to(self, provider: Provider, model: str) -> None:
+        """Before it is sent: the call goes to another pool member (its row says so)."""
+        self.provider = provider
+        self.request = replace(self.request, model=model)
+        self.row.provider, self.row.model = provider, model
+        if self.body is not None:
+            self.body = {**self.body, "model": model}
+        self.spares = ()
+
+    def _quota_noted(self, quota: Quota | None) -> None:
+        """On the loop, as the answer's head arrives: what its headers say is left, told to
+        every process (in a database thread: Redis is a round trip), so the calls waiting to
+        learn it go at once rather than when this one ends."""
+        engine = runtime()
+        note = partial(
+            engine.part(Pacer).note,
+            provider=self.provider.name,
+            model=self.request.model,
+            quota=quota,
+            now_ms=now_ms(),
+        )
+        task = asyncio.ensure_future(engine.db(note))
+        _noting.add(task)
+        task.add_done_callback(_noting.discard)
+
     def _token_estimate(self) -> int:
         """The call's tokens as a provider's tokens-per-minute count them: its input at about
         four characters a token, and its answer's ``max_tokens``."""
@@ -353,6 +397,7 @@ class ProviderCall:
                 on_delta=hooks.on_delta if hooks else None,
                 on_progress=hooks.on_progress if hooks else None,
                 on_wire=on_wire,
+                on_quota=self._quota_noted,
             )
         finally:
             if hooks is not None:

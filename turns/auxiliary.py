@@ -136,6 +136,7 @@ async def auxiliary_complete_on_loop(
             InferenceCall.Kind.AUXILIARY,
             provider=target.provider,
             route=serving.choice.reason,
+            spares=[(t.provider, t.model) for t in serving.spares],
         )
         await _run(call)
         following = await db(_next, call, tried)

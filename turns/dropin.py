@@ -80,6 +80,8 @@ class Target:
     provider: Provider
     model: str
     route: str = "primary"
+    # Pool members that may take the call if this one's quota has no room (§6.15).
+    spares: tuple[tuple[Provider, str], ...] = ()
 
 
 def dropin_target(agent: Agent, tried: set[Target], *, failed: bool) -> Target | None:
@@ -98,7 +100,12 @@ def dropin_target(agent: Agent, tried: set[Target], *, failed: bool) -> Target |
     if serving is None:
         return None
     serving_noted(agent, serving)
-    return Target(serving.target.provider, serving.target.model, serving.choice.reason)
+    return Target(
+        serving.target.provider,
+        serving.target.model,
+        serving.choice.reason,
+        tuple((t.provider, t.model) for t in serving.spares),
+    )
 
 
 def again_after_ms(
@@ -192,6 +199,7 @@ class DropinCall:
             headers=self.headers,
             provider=target.provider,
             route=target.route,
+            spares=target.spares,
         )
 
     def admit(self) -> Deferred | None:

@@ -65,8 +65,10 @@ class Serving:
     previous: int | None = None
     primary_until: int | None = None
     primary_held: bool = False
-    # With a pool (§6.15): which member serves (0: the agent's own), when ``choice.index`` is 0.
+    # With a pool (§6.15): which member serves (0: the agent's own), when ``choice.index`` is 0,
+    # and the other members that may serve, in the order to try them if its quota has no room.
     member: int = 0
+    spares: tuple[Target, ...] = ()
 
     @property
     def on_alternate(self) -> bool:
@@ -181,7 +183,7 @@ def serving_choose(
         if (candidate.provider_id, candidate.model) in avoid:
             until, why = math.inf, "tried in this request"
         seen.append(Seen(held=held, hold_until=hold_until, down_until=until, down_why=why))
-    member, first = 0, seen[0]
+    member, first, others = 0, seen[0], []
     if pooled > 1:
         usable = [
             i
@@ -195,6 +197,7 @@ def serving_choose(
             member, first = min(waiting, key=lambda i: quotas[i][0]), Seen()
         elif not first.held:
             first = Seen(down_until=math.inf, down_why="every pool member is held, paced or down")
+        others = sorted((i for i in waiting if i != member), key=lambda i: quotas[i][0])
     route = [first, *seen[pooled:]]
     choice = route_choose(
         route, now_ms=now_ms, fallback_after_ms=settings.AGENTOPS_FALLBACK_AFTER_MS
@@ -212,6 +215,17 @@ def serving_choose(
     provider = agent.provider if at == 0 else Provider.objects.filter(pk=chosen.provider_id).first()
     if provider is None:  # deleted since it was listed
         return primary_serving(agent)
+    spares: tuple[Target, ...] = ()
+    if choice.index == 0 and choice.fresh and others:
+        found = {
+            p.pk: p
+            for p in Provider.objects.filter(pk__in=[candidates[i].provider_id for i in others])
+        }
+        spares = tuple(
+            Target(found[c.provider_id], c.model, c.context_window)
+            for c in (candidates[i] for i in others)
+            if c.provider_id in found
+        )
     return Serving(
         Target(provider, chosen.model, chosen.context_window),
         choice,
@@ -219,6 +233,7 @@ def serving_choose(
         primary_until=seen[0].hold_until,
         primary_held=seen[0].held,
         member=member if choice.index == 0 else 0,
+        spares=spares,
     )
 
 

@@ -184,6 +184,7 @@ def turn_ready(turn_id: int, *, need_tokens: int = 0) -> Ready | Outcome:
         turn=turn,
         provider=serving.target.provider,
         route=serving.choice.reason + left_out,
+        spares=[(t.provider, t.model) for t in serving.spares],
     )
     return Ready(turn, request, call, serving)
 
