@@ -145,6 +145,10 @@ class Agent(models.Model):
     # [{provider, model, weight, context_window, provider_id, kind}]; the agent's own
     # (provider, model) is a member of weight 1.
     pool = models.JSONField(default=list, blank=True)
+    # When a call has produced no content after this long, the same request is also sent to
+    # the first alternate free to serve; the first to answer is relayed (architecture.md
+    # §6.11). Null: no hedging.
+    hedge_after_ms = models.PositiveIntegerField(null=True, blank=True)
     # The model's window in tokens as configured, and as a refusal last stated it (learned): the
     # smaller known one is the one a request must fit (architecture.md §5.9).
     context_window = models.PositiveIntegerField(null=True, blank=True)

@@ -56,6 +56,7 @@ def agent_create(
     tools: list[dict[str, Any]] | None = None,
     fallbacks: list[dict[str, Any]] | None = None,
     pool: list[dict[str, Any]] | None = None,
+    hedge_after_ms: int | None = None,
     project_id: int | None = None,
     context_window: int | None = None,
     context_policy: str | None = None,
@@ -101,6 +102,7 @@ def agent_create(
                 tools=tools or [],
                 fallbacks=fallbacks,
                 pool=pool,
+                hedge_after_ms=hedge_after_ms,
                 context_window=context_window,
                 context_policy=context_policy,
                 project_id=project_id,
@@ -212,6 +214,7 @@ def agent_update(*, agent: Agent, changes: dict[str, Any]) -> Agent:
         "max_tokens",
         "fallbacks",
         "pool",
+        "hedge_after_ms",
         "context_window",
         "context_policy",
     }

@@ -209,6 +209,11 @@ AGENTOPS_WAIT_RECHECK_MS = env_ms("AGENTOPS_WAIT_RECHECK_MS", 30_000)
 # than answer 429); a target that failed is passed over for the second one, then tried once.
 AGENTOPS_FALLBACK_AFTER_MS = env_ms("AGENTOPS_FALLBACK_AFTER_MS", 30_000)
 AGENTOPS_FALLBACK_RETRY_PRIMARY_MS = env_ms("AGENTOPS_FALLBACK_RETRY_PRIMARY_MS", 30_000)
+# A return to the primary after an alternate served gets this long for its first content (not
+# the before-content bound's minute): a primary still silent costs this once per interval.
+AGENTOPS_FALLBACK_RETURN_FIRST_CONTENT_MS = env_ms(
+    "AGENTOPS_FALLBACK_RETURN_FIRST_CONTENT_MS", 10_000
+)
 # A provider's limit at its own scope (architecture.md §6.12, §6.13): the seeds' acceleration
 # cooldown on the whole account, how held turns spread out when a scoped wait ends with no
 # known rate, and how long a drop-in request waits for its provider's quota to come back.

@@ -50,6 +50,14 @@ class BoundsSettings:
 
 
 @dataclass(frozen=True)
+class ShorterBeforeContent(BoundsSettings):
+    """The bounds of one call whose caller set a shorter before-content bound (a return to the
+    primary: architecture.md §6.11), and the setting a cut by it names."""
+
+    before_content_setting: str = ""
+
+
+@dataclass(frozen=True)
 class CallState:
     """What the reader has seen of one call, as instants in ms (None: not yet)."""
 
@@ -128,6 +136,8 @@ def _at(deadline: Deadline) -> float:
 
 def bound_setting(bound: Bound, state: CallState, settings: BoundsSettings) -> str:
     """The setting that, raised, moves this bound's deadline later (named in a cut)."""
+    if bound is Bound.BEFORE_CONTENT and isinstance(settings, ShorterBeforeContent):
+        return settings.before_content_setting
     if bound is not Bound.WHOLE_CALL:
         return BOUND_SETTING[bound]
     setup_field = (

@@ -22,7 +22,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -41,7 +41,7 @@ from agentops.runtime import Runtime, Settable, Wake, runtime
 from agentops.text import bound_text
 from agentops.urlsafety import HostUnresolved, IPAddress
 from calls.adapters import Adapter, WireRequest, build_wire
-from calls.bounds import Deadline
+from calls.bounds import BoundsSettings, Deadline, ShorterBeforeContent
 from calls.budgeting import OUTPUT_BOUND, call_reservation
 from calls.classify import paced_error, project_limit_error, redacted
 from calls.client import CallResult, Timeline, now_ms
@@ -110,7 +110,8 @@ class ProviderCall:
     provider loaded and the admission check made. ``body`` and ``headers`` replace the wire
     request's body and add to its headers (a drop-in call sends the client's own body).
     ``provider`` serves it (the agent's own unless an alternate does: architecture.md §6.11),
-    ``route`` says why, on its row."""
+    ``route`` says why, on its row. ``first_content_bound``: (ms, the setting that names it), a
+    before-content bound shorter than the configured one for this call alone (§6.11)."""
 
     __slots__ = (
         "_aborts",
@@ -119,6 +120,7 @@ class ProviderCall:
         "adapter",
         "agent",
         "body",
+        "first_content_bound",
         "headers",
         "kind",
         "provider",
@@ -145,8 +147,10 @@ class ProviderCall:
         provider: Provider | None = None,
         route: str = "primary",
         spares: Sequence[tuple[Provider, str]] = (),
+        first_content_bound: tuple[float, str] | None = None,
     ) -> None:
         self.agent, self.request, self.kind, self.turn = agent, request, kind, turn
+        self.first_content_bound = first_content_bound
         # Pool members that may take the call instead, when its quota has none left before
         # they do (architecture.md §6.15): (provider, model), in the order to try them.
         self.spares = tuple(spares)
@@ -391,7 +395,7 @@ class ProviderCall:
                 wire=self.wire,
                 streamed=self.request.stream,
                 max_tokens=self.request.max_tokens,
-                bounds=bounds_settings(),
+                bounds=self._bounds(),
                 on_abortable=hooks.on_abortable if hooks else self._aborts.append,
                 on_milestone=hooks.on_milestone if hooks else None,
                 on_delta=hooks.on_delta if hooks else None,
@@ -403,6 +407,14 @@ class ProviderCall:
             if hooks is not None:
                 hooks.ended()
         return self.result
+
+    def _bounds(self) -> BoundsSettings | None:
+        bounds, shorter = bounds_settings(), self.first_content_bound
+        if bounds is None or shorter is None or shorter[0] >= bounds.before_content_ms:
+            return bounds
+        return ShorterBeforeContent(
+            **{**asdict(bounds), "before_content_ms": shorter[0]}, before_content_setting=shorter[1]
+        )
 
     def abort(self) -> None:
         """End the call being performed (the client went away): it is recorded ``aborted``."""

@@ -149,6 +149,7 @@ def agent_out(
             for f in alternates(agent.fallbacks)
         ],
         "pool": pool_out(agent, time.time() * 1000) if alternates(agent.pool) else [],
+        "hedge_after_ms": agent.hedge_after_ms,
         "serving": agent_serving(agent),
         "status": agent_status_of(current),
         "failure_streak": agent_failure_streak(agent) if streak is None else streak,

@@ -26,13 +26,13 @@ from calls.run import ProviderCall
 from calls.types import CompiledRequest, Message, ProviderError
 from inference.models import InferenceCall
 from turns.holds import held_by
-from turns.routing import SWITCH_ON
 from turns.serving import (
     Serving,
     primary_serving,
     routed,
     serving_choose,
     serving_noted,
+    serving_settled,
     serving_switch,
 )
 from waits.admission import admission_check, remaining_ms
@@ -137,9 +137,10 @@ async def auxiliary_complete_on_loop(
             provider=target.provider,
             route=serving.choice.reason,
             spares=[(t.provider, t.model) for t in serving.spares],
+            first_content_bound=serving.first_content_bound,
         )
         await _run(call)
-        following = await db(_next, call, tried)
+        following = await db(_next, call, tried, serving)
         if not isinstance(following, Serving):
             return following
         serving = following
@@ -181,22 +182,32 @@ def _served(agent: Agent, max_tokens: int | None) -> Serving:
     return serving
 
 
-def _next(call: ProviderCall, tried: set[tuple[int, str]]) -> Serving | dict[str, Any]:
+def _next(
+    call: ProviderCall, tried: set[tuple[int, str]], serving: Serving
+) -> Serving | dict[str, Any]:
     """After a call with alternates, in one hop: its row written, its stated wait recorded
     (once); the next target when the failure routes around and one not yet tried may serve,
     else what the call means (``_outcome``)."""
     row = call.end()
     result, agent = call.result, call.agent
     assert result is not None
+    serving_settled(agent, row)
     error = result.error
     binding = None
     if error is not None and error.retry_after_ms is not None and error.type != "paced":
         binding = _wait_recorded(agent, row.model, error, call.provider)
-    if result.outcome != "completed" and error is not None and error.type in SWITCH_ON:
-        serving = serving_switch(agent, time.time() * 1000, tried=tried)
-        if serving is not None:
-            serving_noted(agent, serving)
-            return serving
+    if result.outcome != "completed" and error is not None:
+        target = serving.target
+        switched = serving_switch(
+            agent,
+            time.time() * 1000,
+            error=error,
+            tried=tried,
+            failed=(target.provider.pk, target.model),
+        )
+        if switched is not None:
+            serving_noted(agent, switched)
+            return switched
     return _outcome(agent, row.model, row, result, binding=binding)
 
 

@@ -38,8 +38,16 @@ from calls.run import ProviderCall
 from calls.types import CompiledRequest, ProviderError
 from inference.models import InferenceCall
 from turns.auxiliary import Deferred, auxiliary_admit
-from turns.routing import SWITCH_ON
-from turns.serving import routed, serving_choose, serving_noted, serving_switch, wait_provider
+from turns.serving import (
+    Serving,
+    routed,
+    serving_choose,
+    serving_hedge,
+    serving_noted,
+    serving_settled,
+    serving_switch,
+    wait_provider,
+)
 from waits.admission import admission_check, remaining_ms
 from waits.limits import limit_record
 
@@ -75,36 +83,67 @@ def request_max_tokens(kind: str, body: dict[str, Any]) -> int | None:
 @dataclass(frozen=True)
 class Target:
     """Where one attempt of a drop-in request goes: a provider, the model named to it, and
-    why (its call row's ``route``)."""
+    why (its call row's ``route``); ``first_content_bound``: a return attempt's (§6.11)."""
 
     provider: Provider
     model: str
     route: str = "primary"
     # Pool members that may take the call if this one's quota has no room (§6.15).
     spares: tuple[tuple[Provider, str], ...] = ()
+    first_content_bound: tuple[float, str] | None = None
 
 
-def dropin_target(agent: Agent, tried: set[Target], *, failed: bool) -> Target | None:
+def dropin_target(
+    agent: Agent,
+    tried: set[Target],
+    *,
+    failed: Target | None = None,
+    error: ProviderError | None = None,
+) -> Target | None:
     """In a thread: the target the agent's turns would get among its alternates of the
     request's own wire format (architecture.md §6.11), or None: the first attempt goes to the
-    agent's own (its admission check may defer it), and after a ``failed`` attempt no other
-    target may serve (the same one may be called again, ``again_after_ms``)."""
+    agent's own (its admission check may defer it), and after the attempt to ``failed`` ended
+    with ``error`` no other target may serve (the same one may be called again,
+    ``again_after_ms``)."""
     if not routed(agent):
         return None
     now_ms, kind = time.time() * 1000, agent.provider.kind
-    serving = (
-        serving_switch(agent, now_ms, tried={(t.provider.pk, t.model) for t in tried}, kind=kind)
-        if failed
-        else serving_choose(agent, now_ms, kind=kind)
-    )
+    if failed is not None and error is not None:
+        serving = serving_switch(
+            agent,
+            now_ms,
+            error=error,
+            tried={(t.provider.pk, t.model) for t in tried},
+            failed=(failed.provider.pk, failed.model),
+            kind=kind,
+        )
+    else:
+        serving = serving_choose(agent, now_ms, kind=kind)
     if serving is None:
         return None
     serving_noted(agent, serving)
+    return _target(serving)
+
+
+def dropin_hedge(agent: Agent, tried: set[Target]) -> Target | None:
+    """In a thread: where a request is also sent when its attempt has produced no content after
+    the agent's ``hedge_after_ms`` (§6.11), or None."""
+    serving = serving_hedge(
+        agent,
+        time.time() * 1000,
+        tried={(t.provider.pk, t.model) for t in tried},
+        kind=agent.provider.kind,
+    )
+    return None if serving is None else _target(serving)
+
+
+def _target(serving: Serving) -> Target:
     return Target(
         serving.target.provider,
         serving.target.model,
         serving.choice.reason,
         tuple((t.provider, t.model) for t in serving.spares),
+        serving.first_content_bound,
     )
 
 
@@ -179,6 +218,9 @@ class DropinCall:
         self.result: CallResult | None = None
         self.target = Target(agent.provider, agent.model)
         self._call = self._attempt(self.target)
+        # A hedge's second call while it races the first (§6.11); at most one per request.
+        self._hedge: ProviderCall | None = None
+        self._hedged = False
         self._task: asyncio.Task[None] | None = None
 
     def _attempt(self, target: Target) -> ProviderCall:
@@ -200,12 +242,13 @@ class DropinCall:
             provider=target.provider,
             route=target.route,
             spares=target.spares,
+            first_content_bound=target.first_content_bound,
         )
 
     def admit(self) -> Deferred | None:
         """None when the call may go out; else the hold (its ``deferred`` row is written).
         Reads the database: call it in a thread. With alternates, the target is chosen here."""
-        chosen = dropin_target(self.agent, set(), failed=False)
+        chosen = dropin_target(self.agent, set())
         if chosen is not None:  # chosen from the journal's view: nothing holds it
             self.target, self._call = chosen, self._attempt(chosen)
             return None
@@ -234,6 +277,8 @@ class DropinCall:
         if self._gone is not None:
             self._gone.set()
         self._call.abort()
+        if self._hedge is not None:
+            self._hedge.abort()
 
     async def _run(self) -> None:
         retries = settings.AGENTOPS_DROPIN_RETRIES
@@ -242,12 +287,14 @@ class DropinCall:
         tried = {self.target}
         try:
             while True:
-                self.result, started, held = await self._one(self._call)
+                self.result, started, held = await self._attempted(tried)
                 self.call = await runtime().db(self._ended)
                 error = self.result.error
-                if not started and error is not None and error.type in SWITCH_ON:
+                if not started and error is not None:
                     # Another target at once, when one may serve (§6.11).
-                    switched = await runtime().db(dropin_target, self.agent, tried, failed=True)
+                    switched = await runtime().db(
+                        dropin_target, self.agent, tried, failed=self.target, error=error
+                    )
                     if switched is not None and not self._abandoned:
                         held = []
                         tried.add(switched)
@@ -276,9 +323,62 @@ class DropinCall:
                     self._queue.put_nowait(item)
             self._queue.put_nowait(("end", self.result))
 
-    async def _one(self, call: ProviderCall) -> tuple[CallResult, bool, list[tuple[str, Any]]]:
+    async def _attempted(
+        self, tried: set[Target]
+    ) -> tuple[CallResult, bool, list[tuple[str, Any]]]:
+        """The current attempt (``_one``), hedged when the agent says so (§6.11): with no
+        content after ``hedge_after_ms`` the request also goes to the first free alternate;
+        the first of the two to produce content is relayed and becomes the attempt
+        (``self._call``, ``self.target``), the other is aborted and its row written."""
+        wait_ms = self.agent.hedge_after_ms
+        if wait_ms is None or self._hedged or not routed(self.agent):
+            return await self._one(self._call)
+        race = _Race()
+        first = asyncio.ensure_future(self._one(self._call, race))
+        claimed = asyncio.ensure_future(race.claimed.wait())
+        try:
+            await asyncio.wait(
+                [first, claimed], timeout=wait_ms / 1000, return_when=asyncio.FIRST_COMPLETED
+            )
+            if first.done() or race.winner is not None or self._abandoned:
+                return await first
+            target = await runtime().db(dropin_hedge, self.agent, tried)
+            if target is None or self._abandoned:
+                return await first
+            self._hedged = True
+            tried.add(target)
+            self._hedge = self._attempt(target)
+            second = asyncio.ensure_future(self._one(self._hedge, race))
+            racing = {first: (self._call, self.target), second: (self._hedge, target)}
+            pending: set[asyncio.Future[Any]] = {first, second}
+            while race.winner is None and pending:
+                _, pending = await asyncio.wait(
+                    pending | {claimed}, return_when=asyncio.FIRST_COMPLETED
+                )
+                pending.discard(claimed)
+            if race.winner is not None:
+                won = first if race.winner is self._call else second
+            else:  # neither produced content: the one that ended last is the answer
+                won = max(racing, key=lambda task: _ended_at(racing[task][0]))
+            lost = second if won is first else first
+            self._call, self.target = racing[won]
+            loser = racing[lost][0]
+            self._hedge = loser
+            loser.abort()
+            await asyncio.gather(lost, return_exceptions=True)
+            if loser.result is not None:  # recorded and costed like every call
+                await runtime().db(loser.end)
+            self._hedge = None
+            return await won
+        finally:
+            claimed.cancel()
+
+    async def _one(
+        self, call: ProviderCall, race: _Race | None = None
+    ) -> tuple[CallResult, bool, list[tuple[str, Any]]]:
         """One attempt: its result, whether its response started (then all it sent went on to
-        the caller as it came) and, when not, what it sent (held back: it may be made again)."""
+        the caller as it came) and, when not, what it sent (held back: it may be made again).
+        In a ``race``, nothing goes on unless this call produced content first."""
         started = False
         held: list[tuple[str, Any]] = []
 
@@ -288,6 +388,8 @@ class DropinCall:
                 if kind in ("error_body", "headers"):  # nothing the caller could have read
                     held.append((kind, value))
                     return
+                if race is not None and not race.claim(call):
+                    return  # the other call of a hedge answered first: this one is dropped
                 started = True
                 for item in held:
                     await self._put(*item)
@@ -353,6 +455,7 @@ class DropinCall:
     def _ended(self) -> InferenceCall:
         """The row written and the end announced; a stated wait recorded for (agent, model)."""
         row = self._call.end()
+        serving_settled(self.agent, row)
         error = self.result.error if self.result is not None else None
         if error is not None and error.retry_after_ms is not None and error.type != "paced":
             limit_record(
@@ -364,6 +467,24 @@ class DropinCall:
                 own_provider=self._call.provider.pk == self.agent.provider_id,
             )
         return row
+
+
+def _ended_at(call: ProviderCall) -> float:
+    return call.result.timeline.ended or 0.0 if call.result is not None else 0.0
+
+
+class _Race:
+    """A hedged request's two calls: the first to produce content wins (``claim``)."""
+
+    def __init__(self) -> None:
+        self.winner: ProviderCall | None = None
+        self.claimed = asyncio.Event()
+
+    def claim(self, call: ProviderCall) -> bool:
+        if self.winner is None:
+            self.winner = call
+            self.claimed.set()
+        return self.winner is call
 
 
 def wait_headers(wait_ms: float) -> dict[str, str]:

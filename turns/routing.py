@@ -18,7 +18,8 @@ from typing import Any, Final
 # elsewhere), it said "not now" without saying for how long, or its worst case is over what
 # the agent's budget has left while a cheaper target's fits (§18.4; never sent).
 DOWN_AT_ONCE: Final = frozenset({"auth", "quota", "timeout", "budget_edge"})
-# These make it down when its two latest calls both failed so (a lone 5xx may be a blip).
+# These make it down when its two latest calls both failed so, within the retry interval of
+# each other (a lone 5xx may be a blip, and one from long ago says nothing of now).
 DOWN_TWICE: Final = frozenset({"server", "overloaded", "network"})
 # The failures after which a call goes to another target: never a refusal of the request
 # itself (invalid_request, policy, context_length), which another model would refuse too.
@@ -51,12 +52,14 @@ class Choice:
 @dataclass(frozen=True, slots=True)
 class Failure:
     """A target's ended call as routing reads it: ``kind`` the error type (None: it
-    answered), whether its wait was stated, whether content had arrived, when it ended."""
+    answered), whether its wait was stated, whether content had arrived, when it ended, and
+    whether it was a return to the primary after an alternate served."""
 
     kind: str | None
     stated_wait: bool = False
     after_content: bool = False
     ended_ms: float = 0.0
+    returning: bool = False
 
 
 def down_until(latest: Sequence[Failure], *, retry_after_ms: float) -> tuple[float | None, str]:
@@ -73,11 +76,27 @@ def down_until(latest: Sequence[Failure], *, retry_after_ms: float) -> tuple[flo
         why = f"a {kind} failure"
     elif kind in DOWN_TWICE and last.after_content:
         why = "its answer was cut after content"
-    elif kind in DOWN_TWICE and len(latest) > 1 and latest[1].kind in DOWN_TWICE:
+    elif kind in DOWN_TWICE and last.returning:
+        # The first call after its down interval: the outage goes on (one call per interval).
+        why = f"a {kind} failure on its return"
+    elif (
+        kind in DOWN_TWICE
+        and len(latest) > 1
+        and latest[1].kind in DOWN_TWICE
+        and last.ended_ms - latest[1].ended_ms <= retry_after_ms
+    ):
         why = f"two {kind} failures in a row"
     else:
         return None, ""
     return last.ended_ms + retry_after_ms, why
+
+
+def overflow_need(error_limit: int | None, window: int | None) -> int | None:
+    """The tokens a request refused for length counts as at least (§5.9, §6.11): one more than
+    the window the refusal stated, else than the refused target's known window; None when
+    neither is known (then no other target is known to fit)."""
+    limit = error_limit if error_limit is not None else window
+    return None if limit is None else limit + 1
 
 
 def route_choose(seen: Sequence[Seen], *, now_ms: float, fallback_after_ms: float) -> Choice | None:

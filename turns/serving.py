@@ -21,16 +21,27 @@ from django.db import connection
 from django.db.models import Count, Q
 
 from agentops.alerts import alert_raise
-from agentops.models import Agent, Provider
+from agentops.models import Agent, Alert, Provider
 from agentops.runtime import runtime
 from calls.pacing import Pacer
-from calls.types import CompiledRequest
+from calls.types import CompiledRequest, ProviderError
 from inference.models import InferenceCall
-from turns.routing import Choice, Failure, Seen, alternates, down_until, route_choose
+from turns.routing import (
+    SWITCH_ON,
+    Choice,
+    Failure,
+    Seen,
+    alternates,
+    down_until,
+    overflow_need,
+    route_choose,
+)
 from waits.admission import admission_checks
 
 logger = logging.getLogger(__name__)
 
+# The route of the primary's first call after an alternate served (§6.11).
+RETURNING = "return to primary"
 ENDED = (InferenceCall.Outcome.COMPLETED, InferenceCall.Outcome.ERROR, InferenceCall.Outcome.CUT)
 
 
@@ -69,10 +80,24 @@ class Serving:
     # and the other members that may serve, in the order to try them if its quota has no room.
     member: int = 0
     spares: tuple[Target, ...] = ()
+    # A return to the primary after an alternate served, while an alternate is free to take
+    # the request if the primary stays silent (its first content is bounded short).
+    returning: bool = False
 
     @property
     def on_alternate(self) -> bool:
         return self.choice.index > 0
+
+    @property
+    def first_content_bound(self) -> tuple[float, str] | None:
+        """The before-content bound of this call when shorter than the configured one: a
+        return attempt's (§6.11), so a silent primary costs that once per interval."""
+        if not self.returning:
+            return None
+        return (
+            float(settings.AGENTOPS_FALLBACK_RETURN_FIRST_CONTENT_MS),
+            "AGENTOPS_FALLBACK_RETURN_FIRST_CONTENT_MS",
+        )
 
 
 def wait_provider(agent: Agent, provider: Provider) -> str:
@@ -176,12 +201,12 @@ def serving_choose(
             # An ephemeral agent records no wait (§6.9): its target's latest stated wait is
             # read from the row, so a long one is routed around all the same.
             held, hold_until = _stated_hold(rows[0], now_ms)
+        if (candidate.provider_id, candidate.model) in avoid:
+            until, why = math.inf, "tried in this request"
         window = agent.known_window if index == 0 else candidate.context_window
         if need_tokens and (window is None or window < need_tokens):
             # Too small a window (or none known) is no target for this request.
             until, why = math.inf, f"the request, about {need_tokens} tokens, is over its window"
-        if (candidate.provider_id, candidate.model) in avoid:
-            until, why = math.inf, "tried in this request"
         seen.append(Seen(held=held, hold_until=hold_until, down_until=until, down_why=why))
     member, first, others = 0, seen[0], []
     if pooled > 1:
@@ -209,7 +234,7 @@ def serving_choose(
     if choice.index == 0 and pooled > 1 and choice.fresh:
         choice = Choice(0, "pool", True)
     elif choice.index == 0 and previous not in (None, 0):
-        choice = Choice(0, "return to primary", choice.fresh)
+        choice = Choice(0, RETURNING, choice.fresh)
     at = member if choice.index == 0 else pooled + choice.index - 1
     chosen = candidates[at]
     provider = agent.provider if at == 0 else Provider.objects.filter(pk=chosen.provider_id).first()
@@ -234,6 +259,7 @@ def serving_choose(
         primary_held=seen[0].held,
         member=member if choice.index == 0 else 0,
         spares=spares,
+        returning=choice.index == 0 and choice.fresh and previous not in (None, 0),
     )
 
 
@@ -303,18 +329,62 @@ def _member_pick(
 
 
 def serving_switch(
-    agent: Agent, now_ms: float, *, tried: Collection[tuple[int, str]], kind: str | None = None
+    agent: Agent,
+    now_ms: float,
+    *,
+    error: ProviderError,
+    tried: Collection[tuple[int, str]],
+    failed: tuple[int, str],
+    kind: str | None = None,
 ) -> Serving | None:
-    """After a failure that routes around (``SWITCH_ON``): the target the next call goes to
-    at once, or None. The one choice (``serving_choose``: holds at every scope, pacing, the
-    down state) when it may serve and is not a target already tried, as (provider id,
-    model). Turns, ``/complete`` and the drop-ins all switch through it."""
-    serving = serving_choose(agent, now_ms, kind=kind, avoid=tried)
+    """After a failed call to ``failed`` (as (provider id, model)): the target the same request
+    goes to at once, or None. A failure that routes around (``SWITCH_ON``) goes to the one
+    choice (``serving_choose``: holds at every scope, pacing, the down state) when it may serve
+    and is not a target already ``tried``; a refusal for length (§5.9) only to a target whose
+    window is larger than the one the refusal stated (the request counts as at least that).
+    Turns, ``/complete`` and the drop-ins all switch through it."""
+    need = 0
+    if error.type == "context_length":
+        need = overflow_need(error.context_limit, target_window(agent, failed)) or 0
+        if not need:
+            return None
+    elif error.type not in SWITCH_ON:
+        return None
+    serving = serving_choose(agent, now_ms, kind=kind, avoid=tried, need_tokens=need)
     if serving is None or not serving.choice.fresh:
         return None
     if (serving.target.provider.pk, serving.target.model) in tried:
         return None
     return serving
+
+
+def serving_hedge(
+    agent: Agent, now_ms: float, *, tried: Collection[tuple[int, str]], kind: str | None = None
+) -> Serving | None:
+    """The target a request is also sent to when its call has produced no content after the
+    agent's ``hedge_after_ms`` (§6.11): the first alternate (or pool member) that may serve and
+    was not ``tried``; None with hedging off or none free."""
+    if agent.hedge_after_ms is None:
+        return None
+    serving = serving_choose(agent, now_ms, kind=kind, avoid=tried)
+    if serving is None or not serving.choice.fresh:
+        return None
+    if (serving.target.provider.pk, serving.target.model) in tried:
+        return None
+    reason = f"hedge: no content from the first call after {agent.hedge_after_ms} ms"
+    return replace(serving, choice=Choice(serving.choice.index, reason), returning=False)
+
+
+def target_window(agent: Agent, target: tuple[int, str]) -> int | None:
+    """The known window of one of the agent's targets (the agent's own: configured or
+    learned; another: its entry's ``context_window``)."""
+    if target == (agent.provider_id, agent.model):
+        return agent.known_window
+    candidates, _ = agent_candidates(agent)
+    for candidate in candidates[1:]:
+        if (candidate.provider_id, candidate.model) == target:
+            return candidate.context_window
+    return None
 
 
 def _latest_calls(
@@ -334,13 +404,22 @@ def _latest_calls(
             ],
         )
         found: dict[tuple[int, str], list[dict[str, Any]]] = {}
-        for call_id, provider_id, model, error, ended_at, first_content_at in cursor.fetchall():
+        for (
+            call_id,
+            provider_id,
+            model,
+            error,
+            ended_at,
+            first_content_at,
+            route,
+        ) in cursor.fetchall():
             found.setdefault((provider_id, model), []).append(
                 {
                     "id": call_id,
                     "error": json.loads(error) if isinstance(error, str) else error,
                     "ended_at": ended_at,
                     "first_content_at": first_content_at,
+                    "route": route,
                 }
             )
     return found
@@ -348,10 +427,10 @@ def _latest_calls(
 
 _CALLS = InferenceCall._meta.db_table
 _LATEST_SQL = f"""
-    SELECT c.id, c.provider_id, c.model, c.error, c.ended_at, c.first_content_at
+    SELECT c.id, c.provider_id, c.model, c.error, c.ended_at, c.first_content_at, c.route
     FROM unnest(%s::bigint[], %s::text[]) AS t(provider_id, model)
     CROSS JOIN LATERAL (
-        SELECT id, provider_id, model, error, ended_at, first_content_at FROM {_CALLS}
+        SELECT id, provider_id, model, error, ended_at, first_content_at, route FROM {_CALLS}
         WHERE agent_id = %s AND provider_id = t.provider_id AND model = t.model
           AND outcome = ANY(%s)
         ORDER BY id DESC LIMIT 2
@@ -382,43 +461,75 @@ def _failure(row: Mapping[str, Any]) -> Failure:
         and (error.get("retry_after_ms") is not None or bool(error.get("until_released"))),
         after_content=row["first_content_at"] is not None,
         ended_ms=ended.timestamp() * 1000 if ended is not None else 0.0,
+        returning=row["route"].startswith(RETURNING),
     )
 
 
 def serving_noted(agent: Agent, serving: Serving) -> None:
-    """Alert when a call goes to an alternate after the primary served (``fallback-engaged``),
-    and when the primary serves again after an alternate (``fallback-ended``): once each per
-    episode, since an episode is the run of calls between the two."""
+    """Alert when a call goes to an alternate and no episode is open (``fallback-engaged``). A
+    return attempt that fails and goes back to the alternate opens none: the episode it
+    belongs to is still open. Its end is ``serving_settled``'s to say."""
+    if not serving.on_alternate or _episode_open(agent):
+        return
     target = serving.target
-    if serving.on_alternate and serving.previous in (None, 0):
-        alert_raise(
-            kind="fallback-engaged",
-            agent=agent.name,
-            model=agent.model,
-            message=(
-                f"Agent {agent.name} is served by {target.model} on {target.provider.name} "
-                f"instead of {agent.model} on {agent.provider.name}: "
-                f"{serving.choice.reason.removeprefix('fallback: ')}. Its calls go there until "
-                "the primary's wait ends or is released, or, when the primary was down, once "
-                f"every {settings.AGENTOPS_FALLBACK_RETRY_PRIMARY_MS / 1000:.0f} s to try it."
-            ),
-            data={
-                "provider": target.provider.name,
-                "model": target.model,
-                "reason": serving.choice.reason,
-            },
-        )
-    elif not serving.on_alternate and serving.previous not in (None, 0):
-        alert_raise(
-            kind="fallback-ended",
-            agent=agent.name,
-            model=agent.model,
-            message=(
-                f"Agent {agent.name} is served by its own {agent.model} on "
-                f"{agent.provider.name} again."
-            ),
-            data={"provider": agent.provider.name, "model": agent.model},
-        )
+    alert_raise(
+        kind="fallback-engaged",
+        agent=agent.name,
+        model=agent.model,
+        message=(
+            f"Agent {agent.name} is served by {target.model} on {target.provider.name} "
+            f"instead of {agent.model} on {agent.provider.name}: "
+            f"{serving.choice.reason.removeprefix('fallback: ')}. Its calls go there until "
+            "the primary's wait ends or is released, or, when the primary was down, once "
+            f"every {settings.AGENTOPS_FALLBACK_RETRY_PRIMARY_MS / 1000:.0f} s to try it."
+        ),
+        data={
+            "provider": target.provider.name,
+            "model": target.model,
+            "reason": serving.choice.reason,
+        },
+    )
+
+
+def serving_settled(agent: Agent, call: InferenceCall) -> None:
+    """Once a call's row is written: ``fallback-ended`` when it is the primary's (or a pool
+    member's) and answered while an episode is open. Only what happened: a return attempt
+    chosen, or one that failed, ends nothing. Reads nothing for an agent without alternates,
+    nor for a call that did not answer."""
+    if (
+        call.outcome != InferenceCall.Outcome.COMPLETED
+        or _on_alternate(call.route)
+        or not alternates(agent.fallbacks)
+        or not _episode_open(agent)
+    ):
+        return
+    alert_raise(
+        kind="fallback-ended",
+        agent=agent.name,
+        model=agent.model,
+        message=(
+            f"Agent {agent.name} is served by its own {agent.model} on "
+            f"{agent.provider.name} again: a call to it answered."
+        ),
+        data={"provider": agent.provider.name, "model": agent.model, "call": call.pk},
+    )
+
+
+def _on_alternate(route: str) -> bool:
+    return route.startswith(("fallback", "hedge"))
+
+
+def _episode_open(agent: Agent) -> bool:
+    """Whether a fallback episode is open: the agent's latest fallback alert says engaged.
+    The alerts are what was reported, so each episode is told once each way; one index
+    lookup (``kind``, ``agent``) over a handful of rows."""
+    latest = (
+        Alert.objects.filter(agent=agent.name, kind__in=("fallback-engaged", "fallback-ended"))
+        .order_by("-id")
+        .values_list("kind", flat=True)
+        .first()
+    )
+    return latest == "fallback-engaged"
 
 
 def serving_out(agent: Agent, now_ms: float) -> dict[str, Any] | None:

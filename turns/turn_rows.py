@@ -35,6 +35,7 @@ from turns.serving import (
     routed,
     serving_choose,
     serving_noted,
+    serving_settled,
 )
 from turns.tracing import held_since_ns, turn_held_recorded, turn_noted, turn_traced
 
@@ -140,6 +141,7 @@ def call_settled(call: ProviderCall, turn: Turn, *, answer: CallOutput | None) -
     ends if it may still move: ``turn_complete`` checks under the row's lock), or with no
     answer the turn's status read. Safe to run again. Raises ``AnswerUnstorable``."""
     call.end()
+    serving_settled(call.agent, call.row)
     if answer is None:
         return turn_status(turn.pk)
     try:
@@ -185,6 +187,7 @@ def turn_ready(turn_id: int, *, need_tokens: int = 0) -> Ready | Outcome:
         provider=serving.target.provider,
         route=serving.choice.reason + left_out,
         spares=[(t.provider, t.model) for t in serving.spares],
+        first_content_bound=serving.first_content_bound,
     )
     return Ready(turn, request, call, serving)
 

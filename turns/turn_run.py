@@ -56,7 +56,7 @@ from turns.holds import (
 from turns.lease import TurnLease
 from turns.moves import turn_fail, turn_fail_unstorable, turn_hand_back, turn_rearm
 from turns.policy import Action, PolicySettings, RetryState, decide
-from turns.routing import SWITCH_ON, alternates
+from turns.routing import SWITCH_ON, alternates, overflow_need
 from turns.services import cancel_key
 from turns.serving import Serving, routed, serving_choose, serving_switch
 from turns.tracing import turn_traced
@@ -331,11 +331,9 @@ class TurnRun:
                 record_wait, self.turn, error, now_ms, **self._stated_by()
             )
         current = self.serving.target
+        failed = (current.provider.pk, current.model)
         serving = await self.runtime.db(
-            serving_switch,
-            self.turn.agent,
-            now_ms,
-            tried={(current.provider.pk, current.model)},
+            serving_switch, self.turn.agent, now_ms, error=error, tried={failed}, failed=failed
         )
         if serving is None:
             return False
@@ -375,6 +373,17 @@ class TurnRun:
         if self.context_refused:
             return None
         self.context_refused = True
+        # A larger window first, whatever the policy: the request counts as at least the window
+        # the refusal stated, not as our estimate of it (§6.11).
+        current = self.serving.target
+        floor = overflow_need(
+            error.context_limit,
+            self.turn.agent.known_window
+            if not self.serving.on_alternate
+            else current.context_window,
+        )
+        if floor is not None and await self._wider_alternate(floor):
+            return Step.ADMIT
         plan = await self._durably(
             "fit its window",
             partial(context_plan, turn=self.turn, refused=error),
@@ -385,7 +394,10 @@ class TurnRun:
         """Set the plan's rows aside (summarized first under ``summarize``) and compile again; a
         turn whose own rows do not fit fails saying so, nothing set aside. An alternate whose
         window the request fits comes first (§6.11): then nothing is set aside."""
-        if await self._wider_alternate(plan.estimate + plan.reserve):
+        need = plan.estimate + plan.reserve
+        if refused is not None:
+            need = max(need, overflow_need(refused.context_limit, plan.window) or 0)
+        if await self._wider_alternate(need):
             return Step.ADMIT
         if plan.act == "too_big":
             error = too_big_error(plan, refused)

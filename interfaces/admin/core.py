@@ -219,6 +219,7 @@ class AgentForm(forms.ModelForm):
             "model",
             "pool",
             "fallbacks",
+            "hedge_after_ms",
             "context_window",
             "context_policy",
             "participant",
@@ -234,6 +235,9 @@ class AgentForm(forms.ModelForm):
             "(which is a member of weight 1).",
             "fallbacks": 'In order, at most 4: [{"provider": "name", "model": "name", '
             '"context_window": null}], each a provider and model other than the agent\'s own.',
+            "hedge_after_ms": "Empty: off. Else, when a call has produced no content after this "
+            "many ms, the request is also sent to the first free alternate; the first to answer "
+            "is relayed and the other cancelled (both are recorded and costed).",
         }
 
     def clean(self) -> dict[str, Any]:

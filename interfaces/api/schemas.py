@@ -117,6 +117,11 @@ class PoolMemberIn(Strict):
 Pool = Annotated[list[PoolMemberIn], Field(max_length=8)]
 
 
+# How long a call may go without content before the request is also sent to an alternate
+# (architecture.md §6.11): from 100 ms to 10 minutes.
+HedgeAfter = Annotated[int, Field(ge=100, le=600_000)]
+
+
 class AgentIn(Strict):
     name: Name
     kind: Literal["resident", "conversation", "ephemeral"] = "resident"
@@ -130,6 +135,7 @@ class AgentIn(Strict):
     tools: Annotated[list[ToolIn], Field(max_length=64)] = Field(default_factory=list)
     fallbacks: Fallbacks = Field(default_factory=list)
     pool: Pool = Field(default_factory=list)
+    hedge_after_ms: HedgeAfter | None = None
     context_window: ContextWindow | None = None
     # Default: trim for resident agents, fail for the others (architecture.md §5.9).
     context_policy: ContextPolicy | None = None
@@ -141,6 +147,8 @@ class AgentPatch(Strict):
     max_tokens: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
     fallbacks: Fallbacks | None = None
     pool: Pool | None = None
+    # null turns hedging off.
+    hedge_after_ms: HedgeAfter | None = None
     # null clears the configured window (the learned one, if any, still binds).
     context_window: ContextWindow | None = None
     context_policy: ContextPolicy | None = None
@@ -215,6 +223,7 @@ class AgentOut(BaseModel):
     tools: list[dict[str, Any]]
     fallbacks: list[dict[str, Any]]
     pool: list[PoolMemberOut]
+    hedge_after_ms: int | None
     serving: ServingOut | None
     status: AgentStatus
     failure_streak: int

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from turns.routing import Choice, Failure, Seen, down_until, route_choose
+from turns.routing import Choice, Failure, Seen, down_until, overflow_need, route_choose
 
 NOW = 1_000_000.0
 AFTER = 30_000
@@ -40,7 +40,7 @@ def test_what_makes_a_target_down() -> None:
 
     server = Failure("server", ended_ms=NOW)
     assert down(server) is None  # one 5xx may be a blip
-    assert down(server, Failure("server")) == NOW + 30_000
+    assert down(server, Failure("server", ended_ms=NOW - 30_000)) == NOW + 30_000
     assert down(server, Failure(None)) is None
     assert down(Failure("server", after_content=True, ended_ms=NOW)) == NOW + 30_000
     assert down(Failure("auth", ended_ms=NOW)) == NOW + 30_000
@@ -51,3 +51,25 @@ def test_what_makes_a_target_down() -> None:
     assert down(Failure("invalid_request", ended_ms=NOW), server) is None
     assert down(Failure(None), server) is None
     assert down() is None
+
+
+def test_two_failures_in_a_row_count_only_within_the_retry_interval_of_each_other() -> None:
+    def down(earlier_ms: float) -> float | None:
+        latest = [Failure("server", ended_ms=NOW), Failure("overloaded", ended_ms=earlier_ms)]
+        return down_until(latest, retry_after_ms=30_000)[0]
+
+    assert down(NOW - 30_000) == NOW + 30_000  # at the interval: still in a row
+    assert down(NOW - 30_001) is None  # a 503 from longer ago says nothing of now
+    assert down(NOW - 17 * 60_000) is None
+    # A return to the primary that fails: down again at once, whenever the failure before it.
+    returned = Failure("server", ended_ms=NOW, returning=True)
+    assert down_until([returned], retry_after_ms=30_000) == (
+        NOW + 30_000,
+        "a server failure on its return",
+    )
+
+
+def test_a_refused_request_counts_as_one_more_than_the_window_the_refusal_stated() -> None:
+    assert overflow_need(8_192, 200_000) == 8_193  # the stated window, not the configured one
+    assert overflow_need(None, 8_000) == 8_001  # none stated: the refused target's known one
+    assert overflow_need(None, None) is None
