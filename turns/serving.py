@@ -27,6 +27,7 @@ from calls.pacing import Pacer
 from calls.types import CompiledRequest, ProviderError
 from inference.models import InferenceCall
 from turns.routing import (
+    DOWN_TWICE,
     SWITCH_ON,
     Choice,
     Failure,
@@ -350,7 +351,12 @@ def serving_switch(
             return None
     elif error.type not in SWITCH_ON:
         return None
-    serving = serving_choose(agent, now_ms, kind=kind, avoid=tried, need_tokens=need)
+    avoid = set(tried)
+    if error.type in DOWN_TWICE and not alternates(agent.pool):
+        # A lone 5xx may be a blip: the target is passed over once its failures make it down
+        # (§6.11), not at the first. Within a pool another member takes the call at once.
+        avoid.discard(failed)
+    serving = serving_choose(agent, now_ms, kind=kind, avoid=avoid, need_tokens=need)
     if serving is None or not serving.choice.fresh:
         return None
     if (serving.target.provider.pk, serving.target.model) in tried:
