@@ -102,43 +102,39 @@ def _database_url() -> str:
     return f"postgres://{netloc}/{db['NAME']}"
 
 
-@pytest.fixture(scope="session")
-def standin() -> Iterator[str]:
-    """The stand-in provider as a real HTTP server in its own process. Yields its base URL."""
+def server_process(
+    module: str, name: str, *args: str, env: dict[str, str] | None = None
+) -> Iterator[str]:
+    """The body of a fixture for a test server of ours in its own process (``python -m
+    module``, which prints ``<name> listening on URL``): yields its base URL, then stops it."""
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "devtools.standin", "--host", "127.0.0.1", "--port", "0"],
+        [sys.executable, "-m", module, *args],
         cwd=BASE_DIR,
+        env={**os.environ, **(env or {})},
         stdout=subprocess.PIPE,
-        stderr=open(LOG_DIR / "standin.log", "w"),
+        stderr=open(LOG_DIR / f"{name}.log", "w"),
         text=True,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
-    assert line.startswith("standin listening on "), f"stand-in did not start: {line!r}"
-    yield line.removeprefix("standin listening on ")
+    assert line.startswith(f"{name} listening on "), f"{module} did not start: {line!r}"
+    yield line.removeprefix(f"{name} listening on ")
     proc.terminate()
     proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def standin() -> Iterator[str]:
+    """The stand-in provider as a real HTTP server in its own process. Yields its base URL."""
+    yield from server_process("devtools.standin", "standin", "--host", "127.0.0.1", "--port", "0")
 
 
 @pytest.fixture(scope="session")
 def hostile() -> Iterator[str]:
     """The misbehaving provider (``tests.hostile``) as a real server in its own process. Yields
     its base URL."""
-    LOG_DIR.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.hostile", "--port", "0"],
-        cwd=BASE_DIR,
-        stdout=subprocess.PIPE,
-        stderr=open(LOG_DIR / "hostile.log", "w"),
-        text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline().strip()
-    assert line.startswith("hostile listening on "), f"the hostile provider did not start: {line!r}"
-    yield line.removeprefix("hostile listening on ")
-    proc.terminate()
-    proc.wait(timeout=10)
+    yield from server_process("tests.hostile", "hostile", "--port", "0")
 
 
 @pytest.fixture

@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -33,7 +30,7 @@ from django.test import Client, override_settings
 from agentops.models import Agent, Alert, HistoryRow, Provider
 from tests.agentops.live_asgi import asgi_server
 from tests.agentops.webhooks.conftest import Receiver
-from tests.conftest import BASE_DIR, LOG_DIR, WorkerPool, wait_for, worker_pool
+from tests.conftest import LOG_DIR, WorkerPool, server_process, wait_for, worker_pool
 from tests.factories import (
     AgentFactory,
     AlertFactory,
@@ -80,21 +77,15 @@ def keys_in_environment() -> Iterator[None]:
 @pytest.fixture(scope="module")
 def keyecho() -> Iterator[str]:
     """The echoing provider on 127.0.0.2: another host than the stand-in's 127.0.0.1."""
-    LOG_DIR.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.keyecho", "--host", "127.0.0.2", "--port", "0"],
-        cwd=BASE_DIR,
-        env={**os.environ, "KEYECHO_ALSO": OTHER},
-        stdout=subprocess.PIPE,
-        stderr=open(LOG_DIR / "keyecho.log", "w"),
-        text=True,
+    yield from server_process(
+        "tests.keyecho",
+        "keyecho",
+        "--host",
+        "127.0.0.2",
+        "--port",
+        "0",
+        env={"KEYECHO_ALSO": OTHER},
     )
-    assert proc.stdout is not None
-    line = proc.stdout.readline().strip()
-    assert line.startswith("keyecho listening on "), f"keyecho did not start: {line!r}"
-    yield line.removeprefix("keyecho listening on ")
-    proc.terminate()
-    proc.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")

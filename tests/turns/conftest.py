@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -12,27 +10,14 @@ import httpx
 import pytest
 
 from agentops.models import Provider
-from tests.conftest import BASE_DIR, LOG_DIR
+from tests.conftest import server_process
 from tests.factories import ProviderFactory
 
 
 @pytest.fixture(scope="session")
 def quota() -> Iterator[str]:
     """The shared-quota provider in its own process. Yields its base URL."""
-    LOG_DIR.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.quota", "--port", "0"],
-        cwd=BASE_DIR,
-        stdout=subprocess.PIPE,
-        stderr=open(LOG_DIR / "quota.log", "w"),
-        text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline().strip()
-    assert line.startswith("quota listening on "), f"the quota provider did not start: {line!r}"
-    yield line.removeprefix("quota listening on ")
-    proc.terminate()
-    proc.wait(timeout=10)
+    yield from server_process("tests.quota", "quota", "--port", "0")
 
 
 Scenario = Callable[..., tuple[Provider, Callable[[], list[dict[str, Any]]]]]
