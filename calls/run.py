@@ -359,8 +359,11 @@ class ProviderCall:
         every process (in a database thread: Redis is a round trip), so the calls waiting to
         learn it go at once rather than when this one ends."""
         engine = runtime()
+        pacer = engine.part(Pacer)
+        if quota is None and pacer.plain(self.provider.name, self.request.model):
+            return  # known to send none: nothing to tell, no round trip
         note = partial(
-            engine.part(Pacer).note,
+            pacer.note,
             provider=self.provider.name,
             model=self.request.model,
             quota=quota,
