@@ -27,6 +27,7 @@ import math
 import random
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -99,6 +100,7 @@ def dropin_target(
     *,
     failed: Target | None = None,
     error: ProviderError | None = None,
+    retry_first: bool = False,
 ) -> Target | None:
     """In a thread: the target the agent's turns would get among its alternates of the
     request's own wire format (architecture.md §6.11), or None: the first attempt goes to the
@@ -116,6 +118,7 @@ def dropin_target(
             tried={(t.provider.pk, t.model) for t in tried},
             failed=(failed.provider.pk, failed.model),
             kind=kind,
+            retry_first=retry_first,
         )
     else:
         serving = serving_choose(agent, now_ms, kind=kind)
@@ -292,8 +295,17 @@ class DropinCall:
                 error = self.result.error
                 if not started and error is not None:
                     # Another target at once, when one may serve (§6.11).
+                    # A first 5xx is called again below (it may be a blip); once retried, or
+                    # with no retry left, the request goes on to another target.
                     switched = await runtime().db(
-                        dropin_target, self.agent, tried, failed=self.target, error=error
+                        partial(
+                            dropin_target,
+                            self.agent,
+                            tried,
+                            failed=self.target,
+                            error=error,
+                            retry_first=attempt == 0 and retries > 0,
+                        )
                     )
                     if switched is not None and not self._abandoned:
                         held = []

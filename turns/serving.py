@@ -337,11 +337,13 @@ def serving_switch(
     tried: Collection[tuple[int, str]],
     failed: tuple[int, str],
     kind: str | None = None,
+    retry_first: bool = False,
 ) -> Serving | None:
     """After a failed call to ``failed`` (as (provider id, model)): the target the same request
     goes to at once, or None. A failure that routes around (``SWITCH_ON``) goes to the one
     choice (``serving_choose``: holds at every scope, pacing, the down state) when it may serve
-    and is not a target already ``tried``; a refusal for length (§5.9) only to a target whose
+    and is not a target already ``tried`` (with ``retry_first``, a lone 5xx or network failure
+    of a target outside a pool leaves it to be called again first); a refusal for length (§5.9) only to a target whose
     window is larger than the one the refusal stated (the request counts as at least that).
     Turns, ``/complete`` and the drop-ins all switch through it."""
     need = 0
@@ -352,9 +354,10 @@ def serving_switch(
     elif error.type not in SWITCH_ON:
         return None
     avoid = set(tried)
-    if error.type in DOWN_TWICE and not alternates(agent.pool):
-        # A lone 5xx may be a blip: the target is passed over once its failures make it down
-        # (§6.11), not at the first. Within a pool another member takes the call at once.
+    if retry_first and error.type in DOWN_TWICE and not alternates(agent.pool):
+        # A lone 5xx may be a blip: a caller that calls the same target again first
+        # (``retry_first``: a drop-in's own retry, a turn's policy) passes it over once its
+        # failures make it down (§6.11). Within a pool another member takes the call at once.
         avoid.discard(failed)
     serving = serving_choose(agent, now_ms, kind=kind, avoid=avoid, need_tokens=need)
     if serving is None or not serving.choice.fresh:

@@ -337,15 +337,15 @@ def wait_release(
     """
     if via not in VIAS:
         raise ValueError(f"wait_release: via must be one of {VIAS}, not {via!r}")
+    if agent == EVERY_AGENT:
+        raise NotFound(
+            "agent: no agent named '*' (a provider's limit on every agent is released by "
+            "provider: send provider instead of agent)",
+            data={"field": "agent"},
+        )
     problem = name_problem(agent, limit=AGENT_NAME_LIMIT)
     if problem:
-        raise bad_field(
-            "agent",
-            f"{problem} (a provider's limit on every agent is released by provider: "
-            "send provider instead of agent)"
-            if agent == EVERY_AGENT
-            else problem,
-        )
+        raise bad_field("agent", problem)
     if model is None:
         model = EVERY_MODEL
     else:

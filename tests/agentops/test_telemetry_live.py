@@ -24,6 +24,7 @@ from agentops.tokens import api_token_create
 from inference.models import InferenceCall, Turn
 from tests.agentops.live_asgi import asgi_server
 from tests.conftest import LOG_DIR, WorkerPool, wait_for, worker_pool
+from tests.factories import HistoryRowFactory
 from tests.otlp import Receiver, Span, by_agent
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(150)]
@@ -308,6 +309,9 @@ def test_a_poisoned_turns_probe_shed_and_retry_are_in_its_trace_and_a_restore_is
     make_agent: Any,
 ) -> None:
     agent = make_agent(model="poison")
+    # An older message never answered: once the poisoned row is set aside the retry has it to
+    # answer (with only notes left it would end without a call, architecture.md §5.8).
+    HistoryRowFactory.create(agent=agent, seq=1, content="message 0")
     header, trace_id, _ = traceparent()
     failed_id = submit(client, agent.name, header, text="POISON")
     ended(failed_id, "failed")
