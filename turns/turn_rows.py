@@ -151,6 +151,14 @@ def call_settled(call: ProviderCall, turn: Turn, *, answer: CallOutput | None) -
     return None
 
 
+def _asks(turn: Turn, presented: list[HistoryRow]) -> bool:
+    """Whether a participant's row the turn was submitted for is still presented: messages that
+    joined while the previous turn's call ran stand before that call's answer in sequence
+    order, yet await their own answer."""
+    asked = set(turn.trigger_rows.values_list("id", flat=True))
+    return any(r.pk in asked and r.role != HistoryRow.Role.SYSTEM_NOTE for r in presented)
+
+
 def turn_ready(turn_id: int, *, need_tokens: int = 0) -> Ready | Outcome:
     """The running turn, its request compiled from its presented rows and its call made ready,
     at the last moment before the call; or why not: it is no longer running (``STOPPED``),
@@ -163,7 +171,8 @@ def turn_ready(turn_id: int, *, need_tokens: int = 0) -> Ready | Outcome:
     presented = rows.instances(
         _sql().presented, [turn.agent_id, HistoryRow.State.PRESENTED.value], HistoryRow
     )
-    if nothing_to_answer(presented):  # no request is sent whose only question is a note
+    if nothing_to_answer(presented) and not _asks(turn, presented):
+        # No request is sent whose only question is a note.
         turn_end_unanswered(turn=turn)
         return Outcome.ENDED
     # With alternates, a held or down primary may be served from one (§6.11); without, or
