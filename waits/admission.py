@@ -151,7 +151,7 @@ def _hold(book: WaitBook, agent: Agent, model: str, provider: str, now_ms: float
         reason=wait.reason,
         model=model,
         source=wait.source,
-        scope=wait.scope,  # type: ignore[arg-type]
+        scope=wait.scope,
         operator=bool(wait.ref),
     )
 

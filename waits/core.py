@@ -36,6 +36,7 @@ Kind = Literal["set", "release", "checkpoint", "hold", "lift"]
 # "hold" and "lift": an operator's own hold and its end (§6.12), named by ``ref``.
 KINDS: Final = ("set", "release", "checkpoint", "hold", "lift")
 Source = Literal["recorded", "pending"]
+Scope = Literal["agent", "model", "provider"]
 
 
 # --- the deadline rule (§6.2) ------------------------------------------------------------
@@ -113,7 +114,7 @@ class Wait:
     ref: str = ""
 
     @property
-    def scope(self) -> str:
+    def scope(self) -> Scope:
         """Whom the wait binds: one agent, every agent on a provider's model, or every agent
         and model on a provider."""
         if self.agent != EVERY_AGENT:

@@ -406,9 +406,11 @@ def provider_limits(provider: str, now_ms: float | None = None) -> list[dict[str
 
 
 def _number(value: object) -> float | None:
+    if not isinstance(value, str | int | float) or value == "":
+        return None
     try:
-        return float(value) if value not in (None, "") else None  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+        return float(value)
+    except ValueError:
         return None
 
 
