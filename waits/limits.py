@@ -219,7 +219,14 @@ def limit_release(
     reason = _reason(reason)
     now = clock_ms() if now_ms is None else now_ms
     with journal_session(now_ms=now) as session:
-        lifted = _scoped_lifted(session.binding.scoped_binding(now), provider, model)
+        release = Entry(
+            kind="release", agent=EVERY_AGENT, model=model, reason=reason, at=now, provider=provider
+        )
+        # What it lifts is what the reduction says it lifts (a copy: the act itself applies
+        # the release), binding waits only.
+        lifted = [
+            w for w in session.binding.copy().apply(release).lifted if wait_binds(w.until, now)
+        ]
 
         def audit(state: str) -> None:
             AuditEntry.objects.create(
@@ -237,18 +244,7 @@ def limit_release(
                 },
             )
 
-        recorded = session.append(
-            Entry(
-                kind="release",
-                agent=EVERY_AGENT,
-                model=model,
-                reason=reason,
-                at=now,
-                provider=provider,
-            ),
-            by=by,
-            on_insert=audit,
-        )
+        recorded = session.append(release, by=by, on_insert=audit)
     logger.warning(
         "provider limit released: provider %s model %s by %s (%s): %d wait(s)",
         provider,
@@ -259,19 +255,6 @@ def limit_release(
     )
     state = "recorded" if recorded else "pending"
     return [_receipt(w, state) for w in lifted]
-
-
-def _scoped_lifted(binding: list[Wait], provider: str, model: str) -> list[Wait]:
-    return [
-        w
-        for w in binding
-        if not w.ref
-        and w.provider == provider
-        and (
-            (w.own_until is None and model in (EVERY_MODEL, w.model))
-            or (w.lengthened_by and model in (EVERY_MODEL, w.lengthened_by))
-        )
-    ]
 
 
 def _receipt(wait: Wait, state: str) -> ScopedReceipt:
