@@ -63,6 +63,9 @@ CORES = (
     Core("classify", "classification", "calls/classify.py", ("tests/calls/test_classify.py",)),
     Core("journal", "the journal's reduction", "waits/core.py", ("tests/waits/test_core.py",)),
     Core(
+        "entries", "the journal's rows read back", "waits/entries.py", ("tests/waits/test_core.py",)
+    ),
+    Core(
         "breaker",
         "the breaker's decision",
         "breaker/decision.py",
