@@ -185,8 +185,12 @@ def again_after_ms(
 
 
 def jitter_ms(retries: int) -> float:
-    """One retry's jitter: a random share of JITTER_TOTAL_MS split over ``retries``."""
-    return random.uniform(0.25, 1.0) * JITTER_TOTAL_MS / max(1, retries)
+    """One retry's jitter: a random share of JITTER_TOTAL_MS split over ``retries``, and at
+    most half the interval at which a down target is tried again: a retried 5xx and its first
+    failure then fall within that interval of each other and make the target down (§6.11), so
+    the next request does not call it a third time at once."""
+    share = random.uniform(0.25, 1.0) * JITTER_TOTAL_MS / max(1, retries)
+    return min(share, settings.AGENTOPS_FALLBACK_RETRY_PRIMARY_MS / 2)
 
 
 class DropinCall:
