@@ -4,8 +4,10 @@ said is left for a (provider, model), shared by every process through Redis.
 Every call asks ``Pacer.acquire`` first: while requests remain (or tokens for its estimate),
 one is taken and the call goes; when none remain it waits until the provider said they come
 back. Every answer, successful or not, tells ``Pacer.note`` what the provider now says is
-left. Nothing is known at first: one call goes alone to learn it (``PROBE_MS`` at most),
-and a provider that sends no such headers is not paced at all (remembered ``PLAIN_MS``).
+left. Nothing is known at first: ``PROBES`` calls at most go to learn it (each ``PROBE_MS`` at
+most), and the first answer's remaining count is taken less the other probes still out (it
+may have been counted before them: then one request of that window goes unused, never one
+too many). A provider that sends no such headers is not paced at all (remembered ``PLAIN_MS``).
 
 Why Redis and not the journal: this is short-lived state read before every call by every
 process, stale within seconds, and losing it costs at most one 429, which is then journaled
@@ -116,8 +118,15 @@ local function note(l, r, t, fl, fr, ft, fw)
     if reset > kept then redis.call('HSET', key, ft, reset) end
   end
 end
+-- The first answer's count leaves out the other probes still out: each may be counted after it.
+local left = ARGV[3]
+if left ~= '' and redis.call('HEXISTS', key, 'rr') == 0 and redis.call('HEXISTS', key, 'tr') == 0 then
+  local out = -1
+  for i = 1, tonumber(ARGV[10]) do out = out + redis.call('EXISTS', probe .. ':' .. i) end
+  if out > 0 then left = math.max(0, tonumber(left) - out) end
+end
 redis.call('HDEL', key, 'none')
-note(ARGV[2], ARGV[3], ARGV[4], 'rl', 'rr', 'rt', 'rw')
+note(ARGV[2], left, ARGV[4], 'rl', 'rr', 'rt', 'rw')
 note(ARGV[5], ARGV[6], ARGV[7], 'tl', 'tr', 'tt', 'tw')
 local last = math.max(tonumber(redis.call('HGET', key, 'rt')) or now,
                       tonumber(redis.call('HGET', key, 'tt')) or now)
