@@ -230,6 +230,11 @@ def test_admin_list_cells_never_break_inside_a_word(
         "/admin/inference/inferencecall/",
     ):
         browser.get(f"{live_server.url}{path}")
+        listed = browser.execute_script(
+            "return document.querySelector('#result_list') ? '' : "
+            "document.title + ': ' + document.body.innerText.slice(0, 400);"
+        )
+        assert listed == "", (path, width, listed)  # each list has a row to look at
         broken = browser.execute_script(BROKEN_WORDS_JS, 24)
         assert broken == [], (path, width, broken)
         fits = browser.execute_script(
