@@ -5,18 +5,17 @@ lock on each budget it counts against, so the check "spent + reserved + this <= 
 serialized across every process; the reservation is replaced by the call's real cost when its
 row ends (``budget_settle``, in the transaction that writes the row's cost, on the ledger it was
 made on). N workers can then overspend a budget by at most what the reservations in flight
-under-estimated.
+under-estimated. Its arithmetic is ``agentops.budget_core``; the API's parsing, writes and
+output of a budget are ``agentops.budget_api``.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from decimal import Decimal
 from typing import Any, Literal
-from zoneinfo import ZoneInfo
 
 from django.conf import settings
 from django.db import transaction
@@ -24,13 +23,9 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from agentops.alerts import alert_raise
-from agentops.exceptions import bad_field
-from agentops.models import Agent, Budget, Project
-from agentops.prices import MTOK, Terms, decimal_amount, decimal_text
-
-logger = logging.getLogger(__name__)
-
-PERIODS = ("day", "week", "month")
+from agentops.budget_core import Estimate, fits, period_bounds
+from agentops.models import Agent, Budget
+from agentops.prices import decimal_text
 
 # Bumped whenever this process learns a budget hold changed (a refusal, a breach, a release, a
 # budget set): admission's copy of the holds is read again at once here (waits.admission).
@@ -42,66 +37,10 @@ def holds_changed() -> int:
     return _changes
 
 
-def _changed() -> None:
+def holds_changed_here() -> None:
+    """Count a change of the budget holds (after its transaction commits)."""
     global _changes
     _changes += 1
-
-
-AMOUNT_MAX = Decimal(10) ** 18
-
-
-# --- the pure core ---------------------------------------------------------------------------
-
-
-def period_bounds(period: str, at: datetime, tz: str) -> tuple[datetime, datetime]:
-    """The calendar period holding ``at`` (aware), in the time zone ``tz``: its start and the
-    start of the next (weeks start on Monday), both aware."""
-    zone = ZoneInfo(tz)
-    local = at.astimezone(zone)
-    day = local.replace(hour=0, minute=0, second=0, microsecond=0)
-    if period == "day":
-        start, end = day, day + timedelta(days=1)
-    elif period == "week":
-        start = day - timedelta(days=day.weekday())
-        end = start + timedelta(days=7)
-    elif period == "month":
-        start = day.replace(day=1)
-        end = (start + timedelta(days=32)).replace(day=1)
-    else:
-        raise ValueError(f"period must be one of {PERIODS}, not {period!r}")
-    # Rebuilt from the wall clock so a DST change inside the period moves the offset with it.
-    start = start.replace(tzinfo=None).replace(tzinfo=zone)
-    end = end.replace(tzinfo=None).replace(tzinfo=zone)
-    return start, end
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """What a call is likely to cost, margin included (``amount``, what it reserves), and the part
-    its output bound alone accounts for (``output``: ``max_tokens`` times ``n``), which no
-    shorter input can make fit."""
-
-    amount: Decimal
-    output: Decimal
-
-
-def reservation_estimate(
-    *, input_tokens: int, max_tokens: int, choices: int, terms: Terms, margin_percent: int
-) -> Estimate:
-    """A call's reservation: its input estimate at the input price plus ``max_tokens`` for each
-    of its ``choices`` at the dearer of the output and reasoning prices (its output may all be
-    reasoning), times ``1 + margin_percent/100``."""
-    out = max(terms.output, terms.reasoning if terms.reasoning is not None else terms.output)
-    scale = (100 + Decimal(margin_percent)) / 100
-    q = Decimal("1e-12")
-    output = (max_tokens * choices * out * scale / MTOK).quantize(q)
-    return Estimate(
-        amount=((input_tokens * terms.input * scale / MTOK) + output).quantize(q), output=output
-    )
-
-
-def fits(*, spent: Decimal, reserved: Decimal, more: Decimal, amount: Decimal) -> bool:
-    return spent + reserved + more <= amount
 
 
 # --- the ledger ------------------------------------------------------------------------------
@@ -190,7 +129,7 @@ def _owner(b: Budget) -> str:
     return f"project {b.project.name}"
 
 
-def _rolled(b: Budget, now: datetime) -> None:
+def period_rolled(b: Budget, now: datetime) -> None:
     """Start a new period when ``now`` is past the ledger's: spent and reserved start at 0
     (a call reserved in the old period settles against nothing)."""
     start, _ = period_bounds(b.period, now, settings.AGENTOPS_BUDGET_TIME_ZONE)
@@ -254,7 +193,7 @@ def budget_reserve(
         if not budgets:
             return [], est
         for b in budgets:
-            _rolled(b, now)
+            period_rolled(b, now)
         enforced = [b for b in budgets if b.released_period != b.period_start]
         if est is None and unpriced == "refuse" and enforced:
             return _refused(enforced[0], "unpriced", None, field="model"), None
@@ -285,7 +224,7 @@ def budget_reserve(
                 return _refused(tightest, kind, est), est
         if held or short:
             breached = (held or short)[0]
-            transaction.on_commit(_changed)
+            transaction.on_commit(holds_changed_here)
             if breached.held_period != breached.period_start:
                 _breach(breached, agent=agent.name, now=now, alert=False)
             _note_refused(budgets, est, more=["held_period", "held_at"])
@@ -336,7 +275,7 @@ def budget_hold_tightest(*, agent: Agent, now: datetime) -> None:
             .order_by("id")
         )
         for b in budgets:
-            _rolled(b, now)
+            period_rolled(b, now)
         open_ = [
             b
             for b in budgets
@@ -381,7 +320,7 @@ def budget_settle(*, reserved: list[Reserved], cost: Decimal | None, agent: str)
 def _breach(b: Budget, *, agent: str, now: datetime, alert: bool) -> None:
     """Hold the budget for the rest of its period; ``alert``: its spend reached the amount."""
     b.held_period, b.held_at = b.period_start, now
-    transaction.on_commit(_changed)
+    transaction.on_commit(holds_changed_here)
     if not alert:
         return
     resets = _resets_at(b)
@@ -490,89 +429,5 @@ def budget_release(*, agent: str, now: datetime) -> list[BudgetHold]:
             if _binds(b, now):
                 b.released_period, b.held_period = b.period_start, None
                 b.save(update_fields=["released_period", "held_period"])
-        transaction.on_commit(_changed)
+        transaction.on_commit(holds_changed_here)
     return lifted
-
-
-# --- the API's services ---------------------------------------------------------------------
-
-
-def check_budget(body: Any) -> tuple[Decimal, str, Decimal]:
-    """The (amount, period, warn_at) of a ``PUT .../budget`` body; else a 400 naming the field."""
-    if not isinstance(body, dict):
-        raise bad_field("body", "must be an object {amount, period, warn_at?}")
-    unknown = sorted(set(body) - {"amount", "period", "warn_at"})
-    if unknown:
-        raise bad_field(unknown[0], "is not a field of a budget {amount, period, warn_at?}")
-    amount = _decimal("amount", body.get("amount"))
-    if amount <= 0 or amount >= AMOUNT_MAX:
-        raise bad_field("amount", f"must be more than 0 and less than {AMOUNT_MAX}")
-    exponent = amount.as_tuple().exponent
-    if isinstance(exponent, int) and exponent < -12:
-        raise bad_field("amount", "must have at most 12 decimal places")
-    period = body.get("period")
-    if period not in PERIODS:
-        raise bad_field("period", 'must be "day", "week" or "month"')
-    warn_at = _decimal("warn_at", body.get("warn_at", "0.8"))
-    if not Decimal(0) < warn_at <= Decimal(1) or warn_at != round(warn_at, 4):
-        raise bad_field("warn_at", "must be more than 0 and at most 1, with 4 places at most")
-    return amount, str(period), warn_at
-
-
-def _decimal(field: str, value: Any) -> Decimal:
-    return decimal_amount(field, value, example="10.00")
-
-
-def budget_put(
-    *,
-    owner: Agent | Project,
-    amount: Decimal,
-    period: str,
-    warn_at: Decimal,
-    now: datetime,
-    spent_since: Callable[[datetime], Decimal],
-) -> Budget:
-    """Set the budget of ``owner``. Raising it lifts a hold it no longer justifies. A new
-    budget, or a change of period, starts its ledger from what ``spent_since(start)`` says the
-    owner's calls ended in the period so far cost: a budget set at noon counts the morning."""
-    key: dict[str, Agent | Project] = (
-        {"agent": owner} if isinstance(owner, Agent) else {"project": owner}
-    )
-    with transaction.atomic():
-        b = Budget.objects.select_for_update().filter(**key).first()
-        start, _ = period_bounds(period, now, settings.AGENTOPS_BUDGET_TIME_ZONE)
-        if b is None or b.period != period:
-            # Calls in flight reserved nothing on this ledger: they settle on none (§18.1).
-            b = b or Budget(**key)
-            b.period_start, b.spent, b.reserved = start, spent_since(start), Decimal(0)
-            b.ledger += 1
-        b.amount, b.period, b.warn_at = amount, period, warn_at
-        if b.pk is not None:
-            _rolled(b, now)
-        if b.held_period == b.period_start and b.spent + b.reserved < amount:
-            b.held_period = None
-        b.released_period = None  # a budget set again is enforced again
-        b.save()
-        transaction.on_commit(_changed)
-        return b
-
-
-def budget_out(b: Budget, now: datetime) -> dict[str, Any]:
-    """As API.md shapes it: the ledger of the period in force at ``now``, the room left and the
-    estimate of the last call it refused this period."""
-    start, resets = period_bounds(b.period, now, settings.AGENTOPS_BUDGET_TIME_ZONE)
-    current = start == b.period_start
-    spent = b.spent if current else Decimal(0)
-    reserved = b.reserved if current else Decimal(0)
-    refused = b.refused_estimate if current and b.refused_period == b.period_start else None
-    return {
-        "amount": decimal_text(b.amount),
-        "period": b.period,
-        "warn_at": float(b.warn_at),
-        "spent": decimal_text(spent),
-        "reserved": decimal_text(reserved),
-        "left": decimal_text(max(b.amount - spent - reserved, Decimal(0))),
-        "refused_estimate": decimal_text(refused) if refused is not None else None,
-        "held": current and b.held_period == b.period_start,
-        "resets_at": resets,
-    }

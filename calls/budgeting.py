@@ -12,7 +12,8 @@ from typing import Any, Final
 
 from django.conf import settings
 
-from agentops.budgets import Estimate, Reserved, budget_reserve, reservation_estimate
+from agentops.budget_core import Estimate, reservation_estimate
+from agentops.budgets import Reserved, budget_reserve
 from agentops.estimate import ratio, row_tokens
 from agentops.models import Agent
 from agentops.prices import price_in_force

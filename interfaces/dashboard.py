@@ -14,7 +14,7 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Count, Q
 
-from agentops.budgets import budget_out
+from agentops.budget_api import budget_out
 from agentops.live import REASON_LIMIT, hold_out
 from agentops.models import Agent, Alert, Budget, HistoryRow, Provider
 from agentops.selectors import alert_json

@@ -94,7 +94,7 @@ def spend_items(calls: QuerySet[InferenceCall], *, group_by: GroupBy) -> list[di
 
 def spent_since(owner: Agent | Project, start: datetime) -> Decimal:
     """What the owner's calls (an agent's, or every agent's of a project) that ended since
-    ``start`` cost: a budget's ledger starts from it (agentops.budgets.budget_put)."""
+    ``start`` cost: a budget's ledger starts from it (agentops.budget_api.budget_put)."""
     calls = InferenceCall.objects.filter(ended_at__gte=start, cost__isnull=False)
     mine = (
         calls.filter(agent=owner)

@@ -78,6 +78,12 @@ CORES = (
         ("tests/agentops/webhooks/test_retry.py",),
     ),
     Core("text", "text bounding", "agentops/text.py", ("tests/agentops/test_text.py",)),
+    Core(
+        "budget",
+        "the budget arithmetic and the reservation estimate",
+        "agentops/budget_core.py",
+        ("tests/agentops/test_budgets.py", "tests/agentops/test_spend.py"),
+    ),
 )
 
 # mutmut's exit codes per mutant (mutmut/stats.py): what counts as a kill.

@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.utils.html import escape
 from django.utils.safestring import mark_safe
 
-from agentops.budgets import budget_out
+from agentops.budget_api import budget_out
 from agentops.models import Budget, Project
 from interfaces.spend import check_days, project_spend
 

@@ -11,7 +11,7 @@ from django.utils import timezone
 from ninja import Query, Router, Schema, Status
 from pydantic import BaseModel
 
-from agentops.budgets import budget_out, budget_put, check_budget
+from agentops.budget_api import budget_out, budget_put, check_budget
 from agentops.exceptions import NotFound, bad_field
 from agentops.models import Agent, Budget, Price, Project
 from agentops.prices import PRICE_FIELDS, price_amount, price_create, price_out

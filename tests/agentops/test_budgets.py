@@ -16,7 +16,7 @@ import httpx
 import pytest
 from django.test import Client
 
-from agentops.budgets import period_bounds
+from agentops.budget_core import period_bounds
 from agentops.models import Alert, AuditEntry, Budget, HistoryRow, Provider
 from breaker.probe_call import probe_send
 from breaker.probes import breaker_probe_begin

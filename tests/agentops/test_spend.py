@@ -17,7 +17,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from agentops.budgets import reservation_estimate
+from agentops.budget_core import reservation_estimate
 from agentops.models import Agent, HistoryRow, Price, Provider
 from agentops.prices import Basis, Terms, call_cost
 from agentops.tokens import api_token_create

@@ -20,7 +20,7 @@ from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from agentops.budgets import budget_put
+from agentops.budget_api import budget_put
 from agentops.models import Agent, Budget, Project
 from agentops.tokens import api_token_create
 from inference.models import InferenceCall
