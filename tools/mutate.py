@@ -82,7 +82,7 @@ CORES = (
         "budget",
         "the budget arithmetic and the reservation estimate",
         "agentops/budget_core.py",
-        ("tests/agentops/test_budgets.py", "tests/agentops/test_spend.py"),
+        ("tests/agentops/test_budget_core.py",),
     ),
 )
 
