@@ -18,16 +18,11 @@ with its outcome, when it ends; a call that a binding wait refused gets its row 
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -35,42 +30,24 @@ from agentops import rows, telemetry
 from agentops.budgets import Reserved, budget_settle
 from agentops.live import broadcast_turn_event, publish_turn_event
 from agentops.models import Agent, Provider
-from agentops.outbound import proxy_configured
-from agentops.providers import base_url_vet, key_env_problem, key_missing
 from agentops.runtime import Runtime, Settable, Wake, runtime
-from agentops.text import bound_text
-from agentops.urlsafety import HostUnresolved, IPAddress
 from calls.adapters import Adapter, WireRequest, build_wire
 from calls.bounds import BoundsSettings, Deadline, ShorterBeforeContent
 from calls.budgeting import OUTPUT_BOUND, call_reservation
-from calls.classify import paced_error, project_limit_error, redacted
-from calls.client import CallResult, Timeline, now_ms
+from calls.client import CallResult, Timeline
 from calls.config import bounds_settings
 from calls.events import dashboard_call_ended, dashboard_call_started
+from calls.gate import call_gated, provider_vetted, quota_told, slot_kept, token_estimate
 from calls.health import provider_health_note
 from calls.limits import Quota
 from calls.pacing import Pacer
 from calls.progress import progress_entry, progress_hub
-from calls.project_limits import (
-    SLOT_POLL_MS,
-    SLOT_RENEW_S,
-    ProjectLimiter,
-    Refusal,
-    Taken,
-    refusal_words,
-)
+from calls.project_limits import ProjectLimiter, Taken
 from calls.reading import perform_call
 from calls.records import call_cost_fields, stored
 from calls.tracing import attempt_traced
-from calls.types import CompiledRequest, ProviderError
+from calls.types import CompiledRequest
 from inference.models import InferenceCall, Turn
-
-logger = logging.getLogger(__name__)
-
-# Up to this much is added to each pacing wait (``ProviderCall.paced``).
-PACE_JITTER_MS = 50.0
-# The quota notes in flight: a task the loop holds only weakly must be kept until it ends.
-_noting: set[asyncio.Future[None]] = set()
 
 
 class Holding(Protocol):
@@ -235,115 +212,33 @@ class ProviderCall:
         (``end``) once it decided. A call that ``pace_max_ms`` would not wait for comes back
         ``paced`` (never sent; its row is ``deferred``). Its project's slot, if it took one, is
         held until it returns."""
-        try:
-            refused = await self.paced(pace_max_ms)
-            if refused is not None:
-                self.result = refused
-                return refused
+        refused = await self.paced(pace_max_ms)
+        if refused is not None:
+            self.result = refused
+            return refused
+        async with slot_kept(self._taken):
             begin = partial(self.begin, in_flight=in_flight)
             await (hop(begin) if hop is not None else runtime().db(begin))
-            if self._taken is None or self._taken.slot is None:
-                return await self.perform(watch=watch, on_wire=on_wire)
-            renewing = asyncio.ensure_future(self._slot_renewed(self._taken))
-            try:
-                return await self.perform(watch=watch, on_wire=on_wire)
-            finally:
-                renewing.cancel()
-        finally:
-            if self._taken is not None and self._taken.slot is not None:
-                await runtime().db(runtime().part(ProjectLimiter).release, self._taken)
-
-    async def _slot_renewed(self, taken: Taken) -> None:
-        """While the call runs: its project slot renewed, so only a dead process's lapses."""
-        engine = runtime()
-        while True:
-            await asyncio.sleep(SLOT_RENEW_S)
-            await engine.db(engine.part(ProjectLimiter).renew, taken)
+            return await self.perform(watch=watch, on_wire=on_wire)
 
     async def paced(self, max_wait_ms: float | None) -> CallResult | None:
-        """Wait until the provider's quota has room for this call (architecture.md §6.13), or,
-        past ``max_wait_ms``, the result of a call never sent (``paced``). A provider that
-        sends no quota headers costs a dictionary lookup here. Its project's limits come
-        first (``_project_admitted``): a call they refuse takes nothing of the provider's quota,
-        which other projects share."""
-        engine = runtime()
-        refused = await self._project_admitted(max_wait_ms)
-        if refused is not None:
-            return refused
-        pacer = engine.part(Pacer)
-        provider, model = self.provider.name, self.request.model
-        if pacer.plain(provider, model):
-            return None
-        tokens = self._token_estimate()
-        waited = 0.0
-        while True:
-            wait = await engine.db(
-                partial(pacer.acquire, provider=provider, model=model, tokens=tokens),
-                now_ms=now_ms(),
-            )
-            for spare, spare_model in self.spares if wait > 0 else ():
-                # A pool member with room now takes the call rather than wait (§6.15).
-                spare_wait = await engine.db(
-                    partial(pacer.acquire, provider=spare.name, model=spare_model, tokens=tokens),
-                    now_ms=now_ms(),
-                )
-                if spare_wait <= 0:
-                    self._moved_to(spare, spare_model)
-                    wait = 0.0
-                    break
-                wait = min(wait, spare_wait)
-            if wait <= 0:
-                if waited:
-                    self.row.paced_ms = (self.row.paced_ms or 0) + round(waited)
-                return None
-            if max_wait_ms is not None and waited + wait > max_wait_ms:
-                # Never sent: its row says ``deferred``, as a call a wait refused.
-                at = now_ms()
-                return CallResult(
-                    outcome=InferenceCall.Outcome.DEFERRED,
-                    timeline=Timeline(sent=at, ended=at),
-                    error=paced_error(provider=provider, model=model, wait_ms=wait),
-                )
-            # A little jitter: callers released by one reset do not all ask at one instant.
-            wait += random.uniform(0, PACE_JITTER_MS)
-            await asyncio.sleep(wait / 1000)
-            waited += wait
-
-    async def _project_admitted(self, max_wait_ms: float | None) -> CallResult | None:
-        """Take the call from its project's limits (architecture.md §6.14), waiting while one
-        has room within ``max_wait_ms`` (a turn's call: ``AGENTOPS_FALLBACK_AFTER_MS``, then
-        its turn is held); else the result of a call never sent (``paced``, naming the limit).
-        A project without limits costs a dictionary lookup here."""
-        engine = runtime()
-        limiter = engine.part(ProjectLimiter)
-        project_id = self.agent.project_id
-        if limiter.unlimited(project_id):
-            return None
-        most = max_wait_ms if max_wait_ms is not None else settings.AGENTOPS_FALLBACK_AFTER_MS
-        tokens = self._token_estimate()
-        waited = 0.0
-        while True:
-            taken = await engine.db(
-                partial(limiter.take, project_id=project_id, tokens=tokens, now_ms=now_ms())
-            )
-            if not isinstance(taken, Refusal):
-                self._taken = taken
-                if waited:
-                    self.row.paced_ms = (self.row.paced_ms or 0) + round(waited)
-                return None
-            wait = SLOT_POLL_MS if taken.limit == "concurrent_calls" else taken.wait_ms
-            if waited + wait > most:
-                at = now_ms()
-                return CallResult(
-                    outcome=InferenceCall.Outcome.DEFERRED,
-                    timeline=Timeline(sent=at, ended=at),
-                    error=project_limit_error(
-                        limit=taken.limit, message=refusal_words(taken), wait_ms=taken.wait_ms
-                    ),
-                )
-            wait += random.uniform(0, PACE_JITTER_MS)
-            await asyncio.sleep(wait / 1000)
-            waited += wait
+        """Wait until its project's limits and the provider's quota have room for this call
+        (``calls.gate``, architecture.md §6.13 to §6.15), moved to a pool member with room first
+        when one has; past ``max_wait_ms``, the result of a call never sent (``paced``)."""
+        gated = await call_gated(
+            project_id=self.agent.project_id,
+            provider=self.provider,
+            model=self.request.model,
+            spares=self.spares,
+            tokens=token_estimate(self.request, self.body),
+            max_wait_ms=max_wait_ms,
+        )
+        self._taken = gated.taken
+        if gated.waited_ms:
+            self.row.paced_ms = (self.row.paced_ms or 0) + round(gated.waited_ms)
+        if gated.moved is not None:
+            self._moved_to(*gated.moved)
+        return gated.refused
 
     def _moved_to(self, provider: Provider, model: str) -> None:
         """Before it is sent: the call goes to another pool member (its row says so)."""
@@ -355,31 +250,7 @@ class ProviderCall:
         self.spares = ()
 
     def _quota_noted(self, quota: Quota | None) -> None:
-        """On the loop, as the answer's head arrives: what its headers say is left, told to
-        every process (in a database thread: Redis is a round trip), so the calls waiting to
-        learn it go at once rather than when this one ends."""
-        engine = runtime()
-        pacer = engine.part(Pacer)
-        if quota is None and pacer.plain(self.provider.name, self.request.model):
-            return  # known to send none: nothing to tell, no round trip
-        note = partial(
-            pacer.note,
-            provider=self.provider.name,
-            model=self.request.model,
-            quota=quota,
-            now_ms=now_ms(),
-        )
-        task = asyncio.ensure_future(engine.db(note))
-        _noting.add(task)
-        task.add_done_callback(_noting.discard)
-
-    def _token_estimate(self) -> int:
-        """The call's tokens as a provider's tokens-per-minute count them: its input at about
-        four characters a token, and its answer's ``max_tokens``."""
-        chars = sum(len(str(block)) for m in self.request.messages for block in m.blocks)
-        if self.body is not None:
-            chars += sum(len(str(v)) for v in self.body.get("messages") or ())
-        return chars // 4 + len(self.request.system) // 4 + (self.request.max_tokens or 0)
+        quota_told(self.provider.name, self.request.model, quota)
 
     async def perform(
         self, *, watch: Watch | None = None, on_wire: OnWire | None = None
@@ -622,51 +493,3 @@ class _Hooks:
         self.hub.ended(self.call_id)
         for step in self.undo:
             step()
-
-
-def provider_vetted(provider: Provider, wire: WireRequest) -> tuple[WireRequest, CallResult | None]:
-    """The provider policy at call time (every call path asks it before sending): ``wire``
-    pinned to the address the check resolved, and None; or, when the policy refuses the call,
-    the result of a call that was never sent (an error, not retryable). Blocks on DNS: call
-    it off any event loop."""
-    checked = _provider_check(provider)
-    if isinstance(checked, ProviderError):
-        at = now_ms()
-        return wire, CallResult(
-            outcome="error", timeline=Timeline(sent=at, ended=at), error=checked
-        )
-    return (replace(wire, addresses=checked) if checked else wire), None
-
-
-def _provider_check(provider: Provider) -> ProviderError | tuple[IPAddress, ...] | None:
-    """The provider policy at call time: the addresses to connect to, or the error that ends
-    the call without sending it (None: nothing to pin, e.g. the host is an address)."""
-    host = urlsplit(provider.base_url).hostname
-    try:
-        vetted = base_url_vet(provider.base_url, unresolved_refused=False)
-    except HostUnresolved as exc:
-        if proxy_configured(provider.base_url):
-            return None  # behind a proxy the name may resolve only there: the proxy connects
-        logger.warning("provider %s: %s", provider.name, exc)
-        return ProviderError(
-            type="network", message=bound_text(redacted(str(exc), host)), retryable=True
-        )
-    problem = f"base_url: {vetted.refusal}" if vetted.refusal else None
-    key_problem = key_env_problem(provider.api_key_env) or key_missing(provider.api_key_env)
-    if problem is None and key_problem:
-        problem = f"api_key_env: {key_problem}"
-    if problem is not None:
-        logger.warning("provider %s is refused by the provider policy: %s", provider.name, problem)
-        return ProviderError(
-            type="auth",
-            provider_code="provider_refused",
-            retryable=False,
-            message=bound_text(
-                redacted(
-                    f"provider {provider.name!r} is refused by the service's provider policy, "
-                    f"so no call was made: {problem}",
-                    host,
-                )
-            ),
-        )
-    return vetted.addresses or None

@@ -177,7 +177,7 @@ async def test_a_provider_name_only_the_proxy_resolves_is_called_through_it(
 ) -> None:
     from asgiref.sync import sync_to_async
 
-    from calls.run import provider_vetted
+    from calls.gate import provider_vetted
     from tests.factories import AgentFactory, ProviderFactory
 
     monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{proxy.port}")
