@@ -218,100 +218,135 @@ class TurnRun:
             return self._end(Outcome.ENDED)
         if answer is not None:
             return self._end(Outcome.ENDED)
-        if lease.lost:
-            return self._end(Outcome.STOPPED)
-        # A turn cancelled while the call was out is never turned into a retry.
-        if not completed and status != Turn.Status.RUNNING:
+        # Lost, or cancelled while the call was out: never turned into a retry.
+        if lease.lost or (not completed and status != Turn.Status.RUNNING):
             return self._end(Outcome.STOPPED)
         if completed:  # but no answer to store: the model ran out at its limit
-            await self._durably(
-                "record the empty stop",
-                partial(
-                    InferenceCall.objects.filter(pk=call.row.pk).update,
-                    outcome=InferenceCall.Outcome.ERROR,
-                    error=EMPTY_LENGTH_STOP.as_dict(),
-                ),
-            )
-            return await self._fail(EMPTY_LENGTH_STOP, Turn.Status.FAILED, timed_out_again=False)
+            return await self._empty_stop()
         return await self._decide(
             error or ProviderError(type="unknown", message="the call failed without an error")
         )
 
+    async def _empty_stop(self) -> Step:
+        """A completed call with no answer to store: it ran out at its limit. Its row says so,
+        and the turn fails (another call would stop the same way)."""
+        await self._durably(
+            "record the empty stop",
+            partial(
+                InferenceCall.objects.filter(pk=self.call.row.pk).update,
+                outcome=InferenceCall.Outcome.ERROR,
+                error=EMPTY_LENGTH_STOP.as_dict(),
+            ),
+        )
+        return await self._fail(EMPTY_LENGTH_STOP, Turn.Status.FAILED, timed_out_again=False)
+
     async def _decide(self, error: ProviderError) -> Step:
-        """A failed call: a refusal for length fitted to the window (§5.9), another target at
-        once when one may serve (§6.11), else the retry policy's answer carried out."""
-        if error.type == "context_length" and (step := await self._after_overflow(error)):
-            return step
-        turn = self.turn
-        if error.limit is not None:  # its project's limit had no room within the threshold
-            if turn.agent.kind == Agent.Kind.EPHEMERAL:  # never held (§6.9): it waits
-                return await self._paced(error, error.retry_after_ms or 1000.0, "project limit")
-            held = await self._durably(
-                "hold it for its project's limit", partial(hold_for_project_limit, turn, error)
-            )
-            return self._end(Outcome.HELD if held else Outcome.STOPPED)
-        if error.type == "budget" and turn.agent.kind != Agent.Kind.EPHEMERAL:
-            # The refusal recorded the budget hold: admission now holds the turn until the
-            # period resets or an operator acts (§18.3). (An ephemeral run is never held.)
+        """A failed call: each concern in turn says the next step, or passes it on.
+
+        1. a refusal for length: a target whose window fits, or the context trimmed (§5.9);
+        2. its project's limit with no room within the threshold: held, or paced (§6.14);
+        3. a budget's refusal that holds: admission holds the turn (§18.3);
+        4. another target that may serve, at once (§6.11);
+        5. a budget's pressure, its calls in flight or the edge: again after them, or the
+           tightest budget held (§18.1, §18.4);
+        6. the retry policy: held on a stated wait, retried, re-armed or failed (§5.7)."""
+        for concern in (
+            self._on_overflow,
+            self._on_project_limit,
+            self._on_budget_hold,
+            self._on_switch,
+            self._on_budget_pressure,
+        ):
+            if (step := await concern(error)) is not None:
+                return step
+        return await self._on_policy(error)
+
+    async def _on_overflow(self, error: ProviderError) -> Step | None:
+        return await self._after_overflow(error) if error.type == "context_length" else None
+
+    async def _on_project_limit(self, error: ProviderError) -> Step | None:
+        if error.limit is None:
+            return None
+        if self.turn.agent.kind == Agent.Kind.EPHEMERAL:  # never held (§6.9): it waits
+            return await self._paced(error, error.retry_after_ms or 1000.0, "project limit")
+        held = await self._durably(
+            "hold it for its project's limit", partial(hold_for_project_limit, self.turn, error)
+        )
+        return self._end(Outcome.HELD if held else Outcome.STOPPED)
+
+    async def _on_budget_hold(self, error: ProviderError) -> Step | None:
+        # The refusal recorded the budget hold: admission now holds the turn until the period
+        # resets or an operator acts. (An ephemeral run is never held.)
+        if error.type == "budget" and self.turn.agent.kind != Agent.Kind.EPHEMERAL:
             return Step.ADMIT
-        now_ms = time.time() * 1000
-        if await self._switched(error, now_ms):
-            return Step.ADMIT
+        return None
+
+    async def _on_switch(self, error: ProviderError) -> Step | None:
+        return Step.ADMIT if await self._switched(error, time.time() * 1000) else None
+
+    async def _on_budget_pressure(self, error: ProviderError) -> Step | None:
         if error.type == "budget_busy" and self.busy_tries < BUDGET_BUSY_TRIES:
-            # It fits once the budget's calls in flight settle (§18.1): again after them.
+            # It fits once the budget's calls in flight settle: again after them.
             delay_ms = settings.AGENTOPS_BUDGET_BUSY_RETRY_MS * 2**self.busy_tries
             self.busy_tries += 1
             return await self._paced(error, delay_ms, "the budget's calls in flight settling")
-        if error.type in ("budget_edge", "budget_busy") and turn.agent.kind != Agent.Kind.EPHEMERAL:
+        agent = self.turn.agent
+        if error.type in ("budget_edge", "budget_busy") and agent.kind != Agent.Kind.EPHEMERAL:
             # The cheaper target it was refused for cannot serve now (held or down), or the
-            # calls in flight do not settle: nothing fits the budget, so it holds as if spent
-            # (§18.4), and admission holds the turn.
+            # calls in flight do not settle: nothing fits the budget, so it holds as if spent,
+            # and admission holds the turn.
             await self._durably(
-                "hold the budget",
-                partial(budget_hold_tightest, agent=turn.agent, now=timezone.now()),
+                "hold the budget", partial(budget_hold_tightest, agent=agent, now=timezone.now())
             )
             return Step.ADMIT
+        return None
+
+    async def _on_policy(self, error: ProviderError) -> Step:
+        now_ms = time.time() * 1000
         policy = _policy_settings()
         decision, self.retry = decide(
             error, self.retry, now_ms=now_ms, settings=policy, jitter=random.random()
         )
         if decision.action is Action.HOLD:
-            if turn.agent.kind == Agent.Kind.EPHEMERAL:
-                sleep_ms = ephemeral_sleep_ms(error)
-                if sleep_ms is None:  # longer than an ephemeral run sleeps: it ends now
-                    return await self._fail(
-                        ephemeral_wait_error(error),
-                        Turn.Status.EXHAUSTED,
-                        timed_out_again=False,
-                        breaker=False,
-                    )
-            else:
-                if self.binding is None:
-                    self.binding = await self.runtime.db(
-                        record_wait, turn, error, now_ms, **self._stated_by()
-                    )
-                if self.binding:
-                    return Step.ADMIT  # its admission check holds the turn
-                sleep_ms = own_pacing_ms(error)
-            why = (
-                "pacing after a 429" if error.type == "rate_limit" else "the provider's stated wait"
-            )
-            return await self._paced(error, sleep_ms, why)
+            return await self._held(error, now_ms)
         if decision.action is Action.RETRY:
             return await self._paced(
                 error, decision.delay_ms, retry_reason(error, self.retry, policy)
             )
         if error.retry_after_ms is not None and self.binding is None:
             # A terminal failure keeps its disposition; the wait it stated binds what follows.
-            await self.runtime.db(record_wait, turn, error, now_ms, **self._stated_by())
+            await self.runtime.db(record_wait, self.turn, error, now_ms, **self._stated_by())
         if (
             decision.action is Action.EXHAUST
             and error.type != "timeout"
-            and await self._durably("re-arm", partial(turn_rearm, turn=turn, error=error))
+            and await self._durably("re-arm", partial(turn_rearm, turn=self.turn, error=error))
         ):
             return self._end(Outcome.ENDED)
         status = Turn.Status.EXHAUSTED if decision.action is Action.EXHAUST else Turn.Status.FAILED
         return await self._fail(error, status, timed_out_again=decision.timed_out_again)
+
+    async def _held(self, error: ProviderError, now_ms: float) -> Step:
+        """The policy holds the call on a wait: recorded, the turn's admission holds it; an
+        ephemeral run (which records none) sleeps it out when short, else ends."""
+        if self.turn.agent.kind == Agent.Kind.EPHEMERAL:
+            sleep_ms = ephemeral_sleep_ms(error)
+            if sleep_ms is None:  # longer than an ephemeral run sleeps: it ends now
+                return await self._fail(
+                    ephemeral_wait_error(error),
+                    Turn.Status.EXHAUSTED,
+                    timed_out_again=False,
+                    breaker=False,
+                )
+        else:
+            if self.binding is None:
+                self.binding = await self.runtime.db(
+                    record_wait, self.turn, error, now_ms, **self._stated_by()
+                )
+            if self.binding:
+                return Step.ADMIT  # its admission check holds the turn
+            sleep_ms = own_pacing_ms(error)
+        why = "pacing after a 429" if error.type == "rate_limit" else "the provider's stated wait"
+        return await self._paced(error, sleep_ms, why)
 
     def _stated_by(self) -> dict[str, Any]:
         """The target a stated wait binds: the call's model on its provider (§6.11)."""
