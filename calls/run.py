@@ -48,6 +48,7 @@ from calls.records import call_cost_fields, stored
 from calls.tracing import attempt_traced
 from calls.types import CompiledRequest
 from inference.models import InferenceCall, Turn
+from inference.routes import RouteKind
 
 
 class Holding(Protocol):
@@ -87,8 +88,9 @@ class ProviderCall:
     provider loaded and the admission check made. ``body`` and ``headers`` replace the wire
     request's body and add to its headers (a drop-in call sends the client's own body).
     ``provider`` serves it (the agent's own unless an alternate does: architecture.md §6.11),
-    ``route`` says why, on its row. ``first_content_bound``: (ms, the setting that names it), a
-    before-content bound shorter than the configured one for this call alone (§6.11)."""
+    ``route`` says why, on its row (``route_kind``: the same as a value).
+    ``first_content_bound``: (ms, the setting that names it), a before-content bound shorter
+    than the configured one for this call alone (§6.11)."""
 
     __slots__ = (
         "_aborts",
@@ -123,6 +125,7 @@ class ProviderCall:
         headers: dict[str, str] | None = None,
         provider: Provider | None = None,
         route: str = "primary",
+        route_kind: RouteKind = RouteKind.PRIMARY,
         spares: Sequence[tuple[Provider, str]] = (),
         first_content_bound: tuple[float, str] | None = None,
     ) -> None:
@@ -140,6 +143,7 @@ class ProviderCall:
             model=request.model,
             provider=self.provider,
             route=route,
+            route_kind=route_kind,
             streamed=request.stream,
             max_tokens=request.max_tokens,
             round=turn.rounds if turn else 0,

@@ -143,6 +143,7 @@ def attempt_traced(
         "agentops.call.id": call.pk,
         "agentops.call.kind": call.kind,
         "agentops.call.route": call.route,
+        "agentops.call.route_kind": call.route_kind,
         "agentops.call.outcome": result.outcome,
         "agentops.call.model_events": timeline.model_events,
         "agentops.call.keepalives": timeline.keepalives,

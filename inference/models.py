@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db import models
 
 from agentops.models import Agent, HistoryRow
+from inference.routes import RouteKind
 
 
 class Turn(models.Model):
@@ -92,6 +93,10 @@ class InferenceCall(models.Model):
         "agentops.Provider", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
     route = models.CharField(max_length=300, blank=True, default="")
+    # The same as a value, for code to read (inference.routes).
+    route_kind = models.CharField(
+        max_length=16, choices=[(k.value, k.value) for k in RouteKind], default=RouteKind.PRIMARY
+    )
     streamed = models.BooleanField()
     max_tokens = models.PositiveIntegerField(null=True, blank=True)
     # How long the call waited for its provider's quota before it was sent (architecture.md

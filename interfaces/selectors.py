@@ -169,6 +169,7 @@ def call_out(call: InferenceCall, *, progress: dict[str, Any] | None = None) -> 
         "model": call.model,
         "provider": call.provider.name if call.provider is not None else None,
         "route": call.route,
+        "route_kind": call.route_kind,
         "streamed": call.streamed,
         "sent_at": call.sent_at,
         "first_event_at": call.first_event_at,

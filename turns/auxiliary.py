@@ -136,6 +136,7 @@ async def auxiliary_complete_on_loop(
             InferenceCall.Kind.AUXILIARY,
             provider=target.provider,
             route=serving.choice.reason,
+            route_kind=serving.choice.kind,
             spares=[(t.provider, t.model) for t in serving.spares],
             first_content_bound=serving.first_content_bound,
         )

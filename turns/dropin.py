@@ -39,6 +39,7 @@ from calls.run import ProviderCall
 from calls.types import CompiledRequest, ProviderError
 from inference.models import InferenceCall
 from turns.auxiliary import Deferred, auxiliary_admit
+from turns.routing import PRIMARY, Choice
 from turns.serving import (
     Serving,
     routed,
@@ -84,11 +85,12 @@ def request_max_tokens(kind: str, body: dict[str, Any]) -> int | None:
 @dataclass(frozen=True)
 class Target:
     """Where one attempt of a drop-in request goes: a provider, the model named to it, and
-    why (its call row's ``route``); ``first_content_bound``: a return attempt's (§6.11)."""
+    why (the routing ``choice``, on its call row); ``first_content_bound``: a return attempt's
+    (§6.11)."""
 
     provider: Provider
     model: str
-    route: str = "primary"
+    choice: Choice = PRIMARY
     # Pool members that may take the call if this one's quota has no room (§6.15).
     spares: tuple[tuple[Provider, str], ...] = ()
     first_content_bound: tuple[float, str] | None = None
@@ -144,7 +146,7 @@ def _target(serving: Serving) -> Target:
     return Target(
         serving.target.provider,
         serving.target.model,
-        serving.choice.reason,
+        serving.choice,
         tuple((t.provider, t.model) for t in serving.spares),
         serving.first_content_bound,
     )
@@ -247,7 +249,8 @@ class DropinCall:
             body={**self.body, "model": target.model},
             headers=self.headers,
             provider=target.provider,
-            route=target.route,
+            route=target.choice.reason,
+            route_kind=target.choice.kind,
             spares=target.spares,
             first_content_bound=target.first_content_bound,
         )

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from inference.routes import RouteKind
+
 # A failure of these kinds makes a target down at once: its key or credit is refused, it was
 # silent or cut (a silent model is not called twice in a row; a cut answer starts over
 # elsewhere), it said "not now" without saying for how long, or its worst case is over what
@@ -40,13 +42,28 @@ class Seen:
 
 @dataclass(frozen=True, slots=True)
 class Choice:
-    """The target to call (``index`` into primary + alternates) and why, for its call row.
-    ``fresh``: it may serve (not held, not down); False for the primary called as the last
-    resort when every target is down (then the retry policy paces the calls)."""
+    """The target to call (``index`` into primary + alternates), its ``kind`` and why, for its
+    call row: ``why`` is what the words of ``reason`` add to the kind (for a fallback, what
+    the primary is). ``fresh``: it may serve (not held, not down); False for the primary called
+    as the last resort when every target is down (then the retry policy paces the calls)."""
 
     index: int
-    reason: str
+    kind: RouteKind = RouteKind.PRIMARY
+    why: str = ""
     fresh: bool = True
+
+    @property
+    def reason(self) -> str:
+        """The choice in words, as the call row's ``route`` and the API show it."""
+        if self.kind is RouteKind.RETURNING:
+            return "return to primary"
+        if self.kind in (RouteKind.PRIMARY, RouteKind.POOL):
+            return f"{self.kind} ({self.why})" if self.why else str(self.kind)
+        return f"{self.kind}: {self.why}"
+
+
+# The agent's own target, chosen as it is: what a call goes to before any choice is made.
+PRIMARY: Final = Choice(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,18 +129,18 @@ def route_choose(seen: Sequence[Seen], *, now_ms: float, fallback_after_ms: floa
     ):
         return None
     if not primary.held and not _down(primary, now_ms):
-        return Choice(0, "primary")
+        return Choice(0)
     why = (
-        f"fallback: primary held {_until_text(primary.hold_until)}"
+        f"primary held {_until_text(primary.hold_until)}"
         if primary.held
-        else f"fallback: primary down ({primary.down_why})"
+        else f"primary down ({primary.down_why})"
     )
     for index, alternate in enumerate(seen[1:], start=1):
         if not alternate.held and not _down(alternate, now_ms):
-            return Choice(index, why)
+            return Choice(index, RouteKind.FALLBACK, why)
     if primary.held:
         return None
-    return Choice(0, "primary (every alternate is held or down)", fresh=False)
+    return Choice(0, why="every alternate is held or down", fresh=False)
 
 
 def _down(target: Seen, now_ms: float) -> bool:

@@ -26,6 +26,7 @@ from agentops.runtime import runtime
 from calls.pacing import Pacer
 from calls.types import CompiledRequest, ProviderError
 from inference.models import InferenceCall
+from inference.routes import RouteKind
 from turns.routing import (
     DOWN_TWICE,
     SWITCH_ON,
@@ -41,8 +42,6 @@ from waits.admission import admission_checks
 
 logger = logging.getLogger(__name__)
 
-# The route of the primary's first call after an alternate served (§6.11).
-RETURNING = "return to primary"
 ENDED = (InferenceCall.Outcome.COMPLETED, InferenceCall.Outcome.ERROR, InferenceCall.Outcome.CUT)
 
 
@@ -113,7 +112,7 @@ def routed(agent: Agent) -> bool:
 
 
 def primary_serving(agent: Agent) -> Serving:
-    return Serving(Target(agent.provider, agent.model), Choice(0, "primary"))
+    return Serving(Target(agent.provider, agent.model), Choice(0))
 
 
 def agent_candidates(agent: Agent, *, kind: str | None = None) -> tuple[list[Candidate], int]:
@@ -233,9 +232,9 @@ def serving_choose(
     if previous is not None:  # as routing counts targets: the pool is the primary
         previous = 0 if previous < pooled else previous - pooled + 1
     if choice.index == 0 and pooled > 1 and choice.fresh:
-        choice = Choice(0, "pool", True)
+        choice = Choice(0, RouteKind.POOL)
     elif choice.index == 0 and previous not in (None, 0):
-        choice = Choice(0, RETURNING, choice.fresh)
+        choice = Choice(0, RouteKind.RETURNING, fresh=choice.fresh)
     at = member if choice.index == 0 else pooled + choice.index - 1
     chosen = candidates[at]
     provider = agent.provider if at == 0 else Provider.objects.filter(pk=chosen.provider_id).first()
@@ -380,8 +379,9 @@ def serving_hedge(
         return None
     if (serving.target.provider.pk, serving.target.model) in tried:
         return None
-    reason = f"hedge: no content from the first call after {agent.hedge_after_ms} ms"
-    return replace(serving, choice=Choice(serving.choice.index, reason), returning=False)
+    why = f"no content from the first call after {agent.hedge_after_ms} ms"
+    choice = Choice(serving.choice.index, RouteKind.HEDGE, why)
+    return replace(serving, choice=choice, returning=False)
 
 
 def target_window(agent: Agent, target: tuple[int, str]) -> int | None:
@@ -420,7 +420,7 @@ def _latest_calls(
             error,
             ended_at,
             first_content_at,
-            route,
+            route_kind,
         ) in cursor.fetchall():
             found.setdefault((provider_id, model), []).append(
                 {
@@ -428,7 +428,7 @@ def _latest_calls(
                     "error": json.loads(error) if isinstance(error, str) else error,
                     "ended_at": ended_at,
                     "first_content_at": first_content_at,
-                    "route": route,
+                    "route_kind": route_kind,
                 }
             )
     return found
@@ -436,10 +436,10 @@ def _latest_calls(
 
 _CALLS = InferenceCall._meta.db_table
 _LATEST_SQL = f"""
-    SELECT c.id, c.provider_id, c.model, c.error, c.ended_at, c.first_content_at, c.route
+    SELECT c.id, c.provider_id, c.model, c.error, c.ended_at, c.first_content_at, c.route_kind
     FROM unnest(%s::bigint[], %s::text[]) AS t(provider_id, model)
     CROSS JOIN LATERAL (
-        SELECT id, provider_id, model, error, ended_at, first_content_at, route FROM {_CALLS}
+        SELECT id, provider_id, model, error, ended_at, first_content_at, route_kind FROM {_CALLS}
         WHERE agent_id = %s AND provider_id = t.provider_id AND model = t.model
           AND outcome = ANY(%s)
         ORDER BY id DESC LIMIT 2
@@ -470,7 +470,7 @@ def _failure(row: Mapping[str, Any]) -> Failure:
         and (error.get("retry_after_ms") is not None or bool(error.get("until_released"))),
         after_content=row["first_content_at"] is not None,
         ended_ms=ended.timestamp() * 1000 if ended is not None else 0.0,
-        returning=row["route"].startswith(RETURNING),
+        returning=row["route_kind"] == RouteKind.RETURNING,
     )
 
 
@@ -488,7 +488,7 @@ def serving_noted(agent: Agent, serving: Serving) -> None:
         message=(
             f"Agent {agent.name} is served by {target.model} on {target.provider.name} "
             f"instead of {agent.model} on {agent.provider.name}: "
-            f"{serving.choice.reason.removeprefix('fallback: ')}. Its calls go there until "
+            f"{serving.choice.why}. Its calls go there until "
             "the primary's wait ends or is released, or, when the primary was down, once "
             f"every {settings.AGENTOPS_FALLBACK_RETRY_PRIMARY_MS / 1000:.0f} s to try it."
         ),
@@ -507,7 +507,7 @@ def serving_settled(agent: Agent, call: InferenceCall) -> None:
     nor for a call that did not answer."""
     if (
         call.outcome != InferenceCall.Outcome.COMPLETED
-        or _on_alternate(call.route)
+        or RouteKind(call.route_kind).alternate
         or not alternates(agent.fallbacks)
         or not _episode_open(agent)
     ):
@@ -522,10 +522,6 @@ def serving_settled(agent: Agent, call: InferenceCall) -> None:
         ),
         data={"provider": agent.provider.name, "model": agent.model, "call": call.pk},
     )
-
-
-def _on_alternate(route: str) -> bool:
-    return route.startswith(("fallback", "hedge"))
 
 
 def _episode_open(agent: Agent) -> bool:
@@ -553,12 +549,12 @@ def serving_out(agent: Agent, now_ms: float) -> dict[str, Any] | None:
     # The episode began with the first call to an alternate after the primary's latest.
     calls = InferenceCall.objects.filter(agent=agent)
     last_primary = (
-        calls.exclude(route__startswith="fallback").order_by("-id").values_list("id", flat=True)
+        calls.exclude(route_kind=RouteKind.FALLBACK).order_by("-id").values_list("id", flat=True)
     ).first()
     target = serving.target
     since = (
         calls.filter(
-            route__startswith="fallback",
+            route_kind=RouteKind.FALLBACK,
             id__gt=last_primary or 0,
             provider=target.provider,
             model=target.model,

@@ -195,6 +195,7 @@ def turn_ready(turn_id: int, *, need_tokens: int = 0) -> Ready | Outcome:
         turn=turn,
         provider=serving.target.provider,
         route=serving.choice.reason + left_out,
+        route_kind=serving.choice.kind,
         spares=[(t.provider, t.model) for t in serving.spares],
         first_content_bound=serving.first_content_bound,
     )

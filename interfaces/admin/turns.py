@@ -14,6 +14,7 @@ from agentops.prices import decimal_text
 from calls.timeline import call_timeline_svg
 from calls.timeline_svg import fmt_ms
 from inference.models import InferenceCall, Turn
+from inference.routes import RouteKind
 from interfaces.admin.base import ReadOnlyAdmin
 from interfaces.admin.display import error_html, when
 from interfaces.selectors import turn_waiting
@@ -51,7 +52,7 @@ def target_html(call: InferenceCall) -> SafeString:
         '<span class="call-route{}">{}</span></span>',
         call.model,
         provider,
-        " call-route-fallback" if call.route.startswith("fallback") else "",
+        " call-route-fallback" if call.route_kind == RouteKind.FALLBACK else "",
         call.route or "-",
     )
 

@@ -84,6 +84,7 @@ def test_a_fallback_turns_calls_show_each_target_route_and_cost(agent: Agent) ->
         provider=Provider.objects.get(name="p2"),
         model="m2",
         route="fallback: primary down (server error)",
+        route_kind="fallback",
         outcome=InferenceCall.Outcome.COMPLETED,
         cost=Decimal("0.004215"),
         cost_basis="priced",

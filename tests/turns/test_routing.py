@@ -2,35 +2,52 @@
 
 from __future__ import annotations
 
+from inference.routes import RouteKind
 from turns.routing import Choice, Failure, Seen, down_until, overflow_need, route_choose
 
 NOW = 1_000_000.0
 AFTER = 30_000
 
 
-def choose(*seen: Seen) -> Choice | None:
-    return route_choose(list(seen), now_ms=NOW, fallback_after_ms=AFTER)
+def choose(*seen: Seen) -> tuple[int, RouteKind, str, bool] | None:
+    """The choice as its row shows it: index, kind, the words of ``route``, fresh."""
+    choice = route_choose(list(seen), now_ms=NOW, fallback_after_ms=AFTER)
+    return None if choice is None else (choice.index, choice.kind, choice.reason, choice.fresh)
+
+
+FALLBACK, PRIMARY = RouteKind.FALLBACK, RouteKind.PRIMARY
 
 
 def test_a_primary_held_longer_than_the_threshold_goes_to_the_first_free_alternate() -> None:
     held_long = Seen(held=True, hold_until=int(NOW + AFTER + 1))
-    assert choose(held_long, Seen(held=True, hold_until=None), Seen()) == Choice(
-        2, "fallback: primary held until 1970-01-01T00:17:10+00:00"
+    assert choose(held_long, Seen(held=True, hold_until=None), Seen()) == (
+        2,
+        FALLBACK,
+        "fallback: primary held until 1970-01-01T00:17:10+00:00",
+        True,
     )
     # Exactly the threshold left: waited out on the primary.
     assert choose(Seen(held=True, hold_until=int(NOW + AFTER)), Seen()) is None
     # Held until released: always an alternate when one is free, else the hold.
-    assert choose(Seen(held=True), Seen()) == Choice(1, "fallback: primary held until released")
+    assert choose(Seen(held=True), Seen()) == (
+        1,
+        FALLBACK,
+        "fallback: primary held until released",
+        True,
+    )
     assert choose(Seen(held=True), Seen(held=True)) is None
 
 
 def test_a_primary_down_goes_to_an_alternate_until_its_interval_passes() -> None:
     down = Seen(down_until=NOW + 1, down_why="a auth failure")
-    assert choose(down, Seen()) == Choice(1, "fallback: primary down (a auth failure)")
-    assert choose(Seen(down_until=NOW), Seen()) == Choice(0, "primary")
+    assert choose(down, Seen()) == (1, FALLBACK, "fallback: primary down (a auth failure)", True)
+    assert choose(Seen(down_until=NOW), Seen()) == (0, PRIMARY, "primary", True)
     # Nothing else may serve: the primary anyway, and the retry policy paces it.
-    assert choose(down, Seen(down_until=NOW + 5)) == Choice(
-        0, "primary (every alternate is held or down)", fresh=False
+    assert choose(down, Seen(down_until=NOW + 5)) == (
+        0,
+        PRIMARY,
+        "primary (every alternate is held or down)",
+        False,
     )
 
 
@@ -73,3 +90,13 @@ def test_a_refused_request_counts_as_one_more_than_the_window_the_refusal_stated
     assert overflow_need(8_192, 200_000) == 8_193  # the stated window, not the configured one
     assert overflow_need(None, 8_000) == 8_001  # none stated: the refused target's known one
     assert overflow_need(None, None) is None
+
+
+def test_a_choice_in_words_is_its_kind_and_why() -> None:
+    assert Choice(0, RouteKind.RETURNING).reason == "return to primary"
+    assert Choice(0, RouteKind.POOL).reason == "pool"
+    assert Choice(2, RouteKind.HEDGE, "no content after 20 ms").reason == (
+        "hedge: no content after 20 ms"
+    )
+    assert RouteKind.HEDGE.alternate and RouteKind.FALLBACK.alternate
+    assert not any(k.alternate for k in (PRIMARY, RouteKind.POOL, RouteKind.RETURNING))
