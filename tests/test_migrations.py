@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 from django.core.management import call_command
 
@@ -10,3 +12,28 @@ from django.core.management import call_command
 @pytest.mark.django_db
 def test_the_models_and_the_migrations_agree() -> None:
     call_command("makemigrations", "--check", "--dry-run", verbosity=0)
+
+
+@pytest.mark.django_db
+def test_rows_written_before_route_kind_get_theirs_from_their_words() -> None:
+    """``inference 0017_call_route_kind``'s backfill: each route's words give its kind."""
+    from django.db import connection
+
+    from inference.models import InferenceCall
+    from tests.factories import CallFactory
+
+    backfill = importlib.import_module("inference.migrations.0017_call_route_kind").BACKFILL
+    words = {
+        "primary": "primary",
+        "primary (every alternate is held or down)": "primary",
+        "fallback: primary down (a auth failure); 2 thinking blocks left out": "fallback",
+        "return to primary": "returning",
+        "hedge: no content from the first call after 10000 ms": "hedge",
+        "pool": "pool",
+        "": "primary",
+    }
+    ids = {CallFactory.create(route=route).pk: kind for route, kind in words.items()}
+    assert set(InferenceCall.objects.values_list("route_kind", flat=True)) == {"primary"}
+    with connection.cursor() as cursor:
+        cursor.execute(backfill)
+    assert dict(InferenceCall.objects.filter(pk__in=ids).values_list("pk", "route_kind")) == ids

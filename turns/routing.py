@@ -108,6 +108,18 @@ def down_until(latest: Sequence[Failure], *, retry_after_ms: float) -> tuple[flo
     return last.ended_ms + retry_after_ms, why
 
 
+def smooth_pick(scores: Sequence[float], credit: Sequence[float]) -> tuple[int, list[float]]:
+    """One pick of a smooth weighted rotation (nginx's): each member gains its score, the one
+    with the most credit is chosen (the first on a tie) and pays the scores' total. Over any
+    run of picks each member's share is its score's share to within one pick, and a heavy
+    member's picks are spread among the light ones' rather than bunched. Returns the pick and
+    the credit to keep for the next."""
+    gained = [c + s for c, s in zip(credit, scores, strict=True)]
+    pick = max(range(len(gained)), key=gained.__getitem__)
+    gained[pick] -= sum(scores)
+    return pick, gained
+
+
 def overflow_need(error_limit: int | None, window: int | None) -> int | None:
     """The tokens a request refused for length counts as at least (§5.9, §6.11): one more than
     the window the refusal stated, else than the refused target's known window; None when

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-import random
+import threading
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -21,6 +21,7 @@ from django.db import connection
 from django.db.models import Count, Q
 
 from agentops.alerts import alert_raise
+from agentops.memory import Recent
 from agentops.models import Agent, Alert, Provider
 from agentops.runtime import runtime
 from calls.pacing import Pacer
@@ -37,10 +38,17 @@ from turns.routing import (
     down_until,
     overflow_need,
     route_choose,
+    smooth_pick,
 )
 from waits.admission import admission_checks
 
 logger = logging.getLogger(__name__)
+
+# Each pooled agent's place in its members' rotation (``smooth_pick``), in this process: each
+# process spreads its own calls by weight, so all of them together do to within a call each.
+# Forgotten after an idle hour (it starts again even), bounded by the agents in use.
+_rotations: Recent[int, dict[tuple[int, str], float]] = Recent(size=10_000, ttl_s=3600)
+_rotation_lock = threading.Lock()
 
 ENDED = (InferenceCall.Outcome.COMPLETED, InferenceCall.Outcome.ERROR, InferenceCall.Outcome.CUT)
 
@@ -217,7 +225,7 @@ def serving_choose(
         ]
         waiting = [i for i in range(pooled) if not seen[i].held and not _is_down(seen[i], now_ms)]
         if usable:
-            member, first = _member_pick(candidates, quotas, usable), Seen()
+            member, first = _member_pick(agent, candidates, quotas, usable), Seen()
         elif waiting:  # every usable member is paced: the one whose quota comes back first
             member, first = min(waiting, key=lambda i: quotas[i][0]), Seen()
         elif not first.held:
@@ -320,12 +328,20 @@ def _is_down(seen: Seen, now_ms: float) -> bool:
 
 
 def _member_pick(
-    candidates: list[Candidate], quotas: list[tuple[float, float | None]], usable: list[int]
+    agent: Agent,
+    candidates: list[Candidate],
+    quotas: list[tuple[float, float | None]],
+    usable: list[int],
 ) -> int:
-    """A usable pool member, by its weight times the share of its quota its provider last
-    said is left (a member that has said nothing counts as full)."""
+    """A usable pool member, in a smooth rotation by its weight times the share of its quota
+    its provider last said is left (a member that has said nothing counts as full)."""
     scores = [candidates[i].weight * max(0.05, quotas[i][1] or 1.0) for i in usable]
-    return random.choices(usable, weights=scores)[0]
+    keys = [(candidates[i].provider_id, candidates[i].model) for i in usable]
+    with _rotation_lock:
+        kept = _rotations.get(agent.pk) or {}
+        pick, credit = smooth_pick(scores, [kept.get(key, 0.0) for key in keys])
+        _rotations.put(agent.pk, {**kept, **dict(zip(keys, credit, strict=True))})
+    return usable[pick]
 
 
 def serving_switch(

@@ -81,7 +81,9 @@ def test_weights_three_to_one_send_about_three_quarters_to_the_heavy_member(
     for _ in range(200):
         assert complete(api, agent.name).status_code == 200
     share = len(heavy_requests()) / (len(heavy_requests()) + len(light_requests()))
-    assert 0.70 <= share <= 0.80, share
+    # A smooth rotation in one process: the share to within a call or two (what each member
+    # has left moves its score a little), where a random draw strays past 70-80% one run in ten.
+    assert 0.74 <= share <= 0.76, share
     routes = Counter(agent.calls.values_list("route", flat=True))
     assert routes == {"pool": 200}
 

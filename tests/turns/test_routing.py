@@ -100,3 +100,21 @@ def test_a_choice_in_words_is_its_kind_and_why() -> None:
     )
     assert RouteKind.HEDGE.alternate and RouteKind.FALLBACK.alternate
     assert not any(k.alternate for k in (PRIMARY, RouteKind.POOL, RouteKind.RETURNING))
+
+
+def test_a_smooth_rotation_gives_each_its_share_spread_out() -> None:
+    from turns.routing import smooth_pick
+
+    picks, credit = [], [0.0, 0.0]
+    for _ in range(8):
+        pick, credit = smooth_pick([1.0, 3.0], credit)
+        picks.append(pick)
+    assert picks == [1, 0, 1, 1, 1, 0, 1, 1]  # 3 of every 4 to the heavy one, never 4 in a row
+    assert credit == [0.0, 0.0]  # a whole cycle leaves no credit behind
+    # Scores that change between picks (what a member has left) still share by the scores.
+    picks, credit = [], [0.0, 0.0, 0.0]
+    for _ in range(600):
+        pick, credit = smooth_pick([1.0, 2.0, 3.0], credit)
+        picks.append(pick)
+    assert [picks.count(i) for i in range(3)] == [100, 200, 300]
+    assert smooth_pick([2.0, 2.0], [0.0, 0.0])[0] == 0  # a tie: the first
