@@ -22,6 +22,8 @@ from agentops.models import IdempotencyKey
 HEADER = "Idempotency-Key"
 KEY_MAX = 255
 REPLAYED_HEADER = "idempotent-replayed"
+# A provider's answer of these is a transient failure: a retry should call again.
+TRANSIENT = frozenset({408, 409, 429})
 
 
 def idempotency_key_check(value: str | None) -> str | None:
@@ -44,6 +46,17 @@ def idempotency_key_check(value: str | None) -> str | None:
 def body_hash(*, endpoint: str, body: bytes) -> str:
     """What a repeat must match: the endpoint (the agent, for a turn) and the raw body."""
     return hashlib.sha256(endpoint.encode() + b"\0" + body).hexdigest()
+
+
+def answer_kept(*, completed: bool, provider_status: int | None) -> bool:
+    """Whether an answer is recorded for a replay: a completed call's, or the provider's refusal
+    of the request itself (a 4xx other than 408, 409, 429), which the same body would get again.
+    Anything else (no call, a transient failure, a cut) releases the key: a retry calls again."""
+    if completed:
+        return True
+    if provider_status is None or provider_status in TRANSIENT:
+        return False
+    return 400 <= provider_status < 500
 
 
 @dataclass(frozen=True)
