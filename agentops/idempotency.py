@@ -3,7 +3,9 @@ header is claimed here before any provider call; a repeat is answered from the r
 
 The race between two duplicates is decided by PostgreSQL: the row is inserted under the unique
 constraint (token, key), so exactly one insert wins and only its request calls the provider; the
-other finds the row, in flight (409) or answered (replayed)."""
+other finds the row, in flight (409) or answered (replayed). A row left in flight past
+``AGENTOPS_IDEMPOTENCY_INFLIGHT_MS`` was abandoned (its web process died mid-request): the next
+repeat takes it over by a conditional update, which again only one of two can win."""
 
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ from agentops.models import IdempotencyKey
 HEADER = "Idempotency-Key"
 KEY_MAX = 255
 REPLAYED_HEADER = "idempotent-replayed"
+# A provider's answer of these is a transient failure: a retry should call again.
+TRANSIENT = frozenset({408, 409, 429})
 
 
 def idempotency_key_check(value: str | None) -> str | None:
@@ -46,6 +50,17 @@ def body_hash(*, endpoint: str, body: bytes) -> str:
     return hashlib.sha256(endpoint.encode() + b"\0" + body).hexdigest()
 
 
+def answer_kept(*, completed: bool, provider_status: int | None) -> bool:
+    """Whether an answer is recorded for a replay: a completed call's, or the provider's refusal
+    of the request itself (a 4xx other than 408, 409, 429), which the same body would get again.
+    Anything else (no call, a transient failure, a cut) releases the key: a retry calls again."""
+    if completed:
+        return True
+    if provider_status is None or provider_status in TRANSIENT:
+        return False
+    return 400 <= provider_status < 500
+
+
 @dataclass(frozen=True)
 class Claim:
     """``new``: this request is the first and makes the call (``row_id`` to complete or
@@ -62,8 +77,9 @@ def idempotency_key_claim(
     """Claim ``key`` for this request, or find the earlier one's answer. Raises Conflict (409)
     while the first is in flight or when its answer could not be recorded, Unprocessable (422)
     for another body under the key. A key older than the TTL is replaced (the sweep may not
-    have run yet)."""
+    have run yet); one in flight longer than the in-flight bound is taken over."""
     expired_before = now - timedelta(seconds=settings.AGENTOPS_IDEMPOTENCY_TTL_S)
+    abandoned_before = now - timedelta(seconds=settings.AGENTOPS_IDEMPOTENCY_INFLIGHT_S)
     for _ in range(2):
         try:
             with transaction.atomic():
@@ -86,11 +102,30 @@ def idempotency_key_claim(
             # insert then meets the winner's row.
             IdempotencyKey.objects.filter(pk=found.pk, created_at=found.created_at).delete()
             continue
+        if (
+            found.body_hash == digest
+            and found.status == IdempotencyKey.Status.IN_FLIGHT
+            and found.created_at < abandoned_before
+        ):
+            if _taken_over(found.pk, abandoned_before=abandoned_before, now=now):
+                return Claim("new", found.pk)
+            continue  # another repeat took it over first: its claim is now in flight
         return _answer_to_repeat(found, digest=digest)
     raise Conflict(
         f"{HEADER}: another request under this key is being claimed; try again",
         data={"field": HEADER},
     )
+
+
+def _taken_over(row_id: int, *, abandoned_before: datetime, now: datetime) -> bool:
+    """Claim an abandoned in-flight row for this request: the bound is past the time a live
+    request takes (settings.py says when it is not), so its process died and no answer will
+    come. Conditional on the row still being in flight and old: of two repeats taking it over,
+    the first update renews ``created_at`` and the other's then matches no row."""
+    taken = IdempotencyKey.objects.filter(
+        pk=row_id, status=IdempotencyKey.Status.IN_FLIGHT, created_at__lt=abandoned_before
+    ).update(created_at=now)
+    return taken == 1
 
 
 def _answer_to_repeat(found: IdempotencyKey, *, digest: str) -> Claim:
@@ -102,7 +137,9 @@ def _answer_to_repeat(found: IdempotencyKey, *, digest: str) -> Claim:
         )
     if found.status == IdempotencyKey.Status.IN_FLIGHT:
         raise Conflict(
-            f"{HEADER}: a request with this key is still in flight; try again once it is answered",
+            f"{HEADER}: a request with this key is still in flight; try again once it is "
+            "answered (a request left in flight by a process that stopped is called again after "
+            f"AGENTOPS_IDEMPOTENCY_INFLIGHT_MS, {settings.AGENTOPS_IDEMPOTENCY_INFLIGHT_S:g} s)",
             data={"field": HEADER, "in_flight": True},
         )
     if found.status == IdempotencyKey.Status.UNREPLAYABLE:

@@ -240,7 +240,10 @@ AGENTOPS_FAILURES_LOG = env_str("AGENTOPS_FAILURES_LOG", str(BASE_DIR / "var" / 
 # The raw value (JSON, or false), refused here at every process's start when it does not
 # read (architecture.md §5.4); calls.config turns it into the bounds.
 AGENTOPS_INFERENCE_BOUNDS = env_str("AGENTOPS_INFERENCE_BOUNDS", "")
-bounds_values(AGENTOPS_INFERENCE_BOUNDS)
+# The absolute call bound: its default (calls.bounds) when unset, and when bounds are off.
+_ABSOLUTE_BOUND_MS = (bounds_values(AGENTOPS_INFERENCE_BOUNDS) or {}).get(
+    "absolute_ms", 75 * 60_000
+)
 # How long a worker may hold one turn, at most: the absolute bound plus the retry episode.
 AGENTOPS_RETRY_EPISODE_MS = env_ms("AGENTOPS_RETRY_EPISODE_MS", 20 * 60_000)
 AGENTOPS_TURN_SWEEP_S = env_ms("AGENTOPS_TURN_SWEEP_MS", 15_000) / 1000
@@ -321,6 +324,14 @@ AGENTOPS_DROPIN_KEEPALIVE_MS = env_ms("AGENTOPS_DROPIN_KEEPALIVE_MS", 15_000)
 # record, no provider call; older keys are swept every AGENTOPS_IDEMPOTENCY_SWEEP_MS.
 AGENTOPS_IDEMPOTENCY_TTL_S = env_ms("AGENTOPS_IDEMPOTENCY_TTL_MS", 86_400_000) / 1000
 AGENTOPS_IDEMPOTENCY_SWEEP_S = env_ms("AGENTOPS_IDEMPOTENCY_SWEEP_MS", 3_600_000) / 1000
+# A key in flight this long is taken as abandoned (its web process died mid-request): the next
+# repeat takes it over and calls again, where it would otherwise be a 409 until the TTL. The
+# default is the absolute call bound, past which no stream runs, plus a minute to record the
+# answer; a live request whose key is taken over is paid twice, so with bounds off, or a
+# non-streamed call whose whole-call bound is longer, raise it.
+AGENTOPS_IDEMPOTENCY_INFLIGHT_S = (
+    env_ms("AGENTOPS_IDEMPOTENCY_INFLIGHT_MS", _ABSOLUTE_BOUND_MS + 60_000) / 1000
+)
 # The largest drop-in answer recorded to be replayed (body bytes, a stream's events included);
 # a larger one is not: its repeat is a 409 saying so, never a second call.
 AGENTOPS_IDEMPOTENCY_RECORD_BYTES = env_int(

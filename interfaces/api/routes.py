@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, get_type_hints
 
+from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
@@ -13,8 +14,8 @@ from ninja import NinjaAPI, Query, Schema, Status
 from ninja.pagination import LimitOffsetPagination, paginate
 
 from agentops import idempotency, services
-from agentops.exceptions import bad_field
-from agentops.models import ApiToken, HistoryRow, Provider
+from agentops.exceptions import ProviderFailed, bad_field
+from agentops.models import ApiToken, HistoryRow, IdempotencyKey, Provider
 from agentops.runtime import runtime
 from agentops.selectors import agent_for, history_row_out, provider_for, providers_granted
 from interfaces import selectors as turn_selectors
@@ -224,11 +225,7 @@ def turn_submit(request: HttpRequest, name: str, payload: TurnIn) -> Status | Ht
     )
     if claim.kind == "replay":
         assert claim.row is not None
-        replayed = HttpResponse(
-            bytes(claim.row.response_body or b""), status=202, content_type="application/json"
-        )
-        replayed[idempotency.REPLAYED_HEADER] = "true"
-        return replayed
+        return _replayed(claim.row)
     try:
         turn, joined = turn_services.turn_submit(agent_id=agent.pk, messages=messages)
     except BaseException:
@@ -243,6 +240,17 @@ def turn_submit(request: HttpRequest, name: str, payload: TurnIn) -> Status | Ht
         turn_id=turn.pk,
     )
     return Status(202, answer)
+
+
+def _replayed(row: IdempotencyKey) -> HttpResponse:
+    """The answer recorded under a key, as a repeat of its request is given it."""
+    replayed = HttpResponse(
+        bytes(row.response_body or b""),
+        status=row.response_status or 200,
+        content_type="application/json",
+    )
+    replayed[idempotency.REPLAYED_HEADER] = "true"
+    return replayed
 
 
 @api.get("/turns/{turn_id}", response={200: TurnOut, **ERRORS}, tags=["turns"])
@@ -275,15 +283,72 @@ def turn_cancel(request: HttpRequest, turn_id: int) -> dict:
     tags=["agents"],
     response={200: CompleteOut, 429: ErrorOut, 502: ErrorOut, 504: ErrorOut, **ERRORS},
 )
-async def agent_complete(request: HttpRequest, name: str, payload: CompleteIn) -> dict:
+async def agent_complete(
+    request: HttpRequest, name: str, payload: CompleteIn
+) -> dict | HttpResponse:
+    """One auxiliary call. With an ``Idempotency-Key`` header, a repeat is answered from the
+    first's record, with no provider call (API.md, Idempotency-Key)."""
     # Async, and the call runs on the request's own event loop: a long provider call holds no
     # thread and no database connection (each read or write gives its connection back).
     agent = await runtime().db(agent_for, token=_token(request), name=name)
     messages = [AuxMessage(participant=m.participant, content=m.content) for m in payload.messages]
-    done = await auxiliary_complete_on_loop(
-        agent=agent, messages=messages, model=payload.model, max_tokens=payload.max_tokens
+
+    async def complete() -> dict:
+        done = await auxiliary_complete_on_loop(
+            agent=agent, messages=messages, model=payload.model, max_tokens=payload.max_tokens
+        )
+        return {**done, "call": turn_selectors.call_out(done["call"])}
+
+    key = idempotency.idempotency_key_check(request.headers.get(idempotency.HEADER))
+    if key is None:
+        return await complete()
+    return await _complete_once(request, agent=agent.name, key=key, complete=complete)
+
+
+async def _complete_once(
+    request: HttpRequest, *, agent: str, key: str, complete: Callable[[], Awaitable[dict]]
+) -> HttpResponse:
+    """``complete`` under a claimed key: the answer recorded after it, or the key released."""
+    db = runtime().db
+    endpoint = f"POST /api/v1/agents/{agent}/complete"
+    claim = await db(
+        idempotency.idempotency_key_claim,
+        token_id=_token(request).pk,
+        key=key,
+        endpoint=endpoint,
+        digest=idempotency.body_hash(endpoint=endpoint, body=request.body),
+        agent=agent,
+        now=timezone.now(),
     )
-    return {**done, "call": turn_selectors.call_out(done["call"])}
+    if claim.kind == "replay":
+        assert claim.row is not None
+        return _replayed(claim.row)
+    try:
+        answer = api.create_response(
+            request, CompleteOut.model_validate(await complete()).model_dump(), status=200
+        )
+    except ProviderFailed as exc:
+        if not idempotency.answer_kept(
+            completed=False, provider_status=exc.data.get("http_status")
+        ):
+            await db(idempotency.idempotency_key_release, row_id=claim.row_id)
+            raise
+        # The provider refused the request itself: the same body would be refused again.
+        answer = errors.error_response(api, request, exc.status, exc.code, exc.message, exc.data)
+    except BaseException:
+        # No answer (refused before the call, a transient failure, the client gone): a retry
+        # under the key calls again.
+        await db(idempotency.idempotency_key_release, row_id=claim.row_id)
+        raise
+    content = answer.content
+    await db(
+        idempotency.idempotency_key_answer,
+        row_id=claim.row_id,
+        status=answer.status_code,
+        headers={"content-type": "application/json"},
+        body=content if len(content) <= settings.AGENTOPS_IDEMPOTENCY_RECORD_BYTES else None,
+    )
+    return answer
 
 
 # --- health -------------------------------------------------------------------

@@ -29,6 +29,7 @@ from agentops.idempotency import (
     HEADER,
     REPLAYED_HEADER,
     Claim,
+    answer_kept,
     body_hash,
     idempotency_key_answer,
     idempotency_key_check,
@@ -49,8 +50,6 @@ RECORDED_HEADERS = (
     "x-request-id",
     "request-id",
 )
-# A provider's answer of these is a transient failure: a retry should call again.
-TRANSIENT = frozenset({408, 409, 429})
 
 
 @csrf_exempt
@@ -106,10 +105,8 @@ async def idempotent(request: HttpRequest, fmt: Format) -> HttpResponseBase:
         return response
     assert isinstance(response, HttpResponse)
     status = response.status_code
-    kept = (call.result is not None and call.result.outcome == "completed") or (
-        400 <= status < 500 and status not in TRANSIENT
-    )
-    if not kept:
+    completed = call.result is not None and call.result.outcome == "completed"
+    if not answer_kept(completed=completed, provider_status=status):
         await runtime().db(idempotency_key_release, row_id=claim.row_id)
         return response
     content = response.content
