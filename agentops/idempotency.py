@@ -77,7 +77,8 @@ def idempotency_key_claim(
     """Claim ``key`` for this request, or find the earlier one's answer. Raises Conflict (409)
     while the first is in flight or when its answer could not be recorded, Unprocessable (422)
     for another body under the key. A key older than the TTL is replaced (the sweep may not
-    have run yet); one in flight longer than the in-flight bound is taken over."""
+    have run yet); one in flight longer than the in-flight bound (its process died: settings.py
+    says when that bound is not past the time a live request takes) is replaced the same way."""
     expired_before = now - timedelta(seconds=settings.AGENTOPS_IDEMPOTENCY_TTL_S)
     abandoned_before = now - timedelta(seconds=settings.AGENTOPS_IDEMPOTENCY_INFLIGHT_S)
     for _ in range(2):
@@ -97,35 +98,25 @@ def idempotency_key_claim(
         found = IdempotencyKey.objects.filter(token_id=token_id, key=key).first()
         if found is None:
             continue  # released or swept meanwhile: claim it again
-        if found.created_at < expired_before:
-            # Conditional, so of two requests replacing it only one deletes; the other's
-            # insert then meets the winner's row.
-            IdempotencyKey.objects.filter(pk=found.pk, created_at=found.created_at).delete()
-            continue
-        if (
+        abandoned = (
             found.body_hash == digest
             and found.status == IdempotencyKey.Status.IN_FLIGHT
             and found.created_at < abandoned_before
-        ):
-            if _taken_over(found.pk, abandoned_before=abandoned_before, now=now):
-                return Claim("new", found.pk)
-            continue  # another repeat took it over first: its claim is now in flight
+        )
+        if found.created_at < expired_before or abandoned:
+            # Replaced by a row of its own, so a process that was only slow finds its claim
+            # gone (its release or answer matches no row) rather than the new one. Conditional,
+            # so of two requests replacing it only one deletes; the other's insert then meets
+            # the winner's row, in flight.
+            IdempotencyKey.objects.filter(
+                pk=found.pk, created_at=found.created_at, status=found.status
+            ).delete()
+            continue
         return _answer_to_repeat(found, digest=digest)
     raise Conflict(
         f"{HEADER}: another request under this key is being claimed; try again",
         data={"field": HEADER},
     )
-
-
-def _taken_over(row_id: int, *, abandoned_before: datetime, now: datetime) -> bool:
-    """Claim an abandoned in-flight row for this request: the bound is past the time a live
-    request takes (settings.py says when it is not), so its process died and no answer will
-    come. Conditional on the row still being in flight and old: of two repeats taking it over,
-    the first update renews ``created_at`` and the other's then matches no row."""
-    taken = IdempotencyKey.objects.filter(
-        pk=row_id, status=IdempotencyKey.Status.IN_FLIGHT, created_at__lt=abandoned_before
-    ).update(created_at=now)
-    return taken == 1
 
 
 def _answer_to_repeat(found: IdempotencyKey, *, digest: str) -> Claim:

@@ -83,12 +83,12 @@ def started(
 
 
 def takeovers_waiting() -> int:
-    """How many claims wait on a lock to update a key (a takeover's conditional update)."""
+    """How many claims wait on a lock to delete a key (a takeover's conditional delete)."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_stat_clear_snapshot()")  # else a transaction reads one snapshot
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-            "AND query LIKE 'UPDATE %%agentops_idempotencykey%%'"
+            "AND query LIKE 'DELETE %%agentops_idempotencykey%%'"
         )
         return int(cursor.fetchone()[0])
 
@@ -338,3 +338,29 @@ def test_a_key_left_in_flight_by_a_killed_web_process_is_taken_over_once_after_t
     assert replay.status_code == 200 and replay.json()["content"] == ANSWER
     assert replay.headers["idempotent-replayed"] == "true"
     assert len(standin_requests()) == 2
+
+
+def test_a_slow_first_claim_cannot_undo_the_claim_that_replaced_it(
+    user_token: str, make_agent: Any, settings: Any
+) -> None:
+    """A first request that was only slow, not dead, answers or releases after its key was
+    taken over: its claim is gone, and the taker's row is left as the taker leaves it."""
+    from agentops.idempotency import (
+        idempotency_key_answer,
+        idempotency_key_claim,
+        idempotency_key_release,
+    )
+
+    settings.AGENTOPS_IDEMPOTENCY_INFLIGHT_S = INFLIGHT_MS / 1000
+    token = api_token_check(user_token)
+    assert token is not None
+    claim = {"token_id": token.pk, "key": "slow", "endpoint": "e", "digest": "d", "agent": "a"}
+    now = timezone.now()
+    first = idempotency_key_claim(**claim, now=now)
+    later = now + timedelta(milliseconds=INFLIGHT_MS + 1000)
+    taker = idempotency_key_claim(**claim, now=later)
+    assert taker.kind == "new" and taker.row_id != first.row_id
+    idempotency_key_release(row_id=first.row_id)
+    idempotency_key_answer(row_id=first.row_id, status=200, headers={}, body=b"late")
+    (row,) = IdempotencyKey.objects.filter(key="slow")
+    assert (row.pk, row.status, row.response_body) == (taker.row_id, "in_flight", None)
