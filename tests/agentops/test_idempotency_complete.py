@@ -354,11 +354,15 @@ def test_a_slow_first_claim_cannot_undo_the_claim_that_replaced_it(
     settings.AGENTOPS_IDEMPOTENCY_INFLIGHT_S = INFLIGHT_MS / 1000
     token = api_token_check(user_token)
     assert token is not None
-    claim = {"token_id": token.pk, "key": "slow", "endpoint": "e", "digest": "d", "agent": "a"}
+
+    def claimed(at: Any) -> Any:
+        return idempotency_key_claim(
+            token_id=token.pk, key="slow", endpoint="e", digest="d", agent="a", now=at
+        )
+
     now = timezone.now()
-    first = idempotency_key_claim(**claim, now=now)
-    later = now + timedelta(milliseconds=INFLIGHT_MS + 1000)
-    taker = idempotency_key_claim(**claim, now=later)
+    first = claimed(now)
+    taker = claimed(now + timedelta(milliseconds=INFLIGHT_MS + 1000))
     assert taker.kind == "new" and taker.row_id != first.row_id
     idempotency_key_release(row_id=first.row_id)
     idempotency_key_answer(row_id=first.row_id, status=200, headers={}, body=b"late")
