@@ -70,6 +70,8 @@ def budget_view(
     owner = _owner(kind, object_id)
     if not model_admin.has_view_permission(request, owner):
         raise PermissionDenied
+    # As the API: a disposed agent names nothing to budget (its budget may still be removed).
+    disposed = isinstance(owner, Agent) and owner.disposed_at is not None
     may_change = model_admin.has_change_permission(request, owner)
     here = reverse(f"admin:agentops_{kind}_budget", args=[owner.pk])
     form = BudgetForm()
@@ -87,6 +89,8 @@ def budget_view(
             )
             return HttpResponseRedirect(here)
         form = BudgetForm(request.POST)
+        if disposed:
+            form.add_error(None, f"agent {owner.name} is disposed: it takes no budget")
         if form.is_valid():
             data = form.cleaned_data
             owner_budget_set(
@@ -129,6 +133,7 @@ def budget_view(
         "currency": currency,
         "form": form,
         "may_change": may_change,
+        "disposed": disposed,
     }
     return TemplateResponse(request, "admin/agentops/budget.html", context, status=status)
 

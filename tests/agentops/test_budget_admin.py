@@ -174,3 +174,19 @@ def test_only_a_user_who_may_change_the_agent_sets_its_budget() -> None:
     nobody.force_login(User.objects.create_user("nick", password="x", is_staff=True))
     assert nobody.get(budget_url(agent)).status_code == 403
     assert Client().get(budget_url(agent))["Location"].startswith("/admin/login/")
+
+
+def test_a_disposed_agent_takes_no_budget_as_in_the_api_but_its_budget_may_be_removed() -> None:
+    _, agent, _ = project_with_agent("acme")
+    set_budget(agent, "5", "week", now=timezone.now())
+    Agent.objects.filter(pk=agent.pk).update(disposed_at=timezone.now())
+    before = stored(agent)
+    client = admin_client()
+    page = client.get(budget_url(agent)).content.decode()
+    assert "This agent is disposed: it takes no budget" in page and "Save budget" not in page
+    response = post(client, agent, amount="9", period="day", warn_at="0.8")
+    assert response.status_code == 400
+    assert "agent acme-agent is disposed: it takes no budget" in response.content.decode()
+    assert stored(agent) == before
+    assert client.post(budget_url(agent), {"action": "remove"}).status_code == 302
+    assert stored(agent) is None
