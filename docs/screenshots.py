@@ -198,3 +198,24 @@ def test_dashboard_png(
     out = DOCS / "dashboard.png"
     assert browser.save_screenshot(str(out)), f"could not save {out}"
     print(f"saved {out}")
+
+
+# --- docs/spend-all-projects.png ------------------------------------------------------------
+
+
+def test_spend_all_projects_png(browser: WebDriver, live_server: Any) -> None:
+    """docs/spend-all-projects.png at 1,366 px: a month of calls over six projects, and their
+    budgets as bars, one held and one with calls in flight."""
+    from tests.browser.test_spend_all_in_browser import budgets_of, month_of_spend
+
+    budgets_of(month_of_spend(calls=3000, projects=6, agents=3))
+    log_in_as_admin(browser, live_server.url)
+    out = shoot(
+        browser,
+        live_server.url,
+        "/admin/agentops/project/spend/",
+        "spend-all-projects.png",
+        width=1366,
+        height=1000,
+    )
+    print(f"saved {out}")

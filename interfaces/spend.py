@@ -1,10 +1,13 @@
 """What the calls cost, read back: API.md ``GET /spend``, the admin's spend page of a project and
-the dashboard's spend of today. One query shape for all three (``spend_items``): the ended calls
+the dashboard's spend of today, and the admin's spend of all projects. One query shape for all
+(``spend_items``): the ended calls
 in ``[since, until)`` on ``ended_at``, grouped; a day is the local date of the call's end in
-``AGENTOPS_BUDGET_TIME_ZONE``, the zone the budgets' periods follow."""
+``AGENTOPS_BUDGET_TIME_ZONE``, the zone the budgets' periods follow. The rows a page sums are read back one by one, for its CSV, by
+``spend_rows`` over the same calls."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
@@ -12,10 +15,10 @@ from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
-from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models import Count, F, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce, TruncDate
 
-from agentops.models import Agent, ApiToken, Price, Project
+from agentops.models import Agent, ApiToken, Budget, Price, Project
 from agentops.prices import decimal_text
 from inference.models import InferenceCall
 
@@ -190,6 +193,104 @@ def project_spend(*, project_id: int, days: int, now: datetime) -> dict[str, Any
         "zone": settings.AGENTOPS_BUDGET_TIME_ZONE,
         "currency": spend_currency(),
     }
+
+
+def all_projects_spend(*, days: int, now: datetime) -> dict[str, Any]:
+    """Every project's spend over the last ``days`` local days (the admin's spend of all
+    projects): each project by name (one without calls is there, empty), each day over all
+    of them (oldest first), and the period's total. Three queries whatever the number of
+    projects and agents: two grouped, one of the projects' names."""
+    period = spend_period(days=days, now=now)
+    calls = spend_calls(project_id=None, since=period.since, until=period.until)
+    spent = {i["key"]: i for i in spend_items(calls, group_by="project")}
+    projects = [
+        {**(spent.get(name) or empty_item(name)), "project_id": pk}
+        for pk, name in Project.objects.order_by("name").values_list("pk", "name")
+    ]
+    by_day = {i["key"]: i for i in spend_items(calls, group_by="day")}
+    each_day = [by_day.get(d.isoformat()) or empty_item(d.isoformat()) for d in period.days]
+    return {
+        "projects": projects,
+        "days": each_day,
+        "total": spend_total(each_day),
+        "first_day": period.days[0].isoformat(),
+        "last_day": period.days[-1].isoformat(),
+        "since": period.since,
+        "until": period.until,
+        "zone": settings.AGENTOPS_BUDGET_TIME_ZONE,
+        "currency": spend_currency(),
+    }
+
+
+def every_budget() -> list[Budget]:
+    """Every budget, agents' and projects', with its owner (and an agent's project) in one
+    query, grouped by project: a project's own budget first, then its agents' by name."""
+    return list(
+        Budget.objects.select_related("agent__project", "project").order_by(
+            Coalesce("project__name", "agent__project__name"),
+            F("agent__name").asc(nulls_first=True),
+        )
+    )
+
+
+CSV_HEADER = (
+    "id",
+    "ended_at",
+    "project",
+    "agent",
+    "provider",
+    "model",
+    "outcome",
+    "input_tokens",
+    "output_tokens",
+    "cost",
+    "currency",
+)
+# A spreadsheet reads a cell that starts with one of these as a formula.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _cell(text: str | None) -> str:
+    if text is None:
+        return ""
+    return f"'{text}" if text.startswith(_FORMULA_START) else text
+
+
+def spend_rows(calls: QuerySet[InferenceCall]) -> Iterator[tuple[object, ...]]:
+    """One row per call of ``calls`` (``CSV_HEADER``'s columns), by end then id, read from a
+    server-side cursor a chunk at a time (a month of a busy service does not fit in memory):
+    ``ended_at`` in the spend zone with its offset, ``cost`` as the API writes it and empty
+    when unpriced (never 0), the currency on every row. Names that a spreadsheet would run as
+    a formula are quoted with a leading apostrophe."""
+    zone, currency = spend_zone(), spend_currency()
+    rows = calls.order_by("ended_at", "id").values_list(
+        "id",
+        "ended_at",
+        "agent__project__name",
+        "agent__name",
+        "provider__name",
+        "model",
+        "outcome",
+        "input_tokens",
+        "output_tokens",
+        "cost",
+    )
+    for pk, ended_at, project, agent, provider, model, outcome, inp, out, cost in rows.iterator(
+        chunk_size=2000
+    ):
+        yield (
+            pk,
+            ended_at.astimezone(zone).isoformat() if ended_at is not None else "",
+            _cell(project),
+            _cell(agent),
+            _cell(provider),
+            _cell(model),
+            outcome,
+            "" if inp is None else inp,
+            "" if out is None else out,
+            decimal_text(cost) or "",
+            currency,
+        )
 
 
 def spend_today_by_agent(*, now: datetime) -> tuple[str, dict[str, dict[str, Any]]]:

@@ -10,7 +10,7 @@ from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import Count, OuterRef, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
@@ -149,15 +149,24 @@ class ProjectForm(forms.ModelForm):  # type: ignore[type-arg]
 @admin.register(Project)
 class ProjectAdmin(admin.ModelAdmin):
     """Each project links to its spend page (interfaces.admin.spend), from the list and from
-    its own page (the "Spend" button, templates/admin/agentops/project/change_form.html)."""
+    its own page (the "Spend" button, templates/admin/agentops/project/change_form.html); the
+    list links to the spend of all projects (interfaces.admin.spend_all) and its page to its
+    budget (interfaces.admin.budgets)."""
 
     form = ProjectForm
     list_display = ("name", "providers", "limits", "spend", "created_at")
     search_fields = ("name",)
     # The grant is made through the API (PUT /projects/{name}/providers), which refuses a list
     # that leaves out a provider a live agent names: shown here, not edited.
-    fields = ("name", "providers", "providers_granted_at", *LIMIT_MAXIMA, "limits_set_at")
-    readonly_fields = ("providers", "providers_granted_at", "limits_set_at")
+    fields = (
+        "name",
+        "providers",
+        "providers_granted_at",
+        *LIMIT_MAXIMA,
+        "limits_set_at",
+        "budget_shown",
+    )
+    readonly_fields = ("providers", "providers_granted_at", "limits_set_at", "budget_shown")
 
     @admin.display(description="limits")
     def limits(self, obj: Project) -> str:
@@ -187,17 +196,43 @@ class ProjectAdmin(admin.ModelAdmin):
         return ", ".join(sorted(p.name for p in obj.granted_providers.all())) or "none"
 
     def get_urls(self) -> list[URLPattern]:
+        from interfaces.admin.budgets import budget_view
         from interfaces.admin.spend import project_spend_view
+        from interfaces.admin.spend_all import all_projects_spend_view
+        from interfaces.admin.spend_csv import spend_csv_view
 
-        def view(request: HttpRequest, object_id: str) -> HttpResponse:
+        def one(request: HttpRequest, object_id: str) -> HttpResponse:
             return project_spend_view(self, request, object_id)
 
-        page = path(
-            "<path:object_id>/spend/",
-            self.admin_site.admin_view(view),
-            name="agentops_project_spend",
-        )
-        return [page, *super().get_urls()]
+        def one_csv(request: HttpRequest, object_id: str) -> HttpResponseBase:
+            return spend_csv_view(self, request, object_id)
+
+        def every(request: HttpRequest) -> HttpResponse:
+            return all_projects_spend_view(self, request)
+
+        def every_csv(request: HttpRequest) -> HttpResponseBase:
+            return spend_csv_view(self, request, None)
+
+        def budget(request: HttpRequest, object_id: str) -> HttpResponse:
+            return budget_view(self, request, object_id, kind="project")
+
+        view = self.admin_site.admin_view
+        # Before the admin's own: "spend/" would otherwise be read as a project's id.
+        return [
+            path("spend/", view(every), name="agentops_project_spend_all"),
+            path("spend.csv", view(every_csv), name="agentops_project_spend_all_csv"),
+            path("<path:object_id>/spend/", view(one), name="agentops_project_spend"),
+            path("<path:object_id>/spend.csv", view(one_csv), name="agentops_project_spend_csv"),
+            path("<path:object_id>/budget/", view(budget), name="agentops_project_budget"),
+            *super().get_urls(),
+        ]
+
+    # Not "budget": that name is the model's reverse accessor, which the admin would show.
+    @admin.display(description="budget")
+    def budget_shown(self, obj: Project) -> str:
+        from interfaces.admin.budgets import budget_summary
+
+        return budget_summary(obj, kind="project")
 
     @admin.display(description="spend")
     def spend(self, obj: Project) -> str:
@@ -400,9 +435,30 @@ class AgentAdmin(admin.ModelAdmin):
         "holds",
         "current_turn",
         "context",
+        "budget_shown",
         "created_at",
         "disposed_at",
     )
+
+    def get_urls(self) -> list[URLPattern]:
+        from interfaces.admin.budgets import budget_view
+
+        def budget(request: HttpRequest, object_id: str) -> HttpResponse:
+            return budget_view(self, request, object_id, kind="agent")
+
+        page = path(
+            "<path:object_id>/budget/",
+            self.admin_site.admin_view(budget),
+            name="agentops_agent_budget",
+        )
+        return [page, *super().get_urls()]
+
+    @admin.display(description="budget")
+    def budget_shown(self, obj: Agent) -> str:
+        """Its budget's figures (``budget_out``) and a link to its budget page."""
+        from interfaces.admin.budgets import budget_summary
+
+        return budget_summary(obj, kind="agent")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Agent]:
         from breaker.models import BreakerState

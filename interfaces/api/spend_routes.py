@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import datetime
-from functools import partial
 from typing import Any, Literal
 
 from django.http import HttpRequest
@@ -11,18 +10,16 @@ from django.utils import timezone
 from ninja import Query, Router, Schema, Status
 from pydantic import BaseModel
 
-from agentops.budget_api import budget_out, budget_put, check_budget
+from agentops.budget_api import budget_out, check_budget
 from agentops.exceptions import NotFound, bad_field
 from agentops.models import Agent, Budget, Price, Project
 from agentops.prices import PRICE_FIELDS, price_amount, price_create, price_out
 from agentops.validation import text_problem
-from inference.models import Turn
 from interfaces.api.auth import require_operator
 from interfaces.api.body import check_fields, check_instant, checked_text, json_body
 from interfaces.api.schemas import ERRORS
-from interfaces.spend import spend_out, spent_since
-from turns.queue import schedule_drain
-from waits.admission import BUDGET_HOLDS_CACHE_S
+from interfaces.budgets import owner_budget_remove, owner_budget_set
+from interfaces.spend import spend_out
 
 router = Router()
 
@@ -187,22 +184,7 @@ def _budget_put(request: HttpRequest, kind: str, name: str) -> dict[str, Any]:
     owner = _owner(kind, name)
     amount, period, warn_at = check_budget(json_body(request, shape=BUDGET_SHAPE))
     now = timezone.now()
-    budget = budget_put(
-        owner=owner,
-        amount=amount,
-        period=period,
-        warn_at=warn_at,
-        now=now,
-        spent_since=partial(spent_since, owner),
-    )
-    # A raise may lift the hold: the held turns check again now, not at their next re-check,
-    # once every process's copy of the holds has expired (waits.admission).
-    held = Turn.objects.filter(status=Turn.Status.HELD)
-    held = (
-        held.filter(agent=owner) if isinstance(owner, Agent) else held.filter(agent__project=owner)
-    )
-    for agent_id in set(held.values_list("agent_id", flat=True)):
-        schedule_drain(agent_id, BUDGET_HOLDS_CACHE_S + 0.2)
+    budget = owner_budget_set(owner=owner, amount=amount, period=period, warn_at=warn_at, now=now)
     return budget_out(budget, now)
 
 
@@ -218,8 +200,7 @@ def _budget_get(request: HttpRequest, kind: str, name: str) -> dict[str, Any]:
 def _budget_delete(request: HttpRequest, kind: str, name: str) -> Status:
     require_operator(request)
     owner = _owner(kind, name)
-    deleted, _ = Budget.objects.filter(**{kind: owner}).delete()
-    if not deleted:
+    if not owner_budget_remove(owner=owner):
         raise NotFound(f"{kind} {name!r} has no budget", data={"field": "name"})
     return Status(204, None)
 
