@@ -79,6 +79,12 @@ CORES = (
     ),
     Core("text", "text bounding", "agentops/text.py", ("tests/agentops/test_text.py",)),
     Core(
+        "routing",
+        "the routing choice (targets, the down rule, the pool's rotation)",
+        "turns/routing.py",
+        ("tests/turns/test_routing.py",),
+    ),
+    Core(
         "budget",
         "the budget arithmetic and the reservation estimate",
         "agentops/budget_core.py",

@@ -118,3 +118,52 @@ def test_a_smooth_rotation_gives_each_its_share_spread_out() -> None:
         picks.append(pick)
     assert [picks.count(i) for i in range(3)] == [100, 200, 300]
     assert smooth_pick([2.0, 2.0], [0.0, 0.0])[0] == 0  # a tie: the first
+
+
+def test_why_a_target_is_down_is_said_for_each_rule() -> None:
+    """The reason routing gives (the call row's route and the API's ``down_why``), rule by rule,
+    and none at all when the target is not down."""
+
+    def why(*latest: Failure) -> str:
+        return down_until(list(latest), retry_after_ms=30_000)[1]
+
+    assert why(Failure("rate_limit", ended_ms=NOW)) == "a 429 without a stated wait"
+    assert why(Failure("budget_edge", ended_ms=NOW)) == (
+        "its worst case is over what the budget has left"
+    )
+    assert why(Failure("auth", ended_ms=NOW)) == "a auth failure"
+    assert why(Failure("quota", ended_ms=NOW)) == "a quota failure"
+    assert why(Failure("network", after_content=True, ended_ms=NOW)) == (
+        "its answer was cut after content"
+    )
+    assert why(Failure("overloaded", returning=True, ended_ms=NOW)) == (
+        "a overloaded failure on its return"
+    )
+    assert why(Failure("server", ended_ms=NOW), Failure("network", ended_ms=NOW - 1)) == (
+        "two server failures in a row"
+    )
+    for not_down in ((), (Failure(None),), (Failure("server", ended_ms=NOW),)):
+        assert down_until(list(not_down), retry_after_ms=30_000) == (None, "")
+    assert down_until([Failure("budget_edge", ended_ms=NOW)], retry_after_ms=5) == (
+        NOW + 5,
+        "its worst case is over what the budget has left",
+    )
+
+
+def test_the_stored_alternates_are_the_objects_of_a_list() -> None:
+    from turns.routing import alternates
+
+    assert alternates([{"model": "a"}, "junk", 3, {"model": "b"}]) == [
+        {"model": "a"},
+        {"model": "b"},
+    ]
+    assert alternates({"model": "a"}) == [] and alternates(None) == [] and alternates("ab") == []
+
+
+def test_a_rotation_refuses_credit_that_does_not_match_its_members() -> None:
+    import pytest
+
+    from turns.routing import smooth_pick
+
+    with pytest.raises(ValueError):
+        smooth_pick([1.0, 2.0], [0.0])
