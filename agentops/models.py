@@ -211,6 +211,16 @@ class HistoryRow(models.Model):
         TOOL = "tool"
         SYSTEM_NOTE = "system-note"
 
+    class NoteKind(models.TextChoices):
+        """Which of the service's own notes a system note is, as a value code reads (its text
+        is for the model and a person)."""
+
+        NONE = "", "none"
+        FAILED = "failed"  # [inference-failed]: a turn's call failed (turns.notes)
+        SHED = "shed"  # [refusal-rewind]: the breaker set turns aside (breaker.shedding)
+        TRIM = "trim"  # [context-trim]: rows set aside to fit the window
+        SUMMARY = "summary"  # [context-summary]: a summary stands for rows set aside
+
     class State(models.TextChoices):
         PRESENTED = "presented"
         SET_ASIDE = "set_aside"
@@ -219,6 +229,9 @@ class HistoryRow(models.Model):
     seq = models.PositiveIntegerField()
     participant = models.CharField(max_length=100)
     role = models.CharField(max_length=20, choices=Role.choices)
+    note_kind = models.CharField(
+        max_length=10, choices=NoteKind.choices, blank=True, default=NoteKind.NONE
+    )
     # A string, or a list of blocks: text, tool_call, tool_result, thinking.
     content = models.JSONField()
     state = models.CharField(max_length=20, choices=State.choices, default=State.PRESENTED)

@@ -318,12 +318,16 @@ def _agents_naming_others(*, project_id: int, granted: set[int]) -> list[dict[st
     return found
 
 
-def history_append(*, agent: Agent, participant: str, role: str, content: Any) -> HistoryRow:
+def history_append(
+    *, agent: Agent, participant: str, role: str, content: Any, note_kind: str = ""
+) -> HistoryRow:
     """Append one row at the next sequence number. Call inside a transaction that holds the
     agent's row lock (``Agent.objects.select_for_update()``), so two writers never collide."""
     # One statement (the sequence number is computed in the insert): every turn appends here.
     next_seq = (
         f"(SELECT COALESCE(MAX(seq), 0) + 1 FROM {HistoryRow._meta.db_table} WHERE agent_id = %s)"
     )
-    row = HistoryRow(agent=agent, participant=participant, role=role, content=content)
+    row = HistoryRow(
+        agent=agent, participant=participant, role=role, content=content, note_kind=note_kind
+    )
     return rows.insert(row, computed={"seq": (next_seq, [agent.pk])})

@@ -135,6 +135,7 @@ def shed_locked(*, agent: Agent, state: BreakerState, reason: str) -> ShedResult
             participant=MARKER_PARTICIPANT,
             role=HistoryRow.Role.SYSTEM_NOTE,
             content=text,
+            note_kind=HistoryRow.NoteKind.SHED,
         )
     state.marker_row = marker
     state.save(update_fields=["sheds_this_run", "marker_row"])

@@ -18,10 +18,9 @@ SUMMARY_PREFIX: Final = "[context-summary]"
 
 def leads(row: HistoryRow) -> bool:
     """Whether the row is a note that a request carries first, before the rest of the history."""
-    return (
-        row.role == HistoryRow.Role.SYSTEM_NOTE
-        and isinstance(row.content, str)
-        and row.content.startswith((TRIM_PREFIX, SUMMARY_PREFIX))
+    return row.role == HistoryRow.Role.SYSTEM_NOTE and row.note_kind in (
+        HistoryRow.NoteKind.TRIM,
+        HistoryRow.NoteKind.SUMMARY,
     )
 
 

@@ -37,3 +37,31 @@ def test_rows_written_before_route_kind_get_theirs_from_their_words() -> None:
     with connection.cursor() as cursor:
         cursor.execute(backfill)
     assert dict(InferenceCall.objects.filter(pk__in=ids).values_list("pk", "route_kind")) == ids
+
+
+@pytest.mark.django_db
+def test_notes_written_before_note_kind_get_theirs_from_their_prefix() -> None:
+    """``agentops 0018_history_note_kind``'s backfill: a service note's prefix gives its kind;
+    a person's words, and anything not a system note, keep none."""
+    from django.db import connection
+
+    from agentops.models import HistoryRow
+    from tests.factories import HistoryRowFactory
+
+    backfill = importlib.import_module("agentops.migrations.0018_history_note_kind").BACKFILL
+    note = HistoryRow.Role.SYSTEM_NOTE
+    rows = {
+        ("[inference-failed] The model call failed", note): "failed",
+        ("[refusal-rewind] The 2 most recent turn(s) were set aside", note): "shed",
+        ("[context-trim] The 3 oldest rows", note): "trim",
+        ("[context-summary] The 3 oldest rows ... In summary: x", note): "summary",
+        ("some other note", note): "",
+        ("[context-summary] a user typed this", HistoryRow.Role.USER): "",
+    }
+    ids = {
+        HistoryRowFactory.create(content=content, role=role).pk: kind
+        for (content, role), kind in rows.items()
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(backfill)
+    assert dict(HistoryRow.objects.filter(pk__in=ids).values_list("pk", "note_kind")) == ids

@@ -275,6 +275,7 @@ def turn_fail(*, turn: Turn, error: ProviderError, status: str, timed_out_again:
             participant="agentops",
             role=HistoryRow.Role.SYSTEM_NOTE,
             content=failure_note_text(error, timed_out_again=timed_out_again),
+            note_kind=HistoryRow.NoteKind.FAILED,
         )
         locked.status = status
         locked.error = error.as_dict()

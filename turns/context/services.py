@@ -116,8 +116,7 @@ def _protected_from(turn: Turn) -> int | None:
 
 def _is_note(row: HistoryRow) -> bool:
     # A summary stands for rows set aside: it ages as they would, not as a note goes first.
-    text = row.content if isinstance(row.content, str) else ""
-    return row.role == HistoryRow.Role.SYSTEM_NOTE and not text.startswith(SUMMARY_PREFIX)
+    return row.role == HistoryRow.Role.SYSTEM_NOTE and row.note_kind != HistoryRow.NoteKind.SUMMARY
 
 
 def context_plan(*, turn: Turn, refused: ProviderError | None = None) -> Plan | None:
@@ -247,6 +246,7 @@ def context_set_aside(*, turn: Turn, plan: Plan, summary: str | None = None) -> 
             participant=NOTE_PARTICIPANT,
             role=HistoryRow.Role.SYSTEM_NOTE,
             content=text,
+            note_kind=HistoryRow.NoteKind.TRIM if summary is None else HistoryRow.NoteKind.SUMMARY,
         )
         alert_raise(
             kind=ALERT_KIND,
