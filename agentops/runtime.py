@@ -116,6 +116,7 @@ class Runtime:
             initializer=_yield_to_the_loop if worker else None,
         )
         self.stopping = threading.Event()
+        self._stopped = False  # stop() ran: the web's lifespan stops it, then atexit asks again
         self._lock = threading.Lock()
         self._wakes: set[Settable] = set()
         self._running = 0
@@ -147,8 +148,9 @@ class Runtime:
     def stop(self, timeout: float = EXIT_FLUSH_S) -> None:
         """Send what is in the outbox, stop the parts, close the cancel watcher and the kept
         provider connections; best effort within ``timeout`` (a process on its way out)."""
-        if not self.thread.is_alive():
+        if not self.thread.is_alive() or self._stopped:
             return
+        self._stopped = True
         try:
             self.submit(self._stop()).result(timeout)
         except Exception:  # best effort, at exit

@@ -1,6 +1,8 @@
 """The ASGI entry point: HTTP through Django (liveness and static files before it), websockets
 through Channels."""
 
+import asyncio
+import logging
 import os
 from typing import Any
 
@@ -21,6 +23,7 @@ finally:
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 
+from agentops.runtime import EXIT_FLUSH_S, runtime  # noqa: E402
 from agentops.telemetry import telemetry_setup  # noqa: E402
 from interfaces.edge import KeptThreadsASGIHandler  # noqa: E402
 from interfaces.routing import websocket_urlpatterns  # noqa: E402
@@ -62,6 +65,30 @@ async def http_app(scope: dict, receive: Any, send: Any) -> None:
         await django_asgi_app(scope, receive, send)
 
 
+logger = logging.getLogger(__name__)
+
+
+async def lifespan(scope: dict, receive: Any, send: Any) -> None:
+    """The server's lifespan: the process's runtime made and started at startup (its loop,
+    threads and parts ready before the first request, not by it), and stopped at shutdown
+    after the server's connections closed (its outbox sent, its provider connections closed).
+    A runtime that cannot start yet (a dependency down) is logged and made on first use, as
+    the readiness probe says what is down; the server still starts."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            try:
+                await asyncio.to_thread(runtime)
+            except Exception:
+                logger.warning("the runtime did not start; it starts on first use", exc_info=True)
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            if (made := runtime.made()) is not None:
+                await asyncio.to_thread(made.stop, EXIT_FLUSH_S)
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
 application = ProtocolTypeRouter(
     {
         # With telemetry exported, each request is a server span continuing the client's
@@ -70,5 +97,6 @@ application = ProtocolTypeRouter(
         # Turn sockets authenticate with a token, not a cookie, so they take no origin check:
         # API clients (not browsers) often send no Origin header at all.
         "websocket": URLRouter(websocket_urlpatterns),
+        "lifespan": lifespan,
     }
 )
