@@ -7,6 +7,7 @@ threads and the loop alike."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from cachetools import TTLCache
@@ -29,6 +30,14 @@ class Recent(Generic[K, V]):
     def put(self, key: K, value: V) -> None:
         with self._lock:
             self._kept[key] = value
+
+    def change(self, key: K, how: Callable[[V | None], V]) -> V:
+        """Put ``how(the value kept, or None)`` under ``key`` and return it, as one step: no
+        other thread reads or changes that entry in between."""
+        with self._lock:
+            value = how(self._kept.get(key))
+            self._kept[key] = value
+            return value
 
     def clear(self) -> None:
         with self._lock:

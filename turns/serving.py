@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import threading
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -48,7 +47,6 @@ logger = logging.getLogger(__name__)
 # process spreads its own calls by weight, so all of them together do to within a call each.
 # Forgotten after an idle hour (it starts again even), bounded by the agents in use.
 _rotations: Recent[int, dict[tuple[int, str], float]] = Recent(size=10_000, ttl_s=3600)
-_rotation_lock = threading.Lock()
 
 ENDED = (InferenceCall.Outcome.COMPLETED, InferenceCall.Outcome.ERROR, InferenceCall.Outcome.CUT)
 
@@ -337,11 +335,16 @@ def _member_pick(
     its provider last said is left (a member that has said nothing counts as full)."""
     scores = [candidates[i].weight * max(0.05, quotas[i][1] or 1.0) for i in usable]
     keys = [(candidates[i].provider_id, candidates[i].model) for i in usable]
-    with _rotation_lock:
-        kept = _rotations.get(agent.pk) or {}
+    picked: list[int] = []
+
+    def turned(kept: dict[tuple[int, str], float] | None) -> dict[tuple[int, str], float]:
+        kept = kept or {}
         pick, credit = smooth_pick(scores, [kept.get(key, 0.0) for key in keys])
-        _rotations.put(agent.pk, {**kept, **dict(zip(keys, credit, strict=True))})
-    return usable[pick]
+        picked.append(pick)
+        return {**kept, **dict(zip(keys, credit, strict=True))}
+
+    _rotations.change(agent.pk, turned)
+    return usable[picked[0]]
 
 
 def serving_switch(
