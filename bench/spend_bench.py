@@ -25,6 +25,9 @@ few still in flight. Then ANALYZE. Run it under the launcher (the embedded Postg
 servers ``DATABASE_URL`` and ``REDIS_URL`` name)::
 
     python -m devtools.launcher exec -- .venv/bin/python bench/spend_bench.py
+    make bench-spend ARGS="--requests 20 --explain"     # the same
+
+Results, and what the plans say: docs/performance.md.
 
 Options: ``--requests 40`` per endpoint and run, ``--repeat 3``, ``--explain`` (print each
 endpoint's statements' plans, EXPLAIN ANALYZE, once before timing).
