@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test fuzz lint bench bench-dropin bench-turns mutate screenshots clean-var token
+.PHONY: install run test fuzz lint bench bench-dropin bench-turns bench-spend mutate screenshots clean-var token
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "agentops needs Python 3.11 or newer")'
@@ -58,6 +58,11 @@ bench-dropin: $(STAMP)
 # (issue 15; bench/turns_bench.py). ARGS="--agents 200 --lone 30 --repeat 3". Results in bench/results/.
 bench-turns: $(STAMP)
 	$(BIN)/python -m devtools.launcher exec -- $(BIN)/python bench/turns_bench.py $(ARGS)
+
+# GET /spend and the admin's spend pages over a million call rows, in a database of their own
+# (issue 55; bench/spend_bench.py). ARGS="--rows 1000000 --requests 40 --repeat 3 --explain".
+bench-spend: $(STAMP)
+	$(BIN)/python -m devtools.launcher exec -- $(BIN)/python bench/spend_bench.py $(ARGS)
 
 # The pictures under docs/ (the README's, docs/operations.md's), from a live server in headless
 # Chromium (docs/screenshots.py).
