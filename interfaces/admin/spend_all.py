@@ -32,7 +32,8 @@ _PLACES = Decimal("0.01")
 def bar_shares(out: dict[str, Any]) -> tuple[Decimal, Decimal]:
     """The widths (percent of the bar) of what is spent and what is reserved, from
     ``budget_out``: spent first, reserved after it, together never past the bar's end (a
-    budget spent past its amount fills the bar, and the page says by how much)."""
+    budget whose spent and reserved together pass its amount fills the bar, and the page says by
+    how much)."""
     amount = Decimal(out["amount"])
     spent = min(Decimal(out["spent"]) / amount, Decimal(1)) * 100
     reserved = min(Decimal(out["reserved"]) / amount * 100, 100 - spent)

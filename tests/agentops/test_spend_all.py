@@ -13,6 +13,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.contrib.auth.models import Permission, User
 from django.db import connection
 from django.test import Client, override_settings
@@ -63,7 +64,14 @@ def budget_row(html: str, kind: str, owner: str) -> str:
 def csv_rows(response: Any) -> list[dict[str, str]]:
     assert response.status_code == 200
     assert response.streaming, "the CSV is streamed, not built in memory"
-    body = b"".join(response.streaming_content).decode()
+    # Read as an ASGI server reads it: a chunk at a time from an async iterator (a sync one
+    # Django would read whole before the first byte).
+    assert response.is_async
+
+    async def read() -> bytes:
+        return b"".join([chunk async for chunk in response.streaming_content])
+
+    body = async_to_sync(read)().decode()
     reader = csv.reader(io.StringIO(body))
     header = next(reader)
     assert tuple(header) == CSV_HEADER
@@ -125,7 +133,11 @@ def test_every_budget_is_a_bar_of_spent_and_reserved_with_its_owner_and_held_one
     assert f'href="/admin/agentops/project/{acme.pk}/budget/"' in project
     # Reserved past the amount: the bar ends at the amount and the page says by how much.
     over = budget_row(html, "agent", bob.name)
-    assert 'data-share="75.00"' in over and 'data-share="25.00"' in over and "over by 2" in over
+    assert (
+        'data-share="75.00"' in over
+        and 'data-share="25.00"' in over
+        and "spent and reserved over by 2" in over
+    )
     # Grouped by project, the project's own budget first.
     order = re.findall(r'data-kind="(\w+)" data-owner="([^"]+)"', html)
     assert order == [("project", "acme"), ("agent", ada.name), ("agent", bob.name)]
