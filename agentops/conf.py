@@ -127,6 +127,9 @@ def env_ms_list(name: str, default: tuple[float, ...]) -> tuple[float, ...]:
     return tuple(values)
 
 
+# The absolute call bound's default (calls.bounds), which settings derive other bounds from.
+ABSOLUTE_MS_DEFAULT = 75 * 60_000
+
 # AGENTOPS_INFERENCE_BOUNDS (architecture.md §5.4): its sections and fields.
 BOUNDS_FIELDS = {
     "progress_bounds": ("before_content_ms", "between_events_ms", "think_tokens_per_second"),

@@ -5,7 +5,8 @@ The race between two duplicates is decided by PostgreSQL: the row is inserted un
 constraint (token, key), so exactly one insert wins and only its request calls the provider; the
 other finds the row, in flight (409) or answered (replayed). A row left in flight past
 ``AGENTOPS_IDEMPOTENCY_INFLIGHT_MS`` was abandoned (its web process died mid-request): the next
-repeat takes it over by a conditional update, which again only one of two can win."""
+repeat replaces it (a conditional delete, then its own insert, which again only one of two can
+win), so the first process, were it only slow, finds its claim gone."""
 
 from __future__ import annotations
 

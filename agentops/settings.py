@@ -9,6 +9,7 @@ import dj_database_url
 from psycopg_pool import base as psycopg_pool_base
 
 from .conf import (
+    ABSOLUTE_MS_DEFAULT,
     ConfigError,
     bounds_values,
     env_bool,
@@ -242,7 +243,7 @@ AGENTOPS_FAILURES_LOG = env_str("AGENTOPS_FAILURES_LOG", str(BASE_DIR / "var" / 
 AGENTOPS_INFERENCE_BOUNDS = env_str("AGENTOPS_INFERENCE_BOUNDS", "")
 # The absolute call bound: its default (calls.bounds) when unset, and when bounds are off.
 _ABSOLUTE_BOUND_MS = (bounds_values(AGENTOPS_INFERENCE_BOUNDS) or {}).get(
-    "absolute_ms", 75 * 60_000
+    "absolute_ms", ABSOLUTE_MS_DEFAULT
 )
 # How long a worker may hold one turn, at most: the absolute bound plus the retry episode.
 AGENTOPS_RETRY_EPISODE_MS = env_ms("AGENTOPS_RETRY_EPISODE_MS", 20 * 60_000)
@@ -327,8 +328,9 @@ AGENTOPS_IDEMPOTENCY_SWEEP_S = env_ms("AGENTOPS_IDEMPOTENCY_SWEEP_MS", 3_600_000
 # A key in flight this long is taken as abandoned (its web process died mid-request): the next
 # repeat takes it over and calls again, where it would otherwise be a 409 until the TTL. The
 # default is the absolute call bound, past which no stream runs, plus a minute to record the
-# answer; a live request whose key is taken over is paid twice, so with bounds off, or a
-# non-streamed call whose whole-call bound is longer, raise it.
+# answer; a live request whose key is taken over is paid twice, so with bounds off, a
+# non-streamed call whose whole-call bound is longer, or a drop-in that waits for its quota and
+# then retries a call cut before content (each attempt may run to the absolute bound), raise it.
 AGENTOPS_IDEMPOTENCY_INFLIGHT_S = (
     env_ms("AGENTOPS_IDEMPOTENCY_INFLIGHT_MS", _ABSOLUTE_BOUND_MS + 60_000) / 1000
 )
@@ -378,7 +380,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # is acknowledged once it has handed its agent to the worker's loop; a task held for its
 # countdown (a held turn's re-check) is not acknowledged until it runs, and countdowns are
 # capped at half this timeout (agentops.celery.task_countdown_s).
-_ABSOLUTE_CEILING_MS = 75 * 60_000
+_ABSOLUTE_CEILING_MS = ABSOLUTE_MS_DEFAULT
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": math.ceil((_ABSOLUTE_CEILING_MS + AGENTOPS_RETRY_EPISODE_MS) / 1000)
     + 600,

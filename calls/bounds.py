@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from agentops.conf import ABSOLUTE_MS_DEFAULT
+
 
 class Bound(StrEnum):
     BEFORE_CONTENT = "before_content"
@@ -37,7 +39,7 @@ class BoundsSettings:
     between_events_ms: float = 150_000
     think_tokens_per_second: float = 87
     flat_minimum_ms: float = 1_862_000
-    absolute_ms: float = 75 * 60_000
+    absolute_ms: float = ABSOLUTE_MS_DEFAULT
 
     @property
     def setup_ms(self) -> float:

@@ -14,10 +14,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
-from functools import partial
+from functools import cache, partial
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -73,13 +73,15 @@ async def call_gated(
     provider: Provider,
     model: str,
     spares: Sequence[tuple[Provider, str]],
-    tokens: int,
+    tokens: Callable[[], int],
     max_wait_ms: float | None,
 ) -> Gated:
     """Wait until the call's project limits and its provider's quota have room for it (its
-    ``tokens``: ``token_estimate``); past ``max_wait_ms`` (None: a turn's call, which waits
-    at most ``AGENTOPS_FALLBACK_AFTER_MS`` for its project, then its turn is held), refused.
-    Whatever it took is given back when it is refused or cancelled here."""
+    ``tokens``: ``token_estimate``, counted only when a limit or a quota needs it); past
+    ``max_wait_ms`` (None: a turn's call, which waits at most ``AGENTOPS_FALLBACK_AFTER_MS``
+    for its project, then its turn is held), refused. A project slot it took is given back
+    when it is refused or cancelled here; its tokens when its row is recorded."""
+    tokens = cache(tokens)
     admitted = await _project_admitted(project_id, tokens=tokens, max_wait_ms=max_wait_ms)
     if admitted.refused is not None:
         return admitted
@@ -100,7 +102,9 @@ async def call_gated(
     )
 
 
-async def _project_admitted(project_id: int, *, tokens: int, max_wait_ms: float | None) -> Gated:
+async def _project_admitted(
+    project_id: int, *, tokens: Callable[[], int], max_wait_ms: float | None
+) -> Gated:
     """Take the call from its project's limits (§6.14), waiting while one has room within
     ``max_wait_ms``; else refused, naming the limit."""
     engine = runtime()
@@ -111,7 +115,7 @@ async def _project_admitted(project_id: int, *, tokens: int, max_wait_ms: float 
     waited = 0.0
     while True:
         taken = await engine.db(
-            partial(limiter.take, project_id=project_id, tokens=tokens, now_ms=now_ms())
+            partial(limiter.take, project_id=project_id, tokens=tokens(), now_ms=now_ms())
         )
         if not isinstance(taken, Refusal):
             return Gated(taken=taken, waited_ms=waited)
@@ -134,7 +138,7 @@ async def _quota_paced(
     model: str,
     *,
     spares: Sequence[tuple[Provider, str]],
-    tokens: int,
+    tokens: Callable[[], int],
     max_wait_ms: float | None,
 ) -> Gated:
     """Take a request (and ``tokens``) from what the provider said is left for (provider,
@@ -147,13 +151,13 @@ async def _quota_paced(
     waited = 0.0
     while True:
         wait = await engine.db(
-            partial(pacer.acquire, provider=provider.name, model=model, tokens=tokens),
+            partial(pacer.acquire, provider=provider.name, model=model, tokens=tokens()),
             now_ms=now_ms(),
         )
         for spare, spare_model in spares if wait > 0 else ():
             # A pool member with room now takes the call rather than wait (§6.15).
             spare_wait = await engine.db(
-                partial(pacer.acquire, provider=spare.name, model=spare_model, tokens=tokens),
+                partial(pacer.acquire, provider=spare.name, model=spare_model, tokens=tokens()),
                 now_ms=now_ms(),
             )
             if spare_wait <= 0:

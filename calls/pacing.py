@@ -5,9 +5,10 @@ Every call asks ``Pacer.acquire`` first: while requests remain (or tokens for it
 one is taken and the call goes; when none remain it waits until the provider said they come
 back. Every answer, successful or not, tells ``Pacer.note`` what the provider now says is
 left. Nothing is known at first: ``PROBES`` calls at most go to learn it (each ``PROBE_MS`` at
-most), and the first answer's remaining count is taken less the other probes still out (it
-may have been counted before them: then one request of that window goes unused, never one
-too many). A provider that sends no such headers is not paced at all (remembered ``PLAIN_MS``).
+most), and the first answer's remaining count is taken less the other probes sent while
+nothing was known (a place lapsed under a slow answer lets another go, and it is counted too;
+any may have reached the provider before the first: then a request of that window goes
+unused, never one too many). A provider that sends no such headers is not paced at all (remembered ``PLAIN_MS``).
 
 Why Redis and not the journal: this is short-lived state read before every call by every
 process, stale within seconds, and losing it costs at most one 429, which is then journaled
@@ -60,7 +61,12 @@ local rl, rr, rt, rw = tonumber(s[2]), tonumber(s[3]), tonumber(s[4]), tonumber(
 local tl, tr, tt, tw = tonumber(s[6]), tonumber(s[7]), tonumber(s[8]), tonumber(s[9])
 if rr == nil and tr == nil then
   for i = 1, tonumber(ARGV[5]) do
-    if redis.call('SET', probe .. ':' .. i, '1', 'NX', 'PX', probe_ms) then return 0 end
+    if redis.call('SET', probe .. ':' .. i, '1', 'NX', 'PX', probe_ms) then
+      -- Counted apart from the places, which lapse while a slow answer is still out.
+      redis.call('HINCRBY', key, 'probes', 1)
+      redis.call('PEXPIRE', key, tonumber(ARGV[6]))
+      return 0
+    end
   end
   return -1
 end
@@ -118,14 +124,14 @@ local function note(l, r, t, fl, fr, ft, fw)
     if reset > kept then redis.call('HSET', key, ft, reset) end
   end
 end
--- The first answer's count leaves out the other probes still out: each may be counted after it.
+-- The first answer's count leaves out the other probes sent while nothing was known: each may
+-- be counted after it.
 local left = ARGV[3]
 if left ~= '' and redis.call('HEXISTS', key, 'rr') == 0 and redis.call('HEXISTS', key, 'tr') == 0 then
-  local out = -1
-  for i = 1, tonumber(ARGV[10]) do out = out + redis.call('EXISTS', probe .. ':' .. i) end
+  local out = (tonumber(redis.call('HGET', key, 'probes')) or 1) - 1
   if out > 0 then left = math.max(0, tonumber(left) - out) end
 end
-redis.call('HDEL', key, 'none')
+redis.call('HDEL', key, 'none', 'probes')
 note(ARGV[2], left, ARGV[4], 'rl', 'rr', 'rt', 'rw')
 note(ARGV[5], ARGV[6], ARGV[7], 'tl', 'tr', 'tt', 'tw')
 local last = math.max(tonumber(redis.call('HGET', key, 'rt')) or now,
@@ -182,7 +188,7 @@ class Pacer:
             wait = float(
                 self._acquire(
                     keys=_key(provider, model),
-                    args=[int(now_ms), tokens, PROBE_MS, GUARD_MS, PROBES],
+                    args=[int(now_ms), tokens, PROBE_MS, GUARD_MS, PROBES, KEEP_MS],
                 )
             )
         except (redis.RedisError, OSError) as exc:
@@ -264,6 +270,7 @@ class Pacer:
                 state: dict[str, str] = self._client.hgetall(key)  # type: ignore[assignment]
                 if "none" in state:
                     continue
+                state.pop("probes", None)  # the pacing's own count, not the provider's words
                 found.append({"model": key[len(prefix) :], **state})
         except (redis.RedisError, OSError) as exc:
             self._unreachable(exc)

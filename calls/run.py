@@ -234,7 +234,7 @@ class ProviderCall:
             provider=self.provider,
             model=self.request.model,
             spares=self.spares,
-            tokens=token_estimate(self.request, self.body),
+            tokens=partial(token_estimate, self.request, self.body),
             max_wait_ms=max_wait_ms,
         )
         self._taken = gated.taken

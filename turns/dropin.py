@@ -26,7 +26,8 @@ import asyncio
 import math
 import random
 import time
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -98,17 +99,17 @@ class Target:
 
 def dropin_target(
     agent: Agent,
-    tried: set[Target],
+    tried: Collection[tuple[int, str]],
     *,
-    failed: Target | None = None,
+    failed: tuple[int, str] | None = None,
     error: ProviderError | None = None,
     retry_first: bool = False,
 ) -> Target | None:
     """In a thread: the target the agent's turns would get among its alternates of the
     request's own wire format (architecture.md §6.11), or None: the first attempt goes to the
-    agent's own (its admission check may defer it), and after the attempt to ``failed`` ended
-    with ``error`` no other target may serve (the same one may be called again,
-    ``again_after_ms``)."""
+    agent's own (its admission check may defer it), and after the attempt to ``failed`` ((provider
+    id, model), as called) ended with ``error`` no other target than those ``tried`` may serve
+    (the same one may be called again, ``again_after_ms``)."""
     if not routed(agent):
         return None
     now_ms, kind = time.time() * 1000, agent.provider.kind
@@ -117,8 +118,8 @@ def dropin_target(
             agent,
             now_ms,
             error=error,
-            tried={(t.provider.pk, t.model) for t in tried},
-            failed=(failed.provider.pk, failed.model),
+            tried=tried,
+            failed=failed,
             kind=kind,
             retry_first=retry_first,
         )
@@ -130,16 +131,28 @@ def dropin_target(
     return _target(serving)
 
 
-def dropin_hedge(agent: Agent, tried: set[Target]) -> Target | None:
+def dropin_hedge(agent: Agent, tried: Collection[tuple[int, str]]) -> Target | None:
     """In a thread: where a request is also sent when its attempt has produced no content after
     the agent's ``hedge_after_ms`` (§6.11), or None."""
     serving = serving_hedge(
         agent,
         time.time() * 1000,
-        tried={(t.provider.pk, t.model) for t in tried},
+        tried=tried,
         kind=agent.provider.kind,
     )
     return None if serving is None else _target(serving)
+
+
+def _key(target: Target) -> tuple[int, str]:
+    return target.provider.pk, target.model
+
+
+def _as_called(target: Target, call: ProviderCall) -> Target:
+    """The target as its call went out: a pool spare may have taken the call before it was
+    sent (§6.15), and then its failure, its stated wait and what is tried are that spare's."""
+    if (call.provider.pk, call.request.model) == _key(target):
+        return target
+    return replace(target, provider=call.provider, model=call.request.model, spares=())
 
 
 def _target(serving: Serving) -> Target:
@@ -189,8 +202,9 @@ def again_after_ms(
 def jitter_ms(retries: int) -> float:
     """One retry's jitter: a random share of JITTER_TOTAL_MS split over ``retries``, and at
     most half the interval at which a down target is tried again: a retried 5xx and its first
-    failure then fall within that interval of each other and make the target down (§6.11), so
-    the next request does not call it a third time at once."""
+    failure then fall within that interval of each other (unless the retry itself takes longer
+    than the other half to fail) and make the target down (§6.11), so the next request does not
+    call it a third time at once."""
     share = random.uniform(0.25, 1.0) * JITTER_TOTAL_MS / max(1, retries)
     return min(share, settings.AGENTOPS_FALLBACK_RETRY_PRIMARY_MS / 2)
 
@@ -294,10 +308,12 @@ class DropinCall:
         retries = settings.AGENTOPS_DROPIN_RETRIES
         attempt = 0
         held: list[tuple[str, Any]] = []
-        tried = {self.target}
+        tried: set[tuple[int, str]] = set()
         try:
             while True:
                 self.result, started, held = await self._attempted(tried)
+                self.target = _as_called(self.target, self._call)
+                tried.add(_key(self.target))
                 self.call = await runtime().db(self._ended)
                 error = self.result.error
                 if not started and error is not None:
@@ -309,14 +325,13 @@ class DropinCall:
                             dropin_target,
                             self.agent,
                             tried,
-                            failed=self.target,
+                            failed=_key(self.target),
                             error=error,
                             retry_first=attempt == 0 and retries > 0,
                         )
                     )
                     if switched is not None and not self._abandoned:
                         held = []
-                        tried.add(switched)
                         self.target, self._call = switched, self._attempt(switched)
                         continue
                 again = again_after_ms(
@@ -343,7 +358,7 @@ class DropinCall:
             self._queue.put_nowait(("end", self.result))
 
     async def _attempted(
-        self, tried: set[Target]
+        self, tried: set[tuple[int, str]]
     ) -> tuple[CallResult, bool, list[tuple[str, Any]]]:
         """The current attempt (``_one``), hedged when the agent says so (§6.11): with no
         content after ``hedge_after_ms`` the request also goes to the first free alternate;
@@ -361,11 +376,12 @@ class DropinCall:
             )
             if first.done() or race.winner is not None or self._abandoned:
                 return await first
-            target = await runtime().db(dropin_hedge, self.agent, tried)
+            called = _key(_as_called(self.target, self._call))
+            target = await runtime().db(dropin_hedge, self.agent, tried | {called})
             if target is None or self._abandoned:
                 return await first
             self._hedged = True
-            tried.add(target)
+            tried.update((called, _key(target)))
             self._hedge = self._attempt(target)
             second = asyncio.ensure_future(self._one(self._hedge, race))
             racing = {first: (self._call, self.target), second: (self._hedge, target)}

@@ -167,12 +167,15 @@ def serving_choose(
     kind: str | None = None,
     need_tokens: int = 0,
     avoid: Collection[tuple[int, str]] = (),
+    peek: bool = False,
 ) -> Serving | None:
     """The target for the agent's next call (among those of wire format ``kind``, if given;
     with ``need_tokens``, among those whose known window is at least that: §5.9; never one in
     ``avoid``, as (provider id, model)), or None when the call waits out the primary's hold
     (the caller holds the turn as before alternates existed). With a pool (§6.15) a usable
     member is chosen by weight and what it has left; the alternates come only when none is.
+    ``peek``: only to look (the API's view, a window test): the pool's rotation stays where it
+    is, so only calls that go out move it on.
     Three reads whatever the number of targets: the journal (its cached view), each target's
     two latest ended calls in one statement, and their quotas in one round trip to Redis."""
     candidates, pooled = agent_candidates(agent, kind=kind)
@@ -223,7 +226,7 @@ def serving_choose(
         ]
         waiting = [i for i in range(pooled) if not seen[i].held and not _is_down(seen[i], now_ms)]
         if usable:
-            member, first = _member_pick(agent, candidates, quotas, usable), Seen()
+            member, first = _member_pick(agent, candidates, quotas, usable, peek=peek), Seen()
         elif waiting:  # every usable member is paced: the one whose quota comes back first
             member, first = min(waiting, key=lambda i: quotas[i][0]), Seen()
         elif not first.held:
@@ -330,6 +333,8 @@ def _member_pick(
     candidates: list[Candidate],
     quotas: list[tuple[float, float | None]],
     usable: list[int],
+    *,
+    peek: bool = False,
 ) -> int:
     """A usable pool member, in a smooth rotation by its weight times the share of its quota
     its provider last said is left (a member that has said nothing counts as full)."""
@@ -343,7 +348,10 @@ def _member_pick(
         picked.append(pick)
         return {**kept, **dict(zip(keys, credit, strict=True))}
 
-    _rotations.change(agent.pk, turned)
+    if peek:
+        turned(_rotations.get(agent.pk))
+    else:
+        _rotations.change(agent.pk, turned)
     return usable[picked[0]]
 
 
@@ -562,7 +570,7 @@ def serving_out(agent: Agent, now_ms: float) -> dict[str, Any] | None:
     (None while it has served none: a drop-in may be served by another, of its wire format)."""
     if not alternates(agent.fallbacks):
         return None
-    serving = serving_choose(agent, now_ms)
+    serving = serving_choose(agent, now_ms, peek=True)
     if serving is None or not serving.on_alternate:
         return None
     # The episode began with the first call to an alternate after the primary's latest.

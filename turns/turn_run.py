@@ -250,6 +250,7 @@ class TurnRun:
         5. a budget's pressure, its calls in flight or the edge: again after them, or the
            tightest budget held (§18.1, §18.4);
         6. the retry policy: held on a stated wait, retried, re-armed or failed (§5.7)."""
+        now_ms = time.time() * 1000  # one instant for the whole decision
         for concern in (
             self._on_overflow,
             self._on_project_limit,
@@ -257,14 +258,14 @@ class TurnRun:
             self._on_switch,
             self._on_budget_pressure,
         ):
-            if (step := await concern(error)) is not None:
+            if (step := await concern(error, now_ms)) is not None:
                 return step
-        return await self._on_policy(error)
+        return await self._on_policy(error, now_ms)
 
-    async def _on_overflow(self, error: ProviderError) -> Step | None:
+    async def _on_overflow(self, error: ProviderError, now_ms: float) -> Step | None:
         return await self._after_overflow(error) if error.type == "context_length" else None
 
-    async def _on_project_limit(self, error: ProviderError) -> Step | None:
+    async def _on_project_limit(self, error: ProviderError, now_ms: float) -> Step | None:
         if error.limit is None:
             return None
         if self.turn.agent.kind == Agent.Kind.EPHEMERAL:  # never held (§6.9): it waits
@@ -274,17 +275,17 @@ class TurnRun:
         )
         return self._end(Outcome.HELD if held else Outcome.STOPPED)
 
-    async def _on_budget_hold(self, error: ProviderError) -> Step | None:
+    async def _on_budget_hold(self, error: ProviderError, now_ms: float) -> Step | None:
         # The refusal recorded the budget hold: admission now holds the turn until the period
         # resets or an operator acts. (An ephemeral run is never held.)
         if error.type == "budget" and self.turn.agent.kind != Agent.Kind.EPHEMERAL:
             return Step.ADMIT
         return None
 
-    async def _on_switch(self, error: ProviderError) -> Step | None:
-        return Step.ADMIT if await self._switched(error, time.time() * 1000) else None
+    async def _on_switch(self, error: ProviderError, now_ms: float) -> Step | None:
+        return Step.ADMIT if await self._switched(error, now_ms) else None
 
-    async def _on_budget_pressure(self, error: ProviderError) -> Step | None:
+    async def _on_budget_pressure(self, error: ProviderError, now_ms: float) -> Step | None:
         if error.type == "budget_busy" and self.busy_tries < BUDGET_BUSY_TRIES:
             # It fits once the budget's calls in flight settle: again after them.
             delay_ms = settings.AGENTOPS_BUDGET_BUSY_RETRY_MS * 2**self.busy_tries
@@ -301,8 +302,7 @@ class TurnRun:
             return Step.ADMIT
         return None
 
-    async def _on_policy(self, error: ProviderError) -> Step:
-        now_ms = time.time() * 1000
+    async def _on_policy(self, error: ProviderError, now_ms: float) -> Step:
         policy = _policy_settings()
         decision, self.retry = decide(
             error, self.retry, now_ms=now_ms, settings=policy, jitter=random.random()
@@ -454,7 +454,10 @@ class TurnRun:
         if self.need_tokens or not routed(self.turn.agent):
             return False
         serving = await self.runtime.db(
-            serving_choose, self.turn.agent, time.time() * 1000, need_tokens=need
+            partial(serving_choose, peek=True),
+            self.turn.agent,
+            time.time() * 1000,
+            need_tokens=need,
         )
         if serving is None or not serving.on_alternate:
             return False

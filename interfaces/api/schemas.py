@@ -295,6 +295,7 @@ class CallOut(BaseModel):
     # The provider that served the call and why it was chosen (architecture.md §6.11).
     provider: str | None
     route: str
+    route_kind: Literal["primary", "fallback", "returning", "hedge", "pool"]
     streamed: bool
     sent_at: datetime | None
     first_event_at: datetime | None

@@ -48,3 +48,23 @@ def test_a_lone_probes_answer_is_taken_as_it_is(pacer: Pacer) -> None:
     quota = Quota(requests_limit=4, requests_remaining=3, requests_reset_ms=now_ms + 2000)
     pacer.note(provider="p", model=model, quota=quota, now_ms=now_ms)
     assert taken(pacer, model, now_ms) == 3
+
+
+def test_a_probe_sent_after_a_place_lapsed_is_left_out_too(pacer: Pacer) -> None:
+    """A slow first answer: its place lapses after PROBE_MS, a third probe goes, and the first
+    answer then says 3 of 4 are left: counted before the other two, so 1 more goes, not 3."""
+    import redis
+    from django.conf import settings
+
+    from calls.pacing import _key
+
+    model, now_ms = f"m-{uuid.uuid4().hex[:8]}", time.time() * 1000
+    assert taken(pacer, model, now_ms) == 2
+    probe = _key("p", model)[1]
+    redis.Redis.from_url(settings.REDIS_URL).delete(f"{probe}:1")  # as PROBE_MS lapsing does
+    assert taken(pacer, model, now_ms) == 1  # the lapsed place: a third probe
+    quota = Quota(requests_limit=4, requests_remaining=3, requests_reset_ms=now_ms + 2000)
+    pacer.note(provider="p", model=model, quota=quota, now_ms=now_ms)
+    assert taken(pacer, model, now_ms) == 1
+    assert pacer.limits("p")[0].keys() >= {"rl", "rr", "rt"}
+    assert "probes" not in pacer.limits("p")[0]

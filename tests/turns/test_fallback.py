@@ -63,6 +63,7 @@ def test_a_two_hour_wait_is_served_by_the_alternate_in_the_same_run_and_stays_th
     assert per_model(standin_requests()) == {LONG_429: 1, ALTERNATE: 1}
     routes = [c["route"] for c in first["calls"]]
     assert routes[0] == "primary" and routes[1].startswith("fallback: primary held until 20")
+    assert [c["route_kind"] for c in first["calls"]] == ["primary", "fallback"]
     assert first["served_by"] == {"provider": "standin-openai", "model": ALTERNATE}
     serving = api.get(f"/api/v1/agents/{agent.name}").json()["serving"]
     assert serving["model"] == ALTERNATE and serving["primary_held"] is True
