@@ -541,3 +541,43 @@ def test_a_flat_cut_counts_from_the_last_model_event() -> None:
     assert describe_cut(Bound.FLAT, state, flat, DEFAULTS).startswith(
         f"no model event for {FLAT_MINIMUM:.0f} ms (flat bound;"
     )
+
+
+def test_a_header_section_that_never_ends_is_named_as_such_only_for_a_whole_answer() -> None:
+    """A non-streamed answer whose header section began and never ended is cut by the
+    before-content bound counted from when it began; a streamed one is still 'no content'."""
+    began = S + 2_000
+    deadline = Deadline(began + BEFORE, Bound.BEFORE_CONTENT)
+    whole = CallState(sent=S, streamed=False, header_begun=began)
+    assert describe_cut(Bound.BEFORE_CONTENT, whole, deadline, DEFAULTS) == (
+        "the answer's header section was not whole 60000 ms after it began (before-content "
+        "bound; the setting for this bound: AGENTOPS_INFERENCE_BOUNDS.progress_bounds."
+        "before_content_ms)"
+    )
+    streamed_state = CallState(sent=S, streamed=True, header_begun=began)
+    assert describe_cut(Bound.BEFORE_CONTENT, streamed_state, deadline, DEFAULTS).startswith(
+        "no content for 62000 ms after the request was sent"
+    )
+    unbegun = CallState(sent=S, streamed=False)
+    assert describe_cut(Bound.BEFORE_CONTENT, unbegun, deadline, DEFAULTS).startswith(
+        "no content for 62000 ms after the request was sent"
+    )
+    # The between-events bound of the same call is not named by the header section.
+    assert describe_cut(Bound.BETWEEN_EVENTS, whole, deadline, DEFAULTS).startswith(
+        "no model event for 62000 ms after content"
+    )
+
+
+def test_a_shorter_before_content_bound_names_its_own_setting_and_no_other() -> None:
+    from calls.bounds import ShorterBeforeContent
+
+    shorter = ShorterBeforeContent(
+        before_content_ms=10_000, before_content_setting="AGENTOPS_FALLBACK_RETURN_FIRST_CONTENT_MS"
+    )
+    state = CallState(sent=S, streamed=True)
+    assert bound_setting(Bound.BEFORE_CONTENT, state, shorter) == (
+        "AGENTOPS_FALLBACK_RETURN_FIRST_CONTENT_MS"
+    )
+    assert (
+        bound_setting(Bound.BETWEEN_EVENTS, state, shorter) == BOUND_SETTING[Bound.BETWEEN_EVENTS]
+    )

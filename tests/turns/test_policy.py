@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from calls.types import ProviderError
@@ -446,3 +448,43 @@ def test_a_failure_of_a_type_the_policy_does_not_know_fails_without_retry(kind: 
     )
     assert decision == Decision(Action.FAIL, reason="not retryable")
     assert state == RetryState(base_retries=1, episode_started_ms=T0)
+
+
+# -- a limit on the provider's model or account (architecture.md §6.12) --------------------------
+
+SCOPED = "the provider's limit binds its model or account"
+
+
+@pytest.mark.parametrize("scope", ["model", "account"])
+def test_a_limit_beyond_the_agent_holds_for_its_stated_wait_or_until_released(scope: str) -> None:
+    waited = ProviderError(
+        type="rate_limit", message="m", retryable=True, retry_after_ms=2_000.0, scope=scope
+    )
+    assert decide(waited, RetryState(), now_ms=T0, settings=SETTINGS, jitter=0.9) == (
+        Decision(Action.HOLD, delay_ms=2_000.0, reason=SCOPED),
+        RetryState(),  # held, not a retry: the episode does not start
+    )
+    spent = ProviderError(type="quota", message="credit", retryable=False, scope=scope)
+    assert decide(spent, RetryState(), now_ms=T0, settings=SETTINGS, jitter=0.0)[0] == Decision(
+        Action.HOLD, delay_ms=math.inf, reason=SCOPED
+    )
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        # Retryable with no stated wait: paced as the agent's own 429, not held for ever.
+        ProviderError(type="rate_limit", message="m", retryable=True, scope="model"),
+        # A stated wait on a failure not to be retried: its type decides, not the scope.
+        ProviderError(
+            type="invalid_request", message="m", retryable=False, retry_after_ms=5.0, scope="model"
+        ),
+        # The agent's own quota: failed as before.
+        ProviderError(type="quota", message="m", retryable=False),
+    ],
+)
+def test_only_a_model_or_account_limit_with_a_wait_or_a_spent_credit_is_held_so(
+    error: ProviderError,
+) -> None:
+    decision, _ = decide(error, RetryState(), now_ms=T0, settings=SETTINGS, jitter=0.0)
+    assert decision.reason != SCOPED
