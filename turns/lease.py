@@ -26,14 +26,17 @@ from django.db import DatabaseError, connection
 from django.utils import timezone
 
 from agentops import telemetry
+from agentops.models import Agent
 from agentops.runtime import Runtime, Settable, runtime
 from inference.models import AgentLease
 
 logger = logging.getLogger(__name__)
 
+# An agent that no longer exists (a drain task older than its agent) gets no lease: the insert
+# finds no row to write, and the run ends with nothing to do, rather than on a foreign key error.
 _CLAIM_SQL = f"""
 INSERT INTO {AgentLease._meta.db_table} (agent_id, owner, until)
-VALUES (%s, %s, %s)
+SELECT %s, %s, %s WHERE EXISTS (SELECT 1 FROM {Agent._meta.db_table} WHERE id = %s)
 ON CONFLICT (agent_id) DO UPDATE SET owner = EXCLUDED.owner, until = EXCLUDED.until
 WHERE ({AgentLease._meta.db_table}.until < %s AND pg_postmaster_start_time() < %s)
    OR {AgentLease._meta.db_table}.owner = EXCLUDED.owner
@@ -180,7 +183,7 @@ def lease_claim(agent_id: int) -> TurnLease | None:
     # starting: its owner, if alive, renews it first once the database answers again.
     grace_ago = now - timedelta(milliseconds=settings.AGENTOPS_TURN_LEASE_GRACE_MS)
     with connection.cursor() as cursor:
-        cursor.execute(_CLAIM_SQL, [agent_id, owner, until, grace_ago, grace_ago])
+        cursor.execute(_CLAIM_SQL, [agent_id, owner, until, agent_id, grace_ago, grace_ago])
         row = cursor.fetchone()
     if not row:
         return None

@@ -13,8 +13,15 @@ from collections.abc import Iterator
 
 import httpx
 import psutil
+import redis
+from django.conf import settings
 
-from tests.conftest import BASE_DIR, LOG_DIR, _database_url, wait_for
+from tests.conftest import BASE_DIR, LOG_DIR, QUEUE, _database_url, wait_for
+
+# Where a server's turns go unless a test routes them to its workers: a queue of this session
+# that nothing consumes and that is emptied when the server stops, so no drain task is left in
+# the service's own queue for a worker started later (``make run`` in the same tree).
+WEB_QUEUE = f"{QUEUE}-web"
 
 # The process of each server running, by its base URL (for tests that watch its memory).
 SERVER_PIDS: dict[str, int] = {}
@@ -32,7 +39,7 @@ def asgi_server(label: str, extra_env: dict[str, str] | None = None) -> Iterator
         DATABASE_URL=_database_url(),
         DJANGO_SETTINGS_MODULE="agentops.settings",
         PGOPTIONS="-c deadlock_timeout=100ms",
-        **(extra_env or {}),
+        **{"AGENTOPS_CELERY_QUEUE": WEB_QUEUE, **(extra_env or {})},
     )
     proc = subprocess.Popen(
         [
@@ -70,6 +77,9 @@ def asgi_server(label: str, extra_env: dict[str, str] | None = None) -> Iterator
         SERVER_PIDS.pop(base, None)
         proc.terminate()
         proc.wait(timeout=20)
+        client = redis.Redis.from_url(settings.REDIS_URL)
+        client.delete(WEB_QUEUE)
+        client.close()
 
 
 class Watch:

@@ -228,3 +228,18 @@ def test_while_the_database_does_not_answer_the_renewer_keeps_its_leases_and_tri
     )
     assert seen["lost"] is False and seen["failing"] is True
     assert seen["tries"] >= 3, seen
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_agent_that_no_longer_exists_gets_no_lease_and_no_error() -> None:
+    """A drain task older than its agent (a queue left over from another database): its run
+    finds nothing to claim, rather than failing on the lease's foreign key."""
+    gone = AgentFactory.create()
+    gone_id = gone.pk
+    gone.delete()
+    assert lease_claim(gone_id) is None
+    assert not AgentLease.objects.filter(agent_id=gone_id).exists()
+    here = AgentFactory.create()
+    lease = lease_claim(here.pk)
+    assert lease is not None
+    lease.release()
