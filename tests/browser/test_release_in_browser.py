@@ -40,8 +40,17 @@ def log_in(browser: WebDriver, base: str, username: str, then: str) -> None:
     browser.find_element(By.ID, "id_username").send_keys(username)
     browser.find_element(By.ID, "id_password").send_keys("a long operator password")
     browser.find_element(By.CSS_SELECTOR, "#login-form input[type=submit]").click()
+    # Landed, and the landing page loaded whole: a get started while the login's redirect is
+    # still loading can be overtaken by it (a list page once showed the admin index).
     wait_for(
-        lambda: browser.current_url.endswith(then), timeout=10, what=f"{username} to land on {then}"
+        lambda: (
+            browser.current_url.endswith(then)
+            and browser.execute_script(
+                "return document.readyState === 'complete' && !document.getElementById('login-form')"
+            )
+        ),
+        timeout=10,
+        what=f"{username} to land on {then}",
     )
 
 
