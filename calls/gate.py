@@ -59,7 +59,8 @@ class Gated:
     """What the gate decided: ``refused``, the result of a call never sent (``deferred``,
     naming the limit or the quota); else it goes, to ``moved`` (a pool member with room
     before its own target: (provider, model)) when set. ``taken``: what it took from its
-    project's limits (its slot already given back when refused). ``waited_ms``: how long it waited for room."""
+    project's limits (its slot already given back when refused). ``waited_ms``: how long it
+    waited for room."""
 
     refused: CallResult | None = None
     moved: tuple[Provider, str] | None = None
