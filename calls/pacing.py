@@ -6,9 +6,10 @@ one is taken and the call goes; when none remain it waits until the provider sai
 back. Every answer, successful or not, tells ``Pacer.note`` what the provider now says is
 left. Nothing is known at first: ``PROBES`` calls at most go to learn it (each ``PROBE_MS`` at
 most), and the first answer's remaining count is taken less the other probes sent while
-nothing was known (a place lapsed under a slow answer lets another go, and it is counted too;
-any may have reached the provider before the first: then a request of that window goes
-unused, never one too many). A provider that sends no such headers is not paced at all (remembered ``PLAIN_MS``).
+nothing was known (a place lapsed under a slow answer lets another go, and it is counted too)
+that the provider had not counted before it: with the limit said, those it had counted are the
+limit less this call less what is left (a fresh window: calls of the account from elsewhere in
+it make that count too high, and one request too many may go, as before any pacing). A provider that sends no such headers is not paced at all (remembered ``PLAIN_MS``).
 
 Why Redis and not the journal: this is short-lived state read before every call by every
 process, stale within seconds, and losing it costs at most one 429, which is then journaled
@@ -124,11 +125,14 @@ local function note(l, r, t, fl, fr, ft, fw)
     if reset > kept then redis.call('HSET', key, ft, reset) end
   end
 end
--- The first answer's count leaves out the other probes sent while nothing was known: each may
--- be counted after it.
+-- The first answer's count leaves out the other probes sent while nothing was known that the
+-- provider had not counted before it: with the limit said, those it had are the limit less this
+-- call less what is left.
 local left = ARGV[3]
 if left ~= '' and redis.call('HEXISTS', key, 'rr') == 0 and redis.call('HEXISTS', key, 'tr') == 0 then
   local out = (tonumber(redis.call('HGET', key, 'probes')) or 1) - 1
+  local limit = tonumber(ARGV[2])
+  if limit ~= nil then out = out - math.max(0, limit - 1 - tonumber(left)) end
   if out > 0 then left = math.max(0, tonumber(left) - out) end
 end
 redis.call('HDEL', key, 'none', 'probes')

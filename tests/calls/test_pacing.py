@@ -68,3 +68,13 @@ def test_a_probe_sent_after_a_place_lapsed_is_left_out_too(pacer: Pacer) -> None
     assert taken(pacer, model, now_ms) == 1
     assert pacer.limits("p")[0].keys() >= {"rl", "rr", "rt"}
     assert "probes" not in pacer.limits("p")[0]
+
+
+def test_a_first_answer_counted_after_the_other_probe_is_taken_as_it_is(pacer: Pacer) -> None:
+    """The answer noted first may be the one the provider counted second: it says 2 of 4 left,
+    the other probe already in it; all 2 go (none of the window is left unused)."""
+    model, now_ms = f"m-{uuid.uuid4().hex[:8]}", time.time() * 1000
+    assert taken(pacer, model, now_ms) == 2
+    quota = Quota(requests_limit=4, requests_remaining=2, requests_reset_ms=now_ms + 2000)
+    pacer.note(provider="p", model=model, quota=quota, now_ms=now_ms)
+    assert taken(pacer, model, now_ms) == 2
