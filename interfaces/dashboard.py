@@ -26,7 +26,7 @@ from inference.models import InferenceCall
 from interfaces.selectors import turns_waiting
 from interfaces.spend import spend_currency, spend_today_by_agent, spend_total
 from turns.context.selectors import last_input_tokens
-from turns.serving import serving_out
+from turns.serving_reads import serving_out
 from waits.selectors import binding_waits
 
 SNAPSHOT_CALLS = 200

@@ -19,7 +19,7 @@ from calls.records import ms_to_dt
 from inference.models import InferenceCall, Turn
 from turns.context.selectors import context_out, last_input_tokens
 from turns.routing import alternates
-from turns.serving import pool_out, serving_out
+from turns.serving_reads import pool_out, serving_out
 from waits.clock import clock_ms
 from waits.selectors import binding_waits
 

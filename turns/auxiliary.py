@@ -25,16 +25,10 @@ from calls.records import ms_to_dt
 from calls.run import ProviderCall
 from calls.types import CompiledRequest, Message, ProviderError
 from inference.models import InferenceCall
+from turns.episodes import serving_noted, serving_settled
 from turns.holds import held_by
-from turns.serving import (
-    Serving,
-    primary_serving,
-    routed,
-    serving_choose,
-    serving_noted,
-    serving_settled,
-    serving_switch,
-)
+from turns.serving import serving_choose, serving_switch
+from turns.targets import Serving, primary_serving, routed
 from waits.admission import admission_check, remaining_ms
 from waits.limits import limit_record
 

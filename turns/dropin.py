@@ -24,33 +24,30 @@ from __future__ import annotations
 
 import asyncio
 import math
-import random
 import time
-from collections.abc import Collection
-from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
 from django.conf import settings
 
-from agentops.models import Agent, Provider
+from agentops.models import Agent
 from agentops.runtime import runtime
 from calls.client import CallResult
 from calls.run import ProviderCall
-from calls.types import CompiledRequest, ProviderError
+from calls.types import CompiledRequest
 from inference.models import InferenceCall
 from turns.auxiliary import Deferred, auxiliary_admit
-from turns.routing import PRIMARY, Choice
-from turns.serving import (
-    Serving,
-    routed,
-    serving_choose,
-    serving_hedge,
-    serving_noted,
-    serving_settled,
-    serving_switch,
-    wait_provider,
+from turns.dropin_attempts import (
+    Attempt,
+    again_after_ms,
+    as_called,
+    attempt_key,
+    dropin_hedge,
+    dropin_target,
+    jitter_ms,
 )
+from turns.episodes import serving_settled
+from turns.targets import routed, wait_provider
 from waits.admission import admission_check, remaining_ms
 from waits.limits import limit_record
 
@@ -67,9 +64,6 @@ FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
 # the call reads no further until the client takes some, so a client slower than its
 # provider holds the provider back rather than the process's memory growing.
 QUEUE_ITEMS = 64
-# The jitters before calling again after a 5xx or a network failure, all of a request's
-# together, are at most this long: a caller waits seconds, not a backoff's minutes.
-JITTER_TOTAL_MS = 2000.0
 # A stated wait is checked against the journal again after it was slept; a hold that some
 # process lengthened meanwhile (to at most the threshold) is slept again at most this often.
 WAIT_RECHECKS = 2
@@ -81,132 +75,6 @@ def request_max_tokens(kind: str, body: dict[str, Any]) -> int | None:
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     return None
-
-
-@dataclass(frozen=True)
-class Target:
-    """Where one attempt of a drop-in request goes: a provider, the model named to it, and
-    why (the routing ``choice``, on its call row); ``first_content_bound``: a return attempt's
-    (§6.11)."""
-
-    provider: Provider
-    model: str
-    choice: Choice = PRIMARY
-    # Pool members that may take the call if this one's quota has no room (§6.15).
-    spares: tuple[tuple[Provider, str], ...] = ()
-    first_content_bound: tuple[float, str] | None = None
-
-
-def dropin_target(
-    agent: Agent,
-    tried: Collection[tuple[int, str]],
-    *,
-    failed: tuple[int, str] | None = None,
-    error: ProviderError | None = None,
-    retry_first: bool = False,
-) -> Target | None:
-    """In a thread: the target the agent's turns would get among its alternates of the
-    request's own wire format (architecture.md §6.11), or None: the first attempt goes to the
-    agent's own (its admission check may defer it), and after the attempt to ``failed`` ((provider
-    id, model), as called) ended with ``error`` no other target than those ``tried`` may serve
-    (the same one may be called again, ``again_after_ms``)."""
-    if not routed(agent):
-        return None
-    now_ms, kind = time.time() * 1000, agent.provider.kind
-    if failed is not None and error is not None:
-        serving = serving_switch(
-            agent,
-            now_ms,
-            error=error,
-            tried=tried,
-            failed=failed,
-            kind=kind,
-            retry_first=retry_first,
-        )
-    else:
-        serving = serving_choose(agent, now_ms, kind=kind)
-    if serving is None:
-        return None
-    serving_noted(agent, serving)
-    return _target(serving)
-
-
-def dropin_hedge(agent: Agent, tried: Collection[tuple[int, str]]) -> Target | None:
-    """In a thread: where a request is also sent when its attempt has produced no content after
-    the agent's ``hedge_after_ms`` (§6.11), or None."""
-    serving = serving_hedge(
-        agent,
-        time.time() * 1000,
-        tried=tried,
-        kind=agent.provider.kind,
-    )
-    return None if serving is None else _target(serving)
-
-
-def _key(target: Target) -> tuple[int, str]:
-    return target.provider.pk, target.model
-
-
-def _as_called(target: Target, call: ProviderCall) -> Target:
-    """The target as its call went out: a pool spare may have taken the call before it was
-    sent (§6.15), and then its failure, its stated wait and what is tried are that spare's."""
-    if (call.provider.pk, call.request.model) == _key(target):
-        return target
-    return replace(target, provider=call.provider, model=call.request.model, spares=())
-
-
-def _target(serving: Serving) -> Target:
-    return Target(
-        serving.target.provider,
-        serving.target.model,
-        serving.choice,
-        tuple((t.provider, t.model) for t in serving.spares),
-        serving.first_content_bound,
-    )
-
-
-def again_after_ms(
-    *,
-    result: CallResult | None,
-    started: bool,
-    retries_left: int,
-    jitter_ms: float,
-    fallback_after_ms: float,
-) -> float | None:
-    """How long to wait before a drop-in request calls again after an attempt ended with
-    ``result``, or None: it does not (the result is the answer). ``started``: the provider's
-    response had started (an event or a body), so the caller may have read some of it.
-
-    Again only with retries left, before the response started, for: a stated wait of at most
-    ``fallback_after_ms`` (after that wait; a longer one is the caller's to honour), or, without
-    a stated wait, an HTTP 5xx or a network failure (a reset, a refused or failed connect), after
-    ``jitter_ms``. Never for a cut (a silent provider is not called twice in a row), a refusal,
-    or a rate limit that states no wait."""
-    if result is None or result.error is None or started or retries_left <= 0:
-        return None
-    error: ProviderError = result.error
-    if result.outcome == "cut" or not error.retryable or error.type == "paced":
-        return None  # a paced call already waited what a drop-in waits (§6.13)
-    if error.type == "budget_busy":  # it fits once the budget's calls in flight settle
-        return settings.AGENTOPS_BUDGET_BUSY_RETRY_MS
-    wait = error.retry_after_ms
-    if wait is not None:
-        if not math.isfinite(wait) or wait > fallback_after_ms:
-            return None
-        return max(0.0, wait)
-    if error.type == "network" or (error.http_status or 0) >= 500:
-        return jitter_ms
-    return None
-
-
-def jitter_ms(retries: int) -> float:
-    """One retry's jitter: a random share of JITTER_TOTAL_MS split over ``retries``, and at
-    most half the interval at which a down target is tried again: a retried 5xx and its first
-    failure then fall within that interval of each other (unless the retry itself takes longer
-    than the other half to fail) and make the target down (§6.11), so the next request does not
-    call it a third time at once."""
-    share = random.uniform(0.25, 1.0) * JITTER_TOTAL_MS / max(1, retries)
-    return min(share, settings.AGENTOPS_FALLBACK_RETRY_PRIMARY_MS / 2)
 
 
 class DropinCall:
@@ -239,14 +107,14 @@ class DropinCall:
         self._gone: asyncio.Event | None = None  # set on abort: a wait between attempts ends
         self.call: InferenceCall | None = None
         self.result: CallResult | None = None
-        self.target = Target(agent.provider, agent.model)
+        self.target = Attempt(agent.provider, agent.model)
         self._call = self._attempt(self.target)
         # A hedge's second call while it races the first (§6.11); at most one per request.
         self._hedge: ProviderCall | None = None
         self._hedged = False
         self._task: asyncio.Task[None] | None = None
 
-    def _attempt(self, target: Target) -> ProviderCall:
+    def _attempt(self, target: Attempt) -> ProviderCall:
         """One attempt's call: the adapter's URL and headers (the provider's key), with the
         client's own body naming ``target.model``."""
         request = CompiledRequest(
@@ -312,8 +180,8 @@ class DropinCall:
         try:
             while True:
                 self.result, started, held = await self._attempted(tried)
-                self.target = _as_called(self.target, self._call)
-                tried.add(_key(self.target))
+                self.target = as_called(self.target, self._call)
+                tried.add(attempt_key(self.target))
                 self.call = await runtime().db(self._ended)
                 error = self.result.error
                 if not started and error is not None:
@@ -325,7 +193,7 @@ class DropinCall:
                             dropin_target,
                             self.agent,
                             tried,
-                            failed=_key(self.target),
+                            failed=attempt_key(self.target),
                             error=error,
                             retry_first=attempt == 0 and retries > 0,
                         )
@@ -376,12 +244,12 @@ class DropinCall:
             )
             if first.done() or race.winner is not None or self._abandoned:
                 return await first
-            called = _key(_as_called(self.target, self._call))
+            called = attempt_key(as_called(self.target, self._call))
             target = await runtime().db(dropin_hedge, self.agent, tried | {called})
             if target is None or self._abandoned:
                 return await first
             self._hedged = True
-            tried.update((called, _key(target)))
+            tried.update((called, attempt_key(target)))
             self._hedge = self._attempt(target)
             second = asyncio.ensure_future(self._one(self._hedge, race))
             racing = {first: (self._call, self.target), second: (self._hedge, target)}

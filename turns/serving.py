@@ -1,30 +1,27 @@
-"""Which provider and model serve an agent's next call (architecture.md §6.11): what the journal
-and the call rows say of each target, the choice (``turns.routing``) and its alerts.
+"""Which provider and model serve an agent's next call (architecture.md §6.11, §6.15): what the
+journal, the call rows and the pacing say of each of its targets (``turns.targets``), the one
+choice (``turns.routing``), and the switch or hedge to another target within a request.
 
-Nothing is kept in memory: a restarted process derives the same choice from the same rows.
-An agent without alternates costs nothing here (no query).
+Nothing is kept in memory but a pool's rotation: a restarted process derives the same choice
+from the same rows. An agent without alternates costs nothing here (no query).
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import math
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from dataclasses import replace
 from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Count, Q
 
-from agentops.alerts import alert_raise
 from agentops.memory import Recent
-from agentops.models import Agent, Alert, Provider
+from agentops.models import Agent, Provider
 from agentops.runtime import runtime
 from calls.pacing import Pacer
-from calls.types import CompiledRequest, ProviderError
+from calls.types import ProviderError
 from inference.models import InferenceCall
 from inference.routes import RouteKind
 from turns.routing import (
@@ -39,9 +36,15 @@ from turns.routing import (
     route_choose,
     smooth_pick,
 )
+from turns.targets import (
+    Candidate,
+    Serving,
+    Target,
+    agent_candidates,
+    primary_serving,
+    target_window,
+)
 from waits.admission import admission_checks
-
-logger = logging.getLogger(__name__)
 
 # Each pooled agent's place in its members' rotation (``smooth_pick``), in this process: each
 # process spreads its own calls by weight, so all of them together do to within a call each.
@@ -49,115 +52,6 @@ logger = logging.getLogger(__name__)
 _rotations: Recent[int, dict[tuple[int, str], float]] = Recent(size=10_000, ttl_s=3600)
 
 ENDED = (InferenceCall.Outcome.COMPLETED, InferenceCall.Outcome.ERROR, InferenceCall.Outcome.CUT)
-
-
-@dataclass(frozen=True)
-class Target:
-    """A provider and model that serves a call (its provider loaded)."""
-
-    provider: Provider
-    model: str
-    context_window: int | None = None
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A target as routing reads it: the provider by id (loaded only once chosen)."""
-
-    provider_id: int
-    provider_name: str
-    kind: str
-    model: str
-    context_window: int | None = None
-    weight: int = 1  # a pool member's (§6.15)
-
-
-@dataclass(frozen=True)
-class Serving:
-    """The target chosen for a call and why; ``previous``: the target of the agent's latest
-    ended call among its targets (None: none yet); ``primary_until``: the primary's hold."""
-
-    target: Target
-    choice: Choice
-    previous: int | None = None
-    primary_until: int | None = None
-    primary_held: bool = False
-    # With a pool (§6.15): which member serves (0: the agent's own), when ``choice.index`` is 0,
-    # and the other members that may serve, in the order to try them if its quota has no room.
-    member: int = 0
-    spares: tuple[Target, ...] = ()
-    # A return to the primary after an alternate served, while an alternate is free to take
-    # the request if the primary stays silent (its first content is bounded short).
-    returning: bool = False
-
-    @property
-    def on_alternate(self) -> bool:
-        return self.choice.index > 0
-
-    @property
-    def first_content_bound(self) -> tuple[float, str] | None:
-        """The before-content bound of this call when shorter than the configured one: a
-        return attempt's (§6.11), so a silent primary costs that once per interval."""
-        if not self.returning:
-            return None
-        return (
-            float(settings.AGENTOPS_FALLBACK_RETURN_FIRST_CONTENT_MS),
-            "AGENTOPS_FALLBACK_RETURN_FIRST_CONTENT_MS",
-        )
-
-
-def wait_provider(agent: Agent, provider: Provider) -> str:
-    """How the journal names the provider a wait binds on: "" for the agent's own (as in
-    every wait recorded before alternates existed), else its name (§6.11)."""
-    return "" if provider.pk == agent.provider_id else provider.name
-
-
-def routed(agent: Agent) -> bool:
-    """Whether the agent's calls have a choice to make: a pool or alternates (§6.11, §6.15)."""
-    return bool(alternates(agent.pool) or alternates(agent.fallbacks))
-
-
-def primary_serving(agent: Agent) -> Serving:
-    return Serving(Target(agent.provider, agent.model), Choice(0))
-
-
-def agent_candidates(agent: Agent, *, kind: str | None = None) -> tuple[list[Candidate], int]:
-    """The agent's own provider and model, its pool's members, then its alternates (with
-    ``kind``, those of that wire format: a drop-in request's body is in its own), and how many
-    of them are the pool (the agent's own counts: at least 1). Stored targets carry their
-    provider's id and kind, so this reads nothing; an entry without them (written by hand) is
-    looked up by name."""
-    primary = agent.provider
-    candidates = [Candidate(primary.pk, primary.name, primary.kind, agent.model)]
-    members = alternates(agent.pool)
-    listed = alternates(agent.fallbacks)
-    missing = {str(f.get("provider")) for f in (*members, *listed) if "provider_id" not in f}
-    found = {
-        p.name: (p.pk, p.kind)
-        for p in (Provider.objects.filter(name__in=missing) if missing else ())
-    }
-    pooled = 1
-    for index, entry in enumerate((*members, *listed)):
-        name = str(entry.get("provider"))
-        ref = (
-            (entry["provider_id"], entry.get("kind")) if "provider_id" in entry else found.get(name)
-        )
-        if ref is None:
-            logger.warning("agent %s: target provider %r does not exist; skipped", agent.name, name)
-            continue
-        if kind is None or ref[1] == kind:
-            candidates.append(
-                Candidate(
-                    ref[0],
-                    name,
-                    str(ref[1]),
-                    str(entry["model"]),
-                    entry.get("context_window"),
-                    weight=int(entry.get("weight") or 1),
-                )
-            )
-            pooled += index < len(members)
-    return candidates, pooled
 
 
 def serving_choose(
@@ -185,7 +79,7 @@ def serving_choose(
         (c.model, "" if c.provider_id == agent.provider_id else c.provider_name) for c in candidates
     ]
     holds = admission_checks(agent=agent, targets=keys, now_ms=now_ms)
-    latest = _latest_calls(agent, candidates)
+    latest = latest_calls(agent, candidates)
     quotas = (
         runtime()
         .part(Pacer)
@@ -198,7 +92,7 @@ def serving_choose(
         if rows and rows[0]["id"] > latest_id:
             latest_id, previous = rows[0]["id"], index
         until, why = down_until(
-            [_failure(row) for row in rows],
+            [as_failure(row) for row in rows],
             retry_after_ms=settings.AGENTOPS_FALLBACK_RETRY_PRIMARY_MS,
         )
         held, hold_until = hold is not None, hold.until_ms if hold else None
@@ -270,58 +164,6 @@ def serving_choose(
         spares=spares,
         returning=choice.index == 0 and choice.fresh and previous not in (None, 0),
     )
-
-
-def pool_out(agent: Agent, now_ms: float) -> list[dict[str, Any]]:
-    """``GET /agents/{name}``'s ``pool``: each member (the agent's own first) as routing sees
-    it now, with its calls and errors in the last hour (§6.15)."""
-    candidates, pooled = agent_candidates(agent)
-    members = candidates[:pooled]
-    keys = [
-        (c.model, "" if c.provider_id == agent.provider_id else c.provider_name) for c in members
-    ]
-    holds = admission_checks(agent=agent, targets=keys, now_ms=now_ms)
-    latest = _latest_calls(agent, members)
-    quotas = (
-        runtime().part(Pacer).standing([(c.provider_name, c.model) for c in members], now_ms=now_ms)
-    )
-    since = datetime.fromtimestamp(now_ms / 1000 - 3600, UTC)
-    counts = {
-        (row["provider_id"], row["model"]): row
-        for row in InferenceCall.objects.filter(agent=agent, sent_at__gte=since)
-        .values("provider_id", "model")
-        .annotate(calls=Count("id"), errors=Count("id", filter=Q(outcome__in=FAILED)))
-    }
-    out = []
-    for member, hold, quota in zip(members, holds, quotas, strict=True):
-        rows = latest.get((member.provider_id, member.model), [])
-        down, _ = down_until(
-            [_failure(row) for row in rows],
-            retry_after_ms=settings.AGENTOPS_FALLBACK_RETRY_PRIMARY_MS,
-        )
-        counted = counts.get((member.provider_id, member.model), {})
-        out.append(
-            {
-                "provider": member.provider_name,
-                "model": member.model,
-                "weight": member.weight,
-                "calls_last_hour": counted.get("calls", 0),
-                "errors_last_hour": counted.get("errors", 0),
-                "remaining": None if quota[1] is None else round(quota[1], 3),
-                "paced_until": _instant(now_ms + quota[0]) if quota[0] > 0 else None,
-                "held": hold is not None,
-                "held_until": _instant(hold.until_ms) if hold and hold.until_ms else None,
-                "down_until": _instant(down) if down and down > now_ms else None,
-            }
-        )
-    return out
-
-
-def _instant(ms: float | None) -> datetime | None:
-    return None if ms is None or not math.isfinite(ms) else datetime.fromtimestamp(ms / 1000, UTC)
-
-
-FAILED = (InferenceCall.Outcome.ERROR, InferenceCall.Outcome.CUT)
 
 
 def _is_down(seen: Seen, now_ms: float) -> bool:
@@ -411,19 +253,7 @@ def serving_hedge(
     return replace(serving, choice=choice, returning=False)
 
 
-def target_window(agent: Agent, target: tuple[int, str]) -> int | None:
-    """The known window of one of the agent's targets (the agent's own: configured or
-    learned; another: its entry's ``context_window``)."""
-    if target == (agent.provider_id, agent.model):
-        return agent.known_window
-    candidates, _ = agent_candidates(agent)
-    for candidate in candidates[1:]:
-        if (candidate.provider_id, candidate.model) == target:
-            return candidate.context_window
-    return None
-
-
-def _latest_calls(
+def latest_calls(
     agent: Agent, candidates: list[Candidate]
 ) -> dict[tuple[int, str], list[dict[str, Any]]]:
     """Each candidate's two latest ended calls, newest first, in one statement whatever their
@@ -488,7 +318,7 @@ def _stated_hold(row: Mapping[str, Any], now_ms: float) -> tuple[bool, int | Non
     return until > now_ms, until
 
 
-def _failure(row: Mapping[str, Any]) -> Failure:
+def as_failure(row: Mapping[str, Any]) -> Failure:
     error = row["error"]
     ended = row["ended_at"]
     return Failure(
@@ -499,126 +329,3 @@ def _failure(row: Mapping[str, Any]) -> Failure:
         ended_ms=ended.timestamp() * 1000 if ended is not None else 0.0,
         returning=row["route_kind"] == RouteKind.RETURNING,
     )
-
-
-def serving_noted(agent: Agent, serving: Serving) -> None:
-    """Alert when a call goes to an alternate and no episode is open (``fallback-engaged``). A
-    return attempt that fails and goes back to the alternate opens none: the episode it
-    belongs to is still open. Its end is ``serving_settled``'s to say."""
-    if not serving.on_alternate or _episode_open(agent):
-        return
-    target = serving.target
-    alert_raise(
-        kind="fallback-engaged",
-        agent=agent.name,
-        model=agent.model,
-        message=(
-            f"Agent {agent.name} is served by {target.model} on {target.provider.name} "
-            f"instead of {agent.model} on {agent.provider.name}: "
-            f"{serving.choice.why}. Its calls go there until "
-            "the primary's wait ends or is released, or, when the primary was down, once "
-            f"every {settings.AGENTOPS_FALLBACK_RETRY_PRIMARY_MS / 1000:.0f} s to try it."
-        ),
-        data={
-            "provider": target.provider.name,
-            "model": target.model,
-            "reason": serving.choice.reason,
-        },
-    )
-
-
-def serving_settled(agent: Agent, call: InferenceCall) -> None:
-    """Once a call's row is written: ``fallback-ended`` when it is the primary's (or a pool
-    member's) and answered while an episode is open. Only what happened: a return attempt
-    chosen, or one that failed, ends nothing. Reads nothing for an agent without alternates,
-    nor for a call that did not answer."""
-    if (
-        call.outcome != InferenceCall.Outcome.COMPLETED
-        or RouteKind(call.route_kind).alternate
-        or not alternates(agent.fallbacks)
-        or not _episode_open(agent)
-    ):
-        return
-    alert_raise(
-        kind="fallback-ended",
-        agent=agent.name,
-        model=agent.model,
-        message=(
-            f"Agent {agent.name} is served by its own {agent.model} on "
-            f"{agent.provider.name} again: a call to it answered."
-        ),
-        data={"provider": agent.provider.name, "model": agent.model, "call": call.pk},
-    )
-
-
-def _episode_open(agent: Agent) -> bool:
-    """Whether a fallback episode is open: the agent's latest fallback alert says engaged.
-    The alerts are what was reported, so each episode is told once each way; one index
-    lookup (``kind``, ``agent``) over a handful of rows."""
-    latest = (
-        Alert.objects.filter(agent=agent.name, kind__in=("fallback-engaged", "fallback-ended"))
-        .order_by("-id")
-        .values_list("kind", flat=True)
-        .first()
-    )
-    return latest == "fallback-engaged"
-
-
-def serving_out(agent: Agent, now_ms: float) -> dict[str, Any] | None:
-    """``GET /agents/{name}``'s ``serving``: the alternate that would serve the agent's next turn
-    call, or None when the primary would. ``since``: that alternate's first call of the episode
-    (None while it has served none: a drop-in may be served by another, of its wire format)."""
-    if not alternates(agent.fallbacks):
-        return None
-    serving = serving_choose(agent, now_ms, peek=True)
-    if serving is None or not serving.on_alternate:
-        return None
-    # The episode began with the first call to an alternate after the primary's latest.
-    calls = InferenceCall.objects.filter(agent=agent)
-    last_primary = (
-        calls.exclude(route_kind=RouteKind.FALLBACK).order_by("-id").values_list("id", flat=True)
-    ).first()
-    target = serving.target
-    since = (
-        calls.filter(
-            route_kind=RouteKind.FALLBACK,
-            id__gt=last_primary or 0,
-            provider=target.provider,
-            model=target.model,
-        )
-        .order_by("id")
-        .values_list("sent_at", flat=True)
-        .first()
-    )
-    return {
-        "provider": serving.target.provider.name,
-        "model": serving.target.model,
-        "since": since,
-        "reason": serving.choice.reason,
-        "primary_until": serving.primary_until,
-        "primary_held": serving.primary_held,
-    }
-
-
-def request_for(
-    request: CompiledRequest, agent: Agent, target: Target
-) -> tuple[CompiledRequest, str]:
-    """The request compiled for the agent, made for ``target``: its model, and for another
-    provider without what only the agent's own provider can read back (thinking blocks carry
-    its signatures). Returns the request and what was left out, in words ("" for nothing)."""
-    if target.provider.pk == agent.provider_id and target.model == agent.model:
-        return request, ""
-    messages, left_out = request.messages, 0
-    if target.provider.pk != agent.provider_id:
-        messages = []
-        for message in request.messages:
-            blocks = [b for b in message.blocks if b.get("type") != "thinking"]
-            left_out += len(message.blocks) - len(blocks)
-            if blocks:
-                messages.append(replace(message, blocks=blocks))
-    note = (
-        f"; left out: {left_out} thinking block(s) bound to the primary's provider"
-        if left_out
-        else ""
-    )
-    return replace(request, model=target.model, messages=messages), note

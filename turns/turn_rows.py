@@ -25,18 +25,12 @@ from calls.tracing import attempt_traced
 from calls.types import CallOutput, CompiledRequest, ProviderError
 from inference.models import InferenceCall, Turn
 from turns.durable import pace, paced_left_ms
+from turns.episodes import serving_noted, serving_settled
 from turns.holds import hold_if_waiting, pacing_left_ms
 from turns.lease import TurnLease
 from turns.moves import turn_claim, turn_complete, turn_end_unanswered
-from turns.serving import (
-    Serving,
-    primary_serving,
-    request_for,
-    routed,
-    serving_choose,
-    serving_noted,
-    serving_settled,
-)
+from turns.serving import serving_choose
+from turns.targets import Serving, primary_serving, request_for, routed
 from turns.tracing import held_since_ns, turn_held_recorded, turn_noted, turn_traced
 
 logger = logging.getLogger(__name__)

@@ -19,7 +19,6 @@ only while holding the agent's turn lease.
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import random
 import time
@@ -37,14 +36,6 @@ from calls.run import ProviderCall, Watch
 from calls.types import CallOutput, CompiledRequest, ProviderError
 from inference.models import InferenceCall, Turn
 from turns.after_failure import breaker_after_failure
-from turns.context.services import (
-    Plan,
-    context_learn,
-    context_plan,
-    context_set_aside,
-    too_big_error,
-)
-from turns.context.summary import context_summary
 from turns.durable import offer_pending_waits, pace, paced_left_ms, retry_reason
 from turns.holds import (
     ephemeral_sleep_ms,
@@ -56,9 +47,11 @@ from turns.holds import (
 from turns.lease import TurnLease
 from turns.moves import turn_fail, turn_fail_unstorable, turn_hand_back, turn_rearm
 from turns.policy import Action, PolicySettings, RetryState, decide
-from turns.routing import SWITCH_ON, alternates, overflow_need
+from turns.routing import SWITCH_ON, alternates
 from turns.services import cancel_key
-from turns.serving import Serving, routed, serving_choose, serving_switch
+from turns.serving import serving_switch
+from turns.steps import Step
+from turns.targets import Serving
 from turns.tracing import turn_traced
 from turns.turn_rows import (
     AnswerUnstorable,
@@ -68,6 +61,7 @@ from turns.turn_rows import (
     turn_resumed,
     turn_start,
 )
+from turns.turn_window import WindowSteps
 
 logger = logging.getLogger(__name__)
 
@@ -81,24 +75,12 @@ EMPTY_LENGTH_STOP: Final = ProviderError(
 )
 
 
-# Acts on the window in one run, at most: each sets rows aside, so more would mean the estimate
-# and the rows disagree; the call then goes as it is and the provider decides.
-MAX_CONTEXT_ACTS: Final = 3
 # A call a busy budget refused is called again after 1, 2, 4, 8, 16 and 32 times
 # AGENTOPS_BUDGET_BUSY_RETRY_MS, then the budget holds (what is in flight is not settling).
 BUDGET_BUSY_TRIES: Final = 6
 
 
-class Step(enum.Enum):
-    START = "start"
-    ADMIT = "admit"
-    CALL = "call"
-    SETTLE = "settle"
-    WAIT = "wait"
-    END = "end"
-
-
-class TurnRun:
+class TurnRun(WindowSteps):
     def __init__(self, runtime: Runtime, lease: TurnLease, turn_id: int, status: str) -> None:
         self.runtime, self.lease = runtime, lease
         self.turn_id, self.found_status = turn_id, status
@@ -112,10 +94,7 @@ class TurnRun:
         self.serving: Serving
         self.switches = 0  # calls sent to another target at once after a failure (§6.11)
         self.busy_tries = 0  # calls a budget refused until its calls in flight settle (§18.1)
-        # The tokens a request needs when an alternate with a larger window serves it instead
-        # of a trim (§5.9, §6.11); 0: no such need.
-        self.need_tokens = 0
-        # The window (architecture.md §5.9): one refused call per episode, a few acts per run.
+        self.need_tokens = 0  # the window's state (turns.turn_window)
         self.context_refused = False
         self.context_acts = 0
         self._steps: dict[Step, Callable[[], Awaitable[Step]]] = {
@@ -383,85 +362,6 @@ class TurnRun:
             serving.target.model,
             serving.choice.reason,
         )
-        return True
-
-    async def _fit_window(self) -> Step:
-        """Before the call: when the estimate plus the answer's reserve is over the known window,
-        act per the agent's policy and compile the request again (``ADMIT``)."""
-        if self.context_acts >= MAX_CONTEXT_ACTS or (
-            self.need_tokens and self.serving.on_alternate
-        ):
-            return Step.CALL  # (an alternate chosen for its larger window serves as it is)
-        plan = await self._durably("fit its window", partial(context_plan, turn=self.turn))
-        # A turn that alone seems too big goes as it is: only the provider's refusal, not an
-        # estimate, fails a turn.
-        if plan is None or plan.act == "too_big":
-            return Step.CALL
-        return await self._context_act(plan)
-
-    async def _after_overflow(self, error: ProviderError) -> Step | None:
-        """A refusal for length: learn the window it states, then (once per episode) act and
-        retry; None leaves the failure to the retry policy (terminal)."""
-        await self._durably(
-            "learn its window", partial(context_learn, agent=self.turn.agent, error=error)
-        )
-        if self.context_refused:
-            return None
-        self.context_refused = True
-        # A larger window first, whatever the policy: the request counts as at least the window
-        # the refusal stated, not as our estimate of it (§6.11).
-        current = self.serving.target
-        floor = overflow_need(
-            error.context_limit,
-            self.turn.agent.known_window
-            if not self.serving.on_alternate
-            else current.context_window,
-        )
-        if floor is not None and await self._wider_alternate(floor):
-            return Step.ADMIT
-        plan = await self._durably(
-            "fit its window",
-            partial(context_plan, turn=self.turn, refused=error),
-        )
-        return None if plan is None else await self._context_act(plan, refused=error)
-
-    async def _context_act(self, plan: Plan, refused: ProviderError | None = None) -> Step:
-        """Set the plan's rows aside (summarized first under ``summarize``) and compile again; a
-        turn whose own rows do not fit fails saying so, nothing set aside. An alternate whose
-        window the request fits comes first (§6.11): then nothing is set aside."""
-        need = plan.estimate + plan.reserve
-        if refused is not None:
-            need = max(need, overflow_need(refused.context_limit, plan.window) or 0)
-        if await self._wider_alternate(need):
-            return Step.ADMIT
-        if plan.act == "too_big":
-            error = too_big_error(plan, refused)
-            return await self._fail(error, Turn.Status.FAILED, timed_out_again=False)
-        self.context_acts += 1
-        summary = None
-        if plan.policy == Agent.ContextPolicy.SUMMARIZE:
-            summary = await context_summary(
-                agent=self.turn.agent, rows=plan.rows, budget_tokens=plan.window // 2
-            )
-        await self._durably(
-            "set rows aside", partial(context_set_aside, turn=self.turn, plan=plan, summary=summary)
-        )
-        return Step.ADMIT
-
-    async def _wider_alternate(self, need: int) -> bool:
-        """Whether an alternate that may serve has a window of at least ``need`` tokens: the
-        next call goes there (``need_tokens``) rather than trim for the primary's window."""
-        if self.need_tokens or not routed(self.turn.agent):
-            return False
-        serving = await self.runtime.db(
-            partial(serving_choose, peek=True),
-            self.turn.agent,
-            time.time() * 1000,
-            need_tokens=need,
-        )
-        if serving is None or not serving.on_alternate:
-            return False
-        self.need_tokens = need
         return True
 
     async def _paced(self, error: ProviderError, delay_ms: float, why: str) -> Step:

@@ -29,8 +29,8 @@ from tests.agentops.live_asgi import asgi_server
 from tests.agentops.test_dropin_clients import sse_lines
 from tests.conftest import BASE_DIR, wait_for
 from tests.factories import AgentFactory, ProviderFactory
-from turns.dropin import JITTER_TOTAL_MS, again_after_ms
-from turns.serving import serving_out
+from turns.dropin_attempts import JITTER_TOTAL_MS, again_after_ms
+from turns.serving_reads import serving_out
 from waits.models import WaitJournalEntry
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
