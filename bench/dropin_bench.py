@@ -29,7 +29,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -42,12 +41,11 @@ import httpx
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(BASE_DIR))
+
+from bench.web import bench_database_url, free_port, quantiles, uvicorn, wait_up  # noqa: E402
+
 DATABASE = os.environ.get("BENCH_DATABASE", "agentops_dropin_bench")
 MESSAGES = [{"role": "user", "content": "hello"}]
-
-
-def bench_database_url() -> str:
-    return urlunsplit(urlsplit(os.environ["DATABASE_URL"])._replace(path=f"/{DATABASE}"))
 
 
 def prepare_database() -> None:
@@ -61,7 +59,7 @@ def prepare_database() -> None:
         [sys.executable, "manage.py", "migrate", "-v", "0"],
         cwd=BASE_DIR,
         check=True,
-        env=dict(os.environ, DATABASE_URL=bench_database_url()),
+        env=dict(os.environ, DATABASE_URL=bench_database_url(DATABASE)),
     )
 
 
@@ -82,25 +80,6 @@ print(api_token_create(name="bench", operator=False)[1])
 """
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def wait_up(url: str, proc: subprocess.Popen[bytes], what: str) -> None:
-    end = time.monotonic() + 120
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise SystemExit(f"{what} exited")
-        try:
-            httpx.get(url, timeout=1)
-            return
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    raise SystemExit(f"{what} did not start")
-
-
 MASTER_KEY = "sk-bench-" + "0" * 32
 
 
@@ -117,7 +96,7 @@ def start_servers(
     standin_url = standin.stdout.readline().decode().strip().removeprefix("standin listening on ")
     env = dict(
         os.environ,
-        DATABASE_URL=bench_database_url(),
+        DATABASE_URL=bench_database_url(DATABASE),
         DJANGO_SETTINGS_MODULE="agentops.settings",
         AGENTOPS_LOG_LEVEL="WARNING",
     )
@@ -134,22 +113,7 @@ def start_servers(
         .splitlines()[-1]
     )
     port = free_port()
-    agentops = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "interfaces.asgi:application",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-            "--no-access-log",
-        ],
-        cwd=BASE_DIR,
-        env=env,
-        stderr=subprocess.DEVNULL,
-    )
+    agentops = uvicorn(port, env)
     procs.append(agentops)
     wait_up(f"http://127.0.0.1:{port}/health", agentops, "agentops")
     targets = {
@@ -195,12 +159,6 @@ def start_servers(
         "bench",
     )
     return targets
-
-
-def quantiles(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
-    return {"p50": statistics.median(ordered), "p95": pick(0.95), "p99": pick(0.99)}
 
 
 def sequential(

@@ -48,13 +48,12 @@ import httpx
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(BASE_DIR))
+
+from bench.web import bench_database_url, free_port, quantiles, uvicorn, wait_up  # noqa: E402
+
 DATABASE = os.environ.get("BENCH_DATABASE", "agentops_spend_bench")
 TARGET_P95_MS = 200.0
 GROUP_BYS = ("agent", "project", "model", "day")
-
-
-def bench_database_url() -> str:
-    return urlunsplit(urlsplit(os.environ["DATABASE_URL"])._replace(path=f"/{DATABASE}"))
 
 
 def _admin_url() -> str:
@@ -244,33 +243,6 @@ def python(code: str, *args: str, env: dict[str, str]) -> list[str]:
     return done.stdout.strip().splitlines()
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def wait_up(url: str, proc: subprocess.Popen[bytes]) -> None:
-    end = time.monotonic() + 120
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise SystemExit("uvicorn exited")
-        try:
-            httpx.get(url, timeout=1)
-            return
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    raise SystemExit("uvicorn did not start")
-
-
-def quantiles(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
-    return {"p50": statistics.median(ordered), "p95": pick(0.95)}
-
-
 def timed(
     client: httpx.Client, targets: dict[str, tuple[str, dict[str, str]]], n: int
 ) -> dict[str, list[float]]:
@@ -302,7 +274,7 @@ def main() -> None:
 
     env = dict(
         os.environ,
-        DATABASE_URL=bench_database_url(),
+        DATABASE_URL=bench_database_url(DATABASE),
         DJANGO_SETTINGS_MODULE="agentops.settings",
         AGENTOPS_LOG_LEVEL="WARNING",
     )
@@ -320,26 +292,11 @@ def main() -> None:
         print("\n".join(python(EXPLAIN, project, env=env)))
 
     port = free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "interfaces.asgi:application",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-            "--no-access-log",
-        ],
-        cwd=BASE_DIR,
-        env=env,
-        stderr=subprocess.DEVNULL,
-    )
+    server = uvicorn(port, env)
     runs: list[dict[str, dict[str, float]]] = []
     try:
         base = f"http://127.0.0.1:{port}"
-        wait_up(f"{base}/health", server)
+        wait_up(f"{base}/health", server, "uvicorn")
         api = {"authorization": f"Bearer {token}"}
         session = {"cookie": f"{cookie_name}={cookie_value}"}
         targets: dict[str, tuple[str, dict[str, str]]] = {
