@@ -173,18 +173,18 @@ def check_days(value: str | None, *, default: int = 30) -> int:
     return int(text)
 
 
-def project_spend(*, project_id: int, days: int, now: datetime) -> dict[str, Any]:
-    """A project's spend over its last ``days`` local days (the admin's spend page): each day
-    (oldest first; a day without calls is there, empty), the period by agent and by model,
-    and the period's total. Three grouped queries over the same calls."""
+def _period_spend(
+    *, project_id: int | None, days: int, now: datetime
+) -> tuple[Any, dict[str, Any]]:
+    """The calls of a page's period (``project_id`` None: every project's) and what both spend
+    pages show of it: each day (oldest first; a day without calls is there, empty), the total,
+    the period's bounds, zone and currency. One grouped query."""
     period = spend_period(days=days, now=now)
     calls = spend_calls(project_id=project_id, since=period.since, until=period.until)
     by_day = {i["key"]: i for i in spend_items(calls, group_by="day")}
     each_day = [by_day.get(d.isoformat()) or empty_item(d.isoformat()) for d in period.days]
-    return {
+    return calls, {
         "days": each_day,
-        "by_agent": spend_items(calls, group_by="agent"),
-        "by_model": spend_items(calls, group_by="model"),
         "total": spend_total(each_day),
         "first_day": period.days[0].isoformat(),
         "last_day": period.days[-1].isoformat(),
@@ -192,6 +192,18 @@ def project_spend(*, project_id: int, days: int, now: datetime) -> dict[str, Any
         "until": period.until,
         "zone": settings.AGENTOPS_BUDGET_TIME_ZONE,
         "currency": spend_currency(),
+    }
+
+
+def project_spend(*, project_id: int, days: int, now: datetime) -> dict[str, Any]:
+    """A project's spend over its last ``days`` local days (the admin's spend page): each day,
+    the period by agent and by model, and the period's total. Three grouped queries over the
+    same calls."""
+    calls, shown = _period_spend(project_id=project_id, days=days, now=now)
+    return {
+        **shown,
+        "by_agent": spend_items(calls, group_by="agent"),
+        "by_model": spend_items(calls, group_by="model"),
     }
 
 
@@ -200,26 +212,13 @@ def all_projects_spend(*, days: int, now: datetime) -> dict[str, Any]:
     projects): each project by name (one without calls is there, empty), each day over all
     of them (oldest first), and the period's total. Three queries whatever the number of
     projects and agents: two grouped, one of the projects' names."""
-    period = spend_period(days=days, now=now)
-    calls = spend_calls(project_id=None, since=period.since, until=period.until)
+    calls, shown = _period_spend(project_id=None, days=days, now=now)
     spent = {i["key"]: i for i in spend_items(calls, group_by="project")}
     projects = [
         {**(spent.get(name) or empty_item(name)), "project_id": pk}
         for pk, name in Project.objects.order_by("name").values_list("pk", "name")
     ]
-    by_day = {i["key"]: i for i in spend_items(calls, group_by="day")}
-    each_day = [by_day.get(d.isoformat()) or empty_item(d.isoformat()) for d in period.days]
-    return {
-        "projects": projects,
-        "days": each_day,
-        "total": spend_total(each_day),
-        "first_day": period.days[0].isoformat(),
-        "last_day": period.days[-1].isoformat(),
-        "since": period.since,
-        "until": period.until,
-        "zone": settings.AGENTOPS_BUDGET_TIME_ZONE,
-        "currency": spend_currency(),
-    }
+    return {**shown, "projects": projects}
 
 
 def every_budget() -> list[Budget]:
