@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any, Final
 
 from agentops.models import Agent, HistoryRow
@@ -46,15 +46,19 @@ def notes_not_last(rows: list[HistoryRow]) -> list[HistoryRow]:
     return rows[:at] + rows[end:] + rows[at:end]
 
 
-def nothing_to_answer(rows: list[HistoryRow]) -> bool:
+def nothing_to_answer(rows: list[HistoryRow], asked: Callable[[], Collection[int]] = tuple) -> bool:
     """Whether nothing in ``rows`` (presented, in sequence order) awaits the agent's answer:
-    every row after its newest answer is one of the service's notes (or there is none)."""
+    every row after its newest answer is one of the service's notes (or there is none), and no
+    participant's row the turn was submitted for (``asked()``, row ids, read only then) is
+    among them: one that joined while the previous call ran stands before that call's answer,
+    yet awaits its own."""
     for row in reversed(rows):
         if row.role == HistoryRow.Role.ASSISTANT:
-            return True
+            break
         if row.role != HistoryRow.Role.SYSTEM_NOTE:
             return False
-    return True
+    ids = asked()
+    return not any(r.pk in ids and r.role != HistoryRow.Role.SYSTEM_NOTE for r in rows)
 
 
 def row_blocks(content: Any) -> list[dict[str, Any]]:

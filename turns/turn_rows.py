@@ -145,14 +145,6 @@ def call_settled(call: ProviderCall, turn: Turn, *, answer: CallOutput | None) -
     return None
 
 
-def _asks(turn: Turn, presented: list[HistoryRow]) -> bool:
-    """Whether a participant's row the turn was submitted for is still presented: messages that
-    joined while the previous turn's call ran stand before that call's answer in sequence
-    order, yet await their own answer."""
-    asked = set(turn.trigger_rows.values_list("id", flat=True))
-    return any(r.pk in asked and r.role != HistoryRow.Role.SYSTEM_NOTE for r in presented)
-
-
 def turn_ready(turn_id: int, *, need_tokens: int = 0) -> Ready | Outcome:
     """The running turn, its request compiled from its presented rows and its call made ready,
     at the last moment before the call; or why not: it is no longer running (``STOPPED``),
@@ -165,7 +157,7 @@ def turn_ready(turn_id: int, *, need_tokens: int = 0) -> Ready | Outcome:
     presented = rows.instances(
         _sql().presented, [turn.agent_id, HistoryRow.State.PRESENTED.value], HistoryRow
     )
-    if nothing_to_answer(presented) and not _asks(turn, presented):
+    if nothing_to_answer(presented, lambda: set(turn.trigger_rows.values_list("id", flat=True))):
         # No request is sent whose only question is a note.
         turn_end_unanswered(turn=turn)
         return Outcome.ENDED

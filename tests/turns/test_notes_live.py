@@ -109,3 +109,32 @@ def test_a_turn_with_only_notes_after_the_agents_answer_ends_without_a_call(
         what="the next turn",
     )
     assert last_sent(standin_requests)["content"] == "alice: still there?"
+
+
+def test_nothing_to_answer_is_read_from_the_rows_after_the_answer_and_the_turns_own() -> None:
+    """The rule alone (no database): notes after the newest answer ask nothing; a participant's
+    row after it does; and a row the turn was submitted for asks even before that answer (it
+    joined while the previous call ran). The turn's rows are read only when the rest says
+    nothing is asked."""
+    from agentops.models import HistoryRow
+    from calls.compile import nothing_to_answer
+
+    def row(pk: int, role: str) -> HistoryRow:
+        return HistoryRow(pk=pk, role=role, content="x")
+
+    user, answer, note = (
+        HistoryRow.Role.USER,
+        HistoryRow.Role.ASSISTANT,
+        HistoryRow.Role.SYSTEM_NOTE,
+    )
+    joined, answered, noted = row(1, user), row(2, answer), row(3, note)
+    assert nothing_to_answer([joined, answered, noted])
+    assert not nothing_to_answer([joined, answered, noted], lambda: {1})
+    assert nothing_to_answer([joined, answered, noted], lambda: {3})  # a note asks nothing
+    assert not nothing_to_answer([answered, row(4, user)])
+    assert nothing_to_answer([])
+
+    def unread() -> set[int]:
+        raise AssertionError("the turn's rows were read though a row asks already")
+
+    assert not nothing_to_answer([answered, row(4, user)], unread)
