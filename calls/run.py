@@ -40,7 +40,6 @@ from calls.events import dashboard_call_ended, dashboard_call_started
 from calls.gate import call_gated, provider_vetted, quota_told, slot_kept, token_estimate
 from calls.health import provider_health_note
 from calls.limits import Quota
-from calls.pacing import Pacer
 from calls.progress import progress_entry, progress_hub
 from calls.project_limits import ProjectLimiter, Taken
 from calls.reading import perform_call
@@ -328,13 +327,7 @@ class ProviderCall:
             if used is not None:
                 runtime().part(ProjectLimiter).tokens_used(self._taken, used)
             self._taken = replace(self._taken, tokens=used if used is not None else 0, slot=None)
-        if self.result.timeline.headers is not None:  # the provider answered: what is left
-            runtime().part(Pacer).note(
-                provider=self.provider.name,
-                model=self.request.model,
-                quota=self.result.quota,
-                now_ms=self.result.timeline.headers,
-            )
+        # What is left was told as the answer's head arrived (``_quota_noted``), not again here.
         return row
 
     def announce(self) -> None:
