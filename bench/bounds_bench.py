@@ -444,6 +444,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     # Long enough that every call is open before the first one is cut (the CPU window).
     parser.add_argument("--before-content-ms", type=int, default=60000)
+    # The service alone: for paired runs of two trees, where the readers would only take time.
+    parser.add_argument("--no-baselines", action="store_true")
     args = parser.parse_args()
     prepare_database()
     sink = start_otlp_sink() if args.otel else None
@@ -451,12 +453,6 @@ def main() -> None:
     results: list[dict[str, float]] = []
     try:
         for run in range(args.repeat):
-            base = run_baseline(
-                url, args.calls, args.before_content_ms / 1000, args.keepalive_ms, BASELINE_AIOHTTP
-            )
-            plain = run_baseline(
-                url, args.calls, args.before_content_ms / 1000, args.keepalive_ms, BASELINE_HTTPX
-            )
             service = _in_child(
                 url,
                 args.calls,
@@ -465,14 +461,8 @@ def main() -> None:
                 standin.pid,
                 args.first_cuts_only,
             )
-            for key, value in base.items():
-                service[f"baseline_{key}"] = value
-            for key, value in plain.items():
-                service[f"httpx_{key}"] = value
-            service["cpu_ratio"] = (
-                service["cpu_per_1000_events_ms"] / base["cpu_per_1000_events_ms"]
-            )
-            service["open_all_ratio"] = service["open_all_s"] / base["open_all_s"]
+            if not args.no_baselines:
+                _beside_baselines(service, url, args)
             print(f"run {run + 1}: {json.dumps(service)}", flush=True)
             results.append(service)
     finally:
@@ -498,6 +488,22 @@ def main() -> None:
             indent=2,
         )
     )
+
+
+def _beside_baselines(service: dict[str, float], url: str, args: argparse.Namespace) -> None:
+    """The two bare readers of the same streams, run after the service, and the ratios to them."""
+    base = run_baseline(
+        url, args.calls, args.before_content_ms / 1000, args.keepalive_ms, BASELINE_AIOHTTP
+    )
+    plain = run_baseline(
+        url, args.calls, args.before_content_ms / 1000, args.keepalive_ms, BASELINE_HTTPX
+    )
+    for key, value in base.items():
+        service[f"baseline_{key}"] = value
+    for key, value in plain.items():
+        service[f"httpx_{key}"] = value
+    service["cpu_ratio"] = service["cpu_per_1000_events_ms"] / base["cpu_per_1000_events_ms"]
+    service["open_all_ratio"] = service["open_all_s"] / base["open_all_s"]
 
 
 def _in_child(
