@@ -36,7 +36,7 @@ token: $(STAMP)
 
 # The API fuzzed against its OpenAPI document at length (make test runs a bounded pass).
 fuzz: $(STAMP)
-	AGENTOPS_FUZZ_EXAMPLES=$${AGENTOPS_FUZZ_EXAMPLES:-1000} $(BIN)/python -m devtools.launcher test -- tests/agentops/test_fuzz.py -q $(ARGS)
+	AGENTOPS_FUZZ_EXAMPLES=$${AGENTOPS_FUZZ_EXAMPLES:-1000} $(BIN)/python -m devtools.launcher test -- tests/interfaces/api/test_fuzz.py -q $(ARGS)
 
 # Benchmarks (method and results in docs/performance.md). Slow: minutes, not seconds.
 bench: $(STAMP)

@@ -26,9 +26,9 @@ from breaker.probes import breaker_probe_begin
 from calls.compile import compile_request
 from inference.models import InferenceCall, Turn
 from tests.agentops.live_asgi import asgi_server
-from tests.agentops.test_alerts_api import IN_RANGE, OUT_OF_RANGE
 from tests.conftest import scraper, wait_for
 from tests.factories import AgentFactory, HistoryRowFactory, ProviderFactory, TurnFactory
+from tests.interfaces.api.test_alerts_api import IN_RANGE, OUT_OF_RANGE
 from tests.turns.test_auxiliary import complete
 from tests.turns.test_turns import submit, wait_turn
 

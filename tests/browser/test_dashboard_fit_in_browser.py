@@ -15,10 +15,10 @@ from agentops.alerts import alert_raise
 from agentops.models import Project
 from agentops.services import fallbacks_checked
 from breaker.models import BreakerState
-from tests.agentops.test_spend_pages import agent_and_held_project_budgets
 from tests.browser.test_spend_in_browser import spent
 from tests.conftest import wait_for
 from tests.factories import AgentFactory, ProviderFactory
+from tests.interfaces.test_spend_pages import agent_and_held_project_budgets
 from waits.clock import clock_ms
 from waits.services import wait_record
 

@@ -19,9 +19,9 @@ from django.utils import timezone
 
 from agentops.models import Agent, Budget, Project
 from inference.models import InferenceCall
-from tests.agentops.test_spend_pages import set_budget
 from tests.conftest import wait_for
 from tests.factories import AgentFactory
+from tests.interfaces.test_spend_pages import set_budget
 
 from .test_release_in_browser import content, log_in
 

@@ -13,9 +13,9 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from agentops.models import Project
-from tests.agentops.test_spend_pages import agent_and_held_project_budgets, set_budget
 from tests.conftest import wait_for
 from tests.factories import AgentFactory, CallFactory
+from tests.interfaces.test_spend_pages import agent_and_held_project_budgets, set_budget
 
 from .test_release_in_browser import content, log_in
 

@@ -71,7 +71,7 @@ def test_the_admin_header_links_the_dashboard_and_view_site_is_the_dashboard(
 def test_a_token_path_runs_no_session_middleware_in_sync_mode_either(
     api: Client, admin_client: Client
 ) -> None:
-    # As under uvicorn (tests/agentops/test_edge_async.py): the tests' sync client must not
+    # As under uvicorn (tests/interfaces/test_edge_async.py): the tests' sync client must not
     # hand an API view a user or a session that production would not.
     api_request = api.get("/api/v1/agents").wsgi_request
     assert not hasattr(api_request, "user") and not hasattr(api_request, "session")

@@ -22,7 +22,8 @@ from django.utils import timezone
 
 from agentops.models import Budget, Project
 from interfaces.spend import CSV_HEADER
-from tests.agentops.test_spend_pages import (
+from tests.factories import AgentFactory
+from tests.interfaces.test_spend_pages import (
     admin_client,
     agent_and_held_project_budgets,
     at_local,
@@ -32,7 +33,6 @@ from tests.agentops.test_spend_pages import (
     set_budget,
     text,
 )
-from tests.factories import AgentFactory
 
 pytestmark = pytest.mark.django_db
 

@@ -10,8 +10,8 @@ from django.utils import timezone
 from agentops.webhooks.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
 from agentops.webhooks.services import webhook_delivery_resend
 from interfaces.metrics import metrics_view
-from tests.agentops.test_metrics import scrape, value
 from tests.factories import AlertFactory, WebhookDeliveryFactory, WebhookEndpointFactory
+from tests.interfaces.test_metrics import scrape, value
 
 urlpatterns = [path("metrics", metrics_view)]
 

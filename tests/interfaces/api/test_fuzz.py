@@ -39,7 +39,8 @@ CHECKS = [
 
 schema = schemathesis.openapi.from_wsgi("/api/v1/openapi.json", get_wsgi_application())
 # Valid and invalid input both, NUL characters allowed where schemathesis puts them (bodies; it
-# keeps them out of paths and queries, which tests/agentops/test_hostile_input.py covers by hand).
+# keeps them out of paths and queries, which tests/interfaces/api/test_hostile_input.py covers by
+# hand).
 schema.config.generation.update(
     modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE], allow_x00=True
 )

@@ -26,9 +26,9 @@ from calls.client import CallResult, Timeline
 from calls.types import ProviderError
 from inference.models import InferenceCall
 from tests.agentops.live_asgi import asgi_server
-from tests.agentops.test_dropin_clients import sse_lines
 from tests.conftest import BASE_DIR, wait_for
 from tests.factories import AgentFactory, ProviderFactory
+from tests.interfaces.dropin.test_dropin_clients import sse_lines
 from turns.dropin_attempts import JITTER_TOTAL_MS, again_after_ms
 from turns.serving_reads import serving_out
 from waits.models import WaitJournalEntry

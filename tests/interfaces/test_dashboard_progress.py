@@ -14,8 +14,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from inference.models import InferenceCall
-from tests.agentops.test_dashboard import dashboard_socket, staff  # noqa: F401  (a fixture)
 from tests.conftest import wait_for
+from tests.interfaces.test_dashboard import dashboard_socket, staff  # noqa: F401  (a fixture)
 from tests.turns.test_websocket import _queued_turn_without_enqueue
 
 pytestmark = [pytest.mark.django_db(transaction=True)]

@@ -20,9 +20,9 @@ from agentops.models import Agent
 from calls.config import bounds_settings
 from calls.events import call_deadline_ms
 from interfaces.asgi import application
-from tests.agentops.test_production import asgi_get
 from tests.conftest import refused_with
 from tests.factories import AgentFactory, CallFactory
+from tests.interfaces.test_production import asgi_get
 from tests.turns.test_websocket import _queued_turn_without_enqueue
 from tests.waits.conftest import manage
 from waits.clock import clock_ms

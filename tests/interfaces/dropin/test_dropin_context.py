@@ -20,8 +20,8 @@ from devtools.standin.playback import (
     RESPONSES_COMPACTION,
 )
 from inference.models import InferenceCall
-from tests.agentops.test_dropin import ant, oai, only_call, server  # noqa: F401 (fixtures)
 from tests.factories import AgentFactory, ProviderFactory
+from tests.interfaces.dropin.test_dropin import ant, oai, only_call, server  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(90)]
 

@@ -17,7 +17,7 @@ from django.test import Client
 from django.utils import timezone
 
 from agentops.models import Agent, Budget
-from tests.agentops.test_spend_pages import (
+from tests.interfaces.test_spend_pages import (
     admin_client,
     ended,
     project_with_agent,
