@@ -26,7 +26,7 @@ from agentops.tokens import api_token_create
 from inference.models import InferenceCall
 from interfaces.dashboard import dashboard_snapshot
 from interfaces.spend import spent_since
-from tests.factories import AgentFactory, CallFactory
+from tests.factories import AgentFactory, BudgetFactory, CallFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -46,11 +46,12 @@ def set_budget(owner: Any, amount: str, period: str, *, now: Any, warn_at: str =
 
 
 def agent_and_held_project_budgets(agent: Any, project: Any, now: Any) -> None:
-    """2 a day on the agent; 10 a month on its project, spent and held."""
+    """2 a day on the agent (its ledger from today's calls); 10 a month on its project, spent
+    and held."""
     set_budget(agent, "2", "day", now=now)
-    set_budget(project, "10", "month", now=now, warn_at="1")
-    held = Budget.objects.get(project=project)
-    Budget.objects.filter(pk=held.pk).update(spent=Decimal("10"), held_period=held.period_start)
+    BudgetFactory.create(
+        project=project, amount=Decimal("10"), period="month", warn_at=Decimal("1"), held=True
+    )
 
 
 def ended(agent: Agent, at: datetime, cost: str | None, **fields: Any) -> InferenceCall:

@@ -17,6 +17,7 @@ from django.test import Client
 from django.utils import timezone
 
 from agentops.models import Agent, Budget
+from tests.factories import BudgetFactory
 from tests.interfaces.test_spend_pages import (
     admin_client,
     ended,
@@ -133,7 +134,7 @@ def test_a_bad_value_is_a_form_error_naming_the_field_and_changes_nothing(
     fields: dict[str, str], field: str, message: str
 ) -> None:
     _, agent, _ = project_with_agent("acme")
-    set_budget(agent, "5", "week", now=timezone.now())
+    BudgetFactory.create(agent=agent, amount=Decimal("5"), period="week")
     before = stored(agent)
     body = {"amount": "7", "period": "day", "warn_at": "0.8", **fields}
     response = post(admin_client(), agent, **body)
@@ -147,7 +148,7 @@ def test_a_bad_value_is_a_form_error_naming_the_field_and_changes_nothing(
 
 def test_a_budget_removed_in_the_admin_is_gone_and_its_hold_with_it() -> None:
     _, agent, _ = project_with_agent("acme")
-    set_budget(agent, "1", "day", now=timezone.now())
+    BudgetFactory.create(agent=agent, amount=Decimal("1"))
     client = admin_client()
     response = client.post(budget_url(agent), {"action": "remove"})
     assert response.status_code == 302
@@ -159,7 +160,7 @@ def test_a_budget_removed_in_the_admin_is_gone_and_its_hold_with_it() -> None:
 
 def test_only_a_user_who_may_change_the_agent_sets_its_budget() -> None:
     _, agent, _ = project_with_agent("acme")
-    set_budget(agent, "5", "week", now=timezone.now())
+    BudgetFactory.create(agent=agent, amount=Decimal("5"), period="week")
     before = stored(agent)
     viewer = User.objects.create_user("vera", password="x", is_staff=True)
     viewer.user_permissions.add(Permission.objects.get(codename="view_agent"))
@@ -178,7 +179,7 @@ def test_only_a_user_who_may_change_the_agent_sets_its_budget() -> None:
 
 def test_a_disposed_agent_takes_no_budget_as_in_the_api_but_its_budget_may_be_removed() -> None:
     _, agent, _ = project_with_agent("acme")
-    set_budget(agent, "5", "week", now=timezone.now())
+    BudgetFactory.create(agent=agent, amount=Decimal("5"), period="week")
     Agent.objects.filter(pk=agent.pk).update(disposed_at=timezone.now())
     before = stored(agent)
     client = admin_client()

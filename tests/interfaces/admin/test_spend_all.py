@@ -20,12 +20,11 @@ from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from agentops.models import Budget, Project
+from agentops.models import Project
 from interfaces.spend import CSV_HEADER
-from tests.factories import AgentFactory
+from tests.factories import AgentFactory, BudgetFactory
 from tests.interfaces.test_spend_pages import (
     admin_client,
-    agent_and_held_project_budgets,
     at_local,
     ended,
     local_today,
@@ -116,11 +115,13 @@ def test_a_bad_number_of_days_answers_a_message(days: str) -> None:
 def test_every_budget_is_a_bar_of_spent_and_reserved_with_its_owner_and_held_ones_marked() -> None:
     acme, ada, _ = project_with_agent("acme")
     _, bob, _ = project_with_agent("beta")
-    now = timezone.now()
-    agent_and_held_project_budgets(ada, acme, now)  # ada 2/day; acme 10/month, spent, held
-    Budget.objects.filter(agent=ada).update(spent=Decimal("0.5"), reserved=Decimal("0.25"))
-    set_budget(bob, "4", "week", now=now)
-    Budget.objects.filter(agent=bob).update(spent=Decimal("3"), reserved=Decimal("3"))
+    BudgetFactory.create(
+        agent=ada, amount=Decimal("2"), spent=Decimal("0.5"), reserved=Decimal("0.25")
+    )
+    BudgetFactory.create(project=acme, amount=Decimal("10"), period="month", held=True)
+    BudgetFactory.create(
+        agent=bob, amount=Decimal("4"), period="week", spent=Decimal("3"), reserved=Decimal("3")
+    )
     html = admin_client().get(ALL).content.decode()
     mine = budget_row(html, "agent", ada.name)
     assert 'data-share="25.00"' in mine and 'data-share="12.50"' in mine  # 0.5/2, 0.25/2

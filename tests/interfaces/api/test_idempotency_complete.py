@@ -20,13 +20,12 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from agentops.idempotency import body_hash
 from agentops.models import IdempotencyKey, Project
 from agentops.tokens import api_token_check, api_token_create
 from inference.models import InferenceCall
 from tests.agentops.live_asgi import SERVER_PIDS, asgi_server
 from tests.conftest import wait_for
-from tests.factories import AgentFactory
+from tests.factories import AgentFactory, IdempotencyKeyFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
@@ -233,16 +232,10 @@ def test_a_transient_failure_releases_the_key_and_a_refusal_is_replayed(
 
 def abandoned(agent: str, token: str, key: str, *, age: timedelta) -> IdempotencyKey:
     """The row a request leaves when its web process dies mid-call, claimed ``age`` ago."""
-    endpoint = f"POST /api/v1/agents/{agent}/complete"
     owner = api_token_check(token)
     assert owner is not None
-    return IdempotencyKey.objects.create(
-        token=owner,
-        key=key,
-        body_hash=body_hash(endpoint=endpoint, body=json.dumps(BODY).encode()),
-        endpoint=endpoint,
-        agent=agent,
-        created_at=timezone.now() - age,
+    return IdempotencyKeyFactory.create(
+        token=owner, key=key, agent=agent, body=json.dumps(BODY).encode(), age=age
     )
 
 
