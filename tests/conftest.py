@@ -228,6 +228,23 @@ class WorkerPool:
         celery_app.conf.task_default_queue = self.queue
         return self
 
+    def idle(self) -> bool:
+        """Whether the pool has no task left to run: none in its queue, none running, none
+        taken and waiting, none held for a countdown. A task sent in a task's bookkeeping
+        (a retry, a re-check) is one of these until it has run: poll this (``wait_for``)
+        before asserting that something was never done."""
+        client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+        try:
+            if client.llen(self.queue):
+                return False
+        finally:
+            client.close()
+        inspect = celery_app.control.inspect(destination=self.names, timeout=2)
+        for held in (inspect.active(), inspect.reserved(), inspect.scheduled()):
+            if held is None or len(held) < len(self.names) or any(held.values()):
+                return False  # a worker that did not answer may hold one
+        return True
+
     def stop(self) -> None:
         celery_app.conf.task_default_queue = self.previous_queue
         for proc in self.procs:

@@ -25,8 +25,9 @@ misbehaviour:
   then its end; ``flood-comments-N``: N comment lines (keepalives), then an answer;
 - ``data-no-blank``: ``data:`` lines of a KiB with no blank line between them, 200 MiB of them
   (one event that never ends) unless the client goes away first;
-- ``fault:NAME:TIMES`` (``TIMES`` a count or ``all``): the first TIMES requests with this exact
-  model play the fault NAME, later ones get a 60-token answer (``tokens-60``, as asked):
+- ``fault:NAME:TIMES`` (``TIMES`` a count or ``all``; ``fault:NAME:TIMES:TAG`` for two models
+  that play the same): the first TIMES requests with this exact model play the fault NAME,
+  later ones get a 60-token answer (``tokens-60``, as asked):
   ``429-wait-2`` (429, ``retry-after: 2``), ``503-wait-2`` (the same as a 503), ``429`` (no
   wait), ``500``, ``503`` (no wait),
   ``reset`` (a TCP reset before any header), ``first-token-MS`` (2xx headers at once, then
@@ -315,7 +316,7 @@ async def respond(model: str, streamed: bool, writer: asyncio.StreamWriter) -> b
         down = (time.monotonic() - began) * 1000 < int(model.split(":")[1])
         return await fault("503" if down else "tokens-60", streamed, writer)
     if model.startswith("fault:"):
-        _, name, times = model.split(":")
+        _, name, times, *_ = model.split(":")  # a fourth part tells two models apart
         # received holds this request already: it is request number ``seen`` of this model.
         seen = sum(1 for r in received if r["model"] == model)
         if times == "all" or seen <= int(times):

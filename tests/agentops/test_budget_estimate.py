@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 from decimal import Decimal
 from typing import Any
 
@@ -21,6 +20,7 @@ from inference.models import InferenceCall
 from tests.agentops.live_asgi import asgi_server
 from tests.agentops.test_budgets import put_budget
 from tests.agentops.test_spend import priced
+from tests.conftest import wait_for
 from tests.turns.test_auxiliary import complete
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
@@ -157,10 +157,12 @@ def test_a_period_changed_with_six_calls_in_flight_never_goes_negative(
     results: list[list[httpx.Response]] = []
     burst = threading.Thread(target=lambda: results.append(asyncio.run(six())))
     burst.start()
-    deadline = time.monotonic() + 10
-    while Budget.objects.get(agent=agent).reserved < 6 * Decimal("0.0015"):
-        assert time.monotonic() < deadline, "the six calls reserved"
-        time.sleep(0.02)
+    wait_for(
+        lambda: Budget.objects.get(agent=agent).reserved >= 6 * Decimal("0.0015"),
+        timeout=10,
+        interval=0.02,
+        what="the six calls to reserve",
+    )
     # Day to week and back: the second ledger starts on the same instant as the first (as a
     # Monday's day and week do), while the six calls are still in flight.
     put_budget(api, f"agents/{agent.name}", amount="1", period="week")

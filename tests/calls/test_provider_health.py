@@ -11,9 +11,11 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db.models import F
 from django.test import Client, override_settings
 
 from agentops.models import Alert, Provider
+from calls.health import provider_down_check
 from interfaces.dashboard import dashboard_snapshot
 from tests.conftest import WorkerPool, wait_for, worker_pool
 from tests.factories import AgentFactory, ProviderFactory
@@ -38,7 +40,11 @@ def test_a_provider_that_only_fails_raises_one_alert_per_episode_and_its_first_s
     agent = AgentFactory.create(provider=provider, model="answer")
     assert complete(api, agent.name) == 502
     assert not Alert.objects.filter(kind="provider-down").exists()  # one failure is no episode yet
-    time.sleep(0.35)  # the episode outlasts the setting (AGENTOPS_PROVIDER_DOWN_AFTER_MS, 300 ms)
+    # The episode has lasted the setting (AGENTOPS_PROVIDER_DOWN_AFTER_MS, 300 ms): its start is
+    # moved back by that much rather than waited for.
+    Provider.objects.filter(pk=provider.pk).update(
+        failing_since=F("failing_since") - timedelta(milliseconds=300)
+    )
     assert complete(api, agent.name) == 502
     (down,) = Alert.objects.filter(kind="provider-down")
     assert (
@@ -72,11 +78,9 @@ def test_answers_that_say_the_provider_is_up_start_no_episode(
     agent = make_agent(model=model)
     for _ in range(2):
         complete(api, agent.name)
-        # Past the 1 ms setting, a span of time: were these failures an episode, the second call
-        # would raise its alert.
-        time.sleep(0.01)
+        # No episode begins: were one begun, any failure past the 1 ms setting would alert.
+        assert Provider.objects.get(pk=agent.provider_id).failing_since is None
     assert not Alert.objects.filter(kind="provider-down").exists()
-    assert Provider.objects.get(pk=agent.provider_id).failing_since is None
 
 
 WINDOW_MS = 2000
@@ -108,5 +112,9 @@ def test_the_alert_comes_when_the_window_passes_with_no_call_after_the_first(
     assert timedelta(0) <= late < timedelta(seconds=10), late
     assert "could not be reached" in down.message and "HTTP None" not in down.message
     assert REFUSED in down.message and down.data["base_url"] == REFUSED
-    time.sleep(1)  # a second task (a redelivery) would find it raised
+    # The worker has run every task it was sent (a second check would be one)...
+    wait_for(down_workers.idle, what="the worker to run every task it was sent")
+    assert Alert.objects.filter(kind="provider-down").count() == 1
+    # ...and the check delivered again finds the alert raised and raises none.
+    assert provider_down_check(provider_id=provider.pk, window_ms=WINDOW_MS) is False
     assert Alert.objects.filter(kind="provider-down").count() == 1

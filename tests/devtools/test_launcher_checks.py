@@ -63,7 +63,7 @@ signal.signal(signal.SIGINT, on)
 signal.signal(signal.SIGTERM, on)
 print("ready", flush=True)
 while True:
-    time.sleep(0.1)
+    signal.pause()  # until a signal; a SIGTERM's handler returns, and it waits again
 """
 
 
@@ -93,7 +93,7 @@ signal.signal(signal.SIGINT, on)
 signal.signal(signal.SIGTERM, on)
 print("ready", flush=True)
 while True:
-    time.sleep(0.1)
+    signal.pause()  # until a signal, whose handler ends the process
 """
 
 

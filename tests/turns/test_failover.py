@@ -20,7 +20,7 @@ from django.test import Client
 
 from agentops.models import Agent, Alert
 from inference.models import InferenceCall
-from tests.conftest import WorkerPool, worker_pool
+from tests.conftest import WorkerPool, wait_for, worker_pool
 from tests.turns.test_auxiliary import complete
 from tests.turns.test_turns import submit, wait_turn
 
@@ -81,6 +81,7 @@ def test_a_silent_primary_costs_the_short_return_bound_per_interval_and_never_en
         took.append(time.monotonic() - started)
         assert turn["status"] == "succeeded", turn
         assert turn["output"]["content"] == "from-the-alternate"
+        # Turns 2.5 s apart: a span of real time, over which the interval's returns are counted.
         time.sleep(max(0.0, 2.5 - took[-1]))
     assert all(t < 12 for t in took), took
     # After the first (the before-content bound), a return costs at most the return bound.
@@ -98,23 +99,34 @@ def test_a_silent_primary_costs_the_short_return_bound_per_interval_and_never_en
     assert fallback_alerts(agent) == ["fallback-engaged"]  # never a false "ended"
 
 
+def primary_due(api: Client, agent: Agent) -> None:
+    """Return once the agent's next call would go to its primary again (its retry interval
+    passed since its latest failure), as ``GET /agents/{name}`` shows routing's choice."""
+    wait_for(
+        lambda: api.get(f"/api/v1/agents/{agent.name}").json()["serving"] is None,
+        timeout=RETRY_MS / 1000 + 10,
+        what="the primary's retry interval to pass",
+    )
+
+
 def test_fallback_ended_is_raised_once_the_primary_answers_not_when_a_return_is_chosen(
-    api: Client, make_agent: Any, standin_requests: Any
+    api: Client, make_agent: Any, standin_requests: Any, settings: Any
 ) -> None:
+    settings.AGENTOPS_FALLBACK_RETRY_PRIMARY_MS = RETRY_MS  # this process reads as the worker
     down = "error:status=503,times=3"
     agent = with_alternates(make_agent, down, (ALTERNATE, None))
     first = wait_turn(api, submit(api, agent.name, ("alice", "one"))["id"], timeout=30)
     assert [c["model"] for c in first["calls"]] == [down, down, ALTERNATE]
     assert fallback_alerts(agent) == ["fallback-engaged"]
 
-    time.sleep(RETRY_MS / 1000 + 0.3)
+    primary_due(api, agent)
     # The return attempt fails (the third 503): back to the alternate, nothing "ended".
     second = wait_turn(api, submit(api, agent.name, ("alice", "two"))["id"], timeout=30)
     assert second["calls"][0]["route"] == "return to primary"
     assert [c["model"] for c in second["calls"]] == [down, ALTERNATE]
     assert fallback_alerts(agent) == ["fallback-engaged"]
 
-    time.sleep(RETRY_MS / 1000 + 0.3)
+    primary_due(api, agent)
     third = wait_turn(api, submit(api, agent.name, ("alice", "three"))["id"], timeout=30)
     assert [c["model"] for c in third["calls"]] == [down]
     assert third["status"] == "succeeded"

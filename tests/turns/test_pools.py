@@ -100,6 +100,8 @@ def test_a_member_answering_503_throughout_is_routed_around_and_called_at_most_o
         response = complete(api, agent.name)
         assert response.status_code == 200, response.content
         answered += 1
+        # Requests spread over 20 s of real time: what is counted is how often the broken
+        # member is called within its retry interval.
         time.sleep(0.1)
     # Two 5xx in a row make it down for AGENTOPS_FALLBACK_RETRY_PRIMARY_MS (30 s): in 20 s it
     # is called at most twice, each time moved to the healthy member within the request.

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import json
-import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db.models import F
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
 from agentops.alerts import alert_raise
 from agentops.celery import app as celery_app
-from agentops.webhooks.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
+from agentops.webhooks.models import (
+    WebhookAttempt,
+    WebhookCooldown,
+    WebhookDelivery,
+    WebhookEndpoint,
+)
 from interfaces.tasks import webhooks_sweep
 from tests.conftest import WorkerPool, wait_for
 from tests.factories import AlertFactory, WebhookDeliveryFactory
@@ -58,7 +64,9 @@ def test_a_receiver_gets_each_alert_once_per_cooldown_key(
         kind="history-kept", agent="bob", model="m1", verdict="refused", message="kept 3"
     )
     wait_for(lambda: len(receiver.received()) >= 3, what="three deliveries")
-    time.sleep(1.6)  # past the cooldown (1.5 s, set above): its end is a time, not an event
+    # Past the cooldown (1.5 s, set above): the keys' last deliveries moved back by more than it,
+    # as though that long had passed.
+    WebhookCooldown.objects.update(last_queued_at=F("last_queued_at") - timedelta(seconds=1.6))
     after_cooldown = alert_raise(
         kind="history-kept", agent="ada", model="m1", verdict="refused", message="kept 4"
     )
@@ -239,9 +247,9 @@ def test_a_delivery_to_a_loopback_url_sends_nothing_when_private_addresses_are_n
     try:
         alert_raise(kind="hard-down", agent="ada", model="m1", message="down")
         delivery = wait_for(lambda: finished(only_delivery()), what="the delivery to end")
-        # No probe can show this worker had its chance (it sends nothing to loopback, and a
-        # refusal is never retried): five times the retry base, a retry would have come.
-        time.sleep(0.5)
+        # No probe can show this worker had its chance (it sends nothing to loopback): once it
+        # has no task left, a retry (a task with a countdown) would have been made.
+        wait_for(pool.idle, what="the worker to run every task it was sent")
     finally:
         pool.stop()
         celery_app.conf.task_default_queue = pool.previous_queue

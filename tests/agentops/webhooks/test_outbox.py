@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -81,15 +80,33 @@ def test_concurrent_alerts_of_one_key_queue_one_delivery(
     WebhookEndpointFactory.create(url=receiver.url, kinds=["hard-down"])
     start = threading.Barrier(6)
     errors: list[BaseException] = []
+    backends: list[int] = []  # each thread's database session
+    done: list[int] = []
+
+    def others_blocked_or_done() -> bool:
+        """Whether the five other raisers wait on a lock (this one's cooldown row) or are done."""
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(DISTINCT pid) FROM pg_locks WHERE NOT granted AND pid = ANY(%s)",
+                [backends],
+            )
+            row = cursor.fetchone()
+        assert row is not None
+        return bool(row[0] + len(done) >= 5)
 
     def raise_one(i: int) -> None:
         try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_backend_pid()")
+                row = cursor.fetchone()
+                assert row is not None
+                backends.append(row[0])
             start.wait()
             with transaction.atomic():
                 alert_raise(kind="hard-down", agent="ada", model="m1", message=f"down {i}")
-                # Held open while the others raise: they block on its cooldown row, and
-                # nothing signals that all five have.
-                time.sleep(0.2)
+                # Held open until the others have raised and block on its cooldown row.
+                wait_for(others_blocked_or_done, what="the other raisers to block")
+            done.append(i)
         except BaseException as exc:
             errors.append(exc)
         finally:

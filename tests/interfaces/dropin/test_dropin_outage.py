@@ -54,6 +54,8 @@ def test_an_outage_is_served_by_the_alternate_and_the_primary_tried_once_per_int
             model=agent.name, messages=[{"role": "user", "content": "hi"}]
         )
         assert answer.choices[0].message.content  # every request answered
+        # One request every EVERY_S: the outage is a span of real time, and what is counted is
+        # how often the primary is tried over it.
         time.sleep(max(0.0, EVERY_S - (time.monotonic() - started)))
     client.close()
 

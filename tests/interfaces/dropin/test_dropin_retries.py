@@ -171,18 +171,28 @@ def test_the_anthropic_sdks_message_stream_survives_a_waited_out_wait(
 def test_a_caller_that_goes_away_during_a_wait_gets_no_second_call(
     server: str, user_token: str, faulty: Any, hostile_requests: Any
 ) -> None:
-    agent = faulty("429-wait-2:1")
+    gone, twin = faulty("429-wait-2:1:gone"), faulty("429-wait-2:1:twin")
+    headers = {"Authorization": f"Bearer {user_token}"}
     with httpx.stream(
         "POST",
         f"{server}/v1/chat/completions",
-        json={"model": agent.name, "messages": USER, "stream": True},
-        headers={"Authorization": f"Bearer {user_token}"},
+        json={"model": gone.name, "messages": USER, "stream": True},
+        headers=headers,
         timeout=30,
     ) as response:
         assert next(response.iter_lines()) == ": keepalive"  # the wait is being waited out
-    time.sleep(3)  # past the wait: a second call would have gone out by now
-    assert len(hostile_requests()) == 1
-    assert [r.outcome for r in rows(agent, 1)] == ["error"]
+    # The same request from a caller that stays, sent after the first went away: its 429 states
+    # the same wait, so once its second call has answered, the first one's would have gone out.
+    stayed = httpx.post(
+        f"{server}/v1/chat/completions",
+        json={"model": twin.name, "messages": USER},
+        headers=headers,
+        timeout=30,
+    )
+    assert stayed.status_code == 200, stayed.text
+    asked = [r["model"] for r in hostile_requests()]
+    assert (asked.count(twin.model), asked.count(gone.model)) == (2, 1)
+    assert [r.outcome for r in rows(gone, 1)] == ["error"]
 
 
 @pytest.mark.parametrize("fault", ["500:1", "reset:1"])
