@@ -50,15 +50,32 @@ def test_a_stated_wait_while_postgres_is_down_is_held_at_once_and_lands_in_the_j
     assert abs(rows[0]["until_ms"] / 1000 - (answered_at + 7200)) < 3
     held = wait_turn(faults, turn, ("held",), timeout=15)
     assert held["hold_until"] is not None and held["hold_until"].timestamp() > time.time() + 7000
-    # Past the lease and several sweeps: nothing calls the provider before the wait's end. A
-    # lapsed lease and the sweeps after it would have sent a second call by now; a sweep that
-    # finds nothing to do leaves no mark to wait for.
-    time.sleep(LEASE_S + 3)
+    # Nothing calls the provider before the wait's end. The run's lease lapsed while PostgreSQL
+    # was down (DOWN_S > LEASE_S); each re-check since (the sweep's, the turn's own) writes the
+    # turn's hold again, or would have claimed it and called before holding it again. Held
+    # after two such writes: any call a re-check made has reached the provider.
+    rechecked(faults, turn, 2)
     assert len(provider_calls(standin, model)) == 1
     print(f"measure 1: provider calls {len(provider_calls(standin, model))}")
     assert (
         faults.sql("SELECT status FROM inference_turn WHERE id = %s", turn)[0]["status"] == "held"
     )
+
+
+def rechecked(faults: FaultStack, turn: int, times: int) -> None:
+    """Return once the turn's row has been written ``times`` times from now (a held turn's
+    re-check writes its hold again, with the same values: a new row version) and it is held:
+    a re-check that claimed it (a write) holds it again only after its call."""
+    query = "SELECT xmin::text AS version, status FROM inference_turn WHERE id = %s"
+    versions = [faults.sql(query, turn)[0]["version"]]
+
+    def done() -> bool:
+        (now,) = faults.sql(query, turn)
+        if now["version"] != versions[-1]:
+            versions.append(now["version"])
+        return len(versions) > times and now["status"] == "held"
+
+    wait_for(done, timeout=LEASE_S + 15, what=f"the held turn to be re-checked {times} times")
 
 
 def answers_out_through_an_outage(
@@ -92,9 +109,19 @@ def test_an_answer_received_while_postgres_is_down_is_stored_after_recovery_with
     print(
         f"measure 2: both answers stored {time.monotonic() - back:.2f} s after PostgreSQL was back"
     )
-    # A lapsed lease's takeover would have run either turn again and called by now; the sweeps
-    # that find nothing to do leave no mark to wait for.
-    time.sleep(LEASE_S + 2)
+    # Every run over the two agents has ended (no lease left): a takeover of a lapsed lease
+    # would have called within its run, and a run begun now finds both turns ended.
+    wait_for(
+        lambda: (
+            not faults.sql(
+                "SELECT 1 FROM inference_agentlease l JOIN inference_turn t USING (agent_id) "
+                "WHERE t.id = ANY(%s)",
+                turns,
+            )
+        ),
+        timeout=LEASE_S + 10,
+        what="every run over the turns to end",
+    )
     assert [len(provider_calls(standin, m)) for m in models] == [1, 1]
     print("measure 2: provider calls 2 for 2 turns")
     calls = faults.sql(
