@@ -239,6 +239,15 @@ def test_a_scoped_wait_binds_only_its_providers_model_and_only_until_its_end() -
     assert bound(book, now=1_005_000) is None
 
 
+def test_an_agents_call_through_an_alternate_is_bound_by_its_wait_there_not_by_its_own() -> None:
+    book = book_of(Entry("set", "ada", "m1", 1_005_000, "429", NOW, provider="azure"))
+    through_azure = book.binding_on(
+        agent="ada", model="m1", provider="azure", provider_name="azure", now_ms=NOW
+    )
+    assert through_azure == book.lookup("ada", "m1", "azure")
+    assert bound(book) is None  # its own provider's call
+
+
 def test_nothing_binds_when_every_wait_has_ended() -> None:
     book = book_of(own("ada", "m1", 999_000), scoped("m1", 999_500), scoped(EVERY_MODEL, 1_000_000))
     assert bound(book) is None
@@ -319,7 +328,9 @@ def test_a_hold_that_has_ended_binds_nothing_and_one_that_outlasts_a_wait_binds(
 
 
 def test_what_is_scoped_and_what_of_it_binds_now() -> None:
-    assert not WaitBook().scoped_known
+    assert not WaitBook().scoped_known and WaitBook().scoped_binding(NOW) == []
+    only_held = book_of(own("ada", "m1", 2_000_000), hold("h1"))
+    assert only_held.scoped_binding(NOW) == [only_held.holds["h1"]]
     assert not book_of(own("ada", "m1", 2_000_000)).scoped_known
     assert book_of(scoped("m1", 2_000_000)).scoped_known
     assert book_of(hold("h1")).scoped_known
@@ -495,6 +506,11 @@ PROBLEMS: dict[str, tuple[dict[str, Any], str]] = {
         row("set", provider="p" * 101),
         "provider must be at most 100 characters",
     ),
+    "provider every-model": (row("set", provider="*"), 'provider "*" is not a name here'),
+    "lengthened_by every-model": (
+        row("set", data={"lengthened_by": "*"}),
+        'lengthened_by "*" is not a name here',
+    ),
     "model every-model in an agent's set": (
         row("set", model="*", provider=P),
         'model "*" is not a name here',
@@ -546,6 +562,13 @@ PROBLEMS: dict[str, tuple[dict[str, Any], str]] = {
     "checkpoint hold without a provider": (
         row("checkpoint", data={"waits": [], "holds": [{**GOOD_HOLD, "provider": ""}]}),
         'snapshot hold 0: agent "*" (every agent) without a provider',
+    ),
+    "checkpoint with one hold twice over another scope": (
+        row(
+            "checkpoint",
+            data={"waits": [], "holds": [GOOD_HOLD, {**GOOD_HOLD, "agent": "ada", "model": "m1"}]},
+        ),
+        "snapshot hold 1: ('ada', 'm1') is listed twice",
     ),
     "checkpoint with one hold twice": (
         row("checkpoint", data={"waits": [], "holds": [GOOD_HOLD, {**GOOD_HOLD, "until": None}]}),
@@ -602,6 +625,15 @@ def test_a_checkpoint_keeps_scoped_waits_cooldowns_alternates_and_holds_through_
     data = {"waits": [wait_snapshot(w) for w in waits], "holds": [wait_snapshot(h) for h in holds]}
     parsed = entry_parse(row("checkpoint", data=data))
     assert parsed == Entry(kind="checkpoint", agent="", model="", id=1, waits=waits, holds=holds)
+
+
+def test_two_operators_holds_over_the_same_scope_are_both_kept() -> None:
+    holds = (
+        Wait(EVERY_AGENT, EVERY_MODEL, None, "maintenance", NOW, provider=P, ref="h1"),
+        Wait(EVERY_AGENT, EVERY_MODEL, 9000, "known outage", NOW, provider=P, ref="h2"),
+    )
+    data = {"waits": [], "holds": [wait_snapshot(h) for h in holds]}
+    assert entry_parse(row("checkpoint", data=data)).holds == holds
 
 
 def test_each_wait_knows_whom_it_binds() -> None:
