@@ -476,6 +476,16 @@ def test_a_redacted_json_body_is_still_json_and_text_without_a_secret_is_the_sam
 def test_a_key_too_short_to_be_one_is_not_redacted_everywhere() -> None:
     assert redact_secrets("the test passed", ("tes",)) == "the test passed"
     assert redact_secrets("the test passed", ("test",)) == "the [redacted] passed"
+    # A key too short to redact is passed over, not the end of the keys to look for.
+    assert redact_secrets(f"tes {KEY}", ("tes", KEY)) == "tes [redacted]"
+
+
+def test_every_place_a_key_is_echoed_is_redacted_however_it_ends() -> None:
+    assert redact_secrets(f"{KEY} then {KEY} and {KEY}", (KEY,)) == (
+        "[redacted] then [redacted] and [redacted]"
+    )
+    # A message cut short in the middle of the key: what is left of it goes.
+    assert redact_secrets(f"refused key {KEY[:11]}", (KEY,)) == "refused key [redacted]"
 
 
 # --- control characters shown, not acted on (architecture.md §15) ------------------------------
