@@ -283,6 +283,18 @@ def test_a_spend_cap_in_a_stream_error_frame_holds_the_account_until_the_next_mo
     assert NOW + error.retry_after_ms == next_month_ms(NOW)
 
 
+def test_a_quota_refusal_worded_as_the_models_limit_binds_the_model() -> None:
+    # Not a spent credit: a per-model quota, which every agent on the model meets alike.
+    body = openai(
+        "Quota exceeded for metric: generativelanguage.googleapis.com/"
+        "generate_content_free_tier_requests, limit: 15, model: gemini-2.0-flash",
+        "quota_exceeded",
+        "quota_exceeded",
+    )
+    error = classify_http(429, {}, body, NOW)
+    assert (error.type, error.scope) == ("quota", "model")
+
+
 def test_a_spend_type_behind_a_gateways_status_code_holds_the_account() -> None:
     # A gateway that puts the status in ``code`` and keeps the provider's type beside it.
     body = json.dumps(

@@ -261,6 +261,20 @@ def test_each_providers_overflow_is_context_length_with_its_stated_window(
             16000,
             id="openai-stream-error",
         ),
+        pytest.param(
+            {
+                "error": {
+                    "code": 400,
+                    "message": "the request exceeds the available context size. try increasing "
+                    "the context size or enable context shift",
+                    "type": "exceed_context_size_error",
+                    "n_prompt_tokens": 14429,
+                    "n_ctx": 8192,
+                }
+            },
+            8192,
+            id="llama.cpp-stream-error",
+        ),
     ],
 )
 def test_an_overflow_in_a_stream_frame_is_context_length(
