@@ -23,6 +23,7 @@ from agentops.text import (
     untrusted_json,
     untrusted_json_text,
     untrusted_text,
+    visible_controls,
 )
 
 MARKER = re.compile(r" …\[(\d+) of (\d+) characters omitted\]… ")
@@ -475,3 +476,46 @@ def test_a_redacted_json_body_is_still_json_and_text_without_a_secret_is_the_sam
 def test_a_key_too_short_to_be_one_is_not_redacted_everywhere() -> None:
     assert redact_secrets("the test passed", ("tes",)) == "the test passed"
     assert redact_secrets("the test passed", ("test",)) == "the [redacted] passed"
+    # A key too short to redact is passed over, not the end of the keys to look for.
+    assert redact_secrets(f"tes {KEY}", ("tes", KEY)) == "tes [redacted]"
+
+
+def test_every_place_a_key_is_echoed_is_redacted_however_it_ends() -> None:
+    assert redact_secrets(f"{KEY} then {KEY} and {KEY}", (KEY,)) == (
+        "[redacted] then [redacted] and [redacted]"
+    )
+    # A message cut short in the middle of the key: what is left of it goes.
+    assert redact_secrets(f"refused key {KEY[:11]}", (KEY,)) == "refused key [redacted]"
+
+
+# --- control characters shown, not acted on (architecture.md §15) ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("said", "shown"),
+    [
+        # A colour sequence a provider's proxy left in its error: seen, not obeyed.
+        ("\x1b[31mupstream failed\x1b[0m", "\\x1b[31mupstream failed\\x1b[0m"),
+        # A lone CR would rewrite the log line it is written on.
+        ("quota ok\rquota exceeded", "quota ok\\x0dquota exceeded"),
+        # A CRLF line end is a line end: kept as a newline, beside a control that is shown.
+        ("line one\r\nline two\x07", "line one\nline two\\x07"),
+        ("\x00\x08\x0b\x0c\x1f", "\\x00\\x08\\x0b\\x0c\\x1f"),
+        # DEL and the C1 controls (a terminal acts on U+009B as on ESC [).
+        ("a\x7fb\x85c\x9bd\x9f", "a\\x7fb\\x85c\\x9bd\\x9f"),
+    ],
+    ids=["ansi-colour", "lone-cr", "crlf-and-bell", "c0", "del-and-c1"],
+)
+def test_a_control_character_in_a_providers_text_is_shown_as_its_escape(
+    said: str, shown: str
+) -> None:
+    assert visible_controls(said) == shown
+
+
+@pytest.mark.parametrize(
+    "said",
+    ["plain words", "tab\tand\nnewline", "caf\u00e9 \u00a0 \u00ff " + GRINNING],
+    ids=["plain", "tab-and-newline", "printable-non-ascii"],
+)
+def test_text_without_a_control_character_is_the_same_string(said: str) -> None:
+    assert visible_controls(said) is said

@@ -13,13 +13,18 @@ import aiohttp
 import pytest
 from aiohttp.client_reqrep import ConnectionKey
 
+from agentops.text import bound_text
 from calls.classify import (
     classify_exception,
     classify_frame,
     classify_http,
+    paced_error,
+    project_limit_error,
+    protocol_error,
     stated_wait_ms,
 )
 from calls.limits import SPEND_CODES
+from calls.types import ProviderError
 
 NOW = 1_700_000_000_000.0  # a whole second, so HTTP dates (second resolution) land exactly
 
@@ -764,7 +769,8 @@ CONNECTION_FAILURES = [
     ),
     (
         aiohttp.ClientPayloadError("Response payload is not completed"),
-        "the provider's answer was cut short",
+        "the provider's answer was cut short"
+        " (its body ended before its stated length or last chunk)",
     ),
     (
         aiohttp.ConnectionTimeoutError("Connection timeout to host http://api.example.test"),
@@ -915,6 +921,11 @@ GATEWAY_WAITS = [
         math.inf,
         id="a-non-finite-gateway-wait-outlasts",
     ),
+    pytest.param(
+        {"retry-after": "60", "x-ms-retry-after-ms": "1000"},
+        60_000.0,
+        id="the-standard-form-is-longer-than-azures",
+    ),
     pytest.param({"llm_provider-retry-after": "-5"}, 0.0, id="negative-is-0"),
     pytest.param({"llm_provider-retry-after": http_date(30)}, 30_000.0, id="litellm-http-date"),
 ]
@@ -982,3 +993,48 @@ def test_a_body_whose_code_alone_says_rate_limited_is_a_rate_limit_whatever_stat
 ) -> None:
     got = classify_http(status, {}, json.dumps({"error": error}), NOW)
     assert (got.type, got.retryable, got.http_status) == ("rate_limit", True, status)
+
+
+# --- the service's own refusals (architecture.md §6.13, §6.14, §15) ---------------------------
+
+
+def test_a_call_paced_by_its_providers_quota_is_a_retryable_refusal_saying_when_it_comes_back() -> (
+    None
+):
+    error = paced_error(provider="openai", model="gpt-4o", wait_ms=1234.2)
+    assert (error.type, error.provider_code, error.retryable, error.retry_after_ms) == (
+        "paced",
+        "paced",
+        True,
+        1234.2,
+    )
+    assert (error.http_status, error.scope, error.limit) == (None, "agent", None)
+    assert error.message == (
+        "provider openai's quota for gpt-4o has no room now (its remaining-quota headers said "
+        "so); no call was made; it comes back in 1235 ms"
+    )
+
+
+def test_a_call_refused_by_a_project_limit_is_a_retryable_refusal_naming_the_limit() -> None:
+    said = "the project's requests per minute (60) are spent; it has room again in 500 ms"
+    error = project_limit_error(limit="requests_per_minute", message=said, wait_ms=500.0)
+    assert error == ProviderError(
+        type="paced",
+        message=said,
+        provider_code="project_limit",
+        retryable=True,
+        retry_after_ms=500.0,
+        scope="project",
+        limit="requests_per_minute",
+    )
+
+
+def test_an_answer_that_breaks_http_is_a_retryable_server_error_with_its_code() -> None:
+    error = protocol_error("bad_chunk", "the chunk's size line was not hex")
+    assert error == ProviderError(
+        type="server",
+        message="the chunk's size line was not hex",
+        provider_code="bad_chunk",
+        retryable=True,
+    )
+    assert protocol_error("bad_chunk", "x" * 5000).message == bound_text("x" * 5000)

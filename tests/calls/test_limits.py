@@ -197,6 +197,120 @@ def test_a_stream_error_frame_worded_as_an_organization_limit_binds_the_model() 
     assert classify_frame(frame, NOW).scope == "model"
 
 
+MODEL_LIMIT = openai(
+    "Rate limit reached for gpt-4o in organization org-abc on requests per min (RPM): "
+    "Limit 500, Used 500, Requested 1.",
+    "rate_limit_exceeded",
+)
+SPEND_CAP = anthropic(
+    "rate_limit_error",
+    "Monthly usage limit reached.",
+    details={"error_code": "enforced_spend_limit_reached"},
+)
+
+
+def test_a_model_limit_stays_a_retryable_rate_limit_at_the_services_pacing_without_a_wait() -> None:
+    error = classify_http(429, {}, MODEL_LIMIT, NOW)
+    assert (error.type, error.retryable, error.scope) == ("rate_limit", True, "model")
+    assert error.retry_after_ms is None  # no stated wait and no headers: the service's pacing
+
+
+def test_a_model_limits_stated_wait_is_kept_over_its_headers_reset() -> None:
+    headers = {
+        "retry-after": "30",
+        "x-ratelimit-remaining-requests": "0",
+        "x-ratelimit-reset-requests": "1.5s",
+    }
+    error = classify_http(429, headers, MODEL_LIMIT, NOW)
+    assert (error.scope, error.retry_after_ms) == ("model", 30_000)
+
+
+def test_a_429_whose_headers_say_no_tokens_are_left_waits_for_the_tokens_reset() -> None:
+    headers = {
+        "x-ratelimit-remaining-requests": "12",
+        "x-ratelimit-reset-requests": "1s",
+        "x-ratelimit-remaining-tokens": "0",
+        "x-ratelimit-reset-tokens": "6m0s",
+    }
+    error = classify_http(429, headers, openai("Too many requests", "rate_limit_exceeded"), NOW)
+    assert (error.scope, error.retry_after_ms) == ("model", 360_000)
+
+
+def test_a_reset_already_past_by_the_providers_clock_is_no_wait() -> None:
+    headers = {
+        "anthropic-ratelimit-requests-remaining": "0",
+        "anthropic-ratelimit-requests-reset": "2027-01-15T07:59:58Z",  # 2 s before NOW
+    }
+    error = classify_http(429, headers, anthropic("rate_limit_error", "Too many requests"), NOW)
+    assert (error.scope, error.retry_after_ms) == ("model", 0.0)
+
+
+def test_headers_that_say_nothing_is_left_but_not_when_bind_the_model_at_the_services_pacing() -> (
+    None
+):
+    headers = {"x-ratelimit-remaining-requests": "0"}
+    error = classify_http(429, headers, openai("Too many requests", "rate_limit_exceeded"), NOW)
+    assert (error.scope, error.retry_after_ms) == ("model", None)
+
+
+def test_a_plain_429_whose_headers_say_some_is_left_stays_the_agents_without_a_wait() -> None:
+    headers = {
+        "x-ratelimit-remaining-requests": "5",
+        "x-ratelimit-reset-requests": "10s",
+        "x-ratelimit-remaining-tokens": "9000",
+        "x-ratelimit-reset-tokens": "10s",
+    }
+    error = classify_http(429, headers, openai("Too many requests", "rate_limit_exceeded"), NOW)
+    assert (error.type, error.scope, error.retry_after_ms) == ("rate_limit", "agent", None)
+
+
+def test_a_spend_cap_that_states_a_wait_holds_the_account_that_long_not_to_the_month() -> None:
+    error = classify_http(429, {"retry-after": "3600"}, SPEND_CAP, NOW)
+    assert (error.type, error.scope, error.retry_after_ms) == ("quota", "provider", 3_600_000)
+    credit = classify_http(
+        429,
+        {"retry-after": "60"},
+        openai("You exceeded your current quota.", "insufficient_quota", "insufficient_quota"),
+        NOW,
+    )
+    assert (credit.type, credit.scope, credit.retry_after_ms) == ("quota", "provider", 60_000)
+
+
+def test_a_spend_cap_in_a_stream_error_frame_holds_the_account_until_the_next_month() -> None:
+    error = classify_frame(json.loads(SPEND_CAP), NOW)
+    assert (error.type, error.scope, error.http_status) == ("quota", "provider", 429)
+    assert error.retry_after_ms is not None
+    assert NOW + error.retry_after_ms == next_month_ms(NOW)
+
+
+def test_a_quota_refusal_worded_as_the_models_limit_binds_the_model() -> None:
+    # Not a spent credit: a per-model quota, which every agent on the model meets alike.
+    body = openai(
+        "Quota exceeded for metric: generativelanguage.googleapis.com/"
+        "generate_content_free_tier_requests, limit: 15, model: gemini-2.0-flash",
+        "quota_exceeded",
+        "quota_exceeded",
+    )
+    error = classify_http(429, {}, body, NOW)
+    assert (error.type, error.scope) == ("quota", "model")
+
+
+def test_a_spend_type_behind_a_gateways_status_code_holds_the_account() -> None:
+    # A gateway that puts the status in ``code`` and keeps the provider's type beside it.
+    body = json.dumps(
+        {
+            "error": {
+                "message": "litellm.RateLimitError: You exceeded your current quota.",
+                "type": "insufficient_quota",
+                "param": None,
+                "code": "429",
+            }
+        }
+    )
+    error = classify_http(429, {}, body, NOW)
+    assert (error.type, error.scope, error.retry_after_ms) == ("quota", "provider", math.inf)
+
+
 @pytest.mark.parametrize(
     ("value", "ms"),
     [("1s", 1000), ("6m0s", 360_000), ("20ms", 20), ("1h2m3.5s", 3_723_500), ("0.25", 250)],

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from calls.classify import classify_frame, classify_http
+from calls.classify import classify_frame, classify_http, stated_context_limit
 
 NOW = 1_700_000_000_000.0
 
@@ -261,6 +261,20 @@ def test_each_providers_overflow_is_context_length_with_its_stated_window(
             16000,
             id="openai-stream-error",
         ),
+        pytest.param(
+            {
+                "error": {
+                    "code": 400,
+                    "message": "the request exceeds the available context size. try increasing "
+                    "the context size or enable context shift",
+                    "type": "exceed_context_size_error",
+                    "n_prompt_tokens": 14429,
+                    "n_ctx": 8192,
+                }
+            },
+            8192,
+            id="llama.cpp-stream-error",
+        ),
     ],
 )
 def test_an_overflow_in_a_stream_frame_is_context_length(
@@ -282,3 +296,85 @@ def test_a_plain_invalid_request_states_no_window() -> None:
 def test_a_server_error_that_is_no_overflow_stays_a_server_error() -> None:
     error = classify_http(500, {}, json.dumps({"error": {"message": "boom", "code": 500}}), NOW)
     assert error.type == "server" and error.retryable
+
+
+def llama_cpp_body(status: int) -> str:
+    return json.dumps(
+        {
+            "error": {
+                "code": status,
+                "message": "the request exceeds the available context size. try increasing "
+                "the context size or enable context shift",
+                "type": "exceed_context_size_error",
+                "n_prompt_tokens": 14429,
+                "n_ctx": 8192,
+            }
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "code"),
+    [
+        # llama.cpp's code is its status; its type names the overflow.
+        pytest.param(400, llama_cpp_body(400), "exceed_context_size_error", id="llama.cpp"),
+        pytest.param(500, llama_cpp_body(500), "exceed_context_size_error", id="llama.cpp-500"),
+        pytest.param(
+            400,
+            openai_body("This model's maximum context length is 128000 tokens."),
+            "context_length_exceeded",
+            id="openai",
+        ),
+    ],
+)
+def test_an_overflow_is_reported_with_the_code_that_names_it(
+    status: int, body: str, code: str
+) -> None:
+    error = classify_http(status, {}, body, NOW)
+    assert (error.type, error.provider_code) == ("context_length", code)
+
+
+@pytest.mark.parametrize("status", [500, 502])
+def test_an_overflow_code_is_an_overflow_behind_any_status_whatever_the_message(
+    status: int,
+) -> None:
+    # A gateway answering with a status of its own and a message that names no window.
+    body = json.dumps({"error": {"message": "upstream refused", "code": "context_length_exceeded"}})
+    error = classify_http(status, {}, body, NOW)
+    assert (error.type, error.retryable, error.http_status) == ("context_length", False, status)
+    assert error.provider_code == "context_length_exceeded"
+
+
+@pytest.mark.parametrize(
+    ("message", "window"),
+    [
+        ("This model's maximum context length is 128,000 tokens.", 128_000),
+        ("prompt is too long: 201,873 tokens > 200,000 maximum", 200_000),
+        ("This model's maximum context length is 1 tokens.", 1),
+        # A window of 0 tokens is none: learned, it would refuse every request.
+        ("This model's maximum context length is 0 tokens.", None),
+        ("This model's maximum context length is 0,000 tokens.", None),
+    ],
+)
+def test_a_stated_window_reads_as_a_whole_number_of_tokens_above_zero(
+    message: str, window: int | None
+) -> None:
+    assert stated_context_limit(message) == window
+
+
+@pytest.mark.parametrize(
+    ("n_ctx", "window"),
+    [(8192, 8192), (1, 1), (0, None), (-1, None), (True, None), ("8192", None), (8192.0, None)],
+)
+def test_llama_cpps_n_ctx_is_a_window_only_as_a_whole_number_above_zero(
+    n_ctx: Any, window: int | None
+) -> None:
+    message = "the request exceeds the available context size"
+    assert stated_context_limit(message, {"n_ctx": n_ctx}) == window
+
+
+def test_the_window_a_message_states_comes_before_n_ctx() -> None:
+    message = "This model's maximum context length is 4096 tokens."
+    assert stated_context_limit(message, {"n_ctx": 8192}) == 4096
+    assert stated_context_limit(message, None) == 4096
+    assert stated_context_limit("too long", None) is None

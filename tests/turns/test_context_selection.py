@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
+from agentops.estimate import ratio, text_tokens
 from turns.context.estimate import (
     EstimatedRow,
     LastCall,
+    fixed_tokens,
     request_estimate,
     row_tokens,
     target_tokens,
 )
-from turns.context.selection import Row, select, units_of
+from turns.context.selection import Row, Selection, select, units_of
 from turns.context.services import Plan, too_big_error
 
 
@@ -88,8 +93,6 @@ def test_no_tool_pair_is_ever_split_whatever_is_asked() -> None:
 
 
 def test_the_estimate_is_the_providers_count_plus_the_rows_since() -> None:
-    from datetime import UTC, datetime, timedelta
-
     sent = datetime(2026, 1, 1, tzinfo=UTC)
     rows = [
         EstimatedRow(500, sent - timedelta(seconds=1)),
@@ -144,3 +147,120 @@ def test_a_turn_that_alone_is_refused_is_told_by_whether_our_estimate_fits_the_w
         "tokens with the system prompt and tools, and 64 kept for the answer; no window is "
         "configured or stated); nothing was set aside"
     )
+
+
+# --- the selection at its edges ---------------------------------------------------------------
+
+
+def test_a_system_note_is_a_unit_of_its_own_whatever_row_follows_it() -> None:
+    # A turn that failed after a second message came leaves its note between the messages and
+    # the next turn's answer: that answer starts a unit of its own (architecture.md §5.9).
+    rows = [
+        row(1, "user"),
+        row(2, "assistant"),
+        row(3, "system-note", "[inference-failed] ...", note=True),
+        row(4, "assistant"),
+        row(5, "system-note", "[context-trim] ...", note=True),
+        row(6, "system-note", "[inference-failed] ...", note=True),
+        row(7, "user"),
+    ]
+    assert [seqs(u.rows) for u in units_of(rows)] == [[1, 2], [3], [4], [5], [6], [7]]
+
+
+def test_a_single_message_is_not_a_note_so_a_newer_note_goes_before_it() -> None:
+    rows = [
+        row(1, "user"),
+        row(2, "system-note", "[inference-failed] ...", note=True),
+        row(3, "user"),
+    ]
+    assert seqs(select(rows, protected_from_seq=3, over_by=50).rows) == [2]
+    assert seqs(select(rows, protected_from_seq=3, over_by=150).rows) == [1, 2]
+
+
+def test_exactly_the_tokens_asked_for_set_aside_no_more_units() -> None:
+    # The note alone is 100 tokens: asked for 100, it alone goes and that fits.
+    assert select(HISTORY, protected_from_seq=13, over_by=100) == Selection(
+        rows=[HISTORY[8]], tokens=100, fits=True, kept_tokens=100
+    )
+    # Everything before the current turn is exactly 1200: it all goes, and fits.
+    everything = select(HISTORY, protected_from_seq=13, over_by=1200)
+    assert seqs(everything.rows) == list(range(1, 13)) and everything.fits
+    assert everything.tokens == 1200
+
+
+def test_nothing_over_sets_nothing_aside_and_fits() -> None:
+    assert select(HISTORY, protected_from_seq=13, over_by=0) == Selection(
+        rows=[], tokens=0, fits=True, kept_tokens=100
+    )
+
+
+def test_when_not_enough_can_go_nothing_goes_and_the_current_turn_is_counted() -> None:
+    assert select(HISTORY, protected_from_seq=12, over_by=901) == Selection(
+        rows=[], tokens=0, fits=False, kept_tokens=400
+    )
+    # Without trigger rows, the newest unit alone is the current turn's.
+    assert select(HISTORY, protected_from_seq=None, over_by=1201) == Selection(
+        rows=[], tokens=0, fits=False, kept_tokens=100
+    )
+
+
+def test_a_unit_ending_at_the_first_trigger_row_is_the_current_turns() -> None:
+    rows = [row(1, "user"), row(2, "assistant"), row(3, "user"), row(4, "assistant")]
+    picked = select(rows, protected_from_seq=2, over_by=1)
+    assert picked == Selection(rows=[], tokens=0, fits=False, kept_tokens=400)
+    picked = select(rows, protected_from_seq=3, over_by=1)
+    assert seqs(picked.rows) == [1, 2] and picked.kept_tokens == 200
+
+
+# --- the estimate at its edges ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "tokens"),
+    [
+        ("", 0),
+        ("abcd", 1),
+        ("abcde", 2),  # a character more is a token more: rounded up
+        ("x" * 4001, 1001),
+        # Not text: its JSON, non-ASCII characters counted as themselves, not as escapes.
+        (["\u00e9t\u00e9"], 2),  # ["été"]: 7 characters
+        ({"a": 1}, 2),  # {"a": 1}: 8 characters
+    ],
+)
+def test_a_values_tokens_are_its_characters_over_four_rounded_up(value: Any, tokens: int) -> None:
+    assert text_tokens(value) == tokens
+
+
+def test_a_message_counts_its_framing_beside_its_text() -> None:
+    assert row_tokens("abcd") == 5
+    assert row_tokens("") == 4
+
+
+def test_the_system_prompt_and_the_tools_count_only_when_there_are_some() -> None:
+    assert fixed_tokens("", []) == 0
+    assert fixed_tokens("abcdefgh", []) == 2 + 4  # a message's framing with it
+    tools = [{"name": "t"}]  # [{"name": "t"}]: 15 characters
+    assert fixed_tokens("", tools) == 4
+    assert fixed_tokens("abcdefgh", tools) == 2 + 4 + 4
+
+
+def test_the_providers_ratio_is_its_count_over_ours_within_four_times_either_way() -> None:
+    assert ratio(reported=3, counted=1) == 3.0
+    assert ratio(reported=400, counted=100) == 4.0
+    assert ratio(reported=25, counted=100) == 0.25
+    assert ratio(reported=401, counted=100) == 4.0
+    assert ratio(reported=24, counted=100) == 0.25
+    assert ratio(reported=100, counted=0) == ratio(reported=100, counted=-1) == 1.0
+
+
+def test_a_row_written_as_the_call_was_sent_was_in_its_count() -> None:
+    sent = datetime(2026, 1, 1, tzinfo=UTC)
+    rows = [EstimatedRow(70, sent), EstimatedRow(30, sent + timedelta(microseconds=1))]
+    assert request_estimate(fixed=30, rows=rows, last=LastCall(1000, sent, counted=500)) == 1060
+
+
+def test_the_target_is_the_window_less_its_margin_less_the_reserve_never_below_zero() -> None:
+    assert target_tokens(window=1001, reserve=0, margin_percent=10) == 900  # 900.9, whole tokens
+    assert target_tokens(window=1000, reserve=100, margin_percent=0) == 900
+    assert target_tokens(window=1000, reserve=900, margin_percent=10) == 0
+    assert target_tokens(window=1000, reserve=2000, margin_percent=0) == 0
