@@ -12,7 +12,6 @@ from celery.signals import (
     task_postrun,
     task_prerun,
     worker_ready,
-    worker_shutdown,
     worker_shutting_down,
 )
 from opentelemetry import context as otel_context
@@ -155,21 +154,5 @@ def _on_worker_ready(sender: object = None, **kwargs: object) -> None:
 
 @worker_shutting_down.connect
 def _on_worker_shutting_down(**kwargs: object) -> None:
-    from .runtime import runtime
-
+    # The worker's runtime is built and stopped with the worker by ``interfaces.worker``.
     _stop_announcing.set()
-    if (made := runtime.made()) is not None:
-        made.begin_shutdown()
-
-
-@worker_shutdown.connect
-def _on_worker_shutdown(**kwargs: object) -> None:
-    """After a warm shutdown stopped the task pool: the turns its tasks handed to the loop
-    still run (a call out is left to end, a waiting turn is handed back); wait for them."""
-    from .runtime import runtime
-
-    if (made := runtime.made()) is not None:
-        # A remote shutdown (celery control) sends no worker_shutting_down: begin it here too.
-        made.begin_shutdown()
-        made.wait_idle()
-    telemetry.telemetry_flush()

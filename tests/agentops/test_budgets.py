@@ -29,6 +29,7 @@ from tests.turns.test_auxiliary import complete
 from tests.turns.test_turns import submit, wait_turn
 from tests.waits.test_admin import staff
 from turns.context.summary import context_summary
+from turns.runtime import TurnRuntime
 from waits.admission import admission_check
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
@@ -278,13 +279,15 @@ def test_a_held_complete_and_summary_are_refused_without_a_call(
     assert InferenceCall.objects.filter(agent=agent, outcome="deferred").count() == 2
 
 
-def test_a_held_probe_is_deferred(api: Client, make_agent: Any, standin_requests: Any) -> None:
+def test_a_held_probe_is_deferred(
+    runtime: TurnRuntime, api: Client, make_agent: Any, standin_requests: Any
+) -> None:
     agent = spent_agent(api, make_agent)
     HistoryRowFactory.create(agent=agent, seq=1, participant="alice", content="hello")
     failed = compile_request(agent, HistoryRow.objects.filter(agent=agent).order_by("seq"))
     turn = TurnFactory.create(agent=agent, status=Turn.Status.RUNNING)
     outcome = asyncio.run(
-        probe_send(turn=turn, failed=failed, ticket=breaker_probe_begin(agent=agent))
+        probe_send(runtime, turn=turn, failed=failed, ticket=breaker_probe_begin(agent=agent))
     )
     assert outcome.outcome == "deferred"
     assert standin_requests() == []
