@@ -104,11 +104,11 @@ def backoff_delays() -> Iterator[float]:
 
 
 class Runtime:
-    """One per process (built at its entry point, ``install``), started with what it needs. In a ``worker``
-    the database threads keep their connection from one piece of work to the next (taking one
-    from the pool costs a round trip for its health check each time) and run at a lower OS
-    priority than the loop that times every call's cuts; in the web and in commands each gives
-    its connection back when done (the requests need the pool's connections too)."""
+    """One per process (built at its entry point, ``install``), started with what it needs. In
+    a ``worker`` the database threads keep their connection from one piece of work to the next
+    (taking one from the pool costs a round trip for its health check each time) and run at a
+    lower OS priority than the loop that times every call's cuts; in the web and in commands
+    each gives its connection back when done (the requests need the pool's connections too)."""
 
     def __init__(self, *, worker: bool) -> None:
         self.worker = worker
@@ -130,6 +130,7 @@ class Runtime:
         self._outbox: collections.deque[Coroutine[Any, Any, None] | _Batched] = collections.deque()
         self._sender: asyncio.Task[None] | None = None
         self._aborts: AbortWatcher | None = None
+        self._kept: set[asyncio.Future[Any]] = set()
 
     # --- start and stop ---------------------------------------------------------------------
 
@@ -173,6 +174,12 @@ class Runtime:
     def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
         """Schedule ``coro`` on the loop; the calling thread waits on the returned future."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def keep_until_done(self, task: asyncio.Future[Any]) -> None:
+        """Hold ``task``, which nothing awaits (a quota note, a key's release), until it is
+        done: the loop it runs on (this one or the web's) holds its tasks only weakly."""
+        self._kept.add(task)
+        task.add_done_callback(self._kept.discard)
 
     # --- from the loop to the database ------------------------------------------------------
 

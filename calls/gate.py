@@ -48,8 +48,6 @@ logger = logging.getLogger(__name__)
 # Up to this much is added to each wait: callers released by one reset do not all ask at one
 # instant.
 PACE_JITTER_MS = 50.0
-# The quota notes in flight: a task the loop holds only weakly must be kept until it ends.
-_noting: set[asyncio.Future[None]] = set()
 
 
 @dataclass(frozen=True)
@@ -225,8 +223,7 @@ def quota_told(engine: CallRuntime, provider: str, model: str, quota: Quota | No
         return  # known to send none: nothing to tell, no round trip
     note = partial(pacer.note, provider=provider, model=model, quota=quota, now_ms=now_ms())
     task = asyncio.ensure_future(engine.db(note))
-    _noting.add(task)
-    task.add_done_callback(_noting.discard)
+    engine.keep_until_done(task)
 
 
 def provider_vetted(provider: Provider, wire: WireRequest) -> tuple[WireRequest, CallResult | None]:

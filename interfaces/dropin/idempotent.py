@@ -91,7 +91,7 @@ async def idempotent(request: HttpRequest, fmt: Format) -> HttpResponseBase:
     try:
         response = await views.serve(rt, request, fmt)
     except BaseException:
-        _later(db(idempotency_key_release, row_id=claim.row_id))
+        _later(rt, db(idempotency_key_release, row_id=claim.row_id))
         raise
     call: DropinCall | None = request.META.get(views.CALL_META)
     if call is None:  # refused before any call
@@ -236,15 +236,10 @@ async def _recording(
             settled = True
     finally:
         if not settled:  # the client went away before the answer was complete
-            _later(rt.db(idempotency_key_release, row_id=row_id))
+            _later(rt, rt.db(idempotency_key_release, row_id=row_id))
 
 
-# Releases started where nothing can wait for them (a request cancelled): kept until done.
-_pending: set[asyncio.Task[Any]] = set()
-
-
-def _later(work: Awaitable[Any]) -> None:
+def _later(rt: TurnRuntime, work: Awaitable[Any]) -> None:
+    """Start ``work`` where nothing can wait for it (a request cancelled), kept until done."""
     assert isinstance(work, Coroutine)
-    task = asyncio.get_running_loop().create_task(work)
-    _pending.add(task)
-    task.add_done_callback(_pending.discard)
+    rt.keep_until_done(asyncio.get_running_loop().create_task(work))
