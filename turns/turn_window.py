@@ -111,7 +111,7 @@ class WindowSteps:
         summary = None
         if plan.policy == Agent.ContextPolicy.SUMMARIZE:
             summary = await context_summary(
-                agent=self.turn.agent, rows=plan.rows, budget_tokens=plan.window // 2
+                self.runtime, agent=self.turn.agent, rows=plan.rows, budget_tokens=plan.window // 2
             )
         await self._durably(
             "set rows aside", partial(context_set_aside, turn=self.turn, plan=plan, summary=summary)

@@ -264,16 +264,14 @@ def test_a_spent_budget_is_a_binding_wait_on_every_model_until_the_reset(
 
 
 def test_a_held_complete_and_summary_are_refused_without_a_call(
-    api: Client, make_agent: Any, standin_requests: Any
+    runtime: TurnRuntime, api: Client, make_agent: Any, standin_requests: Any
 ) -> None:
     agent = spent_agent(api, make_agent)
     assert len(standin_requests()) == 0
     refused = complete(api, agent.name, max_tokens=10)
     assert refused.status_code == 429, refused.content
     assert datetime.fromisoformat(refused.json()["data"]["until"]) == resets_at(api, agent)
-    summary = asyncio.run(
-        context_summary(agent=agent, rows=[], budget_tokens=100)  # type: ignore[arg-type]
-    )
+    summary = asyncio.run(context_summary(runtime, agent=agent, rows=[], budget_tokens=100))
     assert summary is None
     assert standin_requests() == [], "nothing was sent"
     assert InferenceCall.objects.filter(agent=agent, outcome="deferred").count() == 2
