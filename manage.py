@@ -31,6 +31,21 @@ if __name__ == "__main__":
         )  # the one `make run` keeps
         if not os.environ.get("DJANGO_SECRET_KEY") and kept_key.exists():
             os.environ["DJANGO_SECRET_KEY"] = kept_key.read_text().strip()
+    import django
     from django.core.management import execute_from_command_line
 
-    execute_from_command_line(sys.argv)
+    django.setup()
+    # A command's process builds its runtime as the web and the worker build theirs: what it
+    # writes may send live events, which go out through the runtime's loop; stopping it at the
+    # end sends what is left.
+    from agentops.runtime import install
+    from turns.runtime import TurnRuntime
+
+    made = TurnRuntime(worker=False)
+    made.start()
+    install(made)
+    try:
+        execute_from_command_line(sys.argv)
+    finally:
+        made.stop()
+        install(None)

@@ -1,7 +1,6 @@
 """The Celery application shared by workers, beat and the web process (which only enqueues)."""
 
 import os
-import threading
 
 from celery import Celery
 from celery.result import AsyncResult
@@ -11,9 +10,6 @@ from celery.signals import (
     setup_logging,
     task_postrun,
     task_prerun,
-    worker_ready,
-    worker_shutdown,
-    worker_shutting_down,
 )
 from opentelemetry import context as otel_context
 from opentelemetry import propagate
@@ -97,32 +93,6 @@ class _Unread(AsyncResult):  # type: ignore[type-arg]
         self.id = task_id
 
 
-# Each worker announces itself in Redis with a short TTL, so /health can count live workers
-# without a broadcast round trip.
-WORKER_KEY_TTL_S = 30
-
-
-def _announce(hostname: str, stop: threading.Event) -> None:
-    import redis
-    from django.conf import settings
-
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    key = f"agentops:worker:{hostname}"
-    while not stop.is_set():
-        try:
-            client.set(key, "1", ex=WORKER_KEY_TTL_S)
-        except redis.RedisError:
-            pass  # Redis down: /health reports that on its own
-        stop.wait(WORKER_KEY_TTL_S / 3)
-    try:
-        client.delete(key)
-    except redis.RedisError:
-        pass
-
-
-_stop_announcing = threading.Event()
-
-
 @setup_logging.connect
 def _logging_as_configured(**kwargs: object) -> None:
     """Workers and beat log through ``settings.LOGGING`` as the web process does (Django set it
@@ -140,36 +110,3 @@ def _on_celeryd_init(sender: object = None, **kwargs: object) -> None:
 @beat_init.connect
 def _on_beat_init(**kwargs: object) -> None:
     telemetry.telemetry_setup(role="beat")
-
-
-@worker_ready.connect
-def _on_worker_ready(sender: object = None, **kwargs: object) -> None:
-    from django.conf import settings
-
-    from . import collector
-
-    hostname = getattr(sender, "hostname", "worker")
-    collector.quiet(settings.AGENTOPS_GC_SWEEP_MS / 1000)
-    threading.Thread(target=_announce, args=(hostname, _stop_announcing), daemon=True).start()
-
-
-@worker_shutting_down.connect
-def _on_worker_shutting_down(**kwargs: object) -> None:
-    from .runtime import runtime
-
-    _stop_announcing.set()
-    if (made := runtime.made()) is not None:
-        made.begin_shutdown()
-
-
-@worker_shutdown.connect
-def _on_worker_shutdown(**kwargs: object) -> None:
-    """After a warm shutdown stopped the task pool: the turns its tasks handed to the loop
-    still run (a call out is left to end, a waiting turn is handed back); wait for them."""
-    from .runtime import runtime
-
-    if (made := runtime.made()) is not None:
-        # A remote shutdown (celery control) sends no worker_shutting_down: begin it here too.
-        made.begin_shutdown()
-        made.wait_idle()
-    telemetry.telemetry_flush()

@@ -21,7 +21,7 @@ from channels.layers import get_channel_layer
 from channels_redis.core import RedisChannelLayer
 
 from .rows import after_commit
-from .runtime import runtime
+from .runtime import installed
 from .text import bound_text
 
 logger = logging.getLogger(__name__)
@@ -105,9 +105,7 @@ async def _group_sends(sends: list[tuple[str, dict[str, Any]]]) -> None:
 def publish_turn_event(turn_id: int, event: dict[str, Any]) -> None:
     """Send ``event`` to the turn's websocket listeners now, in order with this process's other
     live events, on its runtime's loop. Callable from any thread; the caller never waits."""
-    runtime().send_batched_in_order(
-        _group_sends, (turn_group(turn_id), {"type": "turn.event", "event": event})
-    )
+    _send((turn_group(turn_id), {"type": "turn.event", "event": event}))
 
 
 def broadcast_turn_event(turn_id: int, event: dict[str, Any]) -> None:
@@ -119,11 +117,14 @@ def dashboard_publish(event: dict[str, Any]) -> None:
     """Send ``event`` to every open dashboard (the module docstring lists the event types)
     once the current transaction commits (at once outside one), in order with this process's
     other live events. Never blocks the caller; the one sender of the ``dashboard`` group."""
-    after_commit(
-        lambda: runtime().send_batched_in_order(
-            _group_sends, (DASHBOARD_GROUP, {"type": "dashboard.event", "event": event})
-        )
-    )
+    after_commit(lambda: _send((DASHBOARD_GROUP, {"type": "dashboard.event", "event": event})))
+
+
+def _send(item: tuple[str, dict[str, Any]]) -> None:
+    # Events are sent from every floor's writes, in any thread, often after a commit: nothing
+    # hands them the runtime, so they go out through the process's own (its outbox keeps
+    # their order).
+    installed().send_batched_in_order(_group_sends, item)
 
 
 # --- holds (architecture.md §6) -------------------------------------------------------------------

@@ -2,8 +2,9 @@
 
 ``call_cost`` is pure: a call's usage, whether the provider answered, and the price in force at
 its send give its cost, exact in ``Decimal``. ``price_in_force`` finds that price through the
-runtime's ``PriceBook``: each (provider, model)'s prices, read again once ``PRICE_CACHE_S`` old,
-so ending a call costs no extra round trip to the database in the common case.
+process's ``PriceBook`` (a part of its runtime, ``calls.engine``): each (provider, model)'s
+prices, read again once ``PRICE_CACHE_S`` old, so ending a call costs no extra round trip to the
+database in the common case.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from django.utils import timezone
 
 from agentops.exceptions import Conflict, bad_field
 from agentops.models import Price, Provider
-from agentops.runtime import Runtime, runtime
 
 # How old a process's copy of a model's prices may be: a price posted is used by every process
 # within this, so a cutover is exact when its effective_from is at least this far ahead.
@@ -130,7 +130,7 @@ class PriceBook:
     """The process's copy of the prices it has used, per (provider id, model), each read again
     once ``PRICE_CACHE_S`` old (a part of the runtime: any thread may ask)."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._read: dict[tuple[int, str], tuple[float, tuple[Terms, ...]]] = {}
 
@@ -156,11 +156,14 @@ class PriceBook:
         return None
 
 
-def price_in_force(*, provider_id: int | None, model: str, at: datetime) -> Terms | None:
-    """The price of ``model`` on the provider in force at ``at`` (None: none is)."""
+def price_in_force(
+    prices: PriceBook, *, provider_id: int | None, model: str, at: datetime
+) -> Terms | None:
+    """The price of ``model`` on the provider in force at ``at`` (None: none is), through the
+    process's copy ``prices``."""
     if provider_id is None:
         return None
-    return runtime().part(PriceBook).in_force(provider_id=provider_id, model=model, at=at)
+    return prices.in_force(provider_id=provider_id, model=model, at=at)
 
 
 def decimal_amount(field: str, value: Any, *, example: str = "3.00") -> Decimal:
@@ -199,6 +202,7 @@ def price_amount(field: str, value: Any, *, required: bool) -> Decimal | None:
 
 
 def price_create(
+    prices: PriceBook,
     *,
     provider: str,
     model: str,
@@ -207,7 +211,8 @@ def price_create(
     effective_from: datetime | None,
 ) -> Price:
     """A new price for (provider, model) from ``effective_from`` (now when None). The prices
-    before it stay: the calls sent while they were in force keep their cost."""
+    before it stay: the calls sent while they were in force keep their cost. ``prices``, the
+    process's copy, forgets what it read at once (the other processes' within the bound)."""
     found = Provider.objects.filter(name=provider).first()
     if found is None:
         raise bad_field("provider", f"no provider named {provider!r}")
@@ -225,7 +230,7 @@ def price_create(
             f"{model!r} on {provider!r} already has a price from that instant",
             data={"field": "effective_from"},
         ) from None
-    runtime().part(PriceBook).forget()  # this process at once; the others within the bound
+    prices.forget()
     return price
 
 

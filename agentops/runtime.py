@@ -5,16 +5,21 @@ A worker runs each agent's turns as coroutines on one asyncio loop in a thread o
 web process uses the same loop for live events, progress and cancels. Everything that outlives
 one call of a function lives on the one ``Runtime`` of the process: the loop and its thread,
 the database pool (the one way the loop reaches the ORM: ``db`` and ``db_durably``), the outbox
-of live events, the cancel watcher, the warm shutdown (its flag, its wakes and the count of runs
-it waits for) and the parts that higher floors hang on it (``part``: the lease renewer, the run
-slots, the progress hub, the hold re-checks). ``start`` and ``stop`` are explicit; ``runtime()``
-gives the process's one, started on first use and made again after a fork.
+of live events, the cancel watcher and the warm shutdown (its flag, its wakes and the count of
+runs it waits for). Each higher floor's runtime is a subclass that adds its floor's parts as
+named attributes (``calls.engine.CallRuntime``, ``turns.runtime.TurnRuntime``,
+``turns.drain.WorkerRuntime``), made with it and stopped with it.
+
+A process builds its one runtime at its entry point and stops it at its end (the worker at
+``worker_init`` and its shutdown, the web in the ASGI lifespan, ``manage.py`` around a command,
+the tests in a session fixture), and ``install`` it. Code is handed the runtime (or its ``db``)
+as a parameter; ``installed`` is for the entry points that receive nothing (a Celery task, a
+request, a live event sent after a commit), each saying why.
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import collections
 import contextvars
 import logging
@@ -40,7 +45,6 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 P = ParamSpec("P")
-PartT = TypeVar("PartT", bound="Part")
 
 # How long a process that is exiting waits for its live events to go out.
 EXIT_FLUSH_S = 2.0
@@ -59,11 +63,13 @@ class LeaseLost(Exception):
     while the database did not answer)."""
 
 
-class Part(Protocol):
-    """What a higher floor keeps on the runtime (``Runtime.part``): made once per runtime with
-    it, stopped with it."""
+class NoRuntime(RuntimeError):
+    """Code that needs the process's runtime ran where no entry point built one."""
 
-    def __init__(self, runtime: Runtime) -> None: ...
+
+class Part(Protocol):
+    """What a higher floor's runtime keeps as a named attribute: made with it, stopped with
+    it (``Runtime.parts``)."""
 
     async def stop(self) -> None: ...
 
@@ -98,11 +104,11 @@ def backoff_delays() -> Iterator[float]:
 
 
 class Runtime:
-    """One per process (``runtime()``), started with what the process needs. In a ``worker``
-    the database threads keep their connection from one piece of work to the next (taking one
-    from the pool costs a round trip for its health check each time) and run at a lower OS
-    priority than the loop that times every call's cuts; in the web and in commands each gives
-    its connection back when done (the requests need the pool's connections too)."""
+    """One per process (built at its entry point, ``install``), started with what it needs. In
+    a ``worker`` the database threads keep their connection from one piece of work to the next
+    (taking one from the pool costs a round trip for its health check each time) and run at a
+    lower OS priority than the loop that times every call's cuts; in the web and in commands
+    each gives its connection back when done (the requests need the pool's connections too)."""
 
     def __init__(self, *, worker: bool) -> None:
         self.worker = worker
@@ -116,16 +122,15 @@ class Runtime:
             initializer=_yield_to_the_loop if worker else None,
         )
         self.stopping = threading.Event()
-        self._stopped = False  # stop() ran: the web's lifespan stops it, then atexit asks again
+        self._stopped = False
         self._lock = threading.Lock()
         self._wakes: set[Settable] = set()
         self._running = 0
         self._idle = threading.Condition(self._lock)
-        self._parts: dict[type[Any], Any] = {}
-        self._parts_lock = threading.Lock()  # apart: a part's constructor may use the others
         self._outbox: collections.deque[Coroutine[Any, Any, None] | _Batched] = collections.deque()
         self._sender: asyncio.Task[None] | None = None
         self._aborts: AbortWatcher | None = None
+        self._kept: set[asyncio.Future[Any]] = set()
 
     # --- start and stop ---------------------------------------------------------------------
 
@@ -158,7 +163,7 @@ class Runtime:
 
     async def _stop(self) -> None:
         await self._outbox_drained()
-        for part in list(self._parts.values()):
+        for part in self.parts():
             await part.stop()
         if self._aborts is not None:
             await self._aborts.aclose()
@@ -169,6 +174,12 @@ class Runtime:
     def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
         """Schedule ``coro`` on the loop; the calling thread waits on the returned future."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def keep_until_done(self, task: asyncio.Future[Any]) -> None:
+        """Hold ``task``, which nothing awaits (a quota note, a key's release), until it is
+        done: the loop it runs on (this one or the web's) holds its tasks only weakly."""
+        self._kept.add(task)
+        task.add_done_callback(self._kept.discard)
 
     # --- from the loop to the database ------------------------------------------------------
 
@@ -235,15 +246,10 @@ class Runtime:
 
     # --- parts of higher floors -------------------------------------------------------------
 
-    def part(self, kind: type[PartT]) -> PartT:
-        """This runtime's one ``kind`` (made with the runtime on first use, from any thread)."""
-        made = self._parts.get(kind)
-        if made is None:
-            with self._parts_lock:
-                made = self._parts.get(kind)
-                if made is None:
-                    made = self._parts[kind] = kind(self)
-        return made  # type: ignore[no-any-return]
+    def parts(self) -> tuple[Part, ...]:
+        """The higher floors' parts, in the order ``stop`` stops them (each subclass puts its
+        own first: what a floor runs on stops after it)."""
+        return ()
 
     # --- warm shutdown ----------------------------------------------------------------------
 
@@ -374,38 +380,23 @@ def _yield_to_the_loop() -> None:
         os.setpriority(os.PRIO_PROCESS, tid, min(os.getpriority(os.PRIO_PROCESS, tid) + nice, 19))
 
 
-class _ProcessRuntime:
-    """The process's one runtime: made and started on first use, and again after a fork (a
-    child makes its own: threads and loops do not survive a fork)."""
-
-    def __init__(self) -> None:
-        self._made: Runtime | None = None
-        self._pid: int | None = None
-        self._lock = threading.Lock()
-
-    def __call__(self) -> Runtime:
-        made = self._made
-        if made is not None and self._pid == os.getpid():
-            return made
-        with self._lock:
-            if self._made is None or self._pid != os.getpid():
-                # Celery names a worker process before anything runs in it.
-                made = Runtime(worker=telemetry.process_identity()["worker"] != "")
-                made.start()
-                self._made, self._pid = made, os.getpid()
-            return self._made
-
-    def made(self) -> Runtime | None:
-        """This process's runtime if it was made, without making it."""
-        return self._made if self._pid == os.getpid() else None
+_installed: Runtime | None = None
 
 
-runtime = _ProcessRuntime()
+def install(made: Runtime | None) -> None:
+    """At a process's entry point: ``made`` (built and started) is the process's runtime;
+    None once it stopped."""
+    global _installed
+    _installed = made
 
 
-def _stop_at_exit() -> None:
-    if (made := runtime.made()) is not None:
-        made.stop(EXIT_FLUSH_S)
-
-
-atexit.register(_stop_at_exit)
+def installed() -> Runtime:
+    """The runtime the process's entry point built. Only for the entry points that are handed
+    nothing (a Celery task, a request, a live event sent after a commit): everything below them
+    is handed the runtime."""
+    if _installed is None:
+        raise NoRuntime(
+            "no runtime was built in this process: its entry point builds one "
+            "(the worker's worker_init, the ASGI lifespan, manage.py, the tests' session fixture)"
+        )
+    return _installed

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import cast
 
 import pytest
 
 from agentops.models import Project
-from agentops.runtime import Runtime
 from calls.project_limits import ProjectLimiter, Taken
 
 pytestmark = pytest.mark.django_db
@@ -37,7 +35,7 @@ def test_the_cost_of_a_project_limit_per_call() -> None:
         concurrent_calls=10_000,
     )
     free = Project.objects.create(name="bench-free")
-    limiter = ProjectLimiter(cast(Runtime, None))  # it needs nothing of a runtime
+    limiter = ProjectLimiter()
 
     for _ in range(200):  # warm: connections, scripts loaded
         taken = limiter.take(project_id=limited.pk, tokens=1200, now_ms=time.time() * 1000)

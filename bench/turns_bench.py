@@ -1348,6 +1348,14 @@ def main() -> None:
     from django.conf import settings
 
     django.setup()
+    # This process queues turns with the service's own function (``worker_burst``): its live
+    # events go out through a runtime, built here as every entry point builds its own.
+    from agentops.runtime import install
+    from turns.runtime import TurnRuntime
+
+    runtime = TurnRuntime(worker=False)
+    runtime.start()
+    install(runtime)
     # The bare and ORM workers get the service's Celery settings, each with its own queue.
     bare_conf = {
         k.removeprefix("CELERY_").lower(): getattr(settings, k)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from agentops.models import Agent, HistoryRow
-from agentops.runtime import runtime
+from calls.engine import CallRuntime
 from calls.run import Holding, ProviderCall, Watch
 from calls.types import CompiledRequest, Message, ProviderError
 from inference.models import InferenceCall, Turn
@@ -70,17 +70,22 @@ def probe_request(failed: CompiledRequest, participant: str) -> CompiledRequest:
 
 
 async def probe_send(
-    *, turn: Turn, failed: CompiledRequest, ticket: ProbeTicket, holding: Holding | None = None
+    rt: CallRuntime,
+    *,
+    turn: Turn,
+    failed: CompiledRequest,
+    ticket: ProbeTicket,
+    holding: Holding | None = None,
 ) -> ProbeOutcome:
     """Send the probe and wait for it, on the running loop (outside any transaction). Never
     retried. A held model defers it without a call. ``holding`` is the drain's lease: the
     probe is aborted if it is lost while the probe is out."""
-    call = await runtime().db(_probe_prepared, turn, failed)
+    call = await rt.db(_probe_prepared, rt, turn, failed)
     if isinstance(call, InferenceCall):
         return ProbeOutcome("deferred", None, call.pk)
     watch = Watch(abort_key=probe_abort_key(ticket.probe_id), holding=holding)
     result = await call.run(watch=watch)
-    await runtime().db(call.end)
+    await rt.db(call.end)
     outcomes: dict[str, Literal["answered", "error", "cut", "aborted", "deferred"]] = {
         "completed": "answered",
         "error": "error",
@@ -91,11 +96,14 @@ async def probe_send(
     return ProbeOutcome(outcomes[result.outcome], result.error, call.row.pk)
 
 
-def _probe_prepared(turn: Turn, failed: CompiledRequest) -> ProviderCall | InferenceCall:
+def _probe_prepared(
+    rt: CallRuntime, turn: Turn, failed: CompiledRequest
+) -> ProviderCall | InferenceCall:
     """The probe's call, or the ``deferred`` row written when a wait holds the model."""
     agent = turn.agent
     if admission_check(agent=agent, model=failed.model, now_ms=time.time() * 1000) is not None:
         return ProviderCall.deferred(
+            rt.prices,
             agent=agent,
             kind=InferenceCall.Kind.PROBE,
             model=failed.model,
@@ -103,4 +111,4 @@ def _probe_prepared(turn: Turn, failed: CompiledRequest) -> ProviderCall | Infer
             turn=turn,
         )
     request = probe_request(failed, probe_participant(agent))
-    return ProviderCall(agent, request, InferenceCall.Kind.PROBE, turn=turn)
+    return ProviderCall(rt, agent, request, InferenceCall.Kind.PROBE, turn=turn)

@@ -16,7 +16,7 @@ from agentops.budget_core import Estimate, reservation_estimate
 from agentops.budgets import Reserved, budget_reserve
 from agentops.estimate import ratio, row_tokens
 from agentops.models import Agent
-from agentops.prices import price_in_force
+from agentops.prices import PriceBook, price_in_force
 from calls.client import CallResult, Timeline, now_ms
 from calls.types import ProviderError
 from inference.models import InferenceCall
@@ -106,6 +106,7 @@ def calibrated(*, agent: Agent, provider_id: int, model: str, counted: int) -> i
 
 
 def call_reservation(
+    prices: PriceBook,
     *,
     agent: Agent,
     provider_id: int,
@@ -129,7 +130,7 @@ def call_reservation(
 
     def on(target: int, target_model: str) -> Estimate | None:
         """The request's estimate on a target (worked out only when a budget counts it)."""
-        terms = price_in_force(provider_id=target, model=target_model, at=now)
+        terms = price_in_force(prices, provider_id=target, model=target_model, at=now)
         if terms is None:
             return None
         given = calibrated(agent=agent, provider_id=target, model=target_model, counted=counted())

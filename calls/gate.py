@@ -26,18 +26,16 @@ from django.conf import settings
 from agentops.models import Provider
 from agentops.outbound import proxy_configured
 from agentops.providers import base_url_vet, key_env_problem, key_missing
-from agentops.runtime import runtime
 from agentops.text import bound_text
 from agentops.urlsafety import HostUnresolved, IPAddress
 from calls.adapters import WireRequest
 from calls.classify import paced_error, project_limit_error, redacted
 from calls.client import CallResult, Timeline, now_ms
+from calls.engine import CallRuntime
 from calls.limits import Quota
-from calls.pacing import Pacer
 from calls.project_limits import (
     SLOT_POLL_MS,
     SLOT_RENEW_S,
-    ProjectLimiter,
     Refusal,
     Taken,
     refusal_words,
@@ -50,8 +48,6 @@ logger = logging.getLogger(__name__)
 # Up to this much is added to each wait: callers released by one reset do not all ask at one
 # instant.
 PACE_JITTER_MS = 50.0
-# The quota notes in flight: a task the loop holds only weakly must be kept until it ends.
-_noting: set[asyncio.Future[None]] = set()
 
 
 @dataclass(frozen=True)
@@ -69,6 +65,7 @@ class Gated:
 
 
 async def call_gated(
+    engine: CallRuntime,
     *,
     project_id: int,
     provider: Provider,
@@ -83,18 +80,18 @@ async def call_gated(
     for its project, then its turn is held), refused. A project slot it took is given back
     when it is refused or cancelled here; its tokens when its row is recorded."""
     tokens = cache(tokens)
-    admitted = await _project_admitted(project_id, tokens=tokens, max_wait_ms=max_wait_ms)
+    admitted = await _project_admitted(engine, project_id, tokens=tokens, max_wait_ms=max_wait_ms)
     if admitted.refused is not None:
         return admitted
     try:
         paced = await _quota_paced(
-            provider, model, spares=spares, tokens=tokens, max_wait_ms=max_wait_ms
+            engine, provider, model, spares=spares, tokens=tokens, max_wait_ms=max_wait_ms
         )
     except BaseException:
-        await slot_given_back(admitted.taken)
+        await slot_given_back(engine, admitted.taken)
         raise
     if paced.refused is not None:  # its tokens are given back when its row is recorded
-        await slot_given_back(admitted.taken)
+        await slot_given_back(engine, admitted.taken)
     return Gated(
         refused=paced.refused,
         moved=paced.moved,
@@ -104,12 +101,11 @@ async def call_gated(
 
 
 async def _project_admitted(
-    project_id: int, *, tokens: Callable[[], int], max_wait_ms: float | None
+    engine: CallRuntime, project_id: int, *, tokens: Callable[[], int], max_wait_ms: float | None
 ) -> Gated:
     """Take the call from its project's limits (§6.14), waiting while one has room within
     ``max_wait_ms``; else refused, naming the limit."""
-    engine = runtime()
-    limiter = engine.part(ProjectLimiter)
+    limiter = engine.limiter
     if limiter.unlimited(project_id):
         return Gated()
     most = max_wait_ms if max_wait_ms is not None else settings.AGENTOPS_FALLBACK_AFTER_MS
@@ -135,6 +131,7 @@ async def _project_admitted(
 
 
 async def _quota_paced(
+    engine: CallRuntime,
     provider: Provider,
     model: str,
     *,
@@ -145,8 +142,7 @@ async def _quota_paced(
     """Take a request (and ``tokens``) from what the provider said is left for (provider,
     model) (§6.13), or from a spare pool member's when its own has none (§6.15), waiting for
     the first to come back within ``max_wait_ms``; else refused (``paced``)."""
-    engine = runtime()
-    pacer = engine.part(Pacer)
+    pacer = engine.pacer
     if pacer.plain(provider.name, model):
         return Gated()
     waited = 0.0
@@ -193,45 +189,41 @@ def token_estimate(request: CompiledRequest, body: dict[str, Any] | None) -> int
 
 
 @asynccontextmanager
-async def slot_kept(taken: Taken | None) -> AsyncIterator[None]:
+async def slot_kept(engine: CallRuntime, taken: Taken | None) -> AsyncIterator[None]:
     """While the call runs: its project slot (when it took one) renewed, so only a dead
     process's lapses; given back when it ends."""
     if taken is None or taken.slot is None:
         yield
         return
-    renewing = asyncio.ensure_future(_slot_renewed(taken))
+    renewing = asyncio.ensure_future(_slot_renewed(engine, taken))
     try:
         yield
     finally:
         renewing.cancel()
-        await slot_given_back(taken)
+        await slot_given_back(engine, taken)
 
 
-async def _slot_renewed(taken: Taken) -> None:
-    engine = runtime()
+async def _slot_renewed(engine: CallRuntime, taken: Taken) -> None:
     while True:
         await asyncio.sleep(SLOT_RENEW_S)
-        await engine.db(engine.part(ProjectLimiter).renew, taken)
+        await engine.db(engine.limiter.renew, taken)
 
 
-async def slot_given_back(taken: Taken | None) -> None:
+async def slot_given_back(engine: CallRuntime, taken: Taken | None) -> None:
     if taken is not None and taken.slot is not None:
-        engine = runtime()
-        await engine.db(engine.part(ProjectLimiter).release, taken)
+        await engine.db(engine.limiter.release, taken)
 
 
-def quota_told(provider: str, model: str, quota: Quota | None) -> None:
+def quota_told(engine: CallRuntime, provider: str, model: str, quota: Quota | None) -> None:
     """On the loop, as an answer's head arrives: what its headers say is left, told to every
     process (in a database thread: Redis is a round trip), so the calls waiting to learn it go
     at once rather than when this one ends."""
-    engine = runtime()
-    pacer = engine.part(Pacer)
+    pacer = engine.pacer
     if quota is None and pacer.plain(provider, model):
         return  # known to send none: nothing to tell, no round trip
     note = partial(pacer.note, provider=provider, model=model, quota=quota, now_ms=now_ms())
     task = asyncio.ensure_future(engine.db(note))
-    _noting.add(task)
-    task.add_done_callback(_noting.discard)
+    engine.keep_until_done(task)
 
 
 def provider_vetted(provider: Provider, wire: WireRequest) -> tuple[WireRequest, CallResult | None]:

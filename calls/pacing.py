@@ -28,7 +28,6 @@ from typing import Final
 import redis
 from django.conf import settings
 
-from agentops.runtime import Runtime
 from calls.limits import Quota
 
 logger = logging.getLogger(__name__)
@@ -160,7 +159,7 @@ class Pacer:
     for ``PLAIN_MS``, which (provider, model)s send no quota headers, so those cost no
     round trip to Redis."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self) -> None:
         self._client = redis.Redis.from_url(
             settings.REDIS_URL,
             socket_timeout=1.0,

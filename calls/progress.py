@@ -21,7 +21,7 @@ import redis.asyncio
 from django.conf import settings
 
 from agentops.live import DASHBOARD_GROUP
-from agentops.runtime import Runtime, runtime
+from agentops.runtime import Runtime
 from calls.bounds import Deadline
 from calls.client import Timeline
 
@@ -147,11 +147,6 @@ class ProgressHub:
             self._timer.cancel()
         if self._redis is not None:
             await self._redis.aclose()
-
-
-def progress_hub() -> ProgressHub:
-    """This process's hub, on its runtime. Call on the runtime's loop."""
-    return runtime().part(ProgressHub)
 
 
 def call_progress_read(call_ids: list[int]) -> dict[int, dict[str, Any]]:

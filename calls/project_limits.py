@@ -33,7 +33,6 @@ from limits.strategies import MovingWindowRateLimiter, SlidingWindowCounterRateL
 from agentops.alerts import alert_raise
 from agentops.models import Project
 from agentops.project_limits import LIMIT_MAXIMA, ProjectLimits
-from agentops.runtime import Runtime
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +94,7 @@ class Refusal:
 class ProjectLimiter:
     """This process's way to the project limits (a part of the runtime)."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self) -> None:
         pool = redis.ConnectionPool.from_url(
             settings.REDIS_URL, socket_timeout=1.0, socket_connect_timeout=1.0
         )

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from django.db import DataError, IntegrityError, connection, transaction
 from django.utils import timezone
 
-from agentops.prices import call_cost, price_in_force
+from agentops.prices import PriceBook, call_cost, price_in_force
 from agentops.text import bound_text
 from calls.bounds import BoundsSettings
 from calls.client import CallResult, Timeline
@@ -77,7 +77,7 @@ def call_fields(result: CallResult) -> dict[str, Any]:
 
 
 def call_cost_fields(
-    *, provider_id: int | None, model: str, fields: dict[str, Any]
+    prices: PriceBook, *, provider_id: int | None, model: str, fields: dict[str, Any]
 ) -> dict[str, Any]:
     """The cost a call's row records with ``fields`` (``cost``, ``price_id``, ``cost_basis``):
     its usage at the price of the provider and model that served it, in force when it was
@@ -87,7 +87,7 @@ def call_cost_fields(
     answered = fields.get("outcome") == "completed" or bool(fields.get("model_events"))
     usage = {k: fields.get(k) for k in USAGE_FIELDS}
     priced = usage["input_tokens"] is not None or usage["output_tokens"] is not None
-    terms = price_in_force(provider_id=provider_id, model=model, at=at) if priced else None
+    terms = price_in_force(prices, provider_id=provider_id, model=model, at=at) if priced else None
     cost = call_cost(**usage, answered=answered, terms=terms)
     if cost.amount is not None and cost.amount >= COST_LIMIT:
         # Past what the column holds (absurd counts): unknown, rather than the row's usage lost.

@@ -30,18 +30,20 @@ from agentops import rows, telemetry
 from agentops.budgets import Reserved, budget_settle
 from agentops.live import broadcast_turn_event, publish_turn_event
 from agentops.models import Agent, Provider
-from agentops.runtime import Runtime, Settable, Wake, runtime
+from agentops.prices import PriceBook
+from agentops.runtime import Settable, Wake
 from calls.adapters import Adapter, WireRequest, build_wire
 from calls.bounds import BoundsSettings, Deadline, ShorterBeforeContent
 from calls.budgeting import OUTPUT_BOUND, call_reservation
 from calls.client import CallResult, Timeline
 from calls.config import bounds_settings
+from calls.engine import CallRuntime
 from calls.events import dashboard_call_ended, dashboard_call_started
 from calls.gate import call_gated, provider_vetted, quota_told, slot_kept, token_estimate
 from calls.health import provider_health_note
 from calls.limits import Quota
-from calls.progress import progress_entry, progress_hub
-from calls.project_limits import ProjectLimiter, Taken
+from calls.progress import progress_entry
+from calls.project_limits import Taken
 from calls.reading import perform_call
 from calls.records import call_cost_fields, stored
 from calls.tracing import attempt_traced
@@ -89,7 +91,8 @@ class ProviderCall:
     ``provider`` serves it (the agent's own unless an alternate does: architecture.md §6.11),
     ``route`` says why, on its row (``route_kind``: the same as a value).
     ``first_content_bound``: (ms, the setting that names it), a before-content bound shorter
-    than the configured one for this call alone (§6.11)."""
+    than the configured one for this call alone (§6.11). ``engine``: the process's runtime,
+    whose gate, progress hub and prices the call goes through."""
 
     __slots__ = (
         "_aborts",
@@ -98,6 +101,7 @@ class ProviderCall:
         "adapter",
         "agent",
         "body",
+        "engine",
         "first_content_bound",
         "headers",
         "kind",
@@ -115,6 +119,7 @@ class ProviderCall:
 
     def __init__(
         self,
+        engine: CallRuntime,
         agent: Agent,
         request: CompiledRequest,
         kind: str,
@@ -128,6 +133,7 @@ class ProviderCall:
         spares: Sequence[tuple[Provider, str]] = (),
         first_content_bound: tuple[float, str] | None = None,
     ) -> None:
+        self.engine = engine
         self.agent, self.request, self.kind, self.turn = agent, request, kind, turn
         self.first_content_bound = first_content_bound
         # Pool members that may take the call instead, when its quota has none left before
@@ -182,6 +188,7 @@ class ProviderCall:
         budget refuses it, the result of a call never sent. A reserved call without an output
         bound is sent with the one it reserved for."""
         reservation = call_reservation(
+            self.engine.prices,
             agent=self.agent,
             provider_id=self.provider.pk,
             provider_kind=self.provider.kind,
@@ -219,9 +226,9 @@ class ProviderCall:
         if refused is not None:
             self.result = refused
             return refused
-        async with slot_kept(self._taken):
+        async with slot_kept(self.engine, self._taken):
             begin = partial(self.begin, in_flight=in_flight)
-            await (hop(begin) if hop is not None else runtime().db(begin))
+            await (hop(begin) if hop is not None else self.engine.db(begin))
             return await self.perform(watch=watch, on_wire=on_wire)
 
     async def paced(self, max_wait_ms: float | None) -> CallResult | None:
@@ -229,6 +236,7 @@ class ProviderCall:
         (``calls.gate``, architecture.md §6.13 to §6.15), moved to a pool member with room first
         when one has; past ``max_wait_ms``, the result of a call never sent (``paced``)."""
         gated = await call_gated(
+            self.engine,
             project_id=self.agent.project_id,
             provider=self.provider,
             model=self.request.model,
@@ -253,7 +261,7 @@ class ProviderCall:
         self.spares = ()
 
     def _quota_noted(self, quota: Quota | None) -> None:
-        quota_told(self.provider.name, self.request.model, quota)
+        quota_told(self.engine, self.provider.name, self.request.model, quota)
 
     async def perform(
         self, *, watch: Watch | None = None, on_wire: OnWire | None = None
@@ -265,7 +273,7 @@ class ProviderCall:
         if self.refused is not None:
             self.result = self.refused
             return self.refused
-        hooks = _Hooks(runtime(), self, watch) if watch is not None else None
+        hooks = _Hooks(self.engine, self, watch) if watch is not None else None
         try:
             self.result = await perform_call(
                 adapter=self.adapter,
@@ -309,7 +317,9 @@ class ProviderCall:
             # Billed at what served it: the row's provider and model (an alternate's). The
             # cost replaces the call's reservations in the same transaction: the ledger is
             # the sum of the rows.
-            cost = call_cost_fields(provider_id=row.provider_id, model=row.model, fields=fields)
+            cost = call_cost_fields(
+                self.engine.prices, provider_id=row.provider_id, model=row.model, fields=fields
+            )
             if not self.reserved:  # no budget counts it: one statement, as every row was
                 return _row_write(row, {**fields, **cost})
             with transaction.atomic():
@@ -325,7 +335,7 @@ class ProviderCall:
             if usage is not None and usage.input_tokens is not None:
                 used = usage.input_tokens + (usage.output_tokens or 0)
             if used is not None:
-                runtime().part(ProjectLimiter).tokens_used(self._taken, used)
+                self.engine.limiter.tokens_used(self._taken, used)
             self._taken = replace(self._taken, tokens=used if used is not None else 0, slot=None)
         # What is left was told as the answer's head arrived (``_quota_noted``), not again here.
         return row
@@ -362,7 +372,13 @@ class ProviderCall:
 
     @staticmethod
     def deferred(
-        *, agent: Agent, kind: str, model: str, max_tokens: int | None, turn: Turn | None = None
+        prices: PriceBook,
+        *,
+        agent: Agent,
+        kind: str,
+        model: str,
+        max_tokens: int | None,
+        turn: Turn | None = None,
     ) -> InferenceCall:
         """The row of an auxiliary call or probe that a binding wait refused without a call
         (architecture.md §6.6, outcome ``deferred``): every such call has its row, as a made call
@@ -385,7 +401,7 @@ class ProviderCall:
                 "sent_at": now,
                 "ended_at": now,
                 "outcome": InferenceCall.Outcome.DEFERRED,
-                **call_cost_fields(provider_id=row.provider_id, model=model, fields={}),
+                **call_cost_fields(prices, provider_id=row.provider_id, model=model, fields={}),
             },
         )
 
@@ -419,12 +435,12 @@ class _Hooks:
         "watch",
     )
 
-    def __init__(self, engine: Runtime, call: ProviderCall, watch: Watch) -> None:
+    def __init__(self, engine: CallRuntime, call: ProviderCall, watch: Watch) -> None:
         self.engine, self.call, self.watch = engine, call, watch
         self.turn_id = call.row.turn_id if watch.turn_events else None
         self.call_id: int = call.row.pk  # read at every event: a model's pk is a property lookup
         self.undo: list[Callable[[], None]] = []
-        self.hub = progress_hub()
+        self.hub = engine.progress
         self.firsts = (False, False)  # first event, first content: sent at once
         self.timeline: Timeline | None = None
         self.deadline: Deadline | None = None

@@ -2,7 +2,6 @@
 through Channels."""
 
 import asyncio
-import logging
 import os
 from typing import Any
 
@@ -23,12 +22,13 @@ finally:
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 
-from agentops.runtime import EXIT_FLUSH_S, runtime  # noqa: E402
+from agentops.runtime import EXIT_FLUSH_S, install  # noqa: E402
 from agentops.telemetry import telemetry_setup  # noqa: E402
 from interfaces.edge import KeptThreadsASGIHandler  # noqa: E402
 from interfaces.routing import websocket_urlpatterns  # noqa: E402
 from interfaces.static_files import static_files  # noqa: E402
 from interfaces.tracing_asgi import traced_http  # noqa: E402
+from turns.runtime import TurnRuntime  # noqa: E402
 
 django_asgi_app = KeptThreadsASGIHandler()
 static_app = static_files()
@@ -65,26 +65,22 @@ async def http_app(scope: dict, receive: Any, send: Any) -> None:
         await django_asgi_app(scope, receive, send)
 
 
-logger = logging.getLogger(__name__)
-
-
 async def lifespan(scope: dict, receive: Any, send: Any) -> None:
-    """The server's lifespan: the process's runtime made and started at startup (its loop,
-    threads and parts ready before the first request, not by it), and stopped at shutdown
-    after the server's connections closed (its outbox sent, its provider connections closed).
-    A runtime that cannot start yet (a dependency down) is logged and made on first use, as
-    the readiness probe says what is down; the server still starts."""
+    """The server's lifespan: the process's runtime built and started at startup (its loop,
+    threads and parts ready before the first request), and stopped at shutdown after the
+    server's connections closed (its outbox sent, its provider connections closed)."""
+    made: TurnRuntime | None = None
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
-            try:
-                await asyncio.to_thread(runtime)
-            except Exception:
-                logger.warning("the runtime did not start; it starts on first use", exc_info=True)
+            made = TurnRuntime(worker=False)
+            await asyncio.to_thread(made.start)
+            install(made)
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
-            if (made := runtime.made()) is not None:
+            if made is not None:
                 await asyncio.to_thread(made.stop, EXIT_FLUSH_S)
+                install(None)
             await send({"type": "lifespan.shutdown.complete"})
             return
 

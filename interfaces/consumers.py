@@ -16,11 +16,12 @@ from django.conf import settings
 from agentops.exceptions import NotFound
 from agentops.live import DASHBOARD_GROUP, turn_group
 from agentops.models import ApiToken
-from agentops.runtime import runtime
 from agentops.selectors import id_valid
 from agentops.tokens import api_token_check
+from calls.pacing import Pacer
 from inference.models import Turn
 from interfaces.dashboard import dashboard_snapshot
+from turns.runtime import TurnRuntime, running
 
 
 class ToleratesBadFrames(AsyncJsonWebsocketConsumer):
@@ -61,7 +62,8 @@ class TurnConsumer(ToleratesBadFrames):
 
     async def connect(self) -> None:
         query = parse_qs(self.scope.get("query_string", b"").decode(errors="replace"))
-        token = await runtime().db(api_token_check, (query.get("token") or [""])[0])
+        db = running().db  # a socket's entry: the process's runtime reaches the database
+        token = await db(api_token_check, (query.get("token") or [""])[0])
         if token is None:
             await self.refuse(4401)
             return
@@ -75,7 +77,7 @@ class TurnConsumer(ToleratesBadFrames):
         self.group = turn_group(turn_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         # Another project's turn is unknown to this token, exactly as a missing one.
-        status = await runtime().db(_turn_status, turn_id, token)
+        status = await db(_turn_status, turn_id, token)
         if status is None:
             await self.refuse(4404)
             return
@@ -135,6 +137,7 @@ class DashboardConsumer(ToleratesBadFrames):
     counted = False
     _last_snapshot = -float("inf")  # time.monotonic() of the last snapshot sent
     _deferred: asyncio.Task[None] | None = None
+    rt: TurnRuntime
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -149,6 +152,7 @@ class DashboardConsumer(ToleratesBadFrames):
             return
         DashboardConsumer.open_here += 1
         self.counted = True
+        self.rt = running()  # a socket's entry: its snapshots are read through the runtime
         try:
             await self.channel_layer.group_add(DASHBOARD_GROUP, self.channel_name)
         except redis.RedisError:
@@ -193,10 +197,10 @@ class DashboardConsumer(ToleratesBadFrames):
 
     async def _send_snapshot(self) -> None:
         self._last_snapshot = time.monotonic()
-        await self.send_json(await runtime().db(_dashboard_snapshot))
+        await self.send_json(await self.rt.db(_dashboard_snapshot, self.rt.pacer))
 
 
-def _dashboard_snapshot() -> dict[str, Any]:
+def _dashboard_snapshot(pacer: Pacer) -> dict[str, Any]:
     from waits.clock import clock_ms
 
-    return dashboard_snapshot(now_ms=clock_ms())
+    return dashboard_snapshot(pacer, now_ms=clock_ms())

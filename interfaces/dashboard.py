@@ -21,6 +21,7 @@ from agentops.selectors import alert_json
 from agentops.text import bound_text
 from breaker.models import BreakerState
 from calls.events import call_live_out
+from calls.pacing import Pacer
 from calls.progress import call_progress_read
 from inference.models import InferenceCall
 from interfaces.selectors import turns_waiting
@@ -38,10 +39,11 @@ def _ms(value: datetime | None) -> float | None:
     return None if value is None else value.timestamp() * 1000
 
 
-def dashboard_snapshot(*, now_ms: float) -> dict[str, Any]:
+def dashboard_snapshot(pacer: Pacer, *, now_ms: float) -> dict[str, Any]:
     """Everything the page shows, read now: in-flight calls, binding holds, each agent's
     breaker and spend of today, today's total and the newest alerts. A fixed handful of
-    queries whatever the number of rows."""
+    queries whatever the number of rows. ``pacer``: the process's, whose quotas routing
+    reads."""
     readable, waits = binding_waits(now_ms=now_ms)
     now = datetime.fromtimestamp(now_ms / 1000, tz=UTC)
     day, spent = spend_today_by_agent(now=now)
@@ -63,7 +65,7 @@ def dashboard_snapshot(*, now_ms: float) -> dict[str, Any]:
         "journal_readable": readable,
         # Turns whose next call waits (pacing after a 429, a retry delay, a re-arm), and why.
         "waiting": turns_waiting(now=now),
-        "breakers": _breakers(now=now, spent=spent),
+        "breakers": _breakers(pacer, now=now, spent=spent),
         # Today's spend of every agent (disposed ones too), the local day of the budgets' zone.
         "spend_today": {
             **spend_total(list(spent.values())),
@@ -111,14 +113,14 @@ def _context_bar(agent: dict[str, Any], last_input: int | None) -> dict[str, Any
     return {"window": window, "last_input_tokens": last_input, "used_fraction": used}
 
 
-def _serving(agent_ids: list[int]) -> dict[int, dict[str, Any]]:
+def _serving(pacer: Pacer, agent_ids: list[int]) -> dict[int, dict[str, Any]]:
     """For each agent with alternates, the alternate serving it now (none: its own model)."""
     if not agent_ids:
         return {}
     now_ms = time.time() * 1000
     out = {}
     for agent in Agent.objects.select_related("provider").filter(id__in=agent_ids):
-        serving = serving_out(agent, now_ms)
+        serving = serving_out(pacer, agent, now_ms)
         if serving is not None:
             out[agent.pk] = {
                 "provider": serving["provider"],
@@ -162,7 +164,9 @@ def _budgets(agents: list[dict[str, Any]], now: datetime) -> dict[int, list[dict
     }
 
 
-def _breakers(*, now: datetime, spent: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def _breakers(
+    pacer: Pacer, *, now: datetime, spent: dict[str, dict[str, Any]]
+) -> list[dict[str, Any]]:
     """Each live agent's breaker, spend of today (``spent``, by agent name) and budgets, agents
     in trouble first (longest streak, then name)."""
     agents = list(
@@ -185,7 +189,7 @@ def _breakers(*, now: datetime, spent: dict[str, dict[str, Any]]) -> list[dict[s
         s.agent_id: s for s in BreakerState.objects.filter(agent_id__in=[a["id"] for a in agents])
     }
     inputs = last_input_tokens(a["id"] for a in agents)
-    serving = _serving([a["id"] for a in agents if a["fallbacks"]])
+    serving = _serving(pacer, [a["id"] for a in agents if a["fallbacks"]])
     budgets = _budgets(agents, now) if agents else {}
     out = []
     for a in agents:

@@ -22,11 +22,10 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from agentops.models import Alert
-from agentops.runtime import runtime
 from agentops.tokens import api_token_check
 from agentops.webhooks.models import WebhookAttempt, WebhookDelivery
-from calls.pacing import Pacer
 from inference.models import InferenceCall, Turn
+from turns.runtime import running
 from waits.clock import clock_ms
 from waits.selectors import binding_waits
 
@@ -97,7 +96,7 @@ class DatabaseCollector(Collector):
             "(requests or tokens), as every process shares it.",
             labels=["provider", "model", "kind"],
         )
-        pacer = runtime().part(Pacer)
+        pacer = running().pacer  # a scrape: what this process's pacer reads
         for provider in sorted(p for p in waited if p):
             for state in pacer.limits(provider):
                 for kind, field in (("requests", "rr"), ("tokens", "tr")):

@@ -14,6 +14,7 @@ from agentops.exceptions import NotFound
 from agentops.models import Agent, ApiToken
 from agentops.prices import decimal_text
 from agentops.selectors import id_valid, visible_to
+from calls.pacing import Pacer
 from calls.progress import call_progress_read
 from calls.records import ms_to_dt
 from inference.models import InferenceCall, Turn
@@ -82,11 +83,12 @@ def agent_holds(agent: Agent) -> list[dict[str, Any]]:
 
 
 def agents_out(
-    *, token: ApiToken, status: str | None = None, project: str | None = None
+    pacer: Pacer, *, token: ApiToken, status: str | None = None, project: str | None = None
 ) -> list[dict[str, Any]]:
     """Every live agent ``token`` may see in ``agent_out``'s shape, by name, optionally only
     those whose ``status`` is ``status`` and those of the project named ``project``: one read
-    of the binding waits and of open turns for the lot."""
+    of the binding waits and of open turns for the lot. ``pacer``: the process's, whose quotas
+    routing reads."""
     from breaker.models import BreakerState
 
     found = Agent.objects.select_related("provider", "project").filter(disposed_at__isnull=True)
@@ -107,6 +109,7 @@ def agents_out(
             continue
         out.append(
             agent_out(
+                pacer,
                 agent,
                 current=current,
                 streak=int(streaks.get(agent.pk) or 0),
@@ -121,6 +124,7 @@ _UNSET: Any = object()
 
 
 def agent_out(
+    pacer: Pacer,
     agent: Agent,
     *,
     current: Turn | None = _UNSET,
@@ -148,9 +152,9 @@ def agent_out(
             {k: f.get(k) for k in ("provider", "model", "context_window")}
             for f in alternates(agent.fallbacks)
         ],
-        "pool": pool_out(agent, time.time() * 1000) if alternates(agent.pool) else [],
+        "pool": pool_out(pacer, agent, time.time() * 1000) if alternates(agent.pool) else [],
         "hedge_after_ms": agent.hedge_after_ms,
-        "serving": agent_serving(agent),
+        "serving": agent_serving(pacer, agent),
         "status": agent_status_of(current),
         "failure_streak": agent_failure_streak(agent) if streak is None else streak,
         "holds": agent_holds(agent) if holds is None else holds,
@@ -306,10 +310,10 @@ def _served_by(call: InferenceCall) -> dict[str, Any]:
     return {"provider": call.provider.name if call.provider else None, "model": call.model}
 
 
-def agent_serving(agent: Agent) -> dict[str, Any] | None:
+def agent_serving(pacer: Pacer, agent: Agent) -> dict[str, Any] | None:
     """The alternate that serves the agent's next call and why (architecture.md §6.11), or
     None when its own provider and model do."""
-    serving = serving_out(agent, clock_ms())
+    serving = serving_out(pacer, agent, clock_ms())
     if serving is None:
         return None
     return {**serving, "primary_until": _dt(serving["primary_until"])}

@@ -10,18 +10,25 @@ from celery import shared_task
 from django.utils import timezone
 
 from agentops.idempotency import idempotency_keys_sweep
+from agentops.runtime import NoRuntime
 from agentops.webhooks.selectors import deliveries_due
 from agentops.webhooks.services import webhook_deliveries_enqueue, webhook_delivery_attempt
 from calls.health import provider_down_check as provider_down_check_at
 from inference.models import Turn
+from interfaces import worker  # noqa: F401  (the worker's runtime, built with the worker)
 from turns import drain
+from turns.runtime import running
 
 SWEEP_BATCH = 500
 
 
 @shared_task(name="inference.tasks.agent_drain", acks_late=True)
 def agent_drain(agent_id: int) -> None:
-    drain.agent_drain(agent_id)
+    # A task is handed only its ids: the worker's runtime is the one its worker_init built.
+    rt = running()
+    if not isinstance(rt, drain.WorkerRuntime):
+        raise NoRuntime("agent_drain runs in a worker, whose runtime has run slots")
+    drain.agent_drain(rt, agent_id)
 
 
 @shared_task(name="inference.tasks.turns_sweep")
@@ -41,7 +48,7 @@ def turns_sweep() -> int:
 
 @shared_task(name="webhooks.tasks.webhook_deliver")
 def webhook_deliver(delivery_id: int) -> str | None:
-    return webhook_delivery_attempt(delivery_id=delivery_id)
+    return webhook_delivery_attempt(running(), delivery_id=delivery_id)
 
 
 @shared_task(name="webhooks.tasks.webhooks_sweep")

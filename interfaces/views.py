@@ -8,6 +8,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_safe
 
 from interfaces.dashboard import dashboard_snapshot
+from turns.runtime import running
 from waits.clock import clock_ms
 
 
@@ -18,5 +19,7 @@ def dashboard_view(request: HttpRequest) -> HttpResponse:
     once; its script then opens ``/ws/dashboard`` and applies live events (and a fresh
     snapshot every few seconds, for what has no event of its own: breaker changes)."""
     return render(
-        request, "dashboard/index.html", {"snapshot": dashboard_snapshot(now_ms=clock_ms())}
+        request,
+        "dashboard/index.html",
+        {"snapshot": dashboard_snapshot(running().pacer, now_ms=clock_ms())},
     )

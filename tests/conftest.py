@@ -24,8 +24,10 @@ from django.test import Client, override_settings
 
 from agentops.celery import app as celery_app
 from agentops.models import Agent, Provider
+from agentops.runtime import install
 from agentops.tokens import api_token_create
 from tests.factories import AgentFactory, ProviderFactory
+from turns.runtime import TurnRuntime
 from waits.journal import journal_forget_process_state
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -375,3 +377,16 @@ def _drop_stray_connections(django_db_setup: None, django_db_blocker: Any) -> It
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def runtime() -> Iterator[TurnRuntime]:
+    """The test process's runtime, built as the web's lifespan builds one (not a worker's: the
+    workers are processes of their own), and stopped at the end of the session. Code under
+    test is handed it, as its entry point would hand it."""
+    made = TurnRuntime(worker=False)
+    made.start()
+    install(made)
+    yield made
+    made.stop()
+    install(None)

@@ -14,12 +14,12 @@ from opentelemetry.trace import Span
 
 from agentops import telemetry
 from agentops.models import Agent
-from agentops.runtime import runtime
 from breaker.decision import BreakerAction, probe_verdict
 from breaker.probe_call import ProbeOutcome, probe_send
 from breaker.probes import ProbeTicket, breaker_probe_begin, breaker_probe_end
 from breaker.services import breaker_note_failure
 from breaker.shedding import ShedResult, history_shed
+from calls.engine import CallRuntime
 from calls.run import Holding
 from calls.types import CompiledRequest, ProviderError
 from inference.models import InferenceCall, Turn
@@ -29,14 +29,18 @@ logger = logging.getLogger(__name__)
 
 
 async def breaker_after_failure(
-    *, turn: Turn, error: ProviderError, failed: CompiledRequest, holding: Holding | None = None
+    rt: CallRuntime,
+    *,
+    turn: Turn,
+    error: ProviderError,
+    failed: CompiledRequest,
+    holding: Holding | None = None,
 ) -> None:
     """Tell the breaker about a turn that ended in failure (architecture.md §7): the streak and
     hard-down, then the probe (failures that may be the history's fault), a shed and one retry.
     Runs after the failure is recorded, on the runtime's loop, outside any transaction: the
     probe is a network call. ``holding`` is the drain's lease, for the time the probe is out."""
-    db = runtime().db
-    stopping = runtime().stopping
+    db, stopping = rt.db, rt.stopping
     agent = turn.agent
     step = await db(
         breaker_note_failure, agent=agent, failure_type=error.type, http_status=error.http_status
@@ -49,7 +53,7 @@ async def breaker_after_failure(
             probe = (
                 None
                 if stopping.is_set()
-                else await probe_send(turn=turn, failed=failed, ticket=ticket, holding=holding)
+                else await probe_send(rt, turn=turn, failed=failed, ticket=ticket, holding=holding)
             )
             if probe is None or stopping.is_set():
                 # Shutdown aborts probes: whatever came back decides nothing.

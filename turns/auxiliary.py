@@ -19,8 +19,8 @@ from django.conf import settings
 
 from agentops.exceptions import BadRequest, CallTimedOut, ProviderFailed, RateLimited
 from agentops.models import Agent, Provider
-from agentops.runtime import runtime
 from calls.client import CallResult
+from calls.engine import CallRuntime
 from calls.records import ms_to_dt
 from calls.run import ProviderCall
 from calls.types import CompiledRequest, Message, ProviderError
@@ -58,7 +58,9 @@ class Deferred:
         }
 
 
-def auxiliary_admit(*, agent: Agent, model: str, max_tokens: int | None) -> Deferred | None:
+def auxiliary_admit(
+    rt: CallRuntime, *, agent: Agent, model: str, max_tokens: int | None
+) -> Deferred | None:
     """None when an auxiliary call may go out; else the hold, its ``deferred`` row written.
     Reads the database: call it in a thread."""
     now_ms = time.time() * 1000
@@ -66,7 +68,11 @@ def auxiliary_admit(*, agent: Agent, model: str, max_tokens: int | None) -> Defe
     if hold is None:
         return None
     ProviderCall.deferred(
-        agent=agent, kind=InferenceCall.Kind.AUXILIARY, model=model, max_tokens=max_tokens
+        rt.prices,
+        agent=agent,
+        kind=InferenceCall.Kind.AUXILIARY,
+        model=model,
+        max_tokens=max_tokens,
     )
     return Deferred(
         message=(f"{agent.name} / {hold.model} is held: {held_by(hold)}; no call was made"),
@@ -75,9 +81,9 @@ def auxiliary_admit(*, agent: Agent, model: str, max_tokens: int | None) -> Defe
     )
 
 
-def _admit(agent: Agent, model: str, max_tokens: int | None) -> None:
+def _admit(rt: CallRuntime, agent: Agent, model: str, max_tokens: int | None) -> None:
     """Raises RateLimited (deferred, with its ``deferred`` row written) when the model is held."""
-    deferred = auxiliary_admit(agent=agent, model=model, max_tokens=max_tokens)
+    deferred = auxiliary_admit(rt, agent=agent, model=model, max_tokens=max_tokens)
     if deferred is not None:
         raise RateLimited(deferred.message, data=deferred.data())
 
@@ -98,7 +104,12 @@ def _request(
 
 
 async def auxiliary_complete_on_loop(
-    *, agent: Agent, messages: list[AuxMessage], model: str | None, max_tokens: int | None
+    rt: CallRuntime,
+    *,
+    agent: Agent,
+    messages: list[AuxMessage],
+    model: str | None,
+    max_tokens: int | None,
 ) -> dict[str, Any]:
     """Make one non-streamed auxiliary call, for an async view: the call runs on the request's
     own event loop, and no database connection is held while it does. Returns ``{content,
@@ -106,12 +117,12 @@ async def auxiliary_complete_on_loop(
     refused), CallTimedOut, ProviderFailed. The row is written once, with the
     outcome (so an auxiliary call made here is not among the dashboard's calls in flight; it
     shows as it ends)."""
-    db = runtime().db
+    db = rt.db
     if model is not None or not routed(agent):
         model = model or agent.model
-        await db(_admit, agent, model, max_tokens)
+        await db(_admit, rt, agent, model, max_tokens)
         call = ProviderCall(
-            agent, _request(agent, messages, model, max_tokens), InferenceCall.Kind.AUXILIARY
+            rt, agent, _request(agent, messages, model, max_tokens), InferenceCall.Kind.AUXILIARY
         )
         await _run(call)
         # One hop: the row, its end announced (under the request's server span: the thread
@@ -119,12 +130,13 @@ async def auxiliary_complete_on_loop(
         return await db(_ended, call)
     # With alternates (architecture.md §6.11): the target the agent's turns would get, and
     # after a failure that routes around, the next one, at once, within this request.
-    serving = await db(_served, agent, max_tokens)
+    serving = await db(_served, rt, agent, max_tokens)
     tried: set[tuple[int, str]] = set()
     while True:
         target = serving.target
         tried.add((target.provider.pk, target.model))
         call = ProviderCall(
+            rt,
             agent,
             _request(agent, messages, target.model, max_tokens),
             InferenceCall.Kind.AUXILIARY,
@@ -163,15 +175,15 @@ async def _recorded_anyway(running: asyncio.Future[Any], call: ProviderCall) -> 
     except Exception:
         return  # it failed before its end (no result): the caller's error path, as before
     if call.result is not None:
-        await runtime().db(call.end)
+        await call.engine.db(call.end)
 
 
-def _served(agent: Agent, max_tokens: int | None) -> Serving:
+def _served(rt: CallRuntime, agent: Agent, max_tokens: int | None) -> Serving:
     """The target for an auxiliary call with alternates; raises RateLimited (deferred) when
     the call waits out the primary's hold."""
-    serving = serving_choose(agent, time.time() * 1000)
+    serving = serving_choose(rt.pacer, agent, time.time() * 1000)
     if serving is None:
-        _admit(agent, agent.model, max_tokens)
+        _admit(rt, agent, agent.model, max_tokens)
         return primary_serving(agent)
     serving_noted(agent, serving)
     return serving
@@ -194,6 +206,7 @@ def _next(
     if result.outcome != "completed" and error is not None:
         target = serving.target
         switched = serving_switch(
+            call.engine.pacer,
             agent,
             time.time() * 1000,
             error=error,

@@ -24,11 +24,12 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from agentops.runtime import UNREACHABLE, LeaseLost, Runtime, Wake, backoff_delays, runtime
+from agentops.runtime import UNREACHABLE, LeaseLost, Part, Runtime, Wake, backoff_delays
 from inference.models import Turn
 from turns.durable import offer_pending_waits, offer_pending_waits_until
 from turns.lease import TurnLease, lease_claim
 from turns.queue import enqueue_drain
+from turns.runtime import TurnRuntime
 from turns.turn_run import Outcome, TurnRun
 
 logger = logging.getLogger(__name__)
@@ -62,21 +63,31 @@ def next_turn(agent_id: int, *, now: datetime) -> tuple[int, str] | None:
     return int(turn_id), str(status)
 
 
-def agent_drain(agent_id: int) -> None:
-    """Hand the agent's queued turns to the runtime to run in order, and return (the Celery
-    task's body). While the runtime runs ``AGENTOPS_WORKER_TURNS`` agents this waits for one
-    to end, so a full worker takes no more work from the broker."""
-    made = runtime()
-    if made.stopping.is_set():
+def agent_drain(rt: WorkerRuntime, agent_id: int) -> None:
+    """Hand the agent's queued turns to the worker's runtime to run in order, and return (the
+    Celery task's body). While it runs ``AGENTOPS_WORKER_TURNS`` agents this waits for one to
+    end, so a full worker takes no more work from the broker."""
+    if rt.stopping.is_set():
         return  # a worker shutting down takes no new turns; the sweep re-enqueues them
-    made.submit(made.part(Runs).hand_over(agent_id)).result()
+    rt.submit(rt.runs.hand_over(agent_id)).result()
+
+
+class WorkerRuntime(TurnRuntime):
+    """A worker's runtime: the turns' with its run slots (``runs``)."""
+
+    def __init__(self) -> None:
+        super().__init__(worker=True)
+        self.runs = Runs(self)
+
+    def parts(self) -> tuple[Part, ...]:
+        return (self.runs, *super().parts())
 
 
 class Runs:
     """The agents whose turns run on this runtime (each with whether a delivery came while it
     ran: it looks again before it ends), and the run slots. Every method runs on the loop."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: TurnRuntime) -> None:
         self.runtime = runtime
         self.slots = asyncio.Semaphore(settings.AGENTOPS_WORKER_TURNS)
         self.again: dict[int, bool] = {}
@@ -154,9 +165,9 @@ async def _woken(wake: Wake) -> bool:
     return True
 
 
-async def _agent_run(rt: Runtime, agent_id: int) -> None:
+async def _agent_run(rt: TurnRuntime, agent_id: int) -> None:
     """Run the agent's queued turns in order while this run holds its lease."""
-    lease = await rt.db(lease_claim, agent_id)
+    lease = await rt.db(lease_claim, rt.leases, agent_id)
     if lease is None:
         logger.debug("agent %s: another worker holds its turn lease", agent_id)
         return

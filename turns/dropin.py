@@ -31,8 +31,8 @@ from typing import Any
 from django.conf import settings
 
 from agentops.models import Agent
-from agentops.runtime import runtime
 from calls.client import CallResult
+from calls.engine import CallRuntime
 from calls.run import ProviderCall
 from calls.types import CompiledRequest
 from inference.models import InferenceCall
@@ -87,10 +87,14 @@ class DropinCall:
 
     A streamed call's row is written before it is sent (the dashboard shows it in flight) and
     completed when it ends; a call that is not streamed has its row written once, when it
-    ends, with its outcome. Every attempt has its own row; ``call`` is the last one."""
+    ends, with its outcome. Every attempt has its own row; ``call`` is the last one. ``rt``:
+    the process's runtime, each attempt's database hops and gate."""
 
-    def __init__(self, *, agent: Agent, body: dict[str, Any], headers: dict[str, str]) -> None:
+    def __init__(
+        self, rt: CallRuntime, *, agent: Agent, body: dict[str, Any], headers: dict[str, str]
+    ) -> None:
         kind = agent.provider.kind
+        self.rt = rt
         self.agent = agent
         self.streamed = body.get("stream") is True
         self.max_tokens = request_max_tokens(kind, body) or agent.max_tokens
@@ -125,6 +129,7 @@ class DropinCall:
             stream=self.streamed,
         )
         return ProviderCall(
+            self.rt,
             self.agent,
             request,
             InferenceCall.Kind.AUXILIARY,
@@ -140,12 +145,12 @@ class DropinCall:
     def admit(self) -> Deferred | None:
         """None when the call may go out; else the hold (its ``deferred`` row is written).
         Reads the database: call it in a thread. With alternates, the target is chosen here."""
-        chosen = dropin_target(self.agent, set())
+        chosen = dropin_target(self.rt.pacer, self.agent, set())
         if chosen is not None:  # chosen from the journal's view: nothing holds it
             self.target, self._call = chosen, self._attempt(chosen)
             return None
         return auxiliary_admit(
-            agent=self.agent, model=self.target.model, max_tokens=self.max_tokens
+            self.rt, agent=self.agent, model=self.target.model, max_tokens=self.max_tokens
         )
 
     def start(self) -> None:
@@ -182,15 +187,16 @@ class DropinCall:
                 self.result, started, held = await self._attempted(tried)
                 self.target = as_called(self.target, self._call)
                 tried.add(attempt_key(self.target))
-                self.call = await runtime().db(self._ended)
+                self.call = await self.rt.db(self._ended)
                 error = self.result.error
                 if not started and error is not None:
                     # Another target at once, when one may serve (§6.11).
                     # A first 5xx is called again below (it may be a blip); once retried, or
                     # with no retry left, the request goes on to another target.
-                    switched = await runtime().db(
+                    switched = await self.rt.db(
                         partial(
                             dropin_target,
+                            self.rt.pacer,
                             self.agent,
                             tried,
                             failed=attempt_key(self.target),
@@ -245,7 +251,7 @@ class DropinCall:
             if first.done() or race.winner is not None or self._abandoned:
                 return await first
             called = attempt_key(as_called(self.target, self._call))
-            target = await runtime().db(dropin_hedge, self.agent, tried | {called})
+            target = await self.rt.db(dropin_hedge, self.rt.pacer, self.agent, tried | {called})
             if target is None or self._abandoned:
                 return await first
             self._hedged = True
@@ -270,7 +276,7 @@ class DropinCall:
             loser.abort()
             await asyncio.gather(lost, return_exceptions=True)
             if loser.result is not None:  # recorded and costed like every call
-                await runtime().db(loser.end)
+                await self.rt.db(loser.end)
             self._hedge = None
             return await won
         finally:
@@ -324,7 +330,7 @@ class DropinCall:
         if model is None:
             return True
         for _ in range(WAIT_RECHECKS):
-            left = await runtime().db(self._held_ms, model)
+            left = await self.rt.db(self._held_ms, model)
             if left == 0:
                 return True
             if left is None or left > settings.AGENTOPS_FALLBACK_AFTER_MS:

@@ -16,6 +16,7 @@ from django.conf import settings
 
 from agentops.models import Agent, Provider
 from calls.client import CallResult
+from calls.pacing import Pacer
 from calls.run import ProviderCall
 from calls.types import ProviderError
 from turns.episodes import serving_noted
@@ -43,6 +44,7 @@ class Attempt:
 
 
 def dropin_target(
+    pacer: Pacer,
     agent: Agent,
     tried: Collection[tuple[int, str]],
     *,
@@ -60,6 +62,7 @@ def dropin_target(
     now_ms, kind = time.time() * 1000, agent.provider.kind
     if failed is not None and error is not None:
         serving = serving_switch(
+            pacer,
             agent,
             now_ms,
             error=error,
@@ -69,17 +72,18 @@ def dropin_target(
             retry_first=retry_first,
         )
     else:
-        serving = serving_choose(agent, now_ms, kind=kind)
+        serving = serving_choose(pacer, agent, now_ms, kind=kind)
     if serving is None:
         return None
     serving_noted(agent, serving)
     return _target(serving)
 
 
-def dropin_hedge(agent: Agent, tried: Collection[tuple[int, str]]) -> Attempt | None:
+def dropin_hedge(pacer: Pacer, agent: Agent, tried: Collection[tuple[int, str]]) -> Attempt | None:
     """In a thread: where a request is also sent when its attempt has produced no content after
     the agent's ``hedge_after_ms`` (§6.11), or None."""
     serving = serving_hedge(
+        pacer,
         agent,
         time.time() * 1000,
         tried=tried,

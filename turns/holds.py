@@ -17,7 +17,6 @@ from django.db import transaction
 from django.utils import timezone
 
 from agentops.models import Provider
-from agentops.runtime import Runtime, runtime
 from agentops.text import NOTE_TEXT_LIMIT, bound_text
 from calls.records import ms_to_dt
 from calls.types import ProviderError
@@ -35,7 +34,7 @@ def held_by(hold: Hold) -> str:
     return f"provider wait on {hold.model}: {hold.reason}"
 
 
-def hold_if_waiting(turn: Turn) -> bool:
+def hold_if_waiting(rechecks: Rechecks, turn: Turn) -> bool:
     """The admission check (architecture.md §6.6), at the last moment before a primary call. If a
     provider wait binds the agent's model, hold the turn (no failure, no note) until it ends
     or is released, and schedule the re-check. Returns True when the turn is held."""
@@ -58,11 +57,11 @@ def hold_if_waiting(turn: Turn) -> bool:
         # Many agents share a scoped wait: they resume spread out, not in one second; the
         # provider's own quota (§6.13) then paces them at the rate it states.
         recheck_ms += random.uniform(0, settings.AGENTOPS_RESUME_SPREAD_MS)
-    _recheck_once(turn.agent_id, recheck_ms / 1000)
+    _recheck_once(rechecks, turn.agent_id, recheck_ms / 1000)
     return True
 
 
-def hold_for_project_limit(turn: Turn, error: ProviderError) -> bool:
+def hold_for_project_limit(rechecks: Rechecks, turn: Turn, error: ProviderError) -> bool:
     """A call its project's limit refused for longer than a turn waits (architecture.md §6.14):
     hold the turn (no failure, no note, no wait recorded: the limit is the project's, not the
     provider's) until the window may have room, and re-check then. False if it moved meanwhile."""
@@ -72,7 +71,7 @@ def hold_for_project_limit(turn: Turn, error: ProviderError) -> bool:
         return False
     # Many turns of the project resume spread out, each then taking its place in the window.
     spread = random.uniform(0, settings.AGENTOPS_RESUME_SPREAD_MS)
-    _recheck_once(turn.agent_id, (wait_ms + 10 + spread) / 1000)
+    _recheck_once(rechecks, turn.agent_id, (wait_ms + 10 + spread) / 1000)
     return True
 
 
@@ -88,7 +87,7 @@ class Rechecks:
     a part of the runtime, so every drain of a held turn (the sweep's, a release's, a duplicate
     delivery's) does not start a chain of re-checks of its own."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self) -> None:
         self._due: dict[int, float] = {}
         self._lock = threading.Lock()  # asked from the runtime's database threads
 
@@ -110,12 +109,11 @@ class Rechecks:
             self._due[agent_id] = due
 
 
-def _recheck_once(agent_id: int, delay_s: float) -> None:
+def _recheck_once(rechecks: Rechecks, agent_id: int, delay_s: float) -> None:
     """Schedule the held agent's re-check in ``delay_s``, unless one this process scheduled is
     still ahead and comes no later: were each drain to schedule its own re-check, which
     schedules the next, every sweep would start one more chain and a long hold would drain its
     agent more often by the minute. Recorded when the scheduling transaction commits."""
-    rechecks = runtime().part(Rechecks)
     now = time.monotonic()
     if rechecks.ahead(agent_id, now, delay_s):
         return

@@ -27,7 +27,7 @@ from django.utils import timezone
 
 from agentops import telemetry
 from agentops.models import Agent
-from agentops.runtime import Runtime, Settable, runtime
+from agentops.runtime import Runtime, Settable
 from inference.models import AgentLease
 
 logger = logging.getLogger(__name__)
@@ -63,9 +63,10 @@ class TurnLease:
     renews it from the asking thread when the renewer has not done so for a quarter lease, or
     while the last renewal failed (bookkeeping waiting for the database asks at each try)."""
 
-    def __init__(self, agent_id: int, owner: str) -> None:
+    def __init__(self, agent_id: int, owner: str, renewer: LeaseRenewer) -> None:
         self.agent_id = agent_id
         self.owner = owner
+        self._renewer = renewer
         self.lost = False
         self.failing = False  # the last renewal got no answer from the database
         self._renewed = time.monotonic()
@@ -158,7 +159,7 @@ class TurnLease:
         return True
 
     def release(self) -> None:
-        lease_renewer().forget(self)
+        self._renewer.forget(self)
         try:
             with connection.cursor() as cursor:
                 cursor.execute(_RELEASE_SQL, [self.agent_id, self.owner])
@@ -171,8 +172,9 @@ class TurnLease:
             )
 
 
-def lease_claim(agent_id: int) -> TurnLease | None:
-    """Claim the agent's turn lease for this run, or None if a live one is held."""
+def lease_claim(renewer: LeaseRenewer, agent_id: int) -> TurnLease | None:
+    """Claim the agent's turn lease for this run, or None if a live one is held; the process's
+    ``renewer`` keeps it."""
     # Who holds it, as an operator reads it in a takeover's log line: the Celery worker's name
     # (or the host), the process, and this run.
     me = telemetry.process_identity()
@@ -187,8 +189,8 @@ def lease_claim(agent_id: int) -> TurnLease | None:
         row = cursor.fetchone()
     if not row:
         return None
-    lease = TurnLease(agent_id, owner)
-    lease_renewer().keep(lease)
+    lease = TurnLease(agent_id, owner, renewer)
+    renewer.keep(lease)
     return lease
 
 
@@ -284,8 +286,3 @@ class LeaseRenewer:
                 held = lease in self._leases  # not released while the statement ran
             if held:
                 lease._lose()
-
-
-def lease_renewer() -> LeaseRenewer:
-    """This process's renewer, on its runtime."""
-    return runtime().part(LeaseRenewer)

@@ -91,16 +91,28 @@ def decide(
     episode = state.episode_started_ms if state.episode_started_ms is not None else now_ms
     if now_ms - episode >= settings.retry_episode_ms:
         return Decision(Action.EXHAUST, reason="the 20-minute retry episode is spent"), state
-
     if error.type == "timeout" and error.bound is not None:
-        # A deadline expiry: its own schedule, one fresh call, counted by consecutive expiries.
-        cuts = state.consecutive_cuts + 1
-        following = replace(state, consecutive_cuts=cuts, episode_started_ms=episode)
-        if cuts >= 2:
-            return Decision(Action.FAIL, timed_out_again=True, reason="cut again"), following
-        return Decision(Action.RETRY, delay_ms=settings.deadline_retry_delay_ms), following
-
+        return _after_cut(state, episode=episode, settings=settings)
     state = replace(state, consecutive_cuts=0, episode_started_ms=episode)
+    return _after_refusal(error, state, settings=settings, jitter=jitter)
+
+
+def _after_cut(
+    state: RetryState, *, episode: float, settings: PolicySettings
+) -> tuple[Decision, RetryState]:
+    """A deadline expiry: its own schedule, one fresh call, counted by consecutive expiries."""
+    cuts = state.consecutive_cuts + 1
+    following = replace(state, consecutive_cuts=cuts, episode_started_ms=episode)
+    if cuts >= 2:
+        return Decision(Action.FAIL, timed_out_again=True, reason="cut again"), following
+    return Decision(Action.RETRY, delay_ms=settings.deadline_retry_delay_ms), following
+
+
+def _after_refusal(
+    error: ProviderError, state: RetryState, *, settings: PolicySettings, jitter: float
+) -> tuple[Decision, RetryState]:
+    """Any other failure within the episode: the provider's stated wait, the service's own
+    pacing for a rate limit without one, the base schedule, or failed."""
     if error.retry_after_ms is not None and error.type in RETRYABLE_STATED:
         # The stated wait is a lower bound on the next call, never capped here.
         return Decision(
@@ -110,7 +122,6 @@ def decide(
         # The service's own pacing: the provider said to slow down but not for how long.
         delay = min(jittered(settings.pacing_floor_ms, jitter), settings.pacing_cap_ms)
         return Decision(Action.RETRY, delay_ms=delay), state
-
     if error.type in BASE_RETRYABLE:
         if state.base_retries >= len(settings.base_delays_ms):
             return Decision(Action.EXHAUST, reason="retries spent"), state

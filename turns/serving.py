@@ -19,7 +19,6 @@ from django.db import connection
 
 from agentops.memory import Recent
 from agentops.models import Agent, Provider
-from agentops.runtime import runtime
 from calls.pacing import Pacer
 from calls.types import ProviderError
 from inference.models import InferenceCall
@@ -55,6 +54,7 @@ ENDED = (InferenceCall.Outcome.COMPLETED, InferenceCall.Outcome.ERROR, Inference
 
 
 def serving_choose(
+    pacer: Pacer,
     agent: Agent,
     now_ms: float,
     *,
@@ -80,11 +80,7 @@ def serving_choose(
     ]
     holds = admission_checks(agent=agent, targets=keys, now_ms=now_ms)
     latest = latest_calls(agent, candidates)
-    quotas = (
-        runtime()
-        .part(Pacer)
-        .standing([(c.provider_name, c.model) for c in candidates], now_ms=now_ms)
-    )
+    quotas = pacer.standing([(c.provider_name, c.model) for c in candidates], now_ms=now_ms)
     seen: list[Seen] = []
     latest_id, previous = 0, None
     for index, (candidate, hold) in enumerate(zip(candidates, holds, strict=True)):
@@ -198,6 +194,7 @@ def _member_pick(
 
 
 def serving_switch(
+    pacer: Pacer,
     agent: Agent,
     now_ms: float,
     *,
@@ -227,7 +224,7 @@ def serving_switch(
         # (``retry_first``: a drop-in's own retry, a turn's policy) passes it over once its
         # failures make it down (§6.11). Within a pool another member takes the call at once.
         avoid.discard(failed)
-    serving = serving_choose(agent, now_ms, kind=kind, avoid=avoid, need_tokens=need)
+    serving = serving_choose(pacer, agent, now_ms, kind=kind, avoid=avoid, need_tokens=need)
     if serving is None or not serving.choice.fresh:
         return None
     if (serving.target.provider.pk, serving.target.model) in tried:
@@ -236,14 +233,19 @@ def serving_switch(
 
 
 def serving_hedge(
-    agent: Agent, now_ms: float, *, tried: Collection[tuple[int, str]], kind: str | None = None
+    pacer: Pacer,
+    agent: Agent,
+    now_ms: float,
+    *,
+    tried: Collection[tuple[int, str]],
+    kind: str | None = None,
 ) -> Serving | None:
     """The target a request is also sent to when its call has produced no content after the
     agent's ``hedge_after_ms`` (§6.11): the first alternate (or pool member) that may serve and
     was not ``tried``; None with hedging off or none free."""
     if agent.hedge_after_ms is None:
         return None
-    serving = serving_choose(agent, now_ms, kind=kind, avoid=tried)
+    serving = serving_choose(pacer, agent, now_ms, kind=kind, avoid=tried)
     if serving is None or not serving.choice.fresh:
         return None
     if (serving.target.provider.pk, serving.target.model) in tried:

@@ -13,7 +13,6 @@ from django.conf import settings
 from django.db.models import Count, Q
 
 from agentops.models import Agent
-from agentops.runtime import runtime
 from calls.pacing import Pacer
 from inference.models import InferenceCall
 from inference.routes import RouteKind
@@ -25,7 +24,7 @@ from waits.admission import admission_checks
 FAILED = (InferenceCall.Outcome.ERROR, InferenceCall.Outcome.CUT)
 
 
-def pool_out(agent: Agent, now_ms: float) -> list[dict[str, Any]]:
+def pool_out(pacer: Pacer, agent: Agent, now_ms: float) -> list[dict[str, Any]]:
     """``GET /agents/{name}``'s ``pool``: each member (the agent's own first) as routing sees
     it now, with its calls and errors in the last hour (§6.15)."""
     candidates, pooled = agent_candidates(agent)
@@ -35,9 +34,7 @@ def pool_out(agent: Agent, now_ms: float) -> list[dict[str, Any]]:
     ]
     holds = admission_checks(agent=agent, targets=keys, now_ms=now_ms)
     latest = latest_calls(agent, members)
-    quotas = (
-        runtime().part(Pacer).standing([(c.provider_name, c.model) for c in members], now_ms=now_ms)
-    )
+    quotas = pacer.standing([(c.provider_name, c.model) for c in members], now_ms=now_ms)
     since = datetime.fromtimestamp(now_ms / 1000 - 3600, UTC)
     counts = {
         (row["provider_id"], row["model"]): row
@@ -74,13 +71,13 @@ def _instant(ms: float | None) -> datetime | None:
     return None if ms is None or not math.isfinite(ms) else datetime.fromtimestamp(ms / 1000, UTC)
 
 
-def serving_out(agent: Agent, now_ms: float) -> dict[str, Any] | None:
+def serving_out(pacer: Pacer, agent: Agent, now_ms: float) -> dict[str, Any] | None:
     """``GET /agents/{name}``'s ``serving``: the alternate that would serve the agent's next turn
     call, or None when the primary would. ``since``: that alternate's first call of the episode
     (None while it has served none: a drop-in may be served by another, of its wire format)."""
     if not alternates(agent.fallbacks):
         return None
-    serving = serving_choose(agent, now_ms, peek=True)
+    serving = serving_choose(pacer, agent, now_ms, peek=True)
     if serving is None or not serving.on_alternate:
         return None
     # The episode began with the first call to an alternate after the primary's latest.

@@ -29,6 +29,7 @@ from turns.episodes import serving_noted, serving_settled
 from turns.holds import hold_if_waiting, pacing_left_ms
 from turns.lease import TurnLease
 from turns.moves import turn_claim, turn_complete, turn_end_unanswered
+from turns.runtime import TurnRuntime
 from turns.serving import serving_choose
 from turns.targets import Serving, primary_serving, request_for, routed
 from turns.tracing import held_since_ns, turn_held_recorded, turn_noted, turn_traced
@@ -68,7 +69,7 @@ class Claimed:
     held: Turn | None
 
 
-def turn_start(turn_id: int, status: str, lease: TurnLease) -> Claimed | Outcome:
+def turn_start(rt: TurnRuntime, turn_id: int, status: str, lease: TurnLease) -> Claimed | Outcome:
     """Claim the turn for this run (a held one only once its wait is over), and close what a
     stopped worker left open: the claimed turn, or why it is not this run's to go on with."""
     now = timezone.now()
@@ -77,7 +78,7 @@ def turn_start(turn_id: int, status: str, lease: TurnLease) -> Claimed | Outcome
         if status == Turn.Status.HELD
         else None
     )
-    if held is not None and hold_if_waiting(held):
+    if held is not None and hold_if_waiting(rt.rechecks, held):
         return Outcome.HELD
     # A turn left running was another run's: the worker that ran it died, or lost its lease.
     lost_by = (
@@ -145,7 +146,7 @@ def call_settled(call: ProviderCall, turn: Turn, *, answer: CallOutput | None) -
     return None
 
 
-def turn_ready(turn_id: int, *, need_tokens: int = 0) -> Ready | Outcome:
+def turn_ready(rt: TurnRuntime, turn_id: int, *, need_tokens: int = 0) -> Ready | Outcome:
     """The running turn, its request compiled from its presented rows and its call made ready,
     at the last moment before the call; or why not: it is no longer running (``STOPPED``),
     nothing is left to answer and it ended without a call (``ENDED``), or the admission check
@@ -164,17 +165,18 @@ def turn_ready(turn_id: int, *, need_tokens: int = 0) -> Ready | Outcome:
     # With alternates, a held or down primary may be served from one (§6.11); without, or
     # when the primary's wait is to be waited out, the admission check holds the turn.
     serving = (
-        serving_choose(agent, time.time() * 1000, need_tokens=need_tokens)
+        serving_choose(rt.pacer, agent, time.time() * 1000, need_tokens=need_tokens)
         if routed(agent)
         else None
     )
     if serving is None:
-        if hold_if_waiting(turn):
+        if hold_if_waiting(rt.rechecks, turn):
             return Outcome.HELD
         serving = primary_serving(agent)
     serving_noted(agent, serving)
     request, left_out = request_for(compile_request(agent, presented), agent, serving.target)
     call = ProviderCall(
+        rt,
         agent,
         request,
         InferenceCall.Kind.PRIMARY,

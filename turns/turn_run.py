@@ -31,7 +31,7 @@ from django.utils import timezone
 
 from agentops.budgets import budget_hold_tightest
 from agentops.models import Agent
-from agentops.runtime import Runtime, Wake
+from agentops.runtime import Wake
 from calls.run import ProviderCall, Watch
 from calls.types import CallOutput, CompiledRequest, ProviderError
 from inference.models import InferenceCall, Turn
@@ -48,6 +48,7 @@ from turns.lease import TurnLease
 from turns.moves import turn_fail, turn_fail_unstorable, turn_hand_back, turn_rearm
 from turns.policy import Action, PolicySettings, RetryState, decide
 from turns.routing import SWITCH_ON, alternates
+from turns.runtime import TurnRuntime
 from turns.services import cancel_key
 from turns.serving import serving_switch
 from turns.steps import Step
@@ -81,7 +82,7 @@ BUDGET_BUSY_TRIES: Final = 6
 
 
 class TurnRun(WindowSteps):
-    def __init__(self, runtime: Runtime, lease: TurnLease, turn_id: int, status: str) -> None:
+    def __init__(self, runtime: TurnRuntime, lease: TurnLease, turn_id: int, status: str) -> None:
         self.runtime, self.lease = runtime, lease
         self.turn_id, self.found_status = turn_id, status
         self.outcome = Outcome.STOPPED
@@ -128,7 +129,8 @@ class TurnRun(WindowSteps):
 
     async def start(self) -> Step:
         started = await self._durably(
-            "claim it", partial(turn_start, self.turn_id, self.found_status, self.lease)
+            "claim it",
+            partial(turn_start, self.runtime, self.turn_id, self.found_status, self.lease),
         )
         if isinstance(started, Outcome):
             return self._end(started)
@@ -145,7 +147,8 @@ class TurnRun(WindowSteps):
 
     async def admit(self) -> Step:
         ready = await self._durably(
-            "ready its call", partial(turn_ready, self.turn_id, need_tokens=self.need_tokens)
+            "ready its call",
+            partial(turn_ready, self.runtime, self.turn_id, need_tokens=self.need_tokens),
         )
         if isinstance(ready, Outcome):
             return self._end(ready)
@@ -250,7 +253,8 @@ class TurnRun(WindowSteps):
         if self.turn.agent.kind == Agent.Kind.EPHEMERAL:  # never held (§6.9): it waits
             return await self._paced(error, error.retry_after_ms or 1000.0, "project limit")
         held = await self._durably(
-            "hold it for its project's limit", partial(hold_for_project_limit, self.turn, error)
+            "hold it for its project's limit",
+            partial(hold_for_project_limit, self.runtime.rechecks, self.turn, error),
         )
         return self._end(Outcome.HELD if held else Outcome.STOPPED)
 
@@ -347,7 +351,13 @@ class TurnRun(WindowSteps):
         current = self.serving.target
         failed = (current.provider.pk, current.model)
         serving = await self.runtime.db(
-            serving_switch, self.turn.agent, now_ms, error=error, tried={failed}, failed=failed
+            serving_switch,
+            self.runtime.pacer,
+            self.turn.agent,
+            now_ms,
+            error=error,
+            tried={failed},
+            failed=failed,
         )
         if serving is None:
             return False
@@ -397,7 +407,7 @@ class TurnRun(WindowSteps):
         )
         if ended and breaker:
             await breaker_after_failure(
-                turn=self.turn, error=error, failed=self.request, holding=self.lease
+                self.runtime, turn=self.turn, error=error, failed=self.request, holding=self.lease
             )
         return self._end(Outcome.ENDED)
 

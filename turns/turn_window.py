@@ -12,7 +12,6 @@ from functools import partial
 from typing import TYPE_CHECKING, Final, TypeVar
 
 from agentops.models import Agent
-from agentops.runtime import Runtime
 from calls.types import ProviderError
 from inference.models import Turn
 from turns.context.services import (
@@ -24,6 +23,7 @@ from turns.context.services import (
 )
 from turns.context.summary import context_summary
 from turns.routing import overflow_need
+from turns.runtime import TurnRuntime
 from turns.serving import serving_choose
 from turns.steps import Step
 from turns.targets import Serving, routed
@@ -41,7 +41,7 @@ class WindowSteps:
     ``context_refused``: one refused call per episode; ``context_acts``: a few acts per run."""
 
     turn: Turn
-    runtime: Runtime
+    runtime: TurnRuntime
     serving: Serving
     need_tokens: int = 0
     context_refused: bool = False
@@ -111,7 +111,7 @@ class WindowSteps:
         summary = None
         if plan.policy == Agent.ContextPolicy.SUMMARIZE:
             summary = await context_summary(
-                agent=self.turn.agent, rows=plan.rows, budget_tokens=plan.window // 2
+                self.runtime, agent=self.turn.agent, rows=plan.rows, budget_tokens=plan.window // 2
             )
         await self._durably(
             "set rows aside", partial(context_set_aside, turn=self.turn, plan=plan, summary=summary)
@@ -125,6 +125,7 @@ class WindowSteps:
             return False
         serving = await self.runtime.db(
             partial(serving_choose, peek=True),
+            self.runtime.pacer,
             self.turn.agent,
             time.time() * 1000,
             need_tokens=need,

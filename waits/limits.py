@@ -23,7 +23,6 @@ from django.db import DatabaseError, transaction
 from agentops.alerts import alert_raise
 from agentops.exceptions import NotFound, bad_field
 from agentops.models import Agent, AuditEntry, Provider
-from agentops.runtime import runtime
 from agentops.text import FAILURE_TEXT_LIMIT, bound_text, clean_requester
 from agentops.wording import instant_text
 from calls.limits import acceleration_cooldown
@@ -350,7 +349,9 @@ def scoped_waits(now_ms: float | None = None) -> list[Wait]:
     return sorted(found, key=lambda w: (w.until is not None, -(w.until or 0)))
 
 
-def provider_limits(provider: str, now_ms: float | None = None) -> list[dict[str, Any]]:
+def provider_limits(
+    pacer: Pacer, provider: str, now_ms: float | None = None
+) -> list[dict[str, Any]]:
     """What is known of each of ``provider``'s limits now, by model (``*``: the account):
     what its headers last said is left (§6.13) and the scoped waits that bind (§6.12)."""
     now = clock_ms() if now_ms is None else now_ms
@@ -371,7 +372,7 @@ def provider_limits(provider: str, now_ms: float | None = None) -> list[dict[str
             },
         )
 
-    for state in runtime().part(Pacer).limits(provider):
+    for state in pacer.limits(provider):
         row = entry(str(state["model"]))
         requests, tokens = _number(state.get("rr")), _number(state.get("tr"))
         resets = [r for r in (_number(state.get("rt")), _number(state.get("tt"))) if r and r > now]

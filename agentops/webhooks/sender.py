@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from agentops.outbound import outbound
-from agentops.runtime import runtime
+from agentops.runtime import Runtime
 from agentops.text import bound_text, untrusted_text
 from agentops.urlsafety import IPAddress
 
@@ -34,6 +34,7 @@ class Answer:
 
 
 def post_signed(
+    rt: Runtime,
     *,
     url: str,
     addresses: Sequence[IPAddress],
@@ -43,8 +44,8 @@ def post_signed(
     verify: ssl.SSLContext | bool = True,
 ) -> Answer:
     """POST ``body`` to ``url``'s host at one of ``addresses`` (what the host resolved to when
-    it was checked; tried in turn while they refuse the connection), on the process's
-    runtime's loop (``agentops.outbound``); the calling thread waits. The name is never
+    it was checked; tried in turn while they refuse the connection), on the loop of ``rt``,
+    the process's runtime (``agentops.outbound``); the calling thread waits. The name is never
     resolved again: the request carries it in the Host header and, over https, in TLS SNI, and
     the certificate is verified against it. No redirects followed, no proxies from the
     environment (the URL was checked, not wherever a redirect or proxy would take it).
@@ -63,7 +64,7 @@ def post_signed(
         url=url, addresses=addresses, headers=headers, body=body, timeout_s=timeout_s, verify=verify
     )
     try:
-        status, retry_after, excerpt = runtime().submit(attempt).result()
+        status, retry_after, excerpt = rt.submit(attempt).result()
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
         what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         if isinstance(exc, TimeoutError):

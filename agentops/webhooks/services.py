@@ -25,6 +25,7 @@ from django.utils import timezone
 from agentops.celery import task_send
 from agentops.exceptions import Conflict, NotFound
 from agentops.models import Alert, AuditEntry
+from agentops.runtime import Runtime
 from agentops.text import bound_text
 from agentops.urlsafety import HostUnresolved, url_for_log, url_vet
 
@@ -128,8 +129,9 @@ def webhook_deliveries_enqueue(*, delivery_ids: list[int]) -> None:
 # --- attempts --------------------------------------------------------------------------------
 
 
-def webhook_delivery_attempt(*, delivery_id: int) -> str | None:
-    """Make the next attempt of a delivery if it is pending, due, and this caller claims it.
+def webhook_delivery_attempt(rt: Runtime, *, delivery_id: int) -> str | None:
+    """Make the next attempt of a delivery if it is pending, due, and this caller claims it,
+    sent on the loop of ``rt``, the process's runtime.
     Returns the delivery's status after the attempt, or None if there was nothing to do (not
     due, finished, or claimed by someone else): a duplicate task is harmless."""
     claim = _attempt_claim(delivery_id=delivery_id)
@@ -167,6 +169,7 @@ def webhook_delivery_attempt(*, delivery_id: int) -> str | None:
                 reason=f"not sent: the endpoint's secret does not decode ({exc})",
             )
         answer = post_signed(
+            rt,
             url=endpoint.url,
             addresses=vetted.addresses,
             headers=headers,

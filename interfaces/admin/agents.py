@@ -22,6 +22,7 @@ from agentops.prices import decimal_text
 from agentops.selectors import providers_granted
 from agentops.services import fallbacks_checked, targets_checked
 from inference.models import InferenceCall
+from turns.runtime import running
 
 if TYPE_CHECKING:
     from inference.models import Turn
@@ -228,11 +229,12 @@ class AgentAdmin(admin.ModelAdmin):
             by_agent.setdefault(wait["agent"], []).append(wait)
         from interfaces.selectors import agent_serving
 
+        pacer = running().pacer
         for agent in changelist.result_list:
             agent.page_holds = by_agent.get(agent.name, [])
             # The routing choice (turns.serving): no query for an agent without alternates, a
             # few for one with them.
-            agent.page_serving = agent_serving(agent)
+            agent.page_serving = agent_serving(pacer, agent)
         return changelist
 
     def _current(self, obj: Agent) -> Turn | None:
@@ -260,7 +262,7 @@ class AgentAdmin(admin.ModelAdmin):
         """The alternate serving the agent's calls now, and why; empty when its own model is."""
         from interfaces.selectors import agent_serving
 
-        serving = agent_serving(obj) if obj.pk else None
+        serving = agent_serving(running().pacer, obj) if obj.pk else None
         if serving is None:
             return "its own provider and model"
         return f"{serving['model']} on {serving['provider']} ({serving['reason']})"

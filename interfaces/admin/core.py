@@ -23,7 +23,6 @@ from agentops.models import (
     Project,
     Provider,
 )
-from agentops.prices import PriceBook
 from agentops.project_limits import (
     LIMIT_MAXIMA,
     ProjectLimits,
@@ -31,11 +30,11 @@ from agentops.project_limits import (
     project_limits_put,
 )
 from agentops.providers import provider_problem
-from agentops.runtime import runtime
 from agentops.validation import instant_problem
 from agentops.wording import excerpt
 from interfaces.admin.base import ReadOnlyAdmin
 from interfaces.admin.display import when
+from turns.runtime import running
 from waits.limits import provider_limits
 
 if TYPE_CHECKING:
@@ -80,7 +79,7 @@ class ProviderAdmin(admin.ModelAdmin):
         it, and a Release for those."""
         if obj.pk is None:
             return "-"
-        rows = provider_limits(obj.name)
+        rows = provider_limits(running().pacer, obj.name)
         if not rows:
             return "none known: no answer with quota headers yet, and nothing holds it"
         release = reverse("admin:waits_bindingwait_release_limit")
@@ -282,7 +281,7 @@ class PriceAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: Price, form: Any, change: bool) -> None:
         super().save_model(request, obj, form, change)
-        runtime().part(PriceBook).forget()
+        running().prices.forget()  # this process's copy at once; the others' within its bound
 
 
 @admin.register(HistoryRow)

@@ -22,6 +22,7 @@ from calls.records import ms_to_dt
 from interfaces.admin.base import ReadOnlyAdmin
 from turns.holds import next_call_at
 from turns.queue import held_turns_wake  # an interface may wake turns
+from turns.runtime import running
 from waits.clock import clock_ms
 from waits.core import EVERY_MODEL
 from waits.journal import entry_problem
@@ -45,9 +46,12 @@ def _with_links(waits: list[dict[str, Any]]) -> list[dict[str, Any]]:
     live = Agent.objects.filter(name__in=names, disposed_at__isnull=True).select_related("provider")
     agents: dict[str, int] = {}
     serving: dict[str, dict[str, Any] | None] = {}
+    pacer = running().pacer
     for found in live:
         agents[found.name] = found.pk
-        serving[found.name] = agent_serving(found)  # no query for an agent without alternates
+        serving[found.name] = agent_serving(
+            pacer, found
+        )  # no query for an agent without alternates
     turns: dict[int, int] = {}
     order: dict[str, int] = {
         Turn.Status.HELD: 0,

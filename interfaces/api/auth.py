@@ -7,8 +7,8 @@ from ninja.security import HttpBearer
 
 from agentops.exceptions import Forbidden
 from agentops.models import ApiToken
-from agentops.runtime import runtime
 from agentops.tokens import api_token_check
+from turns.runtime import running
 
 OPERATOR_NEEDED = "this endpoint needs an operator token (create_api_token NAME --operator)"
 
@@ -36,7 +36,8 @@ class AsyncTokenAuth(HttpBearer):
     for minutes without holding one."""
 
     async def authenticate(self, request: HttpRequest, token: str) -> Any:
-        return await runtime().db(api_token_check, token)
+        # The first code of an async request: the process's runtime reaches the database.
+        return await running().db(api_token_check, token)
 
 
 def require_operator(request: HttpRequest) -> ApiToken:

@@ -16,7 +16,6 @@ from ninja.pagination import LimitOffsetPagination, paginate
 from agentops import idempotency, services
 from agentops.exceptions import ProviderFailed, bad_field
 from agentops.models import ApiToken, HistoryRow, IdempotencyKey, Provider
-from agentops.runtime import runtime
 from agentops.selectors import agent_for, history_row_out, provider_for, providers_granted
 from interfaces import selectors as turn_selectors
 from interfaces.api import errors
@@ -48,6 +47,7 @@ from interfaces.api.spend_routes import router as spend_router
 from interfaces.api.waits_routes import router as waits_router
 from turns import services as turn_services
 from turns.auxiliary import AuxMessage, auxiliary_complete_on_loop
+from turns.runtime import TurnRuntime, running
 from waits.limits import provider_limits
 
 api = NinjaAPI(
@@ -123,7 +123,7 @@ def provider_read(request: HttpRequest, name: str) -> dict[str, Any]:
     provider = provider_for(token=token, name=name)
     return {
         **_provider_out(provider, operator=token.operator),
-        "limits": provider_limits(provider.name),
+        "limits": provider_limits(running().pacer, provider.name),
     }
 
 
@@ -133,7 +133,7 @@ def provider_read(request: HttpRequest, name: str) -> dict[str, Any]:
 @api.post("/agents", response={201: AgentOut, **ERRORS}, tags=["agents"])
 def agent_create(request: HttpRequest, payload: AgentIn) -> Status:
     agent = services.agent_create(**payload.model_dump(), project_id=_token(request).project_id)
-    return Status(201, turn_selectors.agent_out(agent))
+    return Status(201, turn_selectors.agent_out(running().pacer, agent))
 
 
 class AgentsFilter(Schema):
@@ -155,13 +155,13 @@ def agent_list(request: HttpRequest, filters: Query[AgentsFilter]) -> list[dict]
     """Live agents the token may see, by name, with status, failure streak and holds;
     ``?status=`` keeps one status, ``?project=`` one project."""
     return turn_selectors.agents_out(
-        token=_token(request), status=filters.status, project=filters.project
+        running().pacer, token=_token(request), status=filters.status, project=filters.project
     )
 
 
 @api.get("/agents/{name}", response={200: AgentOut, **ERRORS}, tags=["agents"])
 def agent_read(request: HttpRequest, name: str) -> dict:
-    return turn_selectors.agent_out(agent_for(token=_token(request), name=name))
+    return turn_selectors.agent_out(running().pacer, agent_for(token=_token(request), name=name))
 
 
 @api.patch("/agents/{name}", response={200: AgentOut, **ERRORS}, tags=["agents"])
@@ -172,7 +172,7 @@ def agent_patch(request: HttpRequest, name: str, payload: AgentPatch) -> dict:
         if field in changes and changes[field] is None:
             raise bad_field(field, "must not be null")
     services.agent_update(agent=agent, changes=changes)
-    return turn_selectors.agent_out(agent_for(token=_token(request), name=name))
+    return turn_selectors.agent_out(running().pacer, agent_for(token=_token(request), name=name))
 
 
 @api.delete("/agents/{name}", response={204: None, **ERRORS}, tags=["agents"])
@@ -290,26 +290,33 @@ async def agent_complete(
     first's record, with no provider call (API.md, Idempotency-Key)."""
     # Async, and the call runs on the request's own event loop: a long provider call holds no
     # thread and no database connection (each read or write gives its connection back).
-    agent = await runtime().db(agent_for, token=_token(request), name=name)
+    # A view: the process's runtime is what the call and its hops go through.
+    rt = running()
+    agent = await rt.db(agent_for, token=_token(request), name=name)
     messages = [AuxMessage(participant=m.participant, content=m.content) for m in payload.messages]
 
     async def complete() -> dict:
         done = await auxiliary_complete_on_loop(
-            agent=agent, messages=messages, model=payload.model, max_tokens=payload.max_tokens
+            rt, agent=agent, messages=messages, model=payload.model, max_tokens=payload.max_tokens
         )
         return {**done, "call": turn_selectors.call_out(done["call"])}
 
     key = idempotency.idempotency_key_check(request.headers.get(idempotency.HEADER))
     if key is None:
         return await complete()
-    return await _complete_once(request, agent=agent.name, key=key, complete=complete)
+    return await _complete_once(rt, request, agent=agent.name, key=key, complete=complete)
 
 
 async def _complete_once(
-    request: HttpRequest, *, agent: str, key: str, complete: Callable[[], Awaitable[dict]]
+    rt: TurnRuntime,
+    request: HttpRequest,
+    *,
+    agent: str,
+    key: str,
+    complete: Callable[[], Awaitable[dict]],
 ) -> HttpResponse:
     """``complete`` under a claimed key: the answer recorded after it, or the key released."""
-    db = runtime().db
+    db = rt.db
     endpoint = f"POST /api/v1/agents/{agent}/complete"
     claim = await db(
         idempotency.idempotency_key_claim,

@@ -36,10 +36,10 @@ from agentops.idempotency import (
     idempotency_key_claim,
     idempotency_key_release,
 )
-from agentops.runtime import runtime
 from interfaces.dropin import views
 from interfaces.dropin.formats import ANTHROPIC, OPENAI, RESPONSES, Format, error
 from turns.dropin import DropinCall
+from turns.runtime import TurnRuntime, running
 
 # The response headers a replay gives back, when the first answer had them.
 RECORDED_HEADERS = (
@@ -69,33 +69,37 @@ async def responses(request: HttpRequest) -> HttpResponseBase:
 
 async def idempotent(request: HttpRequest, fmt: Format) -> HttpResponseBase:
     """``views.serve``, with the key claimed first and the answer recorded after."""
+    # A view: the process's runtime is what the request's call and its hops go through.
+    rt = running()
+    db = rt.db
     raw = request.headers.get(HEADER)
     if raw is None or request.method != "POST":
-        return await views.serve(request, fmt)  # no key: nothing more than before
+        return await views.serve(rt, request, fmt)  # no key: nothing more than before
     try:
         body = request.body
     except RequestDataTooBig:
-        return await views.serve(request, fmt)  # its 413
+        return await views.serve(rt, request, fmt)  # its 413
     try:
-        claim = await runtime().db(_claim, views.presented_token(request), raw, fmt, body)
+        claim = await db(_claim, views.presented_token(request), raw, fmt, body)
     except AgentopsError as exc:
         return error(fmt, exc.status, exc.message, extra={"param": HEADER})
     if claim is None:
-        return await views.serve(request, fmt)  # no valid token: its 401
+        return await views.serve(rt, request, fmt)  # no valid token: its 401
     if claim.kind == "replay":
         assert claim.row is not None
         return _replayed(claim.row.response_status or 200, claim.row)
     try:
-        response = await views.serve(request, fmt)
+        response = await views.serve(rt, request, fmt)
     except BaseException:
-        _later(runtime().db(idempotency_key_release, row_id=claim.row_id))
+        _later(rt, db(idempotency_key_release, row_id=claim.row_id))
         raise
     call: DropinCall | None = request.META.get(views.CALL_META)
     if call is None:  # refused before any call
-        await runtime().db(idempotency_key_release, row_id=claim.row_id)
+        await db(idempotency_key_release, row_id=claim.row_id)
         return response
     if isinstance(response, StreamingHttpResponse):
         response.streaming_content = _recording(
+            rt,
             response.streaming_content,  # type: ignore[arg-type]
             fmt=fmt,
             call=call,
@@ -107,10 +111,10 @@ async def idempotent(request: HttpRequest, fmt: Format) -> HttpResponseBase:
     status = response.status_code
     completed = call.result is not None and call.result.outcome == "completed"
     if not answer_kept(completed=completed, provider_status=status):
-        await runtime().db(idempotency_key_release, row_id=claim.row_id)
+        await db(idempotency_key_release, row_id=claim.row_id)
         return response
     content = response.content
-    await runtime().db(
+    await db(
         idempotency_key_answer,
         row_id=claim.row_id,
         status=status,
@@ -187,6 +191,7 @@ def _ends_answer(chunk: bytes, terminal: bytes) -> bool:
 
 
 async def _recording(
+    rt: TurnRuntime,
     content: AsyncIterator[bytes],
     *,
     fmt: Format,
@@ -204,7 +209,7 @@ async def _recording(
     settled = False  # recorded or released
 
     async def record() -> None:
-        await runtime().db(
+        await rt.db(
             idempotency_key_answer,
             row_id=row_id,
             status=200,
@@ -227,19 +232,14 @@ async def _recording(
             if call.result is not None and call.result.outcome == "completed":
                 await record()
             else:
-                await runtime().db(idempotency_key_release, row_id=row_id)
+                await rt.db(idempotency_key_release, row_id=row_id)
             settled = True
     finally:
         if not settled:  # the client went away before the answer was complete
-            _later(runtime().db(idempotency_key_release, row_id=row_id))
+            _later(rt, rt.db(idempotency_key_release, row_id=row_id))
 
 
-# Releases started where nothing can wait for them (a request cancelled): kept until done.
-_pending: set[asyncio.Task[Any]] = set()
-
-
-def _later(work: Awaitable[Any]) -> None:
+def _later(rt: TurnRuntime, work: Awaitable[Any]) -> None:
+    """Start ``work`` where nothing can wait for it (a request cancelled), kept until done."""
     assert isinstance(work, Coroutine)
-    task = asyncio.get_running_loop().create_task(work)
-    _pending.add(task)
-    task.add_done_callback(_pending.discard)
+    rt.keep_until_done(asyncio.get_running_loop().create_task(work))

@@ -36,7 +36,6 @@ from agentops import selectors
 from agentops.exceptions import NotFound
 from agentops.memory import Recent
 from agentops.models import Agent, ApiToken
-from agentops.runtime import runtime
 from agentops.text import bound_text, untrusted_json, untrusted_json_text
 from agentops.tokens import api_token_check
 from agentops.validation import PASS_ON_DEPTH_LIMIT, json_loads, number_problem, sendable_problem
@@ -53,6 +52,7 @@ from interfaces.dropin.formats import (
 from interfaces.dropin.listing import asked_format, models_response
 from turns.auxiliary import Deferred
 from turns.dropin import DropinCall, wait_headers
+from turns.runtime import TurnRuntime, running
 
 # A provider's error body up to this size is passed through as it came; a larger one is
 # replaced by the format's error with the classified (bounded) message.
@@ -75,7 +75,8 @@ async def models(request: HttpRequest, model_id: str | None = None) -> HttpRespo
         return error(
             asked_format(request), 405, f"method {request.method} is not allowed here: use GET"
         )
-    return await runtime().db(models_response, request, presented_token(request), model_id)
+    # A view: the process's runtime is what it reaches the database through.
+    return await running().db(models_response, request, presented_token(request), model_id)
 
 
 @csrf_exempt
@@ -142,7 +143,11 @@ def token_found(token_text: str) -> ApiToken | None:
 
 
 def look_up(
-    token_text: str, body: dict[str, Any] | None, fmt: Format, headers: dict[str, str]
+    rt: TurnRuntime,
+    token_text: str,
+    body: dict[str, Any] | None,
+    fmt: Format,
+    headers: dict[str, str],
 ) -> Looked:
     """The token, then (for a well-formed body) the agent ``model`` names and, when it speaks
     this endpoint's format, the admission of its call: all in one thread hop."""
@@ -160,7 +165,7 @@ def look_up(
         return looked
     assert looked.agent is not None
     if looked.agent.provider.kind == fmt.kind:
-        looked.call = DropinCall(agent=looked.agent, body=body, headers=headers)
+        looked.call = DropinCall(rt, agent=looked.agent, body=body, headers=headers)
         looked.deferred = looked.call.admit()
     return looked
 
@@ -203,12 +208,13 @@ def parse(request: HttpRequest) -> tuple[dict[str, Any] | None, tuple[int, str, 
     return body, None
 
 
-async def serve(request: HttpRequest, fmt: Format) -> HttpResponseBase:
+async def serve(rt: TurnRuntime, request: HttpRequest, fmt: Format) -> HttpResponseBase:
+    """A drop-in request (``idempotent`` hands it over, with the process's runtime ``rt``)."""
     if request.method != "POST":
         return error(fmt, 405, f"method {request.method} is not allowed here: use POST {fmt.path}")
     body, problem = parse(request)
     headers = {k.lower(): v for k, v in request.headers.items()}
-    looked = await runtime().db(look_up, presented_token(request), body, fmt, headers)
+    looked = await rt.db(look_up, rt, presented_token(request), body, fmt, headers)
     if looked.token is None:
         return error(
             fmt,

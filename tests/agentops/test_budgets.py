@@ -29,6 +29,7 @@ from tests.turns.test_auxiliary import complete
 from tests.turns.test_turns import submit, wait_turn
 from tests.waits.test_admin import staff
 from turns.context.summary import context_summary
+from turns.runtime import TurnRuntime
 from waits.admission import admission_check
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
@@ -263,28 +264,28 @@ def test_a_spent_budget_is_a_binding_wait_on_every_model_until_the_reset(
 
 
 def test_a_held_complete_and_summary_are_refused_without_a_call(
-    api: Client, make_agent: Any, standin_requests: Any
+    runtime: TurnRuntime, api: Client, make_agent: Any, standin_requests: Any
 ) -> None:
     agent = spent_agent(api, make_agent)
     assert len(standin_requests()) == 0
     refused = complete(api, agent.name, max_tokens=10)
     assert refused.status_code == 429, refused.content
     assert datetime.fromisoformat(refused.json()["data"]["until"]) == resets_at(api, agent)
-    summary = asyncio.run(
-        context_summary(agent=agent, rows=[], budget_tokens=100)  # type: ignore[arg-type]
-    )
+    summary = asyncio.run(context_summary(runtime, agent=agent, rows=[], budget_tokens=100))
     assert summary is None
     assert standin_requests() == [], "nothing was sent"
     assert InferenceCall.objects.filter(agent=agent, outcome="deferred").count() == 2
 
 
-def test_a_held_probe_is_deferred(api: Client, make_agent: Any, standin_requests: Any) -> None:
+def test_a_held_probe_is_deferred(
+    runtime: TurnRuntime, api: Client, make_agent: Any, standin_requests: Any
+) -> None:
     agent = spent_agent(api, make_agent)
     HistoryRowFactory.create(agent=agent, seq=1, participant="alice", content="hello")
     failed = compile_request(agent, HistoryRow.objects.filter(agent=agent).order_by("seq"))
     turn = TurnFactory.create(agent=agent, status=Turn.Status.RUNNING)
     outcome = asyncio.run(
-        probe_send(turn=turn, failed=failed, ticket=breaker_probe_begin(agent=agent))
+        probe_send(runtime, turn=turn, failed=failed, ticket=breaker_probe_begin(agent=agent))
     )
     assert outcome.outcome == "deferred"
     assert standin_requests() == []

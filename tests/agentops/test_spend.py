@@ -31,6 +31,7 @@ from tests.factories import AgentFactory, HistoryRowFactory, ProviderFactory, Tu
 from tests.interfaces.api.test_alerts_api import IN_RANGE, OUT_OF_RANGE
 from tests.turns.test_auxiliary import complete
 from tests.turns.test_turns import submit, wait_turn
+from turns.runtime import TurnRuntime
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(90)]
 
@@ -353,14 +354,14 @@ def test_a_complete_call_is_costed_and_counted_in_spend(api: Client, make_agent:
     assert item["output_tokens"] == sum(r.output_tokens or 0 for r in rows)
 
 
-def test_a_probe_is_costed(api: Client, make_agent: Any) -> None:
+def test_a_probe_is_costed(runtime: TurnRuntime, api: Client, make_agent: Any) -> None:
     price = priced(api, "standin-openai", "answer")
     agent = make_agent()
     HistoryRowFactory.create(agent=agent, seq=1, participant="alice", content="hello")
     failed = compile_request(agent, HistoryRow.objects.filter(agent=agent).order_by("seq"))
     turn = TurnFactory.create(agent=agent, status=Turn.Status.RUNNING)
     outcome = asyncio.run(
-        probe_send(turn=turn, failed=failed, ticket=breaker_probe_begin(agent=agent))
+        probe_send(runtime, turn=turn, failed=failed, ticket=breaker_probe_begin(agent=agent))
     )
     assert outcome.outcome == "answered"
     assert outcome.call_id is not None
@@ -633,7 +634,7 @@ def test_the_admin_shows_costs_on_calls_and_agents_and_adds_prices(
 
 
 def test_a_cost_past_the_column_is_unknown_and_the_usage_is_kept(
-    api: Client, make_agent: Any
+    runtime: TurnRuntime, api: Client, make_agent: Any
 ) -> None:
     from calls.records import call_cost_fields
 
@@ -645,10 +646,10 @@ def test_a_cost_past_the_column_is_unknown_and_the_usage_is_kept(
         "output_tokens": 1,
     }
     provider = Provider.objects.get(name="standin-openai")
-    got = call_cost_fields(provider_id=provider.pk, model="answer", fields=fields)
+    got = call_cost_fields(runtime.prices, provider_id=provider.pk, model="answer", fields=fields)
     assert got == {"cost": None, "price_id": made["id"], "cost_basis": "out of range"}
     fields["input_tokens"] = 1_000_000
-    got = call_cost_fields(provider_id=provider.pk, model="answer", fields=fields)
+    got = call_cost_fields(runtime.prices, provider_id=provider.pk, model="answer", fields=fields)
     assert (got["cost"], got["cost_basis"]) == (Decimal(999999), "priced")
 
 

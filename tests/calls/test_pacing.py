@@ -8,14 +8,14 @@ import uuid
 
 import pytest
 
-from agentops.runtime import runtime
 from calls.limits import Quota
 from calls.pacing import PROBES, Pacer
+from turns.runtime import TurnRuntime
 
 
 @pytest.fixture
-def pacer() -> Pacer:
-    return runtime().part(Pacer)
+def pacer(runtime: TurnRuntime) -> Pacer:
+    return runtime.pacer
 
 
 def taken(pacer: Pacer, model: str, now_ms: float) -> int:

@@ -19,6 +19,7 @@ from calls.health import provider_down_check
 from interfaces.dashboard import dashboard_snapshot
 from tests.conftest import WorkerPool, wait_for, worker_pool
 from tests.factories import AgentFactory, ProviderFactory
+from turns.runtime import TurnRuntime
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -34,7 +35,7 @@ def complete(api: Client, agent: str) -> int:
 
 @override_settings(AGENTOPS_PROVIDER_DOWN_AFTER_MS=300)
 def test_a_provider_that_only_fails_raises_one_alert_per_episode_and_its_first_success_ends_it(
-    api: Client, standin: str
+    runtime: TurnRuntime, api: Client, standin: str
 ) -> None:
     provider = ProviderFactory.create(name="flaky", kind="openai", base_url=REFUSED)
     agent = AgentFactory.create(provider=provider, model="answer")
@@ -58,7 +59,8 @@ def test_a_provider_that_only_fails_raises_one_alert_per_episode_and_its_first_s
     assert complete(api, agent.name) == 502
     assert Alert.objects.filter(kind="provider-down").count() == 1  # one per episode
     assert [
-        p["provider"] for p in dashboard_snapshot(now_ms=time.time() * 1000)["providers_down"]
+        p["provider"]
+        for p in dashboard_snapshot(runtime.pacer, now_ms=time.time() * 1000)["providers_down"]
     ] == ["flaky"]
 
     Provider.objects.filter(pk=provider.pk).update(base_url=f"{standin}/v1")
@@ -67,7 +69,7 @@ def test_a_provider_that_only_fails_raises_one_alert_per_episode_and_its_first_s
     assert "answers again" in up.message
     provider.refresh_from_db()
     assert provider.failing_since is None and provider.down_alerted_at is None
-    assert dashboard_snapshot(now_ms=time.time() * 1000)["providers_down"] == []
+    assert dashboard_snapshot(runtime.pacer, now_ms=time.time() * 1000)["providers_down"] == []
 
 
 @override_settings(AGENTOPS_PROVIDER_DOWN_AFTER_MS=1)

@@ -14,10 +14,13 @@ from django.utils import timezone
 from inference.models import Turn
 from interfaces.dashboard import dashboard_snapshot
 from tests.factories import AgentFactory, TurnFactory
+from turns.runtime import TurnRuntime
 
 
 @pytest.mark.django_db
-def test_the_snapshot_and_the_admin_show_a_turn_waiting_for_its_pacing() -> None:
+def test_the_snapshot_and_the_admin_show_a_turn_waiting_for_its_pacing(
+    runtime: TurnRuntime,
+) -> None:
     agent = AgentFactory.create(name="pacey")
     until = timezone.now() + timedelta(seconds=40)
     waiting = TurnFactory.create(
@@ -39,7 +42,7 @@ def test_the_snapshot_and_the_admin_show_a_turn_waiting_for_its_pacing() -> None
         waiting_reason="re-armed",
     )  # over
 
-    snapshot = dashboard_snapshot(now_ms=time.time() * 1000)
+    snapshot = dashboard_snapshot(runtime.pacer, now_ms=time.time() * 1000)
     assert snapshot["waiting"] == [
         {
             "turn": waiting.pk,

@@ -1,5 +1,6 @@
-"""The web app answers the ASGI lifespan (architecture.md §3): the process's runtime is made and
-started when the server starts, before any request, and stopped once when it shuts down."""
+"""The web app answers the ASGI lifespan (architecture.md §3): the process's runtime is built and
+started when the server starts, before any request, and stopped once when it shuts down; no
+other code builds one."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ SCRIPT = textwrap.dedent(
     import asyncio
 
     from interfaces.asgi import application
-    from agentops.runtime import runtime
+    from agentops import runtime
+    from turns.runtime import TurnRuntime
 
     async def main():
         inbox, sent = asyncio.Queue(), []
@@ -22,16 +24,16 @@ SCRIPT = textwrap.dedent(
         async def send(message):
             sent.append(message["type"])
 
-        assert runtime.made() is None
+        assert runtime._installed is None
         served = asyncio.create_task(application({"type": "lifespan"}, inbox.get, send))
         await inbox.put({"type": "lifespan.startup"})
         while not sent:
             await asyncio.sleep(0.01)
-        made = runtime.made()
-        print("started", made is not None and made.thread.is_alive())
+        made = runtime.installed()
+        print("started", isinstance(made, TurnRuntime) and made.thread.is_alive())
         await inbox.put({"type": "lifespan.shutdown"})
         await asyncio.wait_for(served, 10)
-        print("stopped", made._stopped)
+        print("stopped", made._stopped, runtime._installed is None)
         print("sent", ",".join(sent))
 
     asyncio.run(main())
@@ -50,6 +52,6 @@ def test_the_runtime_starts_with_the_server_and_stops_with_it() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:3] == [
         "started True",
-        "stopped True",
+        "stopped True True",
         "sent lifespan.startup.complete,lifespan.shutdown.complete",
     ], done.stdout + done.stderr

@@ -26,6 +26,7 @@ from inference.models import InferenceCall, Turn
 from interfaces.metrics import metrics_view
 from tests.conftest import scraper
 from tests.factories import AgentFactory, CallFactory, HistoryRowFactory, TurnFactory
+from turns.runtime import TurnRuntime
 from waits.clock import clock_ms
 from waits.models import WaitJournalEntry
 from waits.services import wait_record
@@ -214,7 +215,9 @@ def test_probes_are_counted_by_verdict_with_pending_for_a_probe_not_yet_read(age
 
 
 @pytest.mark.django_db(transaction=True)  # the probe reads in the runtime's database threads
-def test_a_probe_deferred_by_a_provider_wait_gets_its_row_and_is_counted(agent: Agent) -> None:
+def test_a_probe_deferred_by_a_provider_wait_gets_its_row_and_is_counted(
+    runtime: TurnRuntime, agent: Agent
+) -> None:
     HistoryRowFactory.create(agent=agent, seq=1, participant="alice", content="hello")
     failed = compile_request(agent, HistoryRow.objects.filter(agent=agent).order_by("seq"))
     wait_record(
@@ -222,7 +225,7 @@ def test_a_probe_deferred_by_a_provider_wait_gets_its_row_and_is_counted(agent: 
     )
     turn = TurnFactory.create(agent=agent, status=Turn.Status.RUNNING)
     ticket = breaker_probe_begin(agent=agent)
-    outcome = asyncio.run(probe_send(turn=turn, failed=failed, ticket=ticket))
+    outcome = asyncio.run(probe_send(runtime, turn=turn, failed=failed, ticket=ticket))
     assert outcome.outcome == "deferred" and outcome.call_id is not None
     row = InferenceCall.objects.get(pk=outcome.call_id)
     assert (row.kind, row.outcome, row.turn_id, row.model) == ("probe", "deferred", turn.pk, "m1")

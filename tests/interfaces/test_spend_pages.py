@@ -27,6 +27,7 @@ from inference.models import InferenceCall
 from interfaces.dashboard import dashboard_snapshot
 from interfaces.spend import spent_since
 from tests.factories import AgentFactory, BudgetFactory, CallFactory
+from turns.runtime import TurnRuntime
 
 pytestmark = pytest.mark.django_db
 
@@ -294,7 +295,7 @@ def test_the_spend_page_is_for_staff_with_the_view_permission_and_linked_from_th
 
 
 @override_settings(AGENTOPS_BUDGET_TIME_ZONE="America/New_York")
-def test_the_dashboard_shows_todays_spend_per_agent_and_in_total() -> None:
+def test_the_dashboard_shows_todays_spend_per_agent_and_in_total(runtime: TurnRuntime) -> None:
     project, ada, _ = project_with_agent("acme")
     bob = AgentFactory.create(name="bob", project=project)
     AgentFactory.create(name="cleo", project=project)  # nothing today
@@ -308,7 +309,7 @@ def test_the_dashboard_shows_todays_spend_per_agent_and_in_total() -> None:
     # Yesterday at 23:30 in New York is today in UTC: not today's.
     ended(ada, at_local(today - timedelta(days=1), 23, 30, NEW_YORK), "100")
     ended(bob, at_local(today, 0, 45, NEW_YORK), None)
-    snapshot = dashboard_snapshot(now_ms=evening.timestamp() * 1000)
+    snapshot = dashboard_snapshot(runtime.pacer, now_ms=evening.timestamp() * 1000)
     total = snapshot["spend_today"]
     assert (total["cost"], total["calls"], total["unpriced_calls"]) == ("0.75", 4, 2)
     assert (total["day"], total["zone"], total["currency"]) == (
@@ -322,14 +323,16 @@ def test_the_dashboard_shows_todays_spend_per_agent_and_in_total() -> None:
     assert spent["cleo"] == {"cost": None, "calls": 0, "unpriced_calls": 0}
 
 
-def test_the_dashboard_shows_each_agents_budgets_and_holds_in_one_read() -> None:
+def test_the_dashboard_shows_each_agents_budgets_and_holds_in_one_read(
+    runtime: TurnRuntime,
+) -> None:
     project, ada, _ = project_with_agent("acme")
     bob = AgentFactory.create(name="bob", project=project)
     other = AgentFactory.create(name="zed")
     now = timezone.now()
     agent_and_held_project_budgets(ada, project, now)
     ended(bob, now, "0.5")
-    snapshot = dashboard_snapshot(now_ms=clock.time() * 1000)
+    snapshot = dashboard_snapshot(runtime.pacer, now_ms=clock.time() * 1000)
     budgets = {b["agent"]: b["budgets"] for b in snapshot["breakers"]}
     assert [
         (b["scope"], b["spent"], b["amount"], b["period"], b["held"]) for b in budgets[ada.name]
@@ -342,13 +345,13 @@ def test_the_dashboard_shows_each_agents_budgets_and_holds_in_one_read() -> None
 
     # The snapshot's cost does not grow with the agents: one grouped read for all of them.
     with CaptureQueriesContext(connection) as few:
-        dashboard_snapshot(now_ms=clock.time() * 1000)
+        dashboard_snapshot(runtime.pacer, now_ms=clock.time() * 1000)
     for n in range(12):
         agent = AgentFactory.create(name=f"more-{n}", project=project)
         ended(agent, now, "0.01")
         set_budget(agent, "1", "week", now=now, warn_at="1")
     with CaptureQueriesContext(connection) as many:
-        snapshot = dashboard_snapshot(now_ms=clock.time() * 1000)
+        snapshot = dashboard_snapshot(runtime.pacer, now_ms=clock.time() * 1000)
     assert len(many) == len(few), [q["sql"][:120] for q in many.captured_queries]
     assert snapshot["spend_today"]["calls"] == 13
 

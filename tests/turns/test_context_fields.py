@@ -12,6 +12,7 @@ from django.test import Client
 from agentops.models import Agent
 from inference.models import InferenceCall
 from tests.factories import AgentFactory, ProviderFactory
+from turns.runtime import TurnRuntime
 
 pytestmark = pytest.mark.django_db
 
@@ -180,14 +181,17 @@ def test_a_row_set_aside_for_the_window_is_restored_from_the_admin_with_an_audit
     assert audit.data["set_aside_reason"] == "context" and audit.data["set_aside_by"] == "context"
 
 
-def test_the_dashboard_shows_a_context_bar_per_agent(provider: Any) -> None:
+def test_the_dashboard_shows_a_context_bar_per_agent(runtime: TurnRuntime, provider: Any) -> None:
     from interfaces.dashboard import dashboard_snapshot
     from waits.clock import clock_ms
 
     agent = AgentFactory.create(name="bob", provider=provider, context_window=16000)
     AgentFactory.create(name="cid", provider=provider)
     InferenceCall.objects.create(agent=agent, model="answer", streamed=True, input_tokens=12000)
-    bars = {b["agent"]: b["context"] for b in dashboard_snapshot(now_ms=clock_ms())["breakers"]}
+    bars = {
+        b["agent"]: b["context"]
+        for b in dashboard_snapshot(runtime.pacer, now_ms=clock_ms())["breakers"]
+    }
     assert bars == {
         "bob": {"window": 16000, "last_input_tokens": 12000, "used_fraction": 0.75},
         "cid": {"window": None, "last_input_tokens": None, "used_fraction": None},

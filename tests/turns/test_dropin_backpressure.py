@@ -15,6 +15,7 @@ from agentops.models import Agent
 from inference.models import InferenceCall
 from tests.factories import AgentFactory, ProviderFactory
 from turns.dropin import QUEUE_ITEMS, DropinCall
+from turns.runtime import TurnRuntime
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -28,11 +29,11 @@ def flood_agent(hostile: str) -> Agent:
 
 
 async def test_a_client_that_stops_taking_leaves_at_most_the_bound_waiting(
-    hostile: str, hostile_requests: Any
+    runtime: TurnRuntime, hostile: str, hostile_requests: Any
 ) -> None:
     agent = await database_sync_to_async(flood_agent)(hostile)
     body = {"model": agent.name, "messages": [{"role": "user", "content": "hi"}], "stream": True}
-    call = DropinCall(agent=agent, body=body, headers={})
+    call = DropinCall(runtime, agent=agent, body=body, headers={})
     assert await database_sync_to_async(call.admit)() is None
     call.start()
     taken = await call.arrived()

@@ -18,6 +18,7 @@ from agentops.models import Agent, Alert
 from interfaces.dashboard import dashboard_snapshot
 from tests.conftest import WorkerPool, wait_for, worker_pool
 from tests.turns.test_turns import submit, wait_turn
+from turns.runtime import TurnRuntime
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -54,7 +55,7 @@ def per_model(requests: list[dict[str, Any]]) -> Counter[str]:
 
 
 def test_a_two_hour_wait_is_served_by_the_alternate_in_the_same_run_and_stays_there(
-    api: Client, make_agent: Any, standin_requests: Any
+    runtime: TurnRuntime, api: Client, make_agent: Any, standin_requests: Any
 ) -> None:
     agent = with_alternates(make_agent, LONG_429, ALTERNATE)
     first = wait_turn(api, submit(api, agent.name, ("alice", "hello"))["id"])
@@ -71,7 +72,7 @@ def test_a_two_hour_wait_is_served_by_the_alternate_in_the_same_run_and_stays_th
     # The dashboard shows the alternate serving and the primary's wait.
     [shown] = [
         b
-        for b in dashboard_snapshot(now_ms=time.time() * 1000)["breakers"]
+        for b in dashboard_snapshot(runtime.pacer, now_ms=time.time() * 1000)["breakers"]
         if b["agent"] == agent.name
     ]
     assert (

@@ -23,13 +23,14 @@ from inference.models import AgentLease
 from tests.conftest import _database_url, wait_for
 from tests.factories import AgentFactory
 from tests.waits.test_journal_stalls import run_worker_process
-from turns.lease import lease_claim, lease_renewer
+from turns.lease import lease_claim
+from turns.runtime import TurnRuntime
 
 RENEW_WITH_THE_DATABASE_DOWN = """
 import json, time
 from turns.lease import TurnLease
 
-lease = TurnLease(agent_id=1, owner="w1")
+lease = TurnLease(1, "w1", runtime.leases)
 quarter, whole = 1000 / 4000, 1000 / 1000  # AGENTOPS_TURN_LEASE_MS=1000
 lease._renewed = time.monotonic() - quarter  # a renewal is due, the lease still holds
 while_valid = lease.renew_if_due()
@@ -68,11 +69,11 @@ def test_a_renewal_the_database_does_not_answer_keeps_the_call_going_even_past_t
 
 
 @pytest.mark.django_db(transaction=True)  # the renewal gives its connection back
-def test_once_the_database_answers_a_lease_that_could_not_be_renewed_is_renewed_at_once_unless_taken() -> (
-    None
-):
+def test_once_the_database_answers_a_lease_that_could_not_be_renewed_is_renewed_at_once_unless_taken(
+    runtime: TurnRuntime,
+) -> None:
     agent = AgentFactory.create()
-    lease = lease_claim(agent.pk)
+    lease = lease_claim(runtime.leases, agent.pk)
     assert lease is not None
     past = timezone.now() - timedelta(seconds=5)
     AgentLease.objects.filter(agent=agent).update(
@@ -94,21 +95,21 @@ def test_once_the_database_answers_a_lease_that_could_not_be_renewed_is_renewed_
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_lapsed_lease_is_taken_over_only_after_the_grace_in_which_its_owner_would_renew_it() -> (
-    None
-):
+def test_a_lapsed_lease_is_taken_over_only_after_the_grace_in_which_its_owner_would_renew_it(
+    runtime: TurnRuntime,
+) -> None:
     agent = AgentFactory.create()
-    assert lease_claim(agent.pk) is not None
+    assert lease_claim(runtime.leases, agent.pk) is not None
     grace = timedelta(milliseconds=settings.AGENTOPS_TURN_LEASE_GRACE_MS)
     assert grace > timedelta(0)
     AgentLease.objects.filter(agent=agent).update(
         until=timezone.now() - grace / 2
     )  # lapsed, within the grace
-    assert lease_claim(agent.pk) is None
+    assert lease_claim(runtime.leases, agent.pk) is None
     AgentLease.objects.filter(agent=agent).update(
         until=timezone.now() - grace - timedelta(seconds=1)
     )
-    taken = lease_claim(agent.pk)
+    taken = lease_claim(runtime.leases, agent.pk)
     assert taken is not None and AgentLease.objects.get(agent=agent).owner == taken.owner
     taken.release()
 
@@ -122,13 +123,15 @@ def _renewed_by_one_round(agent_ids: list[int], since: Any) -> bool:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_one_statement_renews_every_lease_the_process_holds_each_quarter_lease() -> None:
+def test_one_statement_renews_every_lease_the_process_holds_each_quarter_lease(
+    runtime: TurnRuntime,
+) -> None:
     agents = AgentFactory.create_batch(200)
     ids = [agent.pk for agent in agents]
     threads_before = threading.active_count()
     with override_settings(AGENTOPS_TURN_LEASE_MS=800):  # a round every 200 ms
-        renewer = lease_renewer()
-        leases = [lease_claim(agent_id) for agent_id in ids]
+        renewer = runtime.leases
+        leases = [lease_claim(runtime.leases, agent_id) for agent_id in ids]
         assert all(lease is not None for lease in leases)
         # Each claim was a statement of its own: 200 transactions wrote the rows.
         assert _xmins(ids) == 200
@@ -174,15 +177,17 @@ def _xmins(agent_ids: list[int]) -> int:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_lease_taken_over_is_lost_at_the_next_round_and_wakes_what_waits_on_it() -> None:
+def test_a_lease_taken_over_is_lost_at_the_next_round_and_wakes_what_waits_on_it(
+    runtime: TurnRuntime,
+) -> None:
     mine, other = AgentFactory.create(), AgentFactory.create()
     with override_settings(AGENTOPS_TURN_LEASE_MS=800):
-        taken, kept = lease_claim(mine.pk), lease_claim(other.pk)
+        taken, kept = lease_claim(runtime.leases, mine.pk), lease_claim(runtime.leases, other.pk)
         assert taken is not None and kept is not None
         woken = threading.Event()
         forget = taken.wake_on_loss(woken)
         AgentLease.objects.filter(agent=mine).update(owner="another-worker")
-        lease_renewer().renew_now()
+        runtime.leases.renew_now()
         assert woken.wait(5), "the waiting call was not woken"
         forget()
         assert taken.lost and not kept.lost
@@ -200,10 +205,10 @@ def test_a_lease_taken_over_is_lost_at_the_next_round_and_wakes_what_waits_on_it
 
 RENEWER_WITH_THE_DATABASE_DOWN = """
 import json, time
-from turns.lease import TurnLease, lease_renewer
+from turns.lease import TurnLease
 
-renewer = lease_renewer()
-lease = TurnLease(agent_id=1, owner="w1")
+renewer = runtime.leases
+lease = TurnLease(1, "w1", renewer)
 renewer.keep(lease)
 renewer.renew_now()
 # A span of time is what is measured: in 2 s unanswered, several tries if it tries again
@@ -231,15 +236,15 @@ def test_while_the_database_does_not_answer_the_renewer_keeps_its_leases_and_tri
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_agent_that_no_longer_exists_gets_no_lease_and_no_error() -> None:
+def test_an_agent_that_no_longer_exists_gets_no_lease_and_no_error(runtime: TurnRuntime) -> None:
     """A drain task older than its agent (a queue left over from another database): its run
     finds nothing to claim, rather than failing on the lease's foreign key."""
     gone = AgentFactory.create()
     gone_id = gone.pk
     gone.delete()
-    assert lease_claim(gone_id) is None
+    assert lease_claim(runtime.leases, gone_id) is None
     assert not AgentLease.objects.filter(agent_id=gone_id).exists()
     here = AgentFactory.create()
-    lease = lease_claim(here.pk)
+    lease = lease_claim(runtime.leases, here.pk)
     assert lease is not None
     lease.release()

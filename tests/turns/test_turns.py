@@ -11,12 +11,12 @@ import pytest
 from django.test import Client
 
 from agentops.models import Agent, HistoryRow
-from agentops.runtime import runtime
 from inference.models import InferenceCall, Turn
 from interfaces.tasks import agent_drain
 from tests.conftest import wait_for
 from turns.drain import run_end
 from turns.lease import lease_claim
+from turns.runtime import TurnRuntime
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("workers")]
 
@@ -148,22 +148,23 @@ def test_two_workers_never_run_two_calls_for_one_agent_and_queued_messages_join(
 
 
 def test_a_turn_submitted_as_a_run_ends_runs_once_that_run_releases_the_lease(
-    api: Client, make_agent: Any
+    api: Client, make_agent: Any, runtime: TurnRuntime
 ) -> None:
     """A run's last look found no turn; a turn submitted before it releases the lease is
     delivered to a worker that finds the lease held and does nothing. The run's release looks
     once more and sends the agent on, rather than leave the turn to the sweep (which these
     workers do not run)."""
     agent = make_agent(model="answer")
-    ending = lease_claim(agent.pk)  # the ending run's lease, held here in the test process
+    ending = lease_claim(
+        runtime.leases, agent.pk
+    )  # the ending run's lease, held here in the test process
     assert ending is not None
     accepted = submit(api, agent.name, ("alice", "Hello"))
     # Delivered: a worker took the task and found the lease held (were it free, the turn would
     # have run as the probe's did).
     workers_had_their_chance(api, make_agent)
     assert api.get(f"/api/v1/turns/{accepted['id']}").json()["status"] == "queued"
-    made = runtime()
-    made.submit(run_end(made, ending, idle=True)).result(10)
+    runtime.submit(run_end(runtime, ending, idle=True)).result(10)
     assert wait_turn(api, accepted["id"], timeout=10)["status"] == "succeeded"
 
 

@@ -91,7 +91,12 @@ def run_worker_process(
         "AGENTOPS_FAILURES_LOG": str(settings.AGENTOPS_FAILURES_LOG),
         **env,
     }
-    script = "import django\ndjango.setup()\n" + code
+    # Built as an entry point builds it (``runtime`` in the script), never on first use.
+    script = (
+        "import django\ndjango.setup()\n"
+        "from agentops.runtime import install\nfrom turns.runtime import TurnRuntime\n"
+        "runtime = TurnRuntime(worker=False)\nruntime.start()\ninstall(runtime)\n"
+    ) + code
     try:
         out = subprocess.run(
             [sys.executable, "-c", script, *args],

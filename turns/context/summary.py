@@ -10,6 +10,7 @@ from typing import Final
 
 from agentops.exceptions import AgentopsError
 from agentops.models import Agent
+from calls.engine import CallRuntime
 from turns.auxiliary import AuxMessage, auxiliary_complete_on_loop
 from turns.context.estimate import CHARS_PER_TOKEN
 from turns.context.selection import Row
@@ -35,11 +36,15 @@ def _rendered(rows: list[Row], limit_chars: int) -> str:
     return body if len(body) <= limit_chars else body[-limit_chars:]
 
 
-async def context_summary(*, agent: Agent, rows: list[Row], budget_tokens: int) -> str | None:
-    """The summary text, or None when the call failed, was held or answered nothing."""
+async def context_summary(
+    rt: CallRuntime, *, agent: Agent, rows: list[Row], budget_tokens: int
+) -> str | None:
+    """The summary text (an auxiliary call through ``rt``), or None when the call failed, was
+    held or answered nothing."""
     content = f"{INSTRUCTION}\n\n{_rendered(rows, max(budget_tokens, 256) * CHARS_PER_TOKEN)}"
     try:
         done = await auxiliary_complete_on_loop(
+            rt,
             agent=agent,
             messages=[AuxMessage(participant="agentops", content=content)],
             model=None,

@@ -26,6 +26,7 @@ from agentops.webhooks.models import WebhookAttempt, WebhookDelivery
 from agentops.webhooks.sender import post_signed
 from agentops.webhooks.services import alert_payload, webhook_delivery_attempt
 from tests.factories import AlertFactory, WebhookDeliveryFactory, WebhookEndpointFactory
+from turns.runtime import TurnRuntime
 
 from .conftest import Receiver
 
@@ -82,7 +83,7 @@ def queued_delivery(url: str) -> WebhookDelivery:
 
 
 def test_an_attempt_connects_to_the_address_it_checked_even_if_the_name_answers_differently_later(
-    settings: Any, network: FakeNetwork
+    runtime: TurnRuntime, settings: Any, network: FakeNetwork
 ) -> None:
     settings.AGENTOPS_WEBHOOKS_ALLOW_PRIVATE = False
     checked = Receiver("127.0.0.1")  # reached through the route for the public address
@@ -92,7 +93,7 @@ def test_an_attempt_connects_to_the_address_it_checked_even_if_the_name_answers_
         network.routes = {PUBLIC: "127.0.0.1"}
         delivery = queued_delivery(f"http://{NAME}:{checked.port}/hook?token=t")
 
-        status = webhook_delivery_attempt(delivery_id=delivery.pk)
+        status = webhook_delivery_attempt(runtime, delivery_id=delivery.pk)
 
         assert rebound.received() == []
         [request] = checked.received()
@@ -108,13 +109,13 @@ def test_an_attempt_connects_to_the_address_it_checked_even_if_the_name_answers_
 
 
 def test_a_name_that_resolves_to_a_private_address_is_sent_nothing(
-    settings: Any, network: FakeNetwork, receiver: Receiver
+    runtime: TurnRuntime, settings: Any, network: FakeNetwork, receiver: Receiver
 ) -> None:
     settings.AGENTOPS_WEBHOOKS_ALLOW_PRIVATE = False
     network.answers = [["127.0.0.1"]]
     delivery = queued_delivery(f"http://{NAME}:{receiver.port}/hook")
 
-    status = webhook_delivery_attempt(delivery_id=delivery.pk)
+    status = webhook_delivery_attempt(runtime, delivery_id=delivery.pk)
 
     assert status == WebhookDelivery.Status.FAILED
     delivery.refresh_from_db()
@@ -124,7 +125,7 @@ def test_a_name_that_resolves_to_a_private_address_is_sent_nothing(
 
 
 def test_an_address_that_refuses_the_connection_is_passed_over_for_the_next_checked_one(
-    network: FakeNetwork, receiver: Receiver
+    runtime: TurnRuntime, network: FakeNetwork, receiver: Receiver
 ) -> None:
     closed = Receiver("127.0.0.2", receiver.port)
     closed.close()  # nothing listens on 127.0.0.2 at that port now
@@ -132,6 +133,7 @@ def test_an_address_that_refuses_the_connection_is_passed_over_for_the_next_chec
     vetted = url_vet(f"http://{NAME}:{receiver.port}/hook", allow_private=True)
 
     answer = post_signed(
+        runtime,
         url=f"http://{NAME}:{receiver.port}/hook",
         addresses=vetted.addresses,
         headers={},
@@ -166,11 +168,13 @@ def loopback() -> tuple[IPAddress, ...]:
 
 
 def test_over_https_the_name_goes_in_sni_and_the_certificate_is_verified_against_it(
+    runtime: TurnRuntime,
     authority: trustme.CA,
 ) -> None:
     receiver = tls_receiver(authority, NAME)
     try:
         answer = post_signed(
+            runtime,
             url=f"https://{NAME}:{receiver.port}/hook",
             addresses=loopback(),
             headers={},
@@ -185,10 +189,13 @@ def test_over_https_the_name_goes_in_sni_and_the_certificate_is_verified_against
         receiver.close()
 
 
-def test_over_https_a_certificate_for_another_name_is_refused(authority: trustme.CA) -> None:
+def test_over_https_a_certificate_for_another_name_is_refused(
+    runtime: TurnRuntime, authority: trustme.CA
+) -> None:
     receiver = tls_receiver(authority, "other.example.test")
     try:
         answer = post_signed(
+            runtime,
             url=f"https://{NAME}:{receiver.port}/hook",
             addresses=loopback(),
             headers={},

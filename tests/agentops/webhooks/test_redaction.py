@@ -24,6 +24,7 @@ from agentops.webhooks.services import (
 )
 from interfaces.admin.webhooks import URL_HIDDEN
 from tests.factories import AlertFactory, WebhookDeliveryFactory, WebhookEndpointFactory
+from turns.runtime import TurnRuntime
 
 from .conftest import Receiver, Reply
 
@@ -69,20 +70,23 @@ def test_the_secret_is_shown_only_to_users_who_may_change_endpoints() -> None:
 
 
 def test_a_refused_attempt_logs_the_url_without_its_credentials_or_query(
-    settings: Any, caplog: pytest.LogCaptureFixture
+    runtime: TurnRuntime, settings: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     settings.AGENTOPS_WEBHOOKS_ALLOW_PRIVATE = False
     delivery = queued_delivery(f"http://ops:{PASSWORD}@127.0.0.1:9/hook?token={TOKEN}")
 
     with caplog.at_level(logging.WARNING, logger="webhooks"):
-        assert webhook_delivery_attempt(delivery_id=delivery.pk) == WebhookDelivery.Status.FAILED
+        assert (
+            webhook_delivery_attempt(runtime, delivery_id=delivery.pk)
+            == WebhookDelivery.Status.FAILED
+        )
 
     assert "http://127.0.0.1:9/hook" in caplog.text and "loopback" in caplog.text
     assert PASSWORD not in caplog.text and TOKEN not in caplog.text and "ops:" not in caplog.text
 
 
 def test_a_failed_attempt_logs_the_url_without_its_credentials_or_query_but_sends_them(
-    receiver: Receiver, caplog: pytest.LogCaptureFixture
+    runtime: TurnRuntime, receiver: Receiver, caplog: pytest.LogCaptureFixture
 ) -> None:
     receiver.answer(Reply(400, body=b"no"))
     plain = receiver.url
@@ -91,7 +95,10 @@ def test_a_failed_attempt_logs_the_url_without_its_credentials_or_query_but_send
     )
 
     with caplog.at_level(logging.WARNING, logger="webhooks"):
-        assert webhook_delivery_attempt(delivery_id=delivery.pk) == WebhookDelivery.Status.FAILED
+        assert (
+            webhook_delivery_attempt(runtime, delivery_id=delivery.pk)
+            == WebhookDelivery.Status.FAILED
+        )
 
     [request] = receiver.received()
     assert request.path == f"/hook?token={TOKEN}"

@@ -30,6 +30,7 @@ from tests.conftest import BASE_DIR, wait_for
 from tests.factories import AgentFactory, ProviderFactory
 from tests.interfaces.dropin.test_dropin_clients import sse_lines
 from turns.dropin_attempts import JITTER_TOTAL_MS, again_after_ms
+from turns.runtime import TurnRuntime
 from turns.serving_reads import serving_out
 from waits.models import WaitJournalEntry
 
@@ -456,7 +457,7 @@ def test_an_alternate_of_another_wire_format_is_not_used_by_a_drop_in(
 
 
 def test_the_alternate_a_turn_would_take_has_no_since_before_it_served(
-    oai: openai.OpenAI, with_alternate: Any, hostile_requests: Any
+    runtime: TurnRuntime, oai: openai.OpenAI, with_alternate: Any, hostile_requests: Any
 ) -> None:
     agent = with_alternate("429:all", other_format=True)
     # A second alternate, of the request's own format: the drop-in goes there.
@@ -468,7 +469,7 @@ def test_the_alternate_a_turn_would_take_has_no_since_before_it_served(
     oai.chat.completions.create(model=agent.name, messages=USER)
     assert [r["model"] for r in hostile_requests()] == [agent.model, "answer"]
     # A turn would go to the first alternate, which has served nothing yet.
-    serving = serving_out(agent, time.time() * 1000)
+    serving = serving_out(runtime.pacer, agent, time.time() * 1000)
     assert serving is not None and serving["provider"] == "elsewhere"
     assert serving["since"] is None
 
