@@ -14,8 +14,9 @@ from typing import Literal
 
 from agentops.models import Agent, HistoryRow
 from calls.engine import CallRuntime
-from calls.run import Holding, ProviderCall, Watch
+from calls.run import ProviderCall
 from calls.types import CompiledRequest, Message, ProviderError
+from calls.watch import Holding, Watch
 from inference.models import InferenceCall, Turn
 from waits.admission import admission_check
 

@@ -19,65 +19,36 @@ with its outcome, when it ends; a call that a binding wait refused gets its row 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
 from agentops import rows, telemetry
 from agentops.budgets import Reserved, budget_settle
-from agentops.live import broadcast_turn_event, publish_turn_event
+from agentops.live import broadcast_turn_event
 from agentops.models import Agent, Provider
 from agentops.prices import PriceBook
-from agentops.runtime import Settable, Wake
 from calls.adapters import Adapter, WireRequest, build_wire
-from calls.bounds import BoundsSettings, Deadline, ShorterBeforeContent
+from calls.bounds import BoundsSettings, ShorterBeforeContent
 from calls.budgeting import OUTPUT_BOUND, call_reservation
-from calls.client import CallResult, Timeline
+from calls.client import CallResult
 from calls.config import bounds_settings
 from calls.engine import CallRuntime
 from calls.events import dashboard_call_ended, dashboard_call_started
 from calls.gate import call_gated, provider_vetted, quota_told, slot_kept, token_estimate
 from calls.health import provider_health_note
 from calls.limits import Quota
-from calls.progress import progress_entry
 from calls.project_limits import Taken
 from calls.reading import perform_call
 from calls.records import call_cost_fields, stored
 from calls.tracing import attempt_traced
 from calls.types import CompiledRequest
+from calls.watch import Hooks, Watch
 from inference.models import InferenceCall, Turn
 from inference.routes import RouteKind
-
-
-class Holding(Protocol):
-    """What a call is made under and must stop without (a turn's lease): kept alive by someone
-    else (the process's lease renewer), it wakes a waiting call when it is lost."""
-
-    @property
-    def lost(self) -> bool: ...
-
-    def wake_on_loss(self, event: Settable) -> Callable[[], None]:
-        """Set ``event`` once lost (at once if it is); returns the undo."""
-        ...
-
-
-@dataclass(frozen=True)
-class Watch:
-    """What watches a call on the runtime's loop (a turn's call, a probe): it is
-    aborted when the Redis key ``abort_key`` appears, when ``holding`` is lost and, with
-    ``abort_on_shutdown``, when the worker's warm shutdown begins (a turn's call is left to end:
-    the worker waits for it); it has its entry among the dashboard's calls in flight; with
-    ``turn_events`` the turn's websocket gets ``call.started``, ``call.delta`` and
-    ``call.ended``."""
-
-    abort_key: str | None = None
-    holding: Holding | None = None
-    abort_on_shutdown: bool = True
-    turn_events: bool = False
-
 
 OnWire = Callable[[str, Any], Awaitable[None]]
 # How a caller runs blocking work from the loop (``Runtime.db``, or a durable variant of it).
@@ -273,7 +244,11 @@ class ProviderCall:
         if self.refused is not None:
             self.result = self.refused
             return self.refused
-        hooks = _Hooks(self.engine, self, watch) if watch is not None else None
+        hooks = (
+            Hooks(self.engine, self.row, self.agent.name, self._aborts, watch)
+            if watch is not None
+            else None
+        )
         try:
             self.result = await perform_call(
                 adapter=self.adapter,
@@ -415,94 +390,3 @@ def _row_write(row: InferenceCall, fields: dict[str, Any]) -> InferenceCall:
     else:
         rows.update(InferenceCall, row.pk, **fields)
     return row
-
-
-class _Hooks:
-    """What a watched call's reading tells the rest of the service: its cancel watch and
-    wakes, its live events, its entry on the dashboard. (Methods rather than closures: a worker
-    holds thousands of calls at once.)"""
-
-    __slots__ = (
-        "call",
-        "call_id",
-        "deadline",
-        "engine",
-        "firsts",
-        "hub",
-        "timeline",
-        "turn_id",
-        "undo",
-        "watch",
-    )
-
-    def __init__(self, engine: CallRuntime, call: ProviderCall, watch: Watch) -> None:
-        self.engine, self.call, self.watch = engine, call, watch
-        self.turn_id = call.row.turn_id if watch.turn_events else None
-        self.call_id: int = call.row.pk  # read at every event: a model's pk is a property lookup
-        self.undo: list[Callable[[], None]] = []
-        self.hub = engine.progress
-        self.firsts = (False, False)  # first event, first content: sent at once
-        self.timeline: Timeline | None = None
-        self.deadline: Deadline | None = None
-
-    def on_abortable(self, abort: Callable[[], None]) -> None:
-        self.call._aborts.append(abort)
-        watch = self.watch
-        if watch.abort_key is not None:
-            self.undo.append(self.engine.watch_cancel(watch.abort_key, abort))
-        # Woken from another thread (the renewer that found the lease taken, a warm shutdown).
-        wake = Wake(self.engine.loop)
-        wake.future.add_done_callback(lambda _: abort())
-        if watch.holding is not None:
-            self.undo.append(watch.holding.wake_on_loss(wake))
-        if watch.abort_on_shutdown:
-            self.undo.append(self.engine.wake_on_shutdown(wake))
-
-    async def on_milestone(self, name: str, timeline: Timeline) -> None:
-        if name == "sent" and self.turn_id is not None:
-            row = self.call.row
-            publish_turn_event(
-                self.turn_id,
-                {
-                    "type": "call.started",
-                    "turn": self.turn_id,
-                    "call": row.pk,
-                    "model": row.model,
-                    "streamed": row.streamed,
-                },
-            )
-
-    async def on_delta(self, text: str) -> None:
-        if self.turn_id is not None:
-            publish_turn_event(
-                self.turn_id,
-                {
-                    "type": "call.delta",
-                    "turn": self.turn_id,
-                    "call": self.call.row.pk,
-                    "text": text,
-                },
-            )
-
-    def on_progress(self, timeline: Timeline, deadline: Deadline | None) -> None:
-        firsts = (timeline.first_event is not None, timeline.first_content is not None)
-        urgent, self.firsts = firsts != self.firsts, firsts
-        self.timeline, self.deadline = timeline, deadline
-        self.hub.update(self.call_id, self, urgent=urgent)
-
-    def progress(self) -> dict[str, Any]:
-        """The call's progress as it stands (the hub reads it when it flushes)."""
-        assert self.timeline is not None
-        row = self.call.row
-        return progress_entry(
-            call_id=self.call_id,
-            agent=self.call.agent.name,
-            turn_id=row.turn_id,
-            timeline=self.timeline,
-            deadline=self.deadline,
-        )
-
-    def ended(self) -> None:
-        self.hub.ended(self.call_id)
-        for step in self.undo:
-            step()

@@ -20,8 +20,8 @@ from breaker.probes import ProbeTicket, breaker_probe_begin, breaker_probe_end
 from breaker.services import breaker_note_failure
 from breaker.shedding import ShedResult, history_shed
 from calls.engine import CallRuntime
-from calls.run import Holding
 from calls.types import CompiledRequest, ProviderError
+from calls.watch import Holding
 from inference.models import InferenceCall, Turn
 from turns.services import turn_queue_retry
 

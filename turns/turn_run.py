@@ -32,8 +32,9 @@ from django.utils import timezone
 from agentops.budgets import budget_hold_tightest
 from agentops.models import Agent
 from agentops.runtime import Wake
-from calls.run import ProviderCall, Watch
+from calls.run import ProviderCall
 from calls.types import CallOutput, CompiledRequest, ProviderError
+from calls.watch import Watch
 from inference.models import InferenceCall, Turn
 from turns.after_failure import breaker_after_failure
 from turns.durable import offer_pending_waits, pace, paced_left_ms, retry_reason
