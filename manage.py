@@ -38,14 +38,8 @@ if __name__ == "__main__":
     # A command's process builds its runtime as the web and the worker build theirs: what it
     # writes may send live events, which go out through the runtime's loop; stopping it at the
     # end sends what is left.
-    from agentops.runtime import install
+    from agentops.runtime import serving
     from turns.runtime import TurnRuntime
 
-    made = TurnRuntime(worker=False)
-    made.start()
-    install(made)
-    try:
+    with serving(TurnRuntime(worker=False)):
         execute_from_command_line(sys.argv)
-    finally:
-        made.stop()
-        install(None)

@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, ParamSpec, Protocol, TypeVar
@@ -45,6 +46,7 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 P = ParamSpec("P")
+RuntimeT = TypeVar("RuntimeT", bound="Runtime")
 
 # How long a process that is exiting waits for its live events to go out.
 EXIT_FLUSH_S = 2.0
@@ -388,6 +390,19 @@ def install(made: Runtime | None) -> None:
     None once it stopped."""
     global _installed
     _installed = made
+
+
+@contextmanager
+def serving(made: RuntimeT) -> Iterator[RuntimeT]:
+    """At an entry point whose work is one block (a command, a test session, a bench): ``made``
+    started and installed as the process's runtime for the block, then stopped."""
+    made.start()
+    install(made)
+    try:
+        yield made
+    finally:
+        made.stop()
+        install(None)
 
 
 def installed() -> Runtime:

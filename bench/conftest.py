@@ -7,15 +7,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentops.runtime import install
+from agentops.runtime import serving
 from turns.runtime import TurnRuntime
 
 
 @pytest.fixture(scope="session", autouse=True)
 def runtime() -> Iterator[TurnRuntime]:
-    made = TurnRuntime(worker=False)
-    made.start()
-    install(made)
-    yield made
-    made.stop()
-    install(None)
+    with serving(TurnRuntime(worker=False)) as made:
+        yield made

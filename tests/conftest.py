@@ -24,7 +24,7 @@ from django.test import Client, override_settings
 
 from agentops.celery import app as celery_app
 from agentops.models import Agent, Provider
-from agentops.runtime import install
+from agentops.runtime import serving
 from agentops.tokens import api_token_create
 from tests.factories import AgentFactory, ProviderFactory
 from turns.runtime import TurnRuntime
@@ -384,9 +384,5 @@ def runtime() -> Iterator[TurnRuntime]:
     """The test process's runtime, built as the web's lifespan builds one (not a worker's: the
     workers are processes of their own), and stopped at the end of the session. Code under
     test is handed it, as its entry point would hand it."""
-    made = TurnRuntime(worker=False)
-    made.start()
-    install(made)
-    yield made
-    made.stop()
-    install(None)
+    with serving(TurnRuntime(worker=False)) as made:
+        yield made
