@@ -61,10 +61,6 @@ def _trace_headers() -> dict[str, str] | None:
     return carrier or None
 
 
-# The context each task running in this worker was attached with, by task id.
-_task_contexts: dict[str, object] = {}
-
-
 @task_prerun.connect
 def _task_traced(task_id: str = "", task: object = None, **kwargs: object) -> None:
     if not telemetry.enabled:
@@ -75,14 +71,17 @@ def _task_traced(task_id: str = "", task: object = None, **kwargs: object) -> No
         for name in propagate.get_global_textmap().fields
         if isinstance(value := getattr(request, name, None), str)
     }
-    if carrier:
-        _task_contexts[task_id] = otel_context.attach(propagate.extract(carrier))
+    if carrier and request is not None:
+        # Kept on the task's own request, which Celery pops after ``task_postrun``.
+        request.agentops_context = otel_context.attach(propagate.extract(carrier))
 
 
 @task_postrun.connect
-def _task_untraced(task_id: str = "", **kwargs: object) -> None:
-    token = _task_contexts.pop(task_id, None)
+def _task_untraced(task_id: str = "", task: object = None, **kwargs: object) -> None:
+    request = getattr(task, "request", None)
+    token = getattr(request, "agentops_context", None)
     if token is not None:
+        request.agentops_context = None  # type: ignore[union-attr]
         otel_context.detach(token)  # type: ignore[arg-type]
 
 

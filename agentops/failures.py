@@ -8,10 +8,10 @@ request's), its ``trace_id`` and ``span_id``.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
-import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,6 @@ from .telemetry import process_identity, trace_ids
 from .text import bound_data
 
 logger = logging.getLogger(__name__)
-_lock = threading.Lock()
 
 
 def failures_log_write(
@@ -48,7 +47,10 @@ def failures_log_write(
     path = Path(settings.AGENTOPS_FAILURES_LOG)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with _lock, open(path, "a", encoding="utf-8") as handle:
+        with open(path, "a", encoding="utf-8") as handle:
+            # One writer at a time, among this process's threads and the host's other
+            # processes (the web and the workers share the file): each record is one whole line.
+            fcntl.flock(handle, fcntl.LOCK_EX)
             handle.write(line + "\n")
             handle.flush()
             os.fsync(handle.fileno())

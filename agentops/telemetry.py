@@ -53,7 +53,6 @@ ATTRIBUTE_TEXT_LIMIT: Final = 300
 
 _HOST: Final = socket.gethostname()
 _identity = {"role": "", "worker": ""}
-_label: tuple[int, str] | None = None  # (pid, label): the label of this process, made once per pid
 
 # The ids ``stored_span_end`` re-creates a span with, for the one ``start_span`` it makes.
 _pinned: ContextVar[tuple[int, int] | None] = ContextVar("agentops_pinned_span_ids", default=None)
@@ -66,8 +65,7 @@ _w3c = TraceContextTextMapPropagator()
 def process_named(*, role: str, worker: str = "") -> None:
     """Name this process (``web``, ``worker``, ``beat``) and, for a worker, its Celery node
     name: log lines, lease owners and the telemetry resource carry them."""
-    global _label
-    _identity["role"], _identity["worker"], _label = role, worker, None
+    _identity["role"], _identity["worker"] = role, worker
 
 
 def process_identity() -> dict[str, Any]:
@@ -78,12 +76,8 @@ def process_identity() -> dict[str, Any]:
 def process_label() -> str:
     """How a log line names its process: ``<worker name> pid <pid>`` for a worker,
     ``<role>@<host> pid <pid>`` otherwise."""
-    global _label
-    pid = os.getpid()
-    if _label is None or _label[0] != pid:
-        who = _identity["worker"] or f"{_identity['role'] or 'agentops'}@{_HOST}"
-        _label = (pid, f"{who} pid {pid}")
-    return _label[1]
+    who = _identity["worker"] or f"{_identity['role'] or 'agentops'}@{_HOST}"
+    return f"{who} pid {os.getpid()}"
 
 
 # --- setting up ------------------------------------------------------------------------------

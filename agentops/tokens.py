@@ -8,17 +8,12 @@ import secrets
 from django.utils import timezone
 
 from . import rows
-from .memory import Recent
 from .models import DEFAULT_PROJECT, ApiToken, Project
 
 TOKEN_PREFIX = "ao_"
-# A token's last_used_at is written on its first use in a process and then at most once per
-# this many seconds: not one UPDATE per request.
+# A token's last_used_at is written when the row read says it is older than this: not one
+# UPDATE per request (each process may write it once in the same window).
 LAST_USED_EVERY_S = 30.0
-# The tokens whose last_used_at this process wrote within LAST_USED_EVERY_S (a process seeing
-# more than LAST_WRITTEN_KEPT tokens in that time writes the oldest once more).
-LAST_WRITTEN_KEPT = 10_000
-_last_written: Recent[int, bool] = Recent(size=LAST_WRITTEN_KEPT, ttl_s=LAST_USED_EVERY_S)
 
 
 def _hash(token: str) -> str:
@@ -61,7 +56,7 @@ def api_token_check(token: str) -> ApiToken | None:
     row, project = found[0]
     assert isinstance(row, ApiToken) and isinstance(project, Project)
     row.project = project
-    if _last_written.get(row.pk) is None:
-        _last_written.put(row.pk, True)
-        ApiToken.objects.filter(pk=row.pk).update(last_used_at=timezone.now())
+    now = timezone.now()
+    if row.last_used_at is None or (now - row.last_used_at).total_seconds() >= LAST_USED_EVERY_S:
+        ApiToken.objects.filter(pk=row.pk).update(last_used_at=now)
     return row

@@ -28,6 +28,7 @@ from typing import Final
 import redis
 from django.conf import settings
 
+from agentops.memory import Recent
 from calls.limits import Quota
 
 logger = logging.getLogger(__name__)
@@ -157,7 +158,10 @@ def _arg(value: float | None) -> str:
 class Pacer:
     """This process's way to the shared pacing state (a part of the runtime). It remembers,
     for ``PLAIN_MS``, which (provider, model)s send no quota headers, so those cost no
-    round trip to Redis."""
+    round trip to Redis; and, for the routing choice, each pooled agent's place in its
+    members' rotation (``rotations``, ``turns.serving.serving_choose``): each process spreads
+    its own calls by weight, so all of them together do to within a call each. A rotation is
+    forgotten after an idle hour (it starts again even), bounded by the agents in use."""
 
     def __init__(self) -> None:
         self._client = redis.Redis.from_url(
@@ -172,6 +176,7 @@ class Pacer:
         # no quota headers. One entry per target a process calls: bounded by the providers.
         self._plain: dict[tuple[str, str], float] = {}
         self._failing = False  # Redis did not answer: logged once per episode
+        self.rotations: Recent[int, dict[tuple[int, str], float]] = Recent(size=10_000, ttl_s=3600)
 
     async def stop(self) -> None:
         self._client.close()

@@ -21,7 +21,7 @@ from agentops.text import NOTE_TEXT_LIMIT, bound_text
 from calls.records import ms_to_dt
 from calls.types import ProviderError
 from inference.models import InferenceCall, Turn
-from turns.moves import turn_hold
+from turns.moves import holds_logged, turn_hold
 from turns.queue import schedule_drain
 from waits.admission import Hold, admission_check, remaining_ms
 from waits.limits import limit_record
@@ -44,7 +44,7 @@ def hold_if_waiting(rechecks: Rechecks, turn: Turn) -> bool:
         return False
     until = ms_to_dt(hold.until_ms)
     reason = bound_text(held_by(hold), NOTE_TEXT_LIMIT)
-    turn_hold(turn=turn, until=until, reason=reason)
+    turn_hold(turn=turn, until=until, reason=reason, logged=rechecks.logged)
     left = remaining_ms(hold, now_ms)
     # Re-check when the wait ends, and at least every AGENTOPS_WAIT_RECHECK_MS (a wait "until
     # released", unreadable records that may read again); a release also wakes the turn.
@@ -67,7 +67,8 @@ def hold_for_project_limit(rechecks: Rechecks, turn: Turn, error: ProviderError)
     provider's) until the window may have room, and re-check then. False if it moved meanwhile."""
     wait_ms = error.retry_after_ms if error.retry_after_ms is not None else 1000.0
     until = timezone.now() + timedelta(milliseconds=wait_ms)
-    if not turn_hold(turn=turn, until=until, reason=bound_text(error.message, NOTE_TEXT_LIMIT)):
+    reason = bound_text(error.message, NOTE_TEXT_LIMIT)
+    if not turn_hold(turn=turn, until=until, reason=reason, logged=rechecks.logged):
         return False
     # Many turns of the project resume spread out, each then taking its place in the window.
     spread = random.uniform(0, settings.AGENTOPS_RESUME_SPREAD_MS)
@@ -85,9 +86,11 @@ RECHECKS_KEPT = 10_000
 class Rechecks:
     """The re-check this process scheduled for each held agent, by when it is due (monotonic):
     a part of the runtime, so every drain of a held turn (the sweep's, a release's, a duplicate
-    delivery's) does not start a chain of re-checks of its own."""
+    delivery's) does not start a chain of re-checks of its own. ``logged``: the last hold it
+    logged per turn, so a re-check that holds a turn by the same wait logs nothing new."""
 
     def __init__(self) -> None:
+        self.logged = holds_logged()
         self._due: dict[int, float] = {}
         self._lock = threading.Lock()  # asked from the runtime's database threads
 

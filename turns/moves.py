@@ -58,15 +58,19 @@ def turn_claim(*, turn_id: int, owner: str, now: datetime) -> bool:
 # The last hold logged per turn, so a re-check that holds it again logs nothing (a bound, not a
 # policy: a turn held past a day, or among more than this many, logs its hold once more).
 HOLDS_LOGGED_KEPT = 10_000
-_HOLDS_LOGGED: Recent[int, tuple[datetime | None, str]] = Recent(
-    size=HOLDS_LOGGED_KEPT, ttl_s=86_400
-)
+HoldsLogged = Recent[int, tuple[datetime | None, str]]
 
 
-def turn_hold(*, turn: Turn, until: datetime | None, reason: str) -> bool:
+def holds_logged() -> HoldsLogged:
+    """A process's memory of the last hold it logged per turn (kept by its re-checks,
+    ``turns.holds.Rechecks``)."""
+    return Recent(size=HOLDS_LOGGED_KEPT, ttl_s=86_400)
+
+
+def turn_hold(*, turn: Turn, until: datetime | None, reason: str, logged: HoldsLogged) -> bool:
     """Hold a running or held turn by a provider wait until ``until`` (None: until released);
     no failure is counted and no note written (architecture.md §6.6). False if it moved
-    meanwhile."""
+    meanwhile. ``logged``: the holds this process logged, so the same hold is logged once."""
     # A held turn held again at its re-check is the same hold: its span has the event already.
     event = (
         {}
@@ -83,8 +87,8 @@ def turn_hold(*, turn: Turn, until: datetime | None, reason: str) -> bool:
     if held and turn.status != Status.HELD:
         # The drain claims a held turn at each re-check and holds it again: one line per hold,
         # not one per re-check (the same end and reason is the same hold).
-        if _HOLDS_LOGGED.get(turn.pk) != (until, reason):
-            _HOLDS_LOGGED.put(turn.pk, (until, reason))
+        if logged.get(turn.pk) != (until, reason):
+            logged.put(turn.pk, (until, reason))
             logger.info(
                 "agent %s turn %s held until %s: %s",
                 turn.agent.name,

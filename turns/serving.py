@@ -17,7 +17,6 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
-from agentops.memory import Recent
 from agentops.models import Agent, Provider
 from calls.pacing import Pacer
 from calls.types import ProviderError
@@ -44,11 +43,6 @@ from turns.targets import (
     target_window,
 )
 from waits.admission import admission_checks
-
-# Each pooled agent's place in its members' rotation (``smooth_pick``), in this process: each
-# process spreads its own calls by weight, so all of them together do to within a call each.
-# Forgotten after an idle hour (it starts again even), bounded by the agents in use.
-_rotations: Recent[int, dict[tuple[int, str], float]] = Recent(size=10_000, ttl_s=3600)
 
 ENDED = (InferenceCall.Outcome.COMPLETED, InferenceCall.Outcome.ERROR, InferenceCall.Outcome.CUT)
 
@@ -116,7 +110,10 @@ def serving_choose(
         ]
         waiting = [i for i in range(pooled) if not seen[i].held and not _is_down(seen[i], now_ms)]
         if usable:
-            member, first = _member_pick(agent, candidates, quotas, usable, peek=peek), Seen()
+            member, first = (
+                _member_pick(pacer, agent, candidates, quotas, usable, peek=peek),
+                Seen(),
+            )
         elif waiting:  # every usable member is paced: the one whose quota comes back first
             member, first = min(waiting, key=lambda i: quotas[i][0]), Seen()
         elif not first.held:
@@ -167,6 +164,7 @@ def _is_down(seen: Seen, now_ms: float) -> bool:
 
 
 def _member_pick(
+    pacer: Pacer,
     agent: Agent,
     candidates: list[Candidate],
     quotas: list[tuple[float, float | None]],
@@ -187,9 +185,9 @@ def _member_pick(
         return {**kept, **dict(zip(keys, credit, strict=True))}
 
     if peek:
-        turned(_rotations.get(agent.pk))
+        turned(pacer.rotations.get(agent.pk))
     else:
-        _rotations.change(agent.pk, turned)
+        pacer.rotations.change(agent.pk, turned)
     return usable[picked[0]]
 
 

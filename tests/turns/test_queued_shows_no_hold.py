@@ -14,7 +14,7 @@ from django.utils import timezone
 from calls.types import ProviderError
 from inference.models import Turn
 from tests.factories import TurnFactory
-from turns.moves import turn_hold, turn_rearm
+from turns.moves import holds_logged, turn_hold, turn_rearm
 from turns.services import turn_move
 
 pytestmark = pytest.mark.django_db
@@ -22,7 +22,12 @@ pytestmark = pytest.mark.django_db
 
 def test_a_re_armed_turn_is_queued_with_a_waiting_reason_and_no_hold_reason(api: Client) -> None:
     turn = TurnFactory.create(agent__name="ada", status=Turn.Status.RUNNING)
-    assert turn_hold(turn=turn, until=timezone.now() + timedelta(hours=1), reason="provider wait")
+    assert turn_hold(
+        turn=turn,
+        until=timezone.now() + timedelta(hours=1),
+        reason="provider wait",
+        logged=holds_logged(),
+    )
     Turn.objects.filter(pk=turn.pk).update(status=Turn.Status.RUNNING)  # claimed again
     turn.refresh_from_db()
     assert turn_rearm(turn=turn, error=ProviderError(type="network", message="gone"))
@@ -39,7 +44,12 @@ def test_a_re_armed_turn_is_queued_with_a_waiting_reason_and_no_hold_reason(api:
 
 def test_a_held_turn_cancelled_keeps_no_hold(api: Client) -> None:
     turn = TurnFactory.create(agent__name="bob", status=Turn.Status.RUNNING)
-    assert turn_hold(turn=turn, until=timezone.now() + timedelta(hours=1), reason="provider wait")
+    assert turn_hold(
+        turn=turn,
+        until=timezone.now() + timedelta(hours=1),
+        reason="provider wait",
+        logged=holds_logged(),
+    )
     assert turn_move(turn.pk, Turn.Status.CANCELLED)
     shown = api.get(f"/api/v1/turns/{turn.pk}").json()
     assert (shown["status"], shown["held_until"], shown["hold_reason"]) == ("cancelled", None, "")
