@@ -13,8 +13,9 @@ named attributes (``calls.engine.CallRuntime``, ``turns.runtime.TurnRuntime``,
 A process builds its one runtime at its entry point and stops it at its end (the worker at
 ``worker_init`` and its shutdown, the web in the ASGI lifespan, ``manage.py`` around a command,
 the tests in a session fixture), and ``install`` it. Code is handed the runtime (or its ``db``)
-as a parameter; ``installed`` is for the entry points that receive nothing (a Celery task, a
-request, a live event sent after a commit), each saying why.
+as a parameter, and a request or socket carries the web's in its scope (``interfaces.edge``);
+``installed`` is for what receives nothing (a Celery task, a live event sent after a commit),
+each saying why.
 """
 
 from __future__ import annotations
@@ -406,9 +407,9 @@ def serving(made: RuntimeT) -> Iterator[RuntimeT]:
 
 
 def installed() -> Runtime:
-    """The runtime the process's entry point built. Only for the entry points that are handed
-    nothing (a Celery task, a request, a live event sent after a commit): everything below them
-    is handed the runtime."""
+    """The runtime the process's entry point built. Only for what is handed nothing (a Celery
+    task, a live event sent after a commit, a connection no lifespan served): everything below
+    them is handed the runtime, and a request or socket carries it in its scope."""
     if _installed is None:
         raise NoRuntime(
             "no runtime was built in this process: its entry point builds one "

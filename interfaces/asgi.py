@@ -24,7 +24,7 @@ from django.conf import settings  # noqa: E402
 
 from agentops.runtime import EXIT_FLUSH_S, install  # noqa: E402
 from agentops.telemetry import telemetry_setup  # noqa: E402
-from interfaces.edge import KeptThreadsASGIHandler  # noqa: E402
+from interfaces.edge import RUNTIME_STATE_KEY, KeptThreadsASGIHandler  # noqa: E402
 from interfaces.routing import websocket_urlpatterns  # noqa: E402
 from interfaces.static_files import static_files  # noqa: E402
 from interfaces.tracing_asgi import traced_http  # noqa: E402
@@ -68,14 +68,18 @@ async def http_app(scope: dict, receive: Any, send: Any) -> None:
 async def lifespan(scope: dict, receive: Any, send: Any) -> None:
     """The server's lifespan: the process's runtime built and started at startup (its loop,
     threads and parts ready before the first request), and stopped at shutdown after the
-    server's connections closed (its outbox sent, its provider connections closed)."""
+    server's connections closed (its outbox sent, its provider connections closed). The
+    runtime goes in the lifespan's ``state``, which the server hands every request and socket
+    in its scope (``interfaces.edge.runtime_in``)."""
     made: TurnRuntime | None = None
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
             made = TurnRuntime(worker=False)
             await asyncio.to_thread(made.start)
-            install(made)
+            install(made)  # for what no connection hands it: live events, commands' code
+            if "state" in scope:
+                scope["state"][RUNTIME_STATE_KEY] = made
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             if made is not None:

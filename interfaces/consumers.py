@@ -21,7 +21,8 @@ from agentops.tokens import api_token_check
 from calls.pacing import Pacer
 from inference.models import Turn
 from interfaces.dashboard import dashboard_snapshot
-from turns.runtime import TurnRuntime, running
+from interfaces.edge import runtime_in
+from turns.runtime import TurnRuntime
 
 
 class ToleratesBadFrames(AsyncJsonWebsocketConsumer):
@@ -62,7 +63,7 @@ class TurnConsumer(ToleratesBadFrames):
 
     async def connect(self) -> None:
         query = parse_qs(self.scope.get("query_string", b"").decode(errors="replace"))
-        db = running().db  # a socket's entry: the process's runtime reaches the database
+        db = runtime_in(self.scope).db
         token = await db(api_token_check, (query.get("token") or [""])[0])
         if token is None:
             await self.refuse(4401)
@@ -152,7 +153,7 @@ class DashboardConsumer(ToleratesBadFrames):
             return
         DashboardConsumer.open_here += 1
         self.counted = True
-        self.rt = running()  # a socket's entry: its snapshots are read through the runtime
+        self.rt = runtime_in(self.scope)  # its snapshots are read through the runtime
         try:
             await self.channel_layer.group_add(DASHBOARD_GROUP, self.channel_name)
         except redis.RedisError:

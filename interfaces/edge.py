@@ -13,6 +13,8 @@
 * Django's stock middleware, without a thread hop per step (below).
 * Django's ASGI handler, whose requests reuse threads kept from the requests before them
   (``KeptThreadsASGIHandler``) instead of starting two threads each.
+* The runtime a request or socket carries (``runtime_of``, ``runtime_in``): the one the ASGI
+  lifespan built, handed to every connection in its scope's ``state``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, Final
@@ -41,6 +43,8 @@ from django.middleware.security import SecurityMiddleware
 from django.urls import Resolver404, resolve, reverse
 from django.utils.decorators import sync_and_async_middleware
 
+from turns.runtime import TurnRuntime, running
+
 API_PREFIX = "/api/"
 # Where clients authenticate with a token and the views read no session or user: the API (its
 # docs page too) and the drop-in endpoints.
@@ -55,15 +59,41 @@ FAVICON = (
 )
 
 
+# The key of the lifespan's state under which the web's runtime is handed to each connection.
+RUNTIME_STATE_KEY = "agentops.runtime"
+
+
+def runtime_in(scope: Mapping[str, Any] | None) -> TurnRuntime:
+    """The runtime a connection's scope carries: the ASGI lifespan (``interfaces.asgi``) puts
+    the web's runtime in its ``state``, which the server copies into every request's and
+    socket's scope. Where no lifespan ran (Django's test clients, a socket's test
+    communicator) the connection carries none, and the runtime the process installed is the
+    one: the only place a request or socket looks the runtime up."""
+    carried = (scope or {}).get("state", {}).get(RUNTIME_STATE_KEY)
+    if isinstance(carried, TurnRuntime):
+        return carried
+    return running()
+
+
+def runtime_of(request: HttpRequest) -> TurnRuntime:
+    """The runtime ``request`` carries (``runtime_in``): a view is handed it by its request."""
+    return runtime_in(getattr(request, "scope", None))
+
+
 @sync_and_async_middleware
 def api_edge_middleware(get_response: Callable[[HttpRequest], Any]) -> Callable[[HttpRequest], Any]:
     """Turn the 404s and 405s Django and ninja produce under ``/api/`` into JSON errors. Async
     capable: a sync-only middleware would run every async view (``complete``, the drop-in
     endpoints) in a thread on a loop of its own, which ends with the view."""
     if iscoroutinefunction(get_response):
+        # The sync views' gates, one per loop (a semaphore is bound to it): the web serves on
+        # uvicorn's one loop; Django's test clients run each request on a loop of its own.
+        gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+            weakref.WeakKeyDictionary()
+        )
 
         async def edge_async(request: HttpRequest) -> HttpResponseBase:
-            if _holds_a_connection(request) and (gate := _sync_view_gate()) is not None:
+            if _holds_a_connection(request) and (gate := _sync_view_gate(gates)) is not None:
                 async with gate:
                     return api_error_shaped(request, await get_response(request))
             return api_error_shaped(request, await get_response(request))
@@ -76,22 +106,19 @@ def api_edge_middleware(get_response: Callable[[HttpRequest], Any]) -> Callable[
     return edge
 
 
-_gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _sync_view_gate() -> asyncio.Semaphore | None:
-    """The running loop's gate (one per loop: a semaphore is bound to it); none without a
-    connection pool (the test process), where nothing caps the connections."""
+def _sync_view_gate(
+    gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore],
+) -> asyncio.Semaphore | None:
+    """The running loop's gate among ``gates``; none without a connection pool (the test
+    process), where nothing caps the connections."""
     pool = settings.DATABASES["default"]["OPTIONS"].get("pool")
     if not pool:
         return None
     loop = asyncio.get_running_loop()
-    gate = _gates.get(loop)
+    gate = gates.get(loop)
     if gate is None:
         # Two connections left over for the async views' short database work.
-        gate = _gates[loop] = asyncio.Semaphore(max(1, pool["max_size"] - 2))
+        gate = gates[loop] = asyncio.Semaphore(max(1, pool["max_size"] - 2))
     return gate
 
 

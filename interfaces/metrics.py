@@ -24,8 +24,9 @@ from prometheus_client.utils import floatToGoString
 from agentops.models import Alert
 from agentops.tokens import api_token_check
 from agentops.webhooks.models import WebhookAttempt, WebhookDelivery
+from calls.pacing import Pacer
 from inference.models import InferenceCall, Turn
-from turns.runtime import running
+from interfaces.edge import runtime_of
 from waits.clock import clock_ms
 from waits.selectors import binding_waits
 
@@ -48,7 +49,8 @@ WEBHOOK_RESULT_OF_OUTCOME = {
 class DatabaseCollector(Collector):
     """Yields agentops' metric families from the rows as they are when ``collect`` runs."""
 
-    def __init__(self, *, now_ms: float) -> None:
+    def __init__(self, pacer: Pacer, *, now_ms: float) -> None:
+        self.pacer = pacer  # what this process's pacer reads of the providers' quota headers
         self.now_ms = now_ms
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
@@ -96,9 +98,8 @@ class DatabaseCollector(Collector):
             "(requests or tokens), as every process shares it.",
             labels=["provider", "model", "kind"],
         )
-        pacer = running().pacer  # a scrape: what this process's pacer reads
         for provider in sorted(p for p in waited if p):
-            for state in pacer.limits(provider):
+            for state in self.pacer.limits(provider):
                 for kind, field in (("requests", "rr"), ("tokens", "tr")):
                     if state.get(field) not in (None, ""):
                         remaining.add_metric(
@@ -290,7 +291,7 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
             refused["WWW-Authenticate"] = "Bearer"
             return refused
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(DatabaseCollector(now_ms=clock_ms()))
+    registry.register(DatabaseCollector(runtime_of(request).pacer, now_ms=clock_ms()))
     # The classic text format, which every Prometheus reads (our names need none of 1.0.0's
     # escaping).
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_PLAIN_0_0_4)

@@ -8,7 +8,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_safe
 
 from interfaces.dashboard import dashboard_snapshot
-from turns.runtime import running
+from interfaces.edge import runtime_of
 from waits.clock import clock_ms
 
 
@@ -21,5 +21,5 @@ def dashboard_view(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "dashboard/index.html",
-        {"snapshot": dashboard_snapshot(running().pacer, now_ms=clock_ms())},
+        {"snapshot": dashboard_snapshot(runtime_of(request).pacer, now_ms=clock_ms())},
     )

@@ -22,7 +22,7 @@ from agentops.prices import decimal_text
 from agentops.selectors import providers_granted
 from agentops.services import fallbacks_checked, targets_checked
 from inference.models import InferenceCall
-from turns.runtime import running
+from interfaces.edge import runtime_of
 
 if TYPE_CHECKING:
     from inference.models import Turn
@@ -197,6 +197,18 @@ class AgentAdmin(admin.ModelAdmin):
 
         return budget_summary(obj, kind="agent")
 
+    def get_object(
+        self, request: HttpRequest, object_id: str, from_field: str | None = None
+    ) -> Agent | None:
+        """The agent, with the alternate serving it now (``serving``, ``model_served``: a
+        display method is handed the row, not the request that carries the runtime)."""
+        from interfaces.selectors import agent_serving
+
+        obj = super().get_object(request, object_id, from_field)
+        if obj is not None:
+            obj.page_serving = agent_serving(runtime_of(request).pacer, obj)
+        return obj
+
     def get_queryset(self, request: HttpRequest) -> QuerySet[Agent]:
         from breaker.models import BreakerState
         from interfaces.selectors import agent_open_turns
@@ -229,7 +241,7 @@ class AgentAdmin(admin.ModelAdmin):
             by_agent.setdefault(wait["agent"], []).append(wait)
         from interfaces.selectors import agent_serving
 
-        pacer = running().pacer
+        pacer = runtime_of(request).pacer
         for agent in changelist.result_list:
             agent.page_holds = by_agent.get(agent.name, [])
             # The routing choice (turns.serving): no query for an agent without alternates, a
@@ -260,9 +272,7 @@ class AgentAdmin(admin.ModelAdmin):
     @admin.display(description="served by")
     def serving(self, obj: Agent) -> str:
         """The alternate serving the agent's calls now, and why; empty when its own model is."""
-        from interfaces.selectors import agent_serving
-
-        serving = agent_serving(running().pacer, obj) if obj.pk else None
+        serving = getattr(obj, "page_serving", None)
         if serving is None:
             return "its own provider and model"
         return f"{serving['model']} on {serving['provider']} ({serving['reason']})"

@@ -34,7 +34,7 @@ from agentops.validation import instant_problem
 from agentops.wording import excerpt
 from interfaces.admin.base import ReadOnlyAdmin
 from interfaces.admin.display import when
-from turns.runtime import running
+from interfaces.edge import runtime_of
 from waits.limits import provider_limits
 
 if TYPE_CHECKING:
@@ -73,13 +73,23 @@ class ProviderAdmin(admin.ModelAdmin):
     search_fields = ("name",)
     readonly_fields = ("limits",)
 
+    def get_object(
+        self, request: HttpRequest, object_id: str, from_field: str | None = None
+    ) -> Provider | None:
+        """The provider, with its limits as this process's pacer reads them (``limits``: a
+        display method is handed the row, not the request that carries the runtime)."""
+        obj = super().get_object(request, object_id, from_field)
+        if obj is not None:
+            obj.page_limits = provider_limits(runtime_of(request).pacer, obj.name)
+        return obj
+
     @admin.display(description="limits (architecture.md §6.12, §6.13)")
     def limits(self, obj: Provider) -> str:
         """What its remaining-quota headers last said per model, the scoped waits that hold
         it, and a Release for those."""
         if obj.pk is None:
             return "-"
-        rows = provider_limits(running().pacer, obj.name)
+        rows: list[dict[str, Any]] = getattr(obj, "page_limits", [])
         if not rows:
             return "none known: no answer with quota headers yet, and nothing holds it"
         release = reverse("admin:waits_bindingwait_release_limit")
@@ -281,7 +291,8 @@ class PriceAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: Price, form: Any, change: bool) -> None:
         super().save_model(request, obj, form, change)
-        running().prices.forget()  # this process's copy at once; the others' within its bound
+        # This process's copy at once; the others' within its bound.
+        runtime_of(request).prices.forget()
 
 
 @admin.register(HistoryRow)

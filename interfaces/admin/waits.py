@@ -18,11 +18,12 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
 from agentops.exceptions import AgentopsError
+from calls.pacing import Pacer
 from calls.records import ms_to_dt
 from interfaces.admin.base import ReadOnlyAdmin
+from interfaces.edge import runtime_of
 from turns.holds import next_call_at
 from turns.queue import held_turns_wake  # an interface may wake turns
-from turns.runtime import running
 from waits.clock import clock_ms
 from waits.core import EVERY_MODEL
 from waits.journal import entry_problem
@@ -34,7 +35,7 @@ from waits.services import wait_release
 RELEASE_PERMISSION = "waits.release_wait"
 
 
-def _with_links(waits: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _with_links(pacer: Pacer, waits: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each wait with the admin links of its agent and of the turn it holds (the agent's open
     turn, held ones first), the alternate serving the agent meanwhile (``serving``, None while
     its own provider and model serve), and its end in epoch ms for the page's countdown."""
@@ -46,7 +47,6 @@ def _with_links(waits: list[dict[str, Any]]) -> list[dict[str, Any]]:
     live = Agent.objects.filter(name__in=names, disposed_at__isnull=True).select_related("provider")
     agents: dict[str, int] = {}
     serving: dict[str, dict[str, Any] | None] = {}
-    pacer = running().pacer
     for found in live:
         agents[found.name] = found.pk
         serving[found.name] = agent_serving(
@@ -202,7 +202,7 @@ class BindingWaitAdmin(ReadOnlyAdmin):
             **self.admin_site.each_context(request),
             "opts": self.opts,
             "title": "Binding waits",
-            "waits": _with_links(waits),
+            "waits": _with_links(runtime_of(request).pacer, waits),
             "now_ms": now_ms,
             "journal_readable": readable,
             "can_release": request.user.has_perm(RELEASE_PERMISSION),

@@ -8,7 +8,7 @@ from ninja.security import HttpBearer
 from agentops.exceptions import Forbidden
 from agentops.models import ApiToken
 from agentops.tokens import api_token_check
-from turns.runtime import running
+from interfaces.edge import runtime_of
 
 OPERATOR_NEEDED = "this endpoint needs an operator token (create_api_token NAME --operator)"
 
@@ -37,7 +37,7 @@ class AsyncTokenAuth(HttpBearer):
 
     async def authenticate(self, request: HttpRequest, token: str) -> Any:
         # The first code of an async request: the process's runtime reaches the database.
-        return await running().db(api_token_check, token)
+        return await runtime_of(request).db(api_token_check, token)
 
 
 def require_operator(request: HttpRequest) -> ApiToken:

@@ -45,9 +45,10 @@ from interfaces.api.schemas import (
 )
 from interfaces.api.spend_routes import router as spend_router
 from interfaces.api.waits_routes import router as waits_router
+from interfaces.edge import runtime_of
 from turns import services as turn_services
 from turns.auxiliary import AuxMessage, auxiliary_complete_on_loop
-from turns.runtime import TurnRuntime, running
+from turns.runtime import TurnRuntime
 from waits.limits import provider_limits
 
 api = NinjaAPI(
@@ -123,7 +124,7 @@ def provider_read(request: HttpRequest, name: str) -> dict[str, Any]:
     provider = provider_for(token=token, name=name)
     return {
         **_provider_out(provider, operator=token.operator),
-        "limits": provider_limits(running().pacer, provider.name),
+        "limits": provider_limits(runtime_of(request).pacer, provider.name),
     }
 
 
@@ -133,7 +134,7 @@ def provider_read(request: HttpRequest, name: str) -> dict[str, Any]:
 @api.post("/agents", response={201: AgentOut, **ERRORS}, tags=["agents"])
 def agent_create(request: HttpRequest, payload: AgentIn) -> Status:
     agent = services.agent_create(**payload.model_dump(), project_id=_token(request).project_id)
-    return Status(201, turn_selectors.agent_out(running().pacer, agent))
+    return Status(201, turn_selectors.agent_out(runtime_of(request).pacer, agent))
 
 
 class AgentsFilter(Schema):
@@ -155,13 +156,18 @@ def agent_list(request: HttpRequest, filters: Query[AgentsFilter]) -> list[dict]
     """Live agents the token may see, by name, with status, failure streak and holds;
     ``?status=`` keeps one status, ``?project=`` one project."""
     return turn_selectors.agents_out(
-        running().pacer, token=_token(request), status=filters.status, project=filters.project
+        runtime_of(request).pacer,
+        token=_token(request),
+        status=filters.status,
+        project=filters.project,
     )
 
 
 @api.get("/agents/{name}", response={200: AgentOut, **ERRORS}, tags=["agents"])
 def agent_read(request: HttpRequest, name: str) -> dict:
-    return turn_selectors.agent_out(running().pacer, agent_for(token=_token(request), name=name))
+    return turn_selectors.agent_out(
+        runtime_of(request).pacer, agent_for(token=_token(request), name=name)
+    )
 
 
 @api.patch("/agents/{name}", response={200: AgentOut, **ERRORS}, tags=["agents"])
@@ -172,7 +178,9 @@ def agent_patch(request: HttpRequest, name: str, payload: AgentPatch) -> dict:
         if field in changes and changes[field] is None:
             raise bad_field(field, "must not be null")
     services.agent_update(agent=agent, changes=changes)
-    return turn_selectors.agent_out(running().pacer, agent_for(token=_token(request), name=name))
+    return turn_selectors.agent_out(
+        runtime_of(request).pacer, agent_for(token=_token(request), name=name)
+    )
 
 
 @api.delete("/agents/{name}", response={204: None, **ERRORS}, tags=["agents"])
@@ -290,8 +298,7 @@ async def agent_complete(
     first's record, with no provider call (API.md, Idempotency-Key)."""
     # Async, and the call runs on the request's own event loop: a long provider call holds no
     # thread and no database connection (each read or write gives its connection back).
-    # A view: the process's runtime is what the call and its hops go through.
-    rt = running()
+    rt = runtime_of(request)  # what the call and its hops go through
     agent = await rt.db(agent_for, token=_token(request), name=name)
     messages = [AuxMessage(participant=m.participant, content=m.content) for m in payload.messages]
 

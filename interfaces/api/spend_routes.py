@@ -19,8 +19,8 @@ from interfaces.api.auth import require_operator
 from interfaces.api.body import check_fields, check_instant, checked_text, json_body
 from interfaces.api.schemas import ERRORS
 from interfaces.budgets import owner_budget_remove, owner_budget_set
+from interfaces.edge import runtime_of
 from interfaces.spend import spend_out
-from turns.runtime import running
 
 router = Router()
 
@@ -123,7 +123,7 @@ def prices_create(request: HttpRequest) -> Status:
     if when is not None and not isinstance(when, str):
         raise bad_field("effective_from", "must be an ISO 8601 instant")
     price = price_create(
-        running().prices,
+        runtime_of(request).prices,
         provider=provider,
         model=model,
         amounts=amounts,

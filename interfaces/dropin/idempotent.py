@@ -38,8 +38,9 @@ from agentops.idempotency import (
 )
 from interfaces.dropin import views
 from interfaces.dropin.formats import ANTHROPIC, OPENAI, RESPONSES, Format, error
+from interfaces.edge import runtime_of
 from turns.dropin import DropinCall
-from turns.runtime import TurnRuntime, running
+from turns.runtime import Found, TurnRuntime
 
 # The response headers a replay gives back, when the first answer had them.
 RECORDED_HEADERS = (
@@ -69,8 +70,7 @@ async def responses(request: HttpRequest) -> HttpResponseBase:
 
 async def idempotent(request: HttpRequest, fmt: Format) -> HttpResponseBase:
     """``views.serve``, with the key claimed first and the answer recorded after."""
-    # A view: the process's runtime is what the request's call and its hops go through.
-    rt = running()
+    rt = runtime_of(request)  # what the request's call and its hops go through
     db = rt.db
     raw = request.headers.get(HEADER)
     if raw is None or request.method != "POST":
@@ -80,7 +80,7 @@ async def idempotent(request: HttpRequest, fmt: Format) -> HttpResponseBase:
     except RequestDataTooBig:
         return await views.serve(rt, request, fmt)  # its 413
     try:
-        claim = await db(_claim, views.presented_token(request), raw, fmt, body)
+        claim = await db(_claim, rt.found, views.presented_token(request), raw, fmt, body)
     except AgentopsError as exc:
         return error(fmt, exc.status, exc.message, extra={"param": HEADER})
     if claim is None:
@@ -124,9 +124,9 @@ async def idempotent(request: HttpRequest, fmt: Format) -> HttpResponseBase:
     return response
 
 
-def _claim(token_text: str, raw: str, fmt: Format, body: bytes) -> Claim | None:
+def _claim(found: Found, token_text: str, raw: str, fmt: Format, body: bytes) -> Claim | None:
     """The token (None when not valid: the endpoint's 401 follows), then the key claimed."""
-    token = views.token_found(token_text)
+    token = views.token_found(found, token_text)
     if token is None:
         return None
     key = idempotency_key_check(raw)

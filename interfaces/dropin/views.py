@@ -50,9 +50,10 @@ from interfaces.dropin.formats import (
     sse_bytes,
 )
 from interfaces.dropin.listing import asked_format, models_response
+from interfaces.edge import runtime_of
 from turns.auxiliary import Deferred
 from turns.dropin import DropinCall, wait_headers
-from turns.runtime import TurnRuntime, running
+from turns.runtime import Found, TurnRuntime
 
 # A provider's error body up to this size is passed through as it came; a larger one is
 # replaced by the format's error with the classified (bounded) message.
@@ -75,8 +76,9 @@ async def models(request: HttpRequest, model_id: str | None = None) -> HttpRespo
         return error(
             asked_format(request), 405, f"method {request.method} is not allowed here: use GET"
         )
-    # A view: the process's runtime is what it reaches the database through.
-    return await running().db(models_response, request, presented_token(request), model_id)
+    return await runtime_of(request).db(
+        models_response, request, presented_token(request), model_id
+    )
 
 
 @csrf_exempt
@@ -113,15 +115,6 @@ class Looked:
     deferred: Deferred | None = None
 
 
-# Tokens and agents found are kept this long in the process's memory, so a steady client costs
-# no query for them: a revoked token, a disposed or changed agent reach these endpoints within
-# this many seconds. What was not found is never kept.
-CACHE_S = 2.0
-CACHE_LIMIT = 10_000
-_tokens: Recent[str, ApiToken] = Recent(size=CACHE_LIMIT, ttl_s=CACHE_S)
-_agents: Recent[tuple[int, str], Agent] = Recent(size=CACHE_LIMIT, ttl_s=CACHE_S)
-
-
 def _cached(cache: Recent[Any, Any], key: Any, find: Any) -> Any:
     hit = cache.get(key)
     if hit is not None:
@@ -132,13 +125,13 @@ def _cached(cache: Recent[Any, Any], key: Any, find: Any) -> Any:
     return value
 
 
-def token_found(token_text: str) -> ApiToken | None:
-    """The valid token ``token_text`` names, from the 2 s cache (kept by its hash: the token
-    itself is not kept); None for none or one not valid."""
+def token_found(found: Found, token_text: str) -> ApiToken | None:
+    """The valid token ``token_text`` names, from what the runtime found within
+    ``FOUND_S``; None for none or one not valid."""
     if not token_text:
         return None
     key = hashlib.sha256(token_text.encode()).hexdigest()
-    token: ApiToken | None = _cached(_tokens, key, lambda: api_token_check(token_text))
+    token: ApiToken | None = _cached(found.tokens, key, lambda: api_token_check(token_text))
     return token
 
 
@@ -151,13 +144,13 @@ def look_up(
 ) -> Looked:
     """The token, then (for a well-formed body) the agent ``model`` names and, when it speaks
     this endpoint's format, the admission of its call: all in one thread hop."""
-    token = token_found(token_text)
+    token = token_found(rt.found, token_text)
     looked = Looked(token=token)
     if token is None or body is None:
         return looked
     try:
         looked.agent = _cached(
-            _agents,
+            rt.found.agents,
             (token.pk, body["model"]),
             lambda: selectors.agent_for(token=token, name=body["model"]),
         )
