@@ -1350,12 +1350,11 @@ def main() -> None:
     django.setup()
     # This process queues turns with the service's own function (``worker_burst``): its live
     # events go out through a runtime, built here as every entry point builds its own.
-    from agentops.runtime import install
+    from agentops.runtime import serving
     from turns.runtime import TurnRuntime
 
-    runtime = TurnRuntime(worker=False)
-    runtime.start()
-    install(runtime)
+    served = contextlib.ExitStack()  # stopped in the ``finally`` below
+    served.enter_context(serving(TurnRuntime(worker=False)))
     # The bare and ORM workers get the service's Celery settings, each with its own queue.
     bare_conf = {
         k.removeprefix("CELERY_").lower(): getattr(settings, k)
@@ -1417,6 +1416,7 @@ def main() -> None:
         ) from None
     finally:
         children.stop()
+        served.close()
         _redis_cleanup(*queues)
         problems = _log_problems(logs)
         if ok:
