@@ -13,10 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection
 from django.utils import timezone
 
+from agentops.budget_core import period_bounds
 from agentops.models import Agent, Budget, Project
 from inference.models import InferenceCall
 from tests.conftest import wait_for
@@ -99,19 +101,26 @@ def month_of_spend(*, calls: int, projects: int, agents: int) -> list[Agent]:
     return made
 
 
-def budgets_of(made: list[Agent]) -> None:
-    """A budget on each project (the first held, spent past its amount) and on a few agents
-    (one with calls in flight)."""
+def budgets_of(made: list[Agent]) -> Budget:
+    """A budget on each project (the first held, spent past its amount) and on a few agents;
+    the one to have calls in flight (``in_flight``)."""
     now = timezone.now()
     projects = sorted({a.project for a in made}, key=lambda p: p.name)
     for n, project in enumerate(projects):
         set_budget(project, "40" if n else "5", "month", now=now)
     held = Budget.objects.get(project=projects[0])
     Budget.objects.filter(pk=held.pk).update(spent=Decimal("5.25"), held_period=held.period_start)
-    for n, agent in enumerate(made[:: max(1, len(made) // 4)][:4]):
+    agents = made[:: max(1, len(made) // 4)][:4]
+    for agent in agents:
         set_budget(agent, "2", "day", now=now)
-        if n == 1:
-            Budget.objects.filter(agent=agent).update(reserved=Decimal("0.6"))
+    return Budget.objects.get(agent=agents[1])
+
+
+def in_flight(budget: Budget) -> None:
+    """Calls in flight on ``budget`` now: reserved in the period the page reads (a day budget
+    set before midnight UTC is a new day's, with nothing reserved, on a page read after it)."""
+    start, _ = period_bounds(budget.period, timezone.now(), settings.AGENTOPS_BUDGET_TIME_ZONE)
+    Budget.objects.filter(pk=budget.pk).update(period_start=start, reserved=Decimal("0.6"))
 
 
 def test_the_spend_of_all_projects_fits_and_draws_each_budgets_bar(
@@ -120,12 +129,13 @@ def test_the_spend_of_all_projects_fits_and_draws_each_budgets_bar(
     from selenium.webdriver.common.by import By
 
     made = month_of_spend(calls=600, projects=6, agents=3)
-    budgets_of(made)
+    reserving = budgets_of(made)
     User.objects.create_superuser("olga", password="a long operator password")
     log_in(browser, live_server.url, "olga", ALL)
     for width in WIDTHS:
         browser.set_window_size(width, 1000)
         for days in (30, 7):
+            in_flight(reserving)
             browser.get(f"{live_server.url}{ALL}?days={days}")
             page, scroll, window, out = browser.execute_script(FITS_JS)
             assert page and out == [], (width, days, scroll, window, out)
