@@ -81,7 +81,6 @@ def _task_untraced(task_id: str = "", task: object = None, **kwargs: object) -> 
     request = getattr(task, "request", None)
     token = getattr(request, "agentops_context", None)
     if token is not None:
-        request.agentops_context = None  # type: ignore[union-attr]
         otel_context.detach(token)  # type: ignore[arg-type]
 
 
