@@ -22,10 +22,12 @@ from agentops.prices import decimal_text
 from agentops.selectors import providers_granted
 from agentops.services import fallbacks_checked, targets_checked
 from inference.models import InferenceCall
+from interfaces.admin.base import RuntimeReadsAdmin
 from interfaces.edge import runtime_of
 
 if TYPE_CHECKING:
     from inference.models import Turn
+    from turns.runtime import TurnRuntime
 
 
 class AgentForm(forms.ModelForm):
@@ -143,7 +145,7 @@ _calls_of_agent = InferenceCall.objects.filter(agent=OuterRef("pk")).order_by().
 
 
 @admin.register(Agent)
-class AgentAdmin(admin.ModelAdmin):
+class AgentAdmin(RuntimeReadsAdmin):
     """The list reads a fixed handful of queries whatever the page size: each agent's streak is
     annotated, its open turns prefetched, and the binding waits read once for the page (a
     journal read reduces the whole journal; once per row made a page of 100 agents crawl).
@@ -197,17 +199,11 @@ class AgentAdmin(admin.ModelAdmin):
 
         return budget_summary(obj, kind="agent")
 
-    def get_object(
-        self, request: HttpRequest, object_id: str, from_field: str | None = None
-    ) -> Agent | None:
-        """The agent, with the alternate serving it now (``serving``, ``model_served``: a
-        display method is handed the row, not the request that carries the runtime)."""
+    def runtime_reads(self, rt: TurnRuntime, obj: Any) -> None:
+        """The alternate serving it now (``serving``, ``model_served``)."""
         from interfaces.selectors import agent_serving
 
-        obj = super().get_object(request, object_id, from_field)
-        if obj is not None:
-            obj.page_serving = agent_serving(runtime_of(request).pacer, obj)
-        return obj
+        obj.page_serving = agent_serving(rt.pacer, obj)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Agent]:
         from breaker.models import BreakerState

@@ -32,13 +32,13 @@ from agentops.project_limits import (
 from agentops.providers import provider_problem
 from agentops.validation import instant_problem
 from agentops.wording import excerpt
-from interfaces.admin.base import ReadOnlyAdmin
+from interfaces.admin.base import ReadOnlyAdmin, RuntimeReadsAdmin
 from interfaces.admin.display import when
 from interfaces.edge import runtime_of
 from waits.limits import provider_limits
 
 if TYPE_CHECKING:
-    pass
+    from turns.runtime import TurnRuntime
 
 admin.site.site_header = "agentops operations"
 admin.site.site_url = "/dashboard/"  # "View site": the live dashboard
@@ -67,21 +67,15 @@ class ProviderForm(forms.ModelForm):
 
 
 @admin.register(Provider)
-class ProviderAdmin(admin.ModelAdmin):
+class ProviderAdmin(RuntimeReadsAdmin):
     form = ProviderForm
     list_display = ("name", "kind", "base_url", "api_key_env", "created_at")
     search_fields = ("name",)
     readonly_fields = ("limits",)
 
-    def get_object(
-        self, request: HttpRequest, object_id: str, from_field: str | None = None
-    ) -> Provider | None:
-        """The provider, with its limits as this process's pacer reads them (``limits``: a
-        display method is handed the row, not the request that carries the runtime)."""
-        obj = super().get_object(request, object_id, from_field)
-        if obj is not None:
-            obj.page_limits = provider_limits(runtime_of(request).pacer, obj.name)
-        return obj
+    def runtime_reads(self, rt: TurnRuntime, obj: Any) -> None:
+        """Its limits as this process's pacer reads them (``limits``)."""
+        obj.page_limits = provider_limits(rt.pacer, obj.name)
 
     @admin.display(description="limits (architecture.md §6.12, §6.13)")
     def limits(self, obj: Provider) -> str:

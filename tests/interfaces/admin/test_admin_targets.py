@@ -13,6 +13,7 @@ from django.test import Client
 
 from agentops.models import Agent, AuditEntry, HistoryRow, Provider
 from agentops.services import fallbacks_checked
+from calls.types import ProviderError
 from inference.models import InferenceCall, Turn
 from tests.factories import (
     AgentFactory,
@@ -22,6 +23,7 @@ from tests.factories import (
     TurnFactory,
 )
 from waits.clock import clock_ms
+from waits.limits import limit_record
 from waits.services import wait_record
 
 pytestmark = pytest.mark.django_db
@@ -123,6 +125,34 @@ def test_an_agent_on_its_alternate_is_marked_in_the_agents_list_and_the_binding_
     waits = client.get("/admin/waits/bindingwait/").content.decode()
     assert waits.count('class="on-alternate"') == 1
     assert "on alternate: m2 on p2" in waits
+
+    # Its change page says so too (read as the page fetches the row, through the runtime the
+    # request carries).
+    page = client.get(f"/admin/agentops/agent/{agent.pk}/change/").content.decode()
+    assert "m2 on p2 (fallback: primary held" in page, page
+
+
+def test_a_providers_page_shows_the_scoped_wait_that_holds_its_account() -> None:
+    """The limits are read as the page fetches the row, through the runtime the request
+    carries."""
+    provider = ProviderFactory.create(name="p1")
+    agent = AgentFactory.create(name="ada", model="m1", provider=provider)
+    client = superuser()
+    page = client.get(f"/admin/agentops/provider/{provider.pk}/change/").content.decode()
+    assert "none known: no answer with quota headers yet" in page
+    limited = ProviderError(
+        type="rate_limit",
+        message="the organization's limit",
+        http_status=429,
+        retry_after_ms=600_000,
+        scope="provider",
+    )
+    limit_record(agent=agent, provider=provider, model="m1", error=limited, now_ms=clock_ms())
+    page = client.get(f"/admin/agentops/provider/{provider.pk}/change/").content.decode()
+    table = page.split("class='provider-limits'", 1)[1].split("</table>", 1)[0]
+    rows = re.findall(r"<tr><td>([^<]*)</td>", table)
+    assert rows == ["*"], table  # the whole account
+    assert "release-limit" in table
 
 
 def staff_restorer() -> Client:
